@@ -1,0 +1,87 @@
+# The two commands of the quick start, on a fresh Debian 12 machine (as root):
+#   make demo   install what is missing, build, start the private PostgreSQL, run `pawl demo`
+#   make test   the same set-up, then every test suite (plain, ASan+UBSan, TSan)
+# Other targets: build, deps, pg-start, pg-stop, pg-remove, bench, soak, install, clean.
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD ?= build
+CMAKE_FLAGS ?=
+CTEST := ctest --output-on-failure --no-tests=error -j$(JOBS)
+PG := tools/pawl-pg
+
+# Debian packages the build, the tests and the benchmarks need.
+DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
+	liburing-dev libpq-dev libjemalloc-dev libck-dev libcmocka-dev libbenchmark-dev \
+	libjansson-dev libmicrohttpd-dev postgresql-15 postgresql-client-15 gnuplot-nox \
+	iproute2 util-linux procps
+
+.PHONY: all deps build demo test test-plain test-asan test-tsan pg-start pg-stop pg-remove \
+	bench soak install clean
+
+all: build
+
+# Install only what is missing; `apt-get update` runs once, and only when something is.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+pg-start: deps
+	$(PG) start
+
+pg-stop:
+	$(PG) stop
+
+pg-remove:
+	$(PG) remove
+
+demo: build pg-start
+	$(BUILD)/bin/pawl demo $(DEMO_ARGS)
+
+# Every suite: the plain build runs unit, pg, stress and fault; the sanitizer builds run the
+# suites that exercise concurrency and memory (pg included under ASan).
+test: deps
+	$(MAKE) test-plain
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+
+test-plain: build
+	cd $(BUILD) && $(CTEST)
+
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPAWL_SANITIZE=address,undefined \
+		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -L 'unit|stress|pg'
+
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAWL_SANITIZE=thread \
+		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(CTEST) -L 'unit|stress'
+
+bench: build pg-start
+	$(BUILD)/bin/pawl bench $(BENCH_ARGS)
+
+soak: build pg-start
+	@echo "soak: not yet available"; exit 1
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,0 +1,208 @@
+/*
+ * common.c — error strings, allocator hooks, logging and clocks.
+ *
+ * The allocator table and the log sink are plain globals written before any pawl object exists
+ * (documented in pawl/common.h); the log level is an atomic because tools change it at run time
+ * (a flag re-read, say) while workers log.
+ */
+#include "common.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *pawl_strerror(int code)
+{
+    switch (code) {
+#define PAWL_ERROR_TEXT_(name, value, text)                                                        \
+    case value:                                                                                    \
+        return text;
+        PAWL_ERRORS(PAWL_ERROR_TEXT_)
+#undef PAWL_ERROR_TEXT_
+    default:
+        return "unknown error";
+    }
+}
+
+const char *pawl_errname(int code)
+{
+    switch (code) {
+#define PAWL_ERROR_NAME_(name, value, text)                                                        \
+    case value:                                                                                    \
+        return #name;
+        PAWL_ERRORS(PAWL_ERROR_NAME_)
+#undef PAWL_ERROR_NAME_
+    default:
+        return "PAWL_E?";
+    }
+}
+
+/* ---- allocation ---- */
+
+struct pawl_allocator pawl_alloc_ = {malloc, calloc, realloc, free};
+
+void pawl_set_allocator(const struct pawl_allocator *a)
+{
+    if (a == NULL)
+        return;
+    if (a->malloc)
+        pawl_alloc_.malloc = a->malloc;
+    if (a->calloc)
+        pawl_alloc_.calloc = a->calloc;
+    if (a->realloc)
+        pawl_alloc_.realloc = a->realloc;
+    if (a->free)
+        pawl_alloc_.free = a->free;
+}
+
+char *pawl_strdup(const char *s)
+{
+    if (s == NULL)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = pawl_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---- clocks ---- */
+
+int64_t pawl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t pawl_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- logging ---- */
+
+static _Atomic int log_level = PAWL_LOG_INFO;
+static enum pawl_log_format log_format = PAWL_LOG_TEXT;
+static pawl_log_fn log_sink;
+static void *log_sink_ud;
+
+static const char *level_names[] = {"debug", "info", "warn", "error", "off"};
+
+void pawl_log_set_sink(pawl_log_fn fn, void *ud)
+{
+    log_sink = fn;
+    log_sink_ud = ud;
+}
+
+void pawl_log_set_level(enum pawl_log_level level)
+{
+    /* Relaxed: the level gates only whether a message is formatted; no data hangs on it. */
+    atomic_store_explicit(&log_level, (int)level, memory_order_relaxed);
+}
+
+enum pawl_log_level pawl_log_get_level(void)
+{
+    return (enum pawl_log_level)atomic_load_explicit(&log_level, memory_order_relaxed);
+}
+
+void pawl_log_set_format(enum pawl_log_format format)
+{
+    log_format = format;
+}
+
+int pawl_log_level_parse(const char *s, enum pawl_log_level *out)
+{
+    if (s == NULL || out == NULL)
+        return PAWL_EINVAL;
+    for (int i = 0; i <= PAWL_LOG_OFF; i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (enum pawl_log_level)i;
+            return 0;
+        }
+    }
+    if (strcmp(s, "warning") == 0) {
+        *out = PAWL_LOG_WARN;
+        return 0;
+    }
+    return PAWL_EINVAL;
+}
+
+/* Write s as a JSON string body (without quotes), escaping what JSON requires. */
+static void json_escape(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+}
+
+static void stderr_sink(enum pawl_log_level level, const char *module, const char *msg)
+{
+    struct timespec ts;
+    struct tm tm;
+    char when[32];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    flockfile(stderr);
+    if (log_format == PAWL_LOG_JSON) {
+        fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"", when,
+                ts.tv_nsec / 1000000, level_names[level]);
+        json_escape(stderr, module);
+        fputs("\",\"msg\":\"", stderr);
+        json_escape(stderr, msg);
+        fputs("\"}\n", stderr);
+    } else {
+        fprintf(stderr, "%s.%03ldZ %-5s %s: %s\n", when, ts.tv_nsec / 1000000, level_names[level],
+                module, msg);
+    }
+    funlockfile(stderr);
+}
+
+void pawl_logv(enum pawl_log_level level, const char *module, const char *fmt, va_list ap)
+{
+    if ((int)level < atomic_load_explicit(&log_level, memory_order_relaxed) ||
+        level >= PAWL_LOG_OFF)
+        return;
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    if (module == NULL)
+        module = "pawl";
+    if (log_sink)
+        log_sink(log_sink_ud, level, module, buf);
+    else
+        stderr_sink(level, module, buf);
+}
+
+void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pawl_logv(level, module, fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,44 @@
+/*
+ * common.h — private helpers every pawl module may use: allocation through the embedder's
+ * hooks, cache-line padding, branch hints and small logging shortcuts. Never installed.
+ */
+#ifndef PAWL_ENGINE_COMMON_H
+#define PAWL_ENGINE_COMMON_H
+
+#include "pawl/common.h"
+
+#include <stddef.h>
+
+#define PAWL_CACHELINE 64
+#define PAWL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PAWL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define PAWL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define PAWL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PAWL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+extern struct pawl_allocator pawl_alloc_;
+
+static inline void *pawl_malloc(size_t n)
+{
+    return pawl_alloc_.malloc(n);
+}
+static inline void *pawl_calloc(size_t n, size_t size)
+{
+    return pawl_alloc_.calloc(n, size);
+}
+static inline void *pawl_realloc(void *p, size_t n)
+{
+    return pawl_alloc_.realloc(p, n);
+}
+static inline void pawl_free(void *p)
+{
+    pawl_alloc_.free(p);
+}
+char *pawl_strdup(const char *s);
+
+#define PAWL_DEBUG(mod, ...) pawl_log(PAWL_LOG_DEBUG, mod, __VA_ARGS__)
+#define PAWL_INFO(mod, ...) pawl_log(PAWL_LOG_INFO, mod, __VA_ARGS__)
+#define PAWL_WARN(mod, ...) pawl_log(PAWL_LOG_WARN, mod, __VA_ARGS__)
+#define PAWL_ERROR(mod, ...) pawl_log(PAWL_LOG_ERROR, mod, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,11 @@
+/*
+ * pawl.h — the whole embeddable API of pawl: a forward-only event log and pooled streaming
+ * processors on PostgreSQL. Include this header only; the pieces under pawl/ are split by topic
+ * for reading, not for separate use.
+ */
+#ifndef PAWL_H
+#define PAWL_H
+
+#include "pawl/common.h"
+
+#endif

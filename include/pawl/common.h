@@ -1,0 +1,118 @@
+/*
+ * pawl/common.h — error codes, allocator hooks and logging shared by every pawl module.
+ *
+ * Every pawl function that can fail returns int: 0 on success, a negative PAWL_E* code on
+ * failure. "Would block, try again" is PAWL_EAGAIN, a result rather than an error. Detailed text
+ * (a server's message, a SQLSTATE) stays on the object that failed and is read from there.
+ *
+ * The allocator hooks and the log sink are process-wide. Set them before creating any pawl
+ * object; they are read without synchronisation afterwards.
+ */
+#ifndef PAWL_COMMON_H
+#define PAWL_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The error table: X(name, value, text). Add new codes at the end of the list; values never
+ * change once released because embedders may persist or compare them.
+ */
+#define PAWL_ERRORS(X)                                                                             \
+    X(PAWL_OK, 0, "success")                                                                       \
+    X(PAWL_EINVAL, -1, "invalid argument")                                                         \
+    X(PAWL_ENOMEM, -2, "out of memory")                                                            \
+    X(PAWL_EAGAIN, -3, "would block, try again")                                                   \
+    X(PAWL_EALREADY, -4, "already completed")                                                      \
+    X(PAWL_ECANCELED, -5, "canceled")                                                              \
+    X(PAWL_ETIMEDOUT, -6, "timed out")                                                             \
+    X(PAWL_ESHUTDOWN, -7, "shut down")                                                             \
+    X(PAWL_ESYS, -8, "system call failed")                                                         \
+    X(PAWL_ENOTSUP, -9, "not supported here")                                                      \
+    X(PAWL_ECONN, -10, "cannot connect to the database, or the connection was lost")               \
+    X(PAWL_ESQL, -11, "the database reported an error")                                            \
+    X(PAWL_ECONFLICT, -12, "stream sequence conflict")                                             \
+    X(PAWL_ETOOBIG, -13, "too big")                                                                \
+    X(PAWL_EINDOUBT, -14, "connection lost during commit: outcome unknown")                        \
+    X(PAWL_ESCHEMA, -15, "database schema is newer than this pawl or missing")                     \
+    X(PAWL_ECLAIM, -16, "segment claim lost or not held")                                          \
+    X(PAWL_EHANDLER, -17, "event handler failed")                                                  \
+    X(PAWL_ECHECKPOINT, -18, "checkpoint failed")                                                  \
+    X(PAWL_ENOTFOUND, -19, "not found")                                                            \
+    X(PAWL_EBUSY, -20, "busy")                                                                     \
+    X(PAWL_ERANGE, -21, "value out of range")                                                      \
+    X(PAWL_EPERM, -22, "permission denied")
+
+enum pawl_error {
+#define PAWL_ERROR_ENUM_(name, value, text) name = value,
+    PAWL_ERRORS(PAWL_ERROR_ENUM_)
+#undef PAWL_ERROR_ENUM_
+};
+
+/* A static string describing code; never NULL ("unknown error" for codes not in the table). */
+const char *pawl_strerror(int code);
+
+/* The symbolic name of code ("PAWL_ECONFLICT"); never NULL. */
+const char *pawl_errname(int code);
+
+/*
+ * Allocator hooks. The library allocates only through these; by default they are the C
+ * library's. Tools and benchmarks link jemalloc instead (which replaces malloc itself). Any hook
+ * left NULL keeps the current one. Call before creating any pawl object.
+ */
+struct pawl_allocator {
+    void *(*malloc)(size_t size);
+    void *(*calloc)(size_t n, size_t size);
+    void *(*realloc)(void *p, size_t size);
+    void (*free)(void *p);
+};
+void pawl_set_allocator(const struct pawl_allocator *a);
+
+/* Logging. Levels in increasing severity. */
+enum pawl_log_level {
+    PAWL_LOG_DEBUG = 0,
+    PAWL_LOG_INFO = 1,
+    PAWL_LOG_WARN = 2,
+    PAWL_LOG_ERROR = 3,
+    PAWL_LOG_OFF = 4,
+};
+
+enum pawl_log_format {
+    PAWL_LOG_TEXT = 0, /* "2026-11-30T06:54:52.123Z WARN  finalizer: message" */
+    PAWL_LOG_JSON = 1, /* {"ts":"...","level":"warn","module":"finalizer","msg":"..."} */
+};
+
+/*
+ * A log sink. Called on whichever thread logs, possibly several at once; msg is borrowed for the
+ * duration of the call. The default sink writes one line to stderr.
+ */
+typedef void (*pawl_log_fn)(void *ud, enum pawl_log_level level, const char *module,
+                            const char *msg);
+
+void pawl_log_set_sink(pawl_log_fn fn, void *ud); /* NULL restores the stderr sink */
+void pawl_log_set_level(enum pawl_log_level level);
+void pawl_log_set_format(enum pawl_log_format format);
+enum pawl_log_level pawl_log_get_level(void);
+
+/* Log a formatted message; messages below the current level cost one relaxed load. */
+void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void pawl_logv(enum pawl_log_level level, const char *module, const char *fmt, va_list ap);
+
+/* Parse "debug", "info", "warn", "error", "off"; PAWL_EINVAL otherwise. */
+int pawl_log_level_parse(const char *s, enum pawl_log_level *out);
+
+/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
+int64_t pawl_now_ns(void);
+/* Wall clock in microseconds since the Unix epoch (CLOCK_REALTIME). */
+int64_t pawl_wall_us(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
