@@ -7,5 +7,6 @@
 #define PAWL_H
 
 #include "pawl/common.h"
+#include "pawl/event.h"
 
 #endif
