@@ -9,5 +9,6 @@
 #include "pawl/common.h"
 #include "pawl/event.h"
 #include "pawl/metrics.h"
+#include "pawl/config.h"
 
 #endif
