@@ -163,12 +163,10 @@ struct pawl_source_ops {
      */
     int (*read)(struct pawl_source *s, int64_t after, size_t max, struct pawl_event_batch *out,
                 int64_t *last_seen);
-    /* Block until an event with index > after may exist, timeout_ms passes (PAWL_ETIMEDOUT) or
-     * wake() is called (PAWL_ECANCELED). Spurious 0 returns are allowed. */
+    /* Block until an event with index > after may exist (0; spurious returns are allowed) or
+     * timeout_ms passes (PAWL_ETIMEDOUT). The processor waits in short slices, so a source
+     * needs no cancellation. */
     int (*wait)(struct pawl_source *s, int64_t after, int64_t timeout_ms);
-    /* Make current and future wait() calls return PAWL_ECANCELED until rearm. */
-    void (*wake)(struct pawl_source *s);
-    void (*rearm)(struct pawl_source *s);
     /* The highest final index (0 when empty). */
     int (*head)(struct pawl_source *s, int64_t *index);
     /* The token just before the first event appended at or after time_us (µs since epoch). */
@@ -269,6 +267,14 @@ struct pawl_tokens_ops {
      * still owner's. */
     int (*extend)(struct pawl_tokens *t, const char *proc, const char *owner,
                   const uint32_t *seg_ids, size_t n, unsigned char *held);
+    /*
+     * Node liveness, for sharing segments fairly: extend() also records that owner is alive
+     * (even with n = 0). live() counts the nodes of proc seen within timeout_ms (me included)
+     * and gives me's 0-based rank among them in byte order of their ids. leave() forgets me.
+     */
+    int (*live)(struct pawl_tokens *t, const char *proc, const char *me, int64_t timeout_ms,
+                uint32_t *count, uint32_t *rank);
+    int (*leave)(struct pawl_tokens *t, const char *proc, const char *me);
     /* Clear the claim if owner holds it (no-op otherwise). */
     int (*release)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner);
     /* Begin a batch transaction on seg_id for owner. */
