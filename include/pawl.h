@@ -9,5 +9,6 @@
 #include "pawl/common.h"
 #include "pawl/event.h"
 #include "pawl/processor.h"
+#include "pawl/checkpoint.h"
 
 #endif
