@@ -29,7 +29,12 @@
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
+/* Same order as enum pawl_timer_backend. */
+static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 
+#define S_PROC (PAWL_SCOPE_RUN | PAWL_SCOPE_BENCH)
+#define S_NAMED (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT |          \
+                 PAWL_SCOPE_MERGE)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
@@ -53,6 +58,66 @@ static const struct pawl_flag flags[] = {
      .scope = PAWL_SCOPE_RUN | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND |
               PAWL_SCOPE_TAIL,
      AT(metrics_port)},
+
+    /* ---- runtime ---- */
+    {.name = "workers", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = 1024,
+     .help = "Worker threads of the runtime pool; 0: one per online CPU", .scope = S_PROC,
+     AT(pool.workers)},
+    {.name = "timer-backend", .type = PAWL_FLAG_ENUM, .def = "auto", .choices = timer_backends,
+     .help = "Timers: io_uring, timerfd+epoll, or auto (io_uring where the kernel allows it)",
+     .scope = S_PROC, AT(timers.backend)},
+    {.name = "require-io-uring", .type = PAWL_FLAG_BOOL, .def = "false",
+     .help = "Fail instead of falling back to epoll when io_uring is refused", .scope = S_PROC,
+     AT(timers.require_io_uring)},
+    {.name = "timer-ring-entries", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = 32768,
+     .help = "io_uring submission queue size of the timer threads; 0: 256", .scope = S_PROC,
+     AT(timers.ring_entries)},
+
+    /* ---- processor ---- */
+    {.name = "processor", .type = PAWL_FLAG_STRING, .def = "", .max = PAWL_NAME_MAX,
+     .help = "Processor name (1-63 of A-Z a-z 0-9 _ . : -)", .scope = S_NAMED | PAWL_SCOPE_BENCH,
+     AT(processor.name)},
+    {.name = "node-id", .type = PAWL_FLAG_STRING, .def = "", .max = PAWL_OWNER_MAX,
+     .help = "This node's owner id in the token store; empty: host:pid:random",
+     .scope = S_PROC | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE, AT(processor.node_id)},
+    {.name = "segments", .type = PAWL_FLAG_INT, .def = "16", .min = 1, .max = 65536,
+     .help = "Initial segments of a new processor (a power of two)", .scope = S_PROC,
+     AT(processor.segments)},
+    {.name = "batch-size", .type = PAWL_FLAG_INT, .def = "100", .min = 1, .max = 100000,
+     .unit = "events", .help = "Events per batch transaction", .scope = S_PROC,
+     AT(processor.batch_size)},
+    {.name = "max-segments-per-node", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = 65536,
+     .help = "Most segments this node claims; 0: no limit", .scope = S_PROC,
+     AT(processor.max_segments_per_node)},
+    {.name = "threads", .type = PAWL_FLAG_INT, .def = "4", .min = 1, .max = 256,
+     .help = "Processor worker threads", .scope = S_PROC, AT(processor.threads)},
+    {.name = "claim-timeout", .type = PAWL_FLAG_DURATION, .def = "10s", .min = 100, .max = HOUR_MS,
+     .help = "A claim not extended for this long may be taken by another node", .scope = S_PROC,
+     AT(processor.claim_timeout_ms)},
+    {.name = "claim-extend-interval", .type = PAWL_FLAG_DURATION, .def = "0", .min = 0,
+     .max = HOUR_MS / 2, .help = "How often claims are extended; 0: claim-timeout / 3",
+     .scope = S_PROC, AT(processor.claim_extend_interval_ms)},
+    {.name = "claim-poll", .type = PAWL_FLAG_DURATION, .def = "1s", .min = 10, .max = 600000,
+     .help = "Period of the claim and rebalance cycle", .scope = S_PROC,
+     AT(processor.claim_poll_ms)},
+    {.name = "backoff-min", .type = PAWL_FLAG_DURATION, .def = "1s", .min = 1, .max = HOUR_MS,
+     .help = "First re-claim delay after a segment failed", .scope = S_PROC,
+     AT(processor.backoff_min_ms)},
+    {.name = "backoff-max", .type = PAWL_FLAG_DURATION, .def = "60s", .min = 1, .max = HOUR_MS,
+     .help = "Longest re-claim delay (the delay doubles up to it)", .scope = S_PROC,
+     AT(processor.backoff_max_ms)},
+    {.name = "read-ahead", .type = PAWL_FLAG_INT, .def = "1000", .min = 1, .max = 1000000,
+     .unit = "events", .help = "Events buffered per segment", .scope = S_PROC,
+     AT(processor.read_ahead)},
+    {.name = "read-batch", .type = PAWL_FLAG_INT, .def = "1000", .min = 1, .max = 100000,
+     .unit = "events", .help = "Events per read from the log", .scope = S_PROC,
+     AT(processor.read_batch)},
+    {.name = "idle-wait", .type = PAWL_FLAG_DURATION, .def = "1s", .min = 10, .max = 60000,
+     .help = "Longest wait for new events before re-checking", .scope = S_PROC,
+     AT(processor.idle_wait_ms)},
+    {.name = "initial-token", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = INT64_MAX,
+     .help = "Token of a new processor's segments (0: from the start of the log)",
+     .scope = S_PROC, AT(processor.initial_token)},
 
     /* ---- generated load (demo, bench, append --generate) ---- */
     {.name = "generate", .type = PAWL_FLAG_BOOL, .def = "false",

@@ -26,6 +26,8 @@
 #include <stdint.h>
 
 #include "pawl/common.h"
+#include "pawl/processor.h"
+#include "pawl/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +113,9 @@ struct pawl_config {
     } log;
     const char *dsn;  /* NULL or "": the tool's embedded default */
     int metrics_port; /* loopback HTTP port for Prometheus text, 0 = off */
+    struct pawl_pool_opts pool;
+    struct pawl_timers_opts timers;
+    struct pawl_processor_opts processor;
     struct pawl_tool_opts tool;
 
     /* private: where each flag's value came from, and which strings the config owns */

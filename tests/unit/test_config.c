@@ -38,6 +38,8 @@ static void sample_value(const struct pawl_flag *f, char *v, size_t vlen, char *
         snprintf(v, vlen, "%" PRId64 "s", f->max / 1000);
         if (f->max % 3600000 == 0)
             snprintf(printed, plen, "%" PRId64 "h", f->max / 3600000);
+        else if (f->max % 60000 == 0)
+            snprintf(printed, plen, "%" PRId64 "m", f->max / 60000);
         else
             snprintf(printed, plen, "%" PRId64 "s", f->max / 1000);
         break;
