@@ -507,9 +507,10 @@ static int set_index(struct pawl_config *cfg, int idx, const char *value,
         memcpy(field, &p.d, sizeof p.d);
         break;
     case PAWL_FLAG_STRING: {
-        const char *s = p.s;
+        /* An empty string means "not set": modules take NULL as their default. */
+        const char *s = p.s[0] ? p.s : NULL;
         bool owned = false;
-        if (src != PAWL_SRC_DEFAULT) {
+        if (s && src != PAWL_SRC_DEFAULT) {
             char *copy = pawl_strdup(p.s);
             if (copy == NULL) {
                 if (err && errlen)
@@ -555,7 +556,7 @@ void pawl_config_fini(struct pawl_config *cfg)
         char *s;
         memcpy(&s, (char *)cfg + flags[i].offset, sizeof s);
         pawl_free(s);
-        const char *def = flags[i].def;
+        const char *def = flags[i].def[0] ? flags[i].def : NULL;
         memcpy((char *)cfg + flags[i].offset, &def, sizeof def);
         cfg->_owned[i] = 0;
     }

@@ -15,7 +15,7 @@
  *
  * Ownership: strings set through pawl_config_set are copied and owned by the config until
  * pawl_config_fini or the next set of the same flag; strings an embedder assigns directly stay
- * the embedder's. Defaults point at static strings.
+ * the embedder's. Defaults point at static strings. An empty string stores NULL ("not set").
  *
  * Threads: a config is plain data; use one from one thread at a time. The table is immutable.
  */
@@ -111,7 +111,7 @@ struct pawl_config {
         int level;  /* enum pawl_log_level */
         int format; /* enum pawl_log_format */
     } log;
-    const char *dsn;  /* NULL or "": the tool's embedded default */
+    const char *dsn;  /* NULL: the tool's embedded default */
     int metrics_port; /* loopback HTTP port for Prometheus text, 0 = off */
     struct pawl_pool_opts pool;
     struct pawl_timers_opts timers;

@@ -340,7 +340,29 @@ static void test_args_forms(void **state)
     assert_int_equal(pawl_config_set(&cfg, "events_per_append", "10", err, sizeof err), 0);
     assert_int_equal(cfg.tool.events_per_append, 10);
     pawl_config_fini(&cfg);
-    assert_string_equal(cfg.dsn, "");
+    assert_null(cfg.dsn);
+}
+
+/* The table's defaults are the modules' own defaults: the tool and embedders agree. */
+static void test_defaults_match_modules(void **state)
+{
+    (void)state;
+    struct pawl_config cfg;
+    struct pawl_processor_opts po;
+    pawl_config_defaults(&cfg);
+    pawl_processor_opts_defaults(&po);
+    assert_null(cfg.processor.name);
+    assert_null(cfg.processor.node_id);
+    po.name = cfg.processor.name;
+    po.node_id = cfg.processor.node_id;
+    assert_memory_equal(&cfg.processor, &po, sizeof po);
+    assert_null(cfg.dsn);
+    char err[256];
+    assert_int_equal(pawl_config_set(&cfg, "node-id", "n1", err, sizeof err), 0);
+    assert_string_equal(cfg.processor.node_id, "n1");
+    assert_int_equal(pawl_config_set(&cfg, "node-id", "", err, sizeof err), 0);
+    assert_null(cfg.processor.node_id);
+    pawl_config_fini(&cfg);
 }
 
 static void test_apply_log(void **state)
@@ -366,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_defaults_valid),  cmocka_unit_test(test_every_flag_every_source),
         cmocka_unit_test(test_precedence),      cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_args_forms),      cmocka_unit_test(test_apply_log),
+        cmocka_unit_test(test_defaults_match_modules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
