@@ -1,0 +1,138 @@
+/*
+ * reconcile.h — the checkpoint protocol's reconciliation of several checkpointing units to one
+ * token, as a non-blocking state machine driven by futures.
+ *
+ * A segment's worker embeds one struct pawl_reconcile (caller storage, pawl_reconcile_init once
+ * per claim) and runs at most one cycle at a time on it:
+ *
+ *   checkpoint  ask every unit on_checkpoint_advanced(requested); when every future has
+ *               completed, agreed = the highest report; ask every unit below agreed again with
+ *               agreed; repeat until all cover it. A failed future, a NULL future, or a report
+ *               below what was asked fails the cycle (PAWL_ECHECKPOINT, the text names the
+ *               unit). A report above `limit` (the last consumed token) counts as `limit`.
+ *               The result is the token to store: agreed if it is ahead of `stored`, otherwise
+ *               PAWL_RECONCILE_NOTHING (the stored token never moves backwards).
+ *   release     ask every unit on_segment_released(up_to) (default on_checkpoint_advanced, which
+ *               must cover up_to). Valid reports lie in [stored, up_to]; a failed future or an
+ *               ignored report means that unit confirmed nothing, so nothing is stored. Otherwise
+ *               reconcile as above towards the highest valid report; if that fails, fall back to
+ *               the lowest confirmed position. A release always yields a result (rc is only
+ *               informational there): the caller stores it, if any, and frees the claim.
+ *
+ * Each start returns 0 when the cycle finished at once (every future was already complete: the
+ * common fast path, no task is scheduled), PAWL_EAGAIN when it waits for futures (the `done`
+ * callback given to init then runs later, on `serial`, exactly once), or, for a checkpoint,
+ * PAWL_ECHECKPOINT when it failed at once.
+ *
+ * No thread ever blocks: continuations run as tasks on the segment's serial executor. There is
+ * no time-out; a future that never completes keeps the cycle waiting (only this segment's).
+ *
+ * Threads: everything on the segment's serial executor (the worker's steps). The units' futures
+ * may be completed from any thread. fini only while no cycle is waiting.
+ */
+#ifndef PAWL_ENGINE_RECONCILE_H
+#define PAWL_ENGINE_RECONCILE_H
+
+#include "pawl/checkpoint.h"
+#include "segment_shape.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pawl/runtime.h"
+
+/* "Nothing to store": the agreed token is not ahead of the stored one, or a release failed. */
+#define PAWL_RECONCILE_NOTHING ((int64_t)-1)
+
+/* One checkpointing unit on the segment; all pointers borrowed for the reconciler's life. */
+struct pawl_ckpt_unit {
+    const char *name; /* for error text and logs */
+    void *self;       /* the handler's self */
+    const struct pawl_checkpointing *ckpt;
+};
+
+/*
+ * Called once per cycle that returned PAWL_EAGAIN, on the serial executor. rc: 0 or
+ * PAWL_ECHECKPOINT (for a release, informational). to_store: the token to store, or
+ * PAWL_RECONCILE_NOTHING. The error text is pawl_reconcile_error(r) until the next start.
+ */
+typedef void (*pawl_reconcile_done_fn)(void *arg, int rc, int64_t to_store);
+
+struct pawl_reconcile_slot; /* private */
+
+/* Caller storage; fields are private. */
+struct pawl_reconcile {
+    const struct pawl_ckpt_unit *_units;
+    size_t _n;
+    struct pawl_reconcile_slot *_slots;
+    struct pawl_serial *_serial;
+    struct pawl_pool *_pool;
+    struct pawl_timers *_timers;
+    pawl_reconcile_done_fn _done;
+    void *_done_arg;
+    struct pawl_segment _seg;
+    int _kind;
+    int _round;
+    bool _busy;
+    bool _in_step;
+    int _rc;
+    size_t _outstanding;
+    int64_t _stored;
+    int64_t _limit;
+    int64_t _agreed;
+    int64_t _result;
+    char _err[256];
+};
+
+/*
+ * Prepare r for the units (borrowed, n >= 0). serial and pool are where continuations run (see
+ * pawl_future_on_complete); every start must itself run as a task on serial, so that
+ * continuations never overlap it. timers (may be NULL) serve pawl_checkpoint_or_timeout() called
+ * from inside the units' callbacks. Returns 0 or PAWL_ENOMEM / PAWL_EINVAL (a unit without
+ * on_checkpoint_advanced).
+ */
+int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
+                        struct pawl_serial *serial, struct pawl_pool *pool,
+                        struct pawl_timers *timers, pawl_reconcile_done_fn done, void *arg);
+
+/*
+ * Call every unit's on_segment_claimed(seg, trigger), in order, synchronously. If one fails, the
+ * units that had accepted are told the claim is off (on_segment_released(seg, stored), their
+ * futures dropped unawaited) and the unit's code is returned, with text naming it in
+ * pawl_reconcile_error(r): the caller gives the claim back and retries after its back-off.
+ */
+int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
+                           struct pawl_trigger *trigger, int64_t stored);
+void pawl_reconcile_fini(struct pawl_reconcile *r);
+
+/*
+ * A checkpoint cycle for seg: requested (> stored to do anything; <= limit), stored = the stored
+ * token, limit = the last consumed token. On 0, *to_store holds the result. PAWL_EBUSY if a cycle
+ * is still waiting.
+ */
+int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
+                              int64_t stored, int64_t limit, int64_t *to_store);
+
+/* A release cycle for seg with up_to = the last consumed token. Same returns as above. */
+int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
+                           int64_t stored, int64_t *to_store);
+
+/* The text of the last failure (names the unit); "" when none. Borrowed until the next start. */
+const char *pawl_reconcile_error(const struct pawl_reconcile *r);
+
+/* True while a cycle waits for futures. */
+bool pawl_reconcile_busy(const struct pawl_reconcile *r);
+
+/*
+ * The processor's mode from its handlers' checkpointing pointers (ckpts[i] NULL for an ordinary
+ * handler). Logs one INFO line naming `processor` when the mode is auto (the units cannot
+ * defer). PAWL_EINVAL when a unit lacks on_checkpoint_advanced.
+ */
+int pawl_ckpt_mode_detect(const char *processor, const struct pawl_checkpointing *const *ckpts,
+                          size_t n, enum pawl_ckpt_mode *out);
+
+/* The timers pawl_checkpoint_or_timeout() uses on this thread (set around unit callbacks). */
+extern _Thread_local struct pawl_timers *pawl_ckpt_timers_tls_;
+
+#endif
