@@ -1,0 +1,433 @@
+/*
+ * pawl/processor.h — pooled streaming processors: segments, handlers, the event source and
+ * token store interfaces, the processor object, and the subscribing processor.
+ *
+ * A processor hands the log's events to handlers, one segment at a time. A segment (id, mask)
+ * holds the events whose stream hash h satisfies (h & mask) == id; every event of one stream
+ * therefore lands in one segment and handlers see each stream in index order. Segments are
+ * claimed in a token store shared by every node running the processor (one row per processor
+ * and segment: mask, token, owner, claim time), so any number of processes share the work with
+ * no coordinator node. A node's claimed segment is driven by a work package: it takes the
+ * segment's events in batches, runs the handlers, and commits each batch in one transaction
+ * together with the segment's new token and any SQL the handlers queued (exactly-once
+ * projections). Every token write is conditional on the writer still owning the claim: a node
+ * whose claim was taken over learns it at its next write, and that batch rolls back.
+ *
+ * Threads: pawl_processor_new/start/stop/free are called from one controlling thread (not from
+ * a handler). Handlers run on the processor's worker threads, never two batches of one segment
+ * at once. pawl_processor_stats, _split and _merge may be called from any thread except a
+ * handler. The event source and token store implementations must be thread-safe.
+ */
+#ifndef PAWL_PROCESSOR_H
+#define PAWL_PROCESSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pawl/event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Segments
+ * ------------------------------------------------------------------------------------------ */
+
+/* An event belongs to the segment iff (pawl_stream_hash(stream_id) & mask) == id. The mask is
+ * always 2^k - 1 (k = 0..31) and id <= mask. */
+struct pawl_segment {
+    uint32_t id;
+    uint32_t mask;
+};
+
+/*
+ * The stream hash: MurmurHash3 x86_32 with seed 0 over the bytes of stream_id (without the
+ * terminating NUL). Fixed forever: it must agree across processes, machines and versions, and
+ * any language can recompute it. Test vectors: "" -> 0x00000000, "a" -> 0x3c2569b2,
+ * "The quick brown fox jumps over the lazy dog" -> 0x2e4ff723. NULL hashes like "".
+ */
+uint32_t pawl_stream_hash(const char *stream_id);
+
+/* Non-zero iff the stream hash h belongs to seg. */
+static inline int pawl_segment_contains(struct pawl_segment seg, uint32_t h)
+{
+    return (h & seg.mask) == seg.id;
+}
+
+/* Non-zero iff seg is well formed (mask = 2^k - 1, id <= mask). */
+int pawl_segment_valid(struct pawl_segment seg);
+
+/* The i-th of n initial segments (n a power of two, 1..2^16): (i, n - 1). */
+struct pawl_segment pawl_segment_initial(uint32_t i, uint32_t n);
+
+/*
+ * Split (id, m) into (id, 2m+1) and (id+m+1, 2m+1); both inherit the token. PAWL_ERANGE when
+ * the mask is already 2^31 - 1.
+ */
+int pawl_segment_split(struct pawl_segment seg, struct pawl_segment *lo, struct pawl_segment *hi);
+
+/* The segment seg merges with: the other half of its parent. PAWL_ERANGE when mask == 0. */
+int pawl_segment_sibling(struct pawl_segment seg, struct pawl_segment *sibling);
+
+/* The parent of seg (the result of merging seg with its sibling). PAWL_ERANGE when mask == 0. */
+int pawl_segment_parent(struct pawl_segment seg, struct pawl_segment *parent);
+
+/* ---------------------------------------------------------------------------------------------
+ * Handlers
+ * ------------------------------------------------------------------------------------------ */
+
+struct pawl_checkpointing; /* pawl/checkpoint.h */
+struct pawl_trigger;       /* pawl/checkpoint.h */
+struct pawl_event_ctx;     /* opaque; valid only during handle() */
+struct pawl_txn;           /* a batch transaction; see the token store below */
+
+/*
+ * A handler. The processor borrows the struct and everything it points to until
+ * pawl_processor_free (copy nothing; keep it alive). handle() runs on a worker thread, for one
+ * segment's events in index order; it returns 0, or a negative code that fails the batch: the
+ * batch transaction rolls back, the segment is released and re-claimed after a back-off, and
+ * the events from the last stored token on are redelivered.
+ *
+ * ckpt == NULL makes an ordinary handler; otherwise the handler is a checkpointing unit (see
+ * pawl/checkpoint.h) and the processor's checkpoint mode follows: no unit -> the token is
+ * stored every batch; every handler a unit -> fully deferred; a mix -> auto.
+ */
+struct pawl_handler {
+    const char *name;
+    void *self;
+    int (*handle)(void *self, struct pawl_event_ctx *ctx);
+    const struct pawl_checkpointing *ckpt;
+};
+
+/* The event being handled; borrowed, valid until handle() returns. */
+const struct pawl_event *pawl_ctx_event(const struct pawl_event_ctx *ctx);
+/* The segment the event was delivered in. */
+struct pawl_segment pawl_ctx_segment(const struct pawl_event_ctx *ctx);
+/*
+ * Non-zero when this delivery is a replay: the segment's token was reset (pawl_processor_reset)
+ * to a position below the highest token it ever stored, and this event lies at or below that
+ * high-water mark. Redelivery after a failure is not a replay.
+ */
+int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx);
+/* The batch transaction, for the handler's own statements; borrowed for the call. NULL on a
+ * subscribing processor called without a transaction. */
+struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx);
+/* The segment's checkpoint trigger; NULL on a subscribing processor. Borrowed: valid while the
+ * segment stays claimed (see pawl/checkpoint.h for its lifetime rules). */
+struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx);
+/* The handler's position within the batch (0-based) and the batch's size. */
+size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
+
+/*
+ * Queue a statement into the batch transaction. values are text parameters ($1..$n; a NULL
+ * element is SQL NULL); sql and values are copied. Statements run in order before the token
+ * write and COMMIT, in the same transaction: an error in any of them fails the batch (the
+ * token is not stored, the handlers' writes roll back). Returns 0, or PAWL_EINVAL /
+ * PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a subscriber without a transaction).
+ */
+int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values);
+
+/* ---------------------------------------------------------------------------------------------
+ * Event source: where a processor reads the log. Implementations: the PostgreSQL log
+ * (pawl_source_pg_new), and an in-memory log for tests and embedders (pawl_source_mem_new).
+ * ------------------------------------------------------------------------------------------ */
+
+/*
+ * A batch of events with the memory they point into. Caller-owned (initialise with
+ * pawl_event_batch_init, release with _fini); a source fills it and the batch reuses its
+ * buffers, so reading allocates nothing once warm. Pointers inside events[] stay valid until the
+ * next clear or push.
+ */
+struct pawl_event_batch {
+    struct pawl_event *events;
+    size_t n;
+    size_t cap;
+    char *_arena; /* private: copies of strings and payloads */
+    size_t _used;
+    size_t _cap;
+};
+void pawl_event_batch_init(struct pawl_event_batch *b);
+void pawl_event_batch_fini(struct pawl_event_batch *b);
+void pawl_event_batch_clear(struct pawl_event_batch *b);
+/* Append a copy of e (its strings and payload are copied into the batch). */
+int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e);
+
+struct pawl_source;
+struct pawl_source_ops {
+    /*
+     * Append to out up to max events with index > after, in index order (the log's forward-only
+     * guarantee: no event with an index below one returned may appear later). Sets *last_seen to
+     * the highest index examined (at least after; it may exceed the last event returned when
+     * the source filters). 0 events is not an error.
+     */
+    int (*read)(struct pawl_source *s, int64_t after, size_t max, struct pawl_event_batch *out,
+                int64_t *last_seen);
+    /* Block until an event with index > after may exist (0; spurious returns are allowed) or
+     * timeout_ms passes (PAWL_ETIMEDOUT). The processor waits in short slices, so a source
+     * needs no cancellation. */
+    int (*wait)(struct pawl_source *s, int64_t after, int64_t timeout_ms);
+    /* The highest final index (0 when empty). */
+    int (*head)(struct pawl_source *s, int64_t *index);
+    /* The token just before the first event appended at or after time_us (µs since epoch). */
+    int (*index_at)(struct pawl_source *s, int64_t time_us, int64_t *token);
+    /* Text of the last failure; never NULL. */
+    const char *(*errmsg)(struct pawl_source *s);
+    void (*free)(struct pawl_source *s);
+};
+/* Implementations embed this as their first member. */
+struct pawl_source {
+    const struct pawl_source_ops *ops;
+};
+/* Frees the source through its ops; NULL is a no-op. */
+void pawl_source_free(struct pawl_source *s);
+
+/*
+ * The in-memory log: appends get the next index (1, 2, ...) at once. Thread-safe.
+ * pawl_source_mem_append copies the events (index is assigned; appended_at_us is set when 0).
+ */
+int pawl_source_mem_new(struct pawl_source **out);
+int pawl_source_mem_append(struct pawl_source *s, const struct pawl_event *events, size_t n);
+/* Fault hook: the next n reads fail with PAWL_ECONN. */
+void pawl_source_mem_fail_reads(struct pawl_source *s, int n);
+
+/*
+ * The PostgreSQL log at dsn (the schema must be installed). Reads run over their own
+ * connections, wait() listens for the log's notifications. The dsn is copied.
+ */
+int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
+
+/* ---------------------------------------------------------------------------------------------
+ * Token store: the claims and positions of every processor's segments. Implementations: the
+ * PostgreSQL table (pawl_tokens_pg_new) and an in-memory store (pawl_tokens_mem_new).
+ * ------------------------------------------------------------------------------------------ */
+
+#define PAWL_NAME_MAX 63  /* processor name: 1..63 bytes of [A-Za-z0-9_.:-] */
+#define PAWL_OWNER_MAX 63 /* node id: 1..63 printable bytes */
+
+/* How a segment's token moves (see pawl/checkpoint.h). Written to the store by the owner. */
+enum pawl_ckpt_mode {
+    PAWL_MODE_NONE = 0,     /* unknown / not claimed */
+    PAWL_MODE_BATCH = 1,    /* no checkpointing unit: stored every batch */
+    PAWL_MODE_AUTO = 2,     /* mixed: every batch requests its end token */
+    PAWL_MODE_DEFERRED = 3, /* every handler a unit: moves on explicit requests only */
+};
+const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode m); /* "batch", "auto", "deferred", "-" */
+
+/* One segment row as the store holds it. */
+struct pawl_segment_status {
+    struct pawl_segment seg;
+    int64_t token;               /* events <= token are handled */
+    char owner[PAWL_OWNER_MAX + 1]; /* "" when unowned */
+    int64_t claim_age_ms;        /* since the claim was taken or last extended; -1 unowned */
+    enum pawl_ckpt_mode mode;    /* written by the owner at claim time */
+    int64_t high_water;          /* highest token ever stored (replay detection) */
+    /*
+     * A merge in progress: events of the sub-segment merge_seg with index <= merge_token were
+     * already handled by the faster half and are skipped. has_merge clears itself once the
+     * token reaches merge_token.
+     */
+    int has_merge;
+    struct pawl_segment merge_seg;
+    int64_t merge_token;
+};
+
+struct pawl_tokens;
+struct pawl_txn_ops {
+    int (*exec)(struct pawl_txn *t, const char *sql, int nparams, const char *const *values);
+    /* Queue the conditional token write: token = max(token, new), only if owner is still the
+     * transaction's owner; otherwise commit fails with PAWL_ECLAIM. */
+    int (*store)(struct pawl_txn *t, int64_t token);
+    /* Commit; the txn is consumed whatever the result. PAWL_ECLAIM (claim lost), PAWL_ESQL
+     * (a statement failed), PAWL_ECONN, PAWL_EINDOUBT. */
+    int (*commit)(struct pawl_txn *t);
+    /* Roll back; the txn is consumed. */
+    void (*rollback)(struct pawl_txn *t);
+};
+struct pawl_txn {
+    const struct pawl_txn_ops *ops;
+};
+
+struct pawl_tokens_ops {
+    /* Create segments 0..n-1 of mask n-1 at token if the processor has no rows yet. Concurrent
+     * initialisers agree: exactly one set is created, and the others return 0. */
+    int (*init)(struct pawl_tokens *t, const char *proc, uint32_t n, int64_t token);
+    /* Every row of proc, ordered by mask then id; *rows is allocated with the library's
+     * allocator (free with pawl_tokens_rows_free). */
+    int (*list)(struct pawl_tokens *t, const char *proc, struct pawl_segment_status **rows,
+                size_t *n);
+    /*
+     * Claim the segment for owner if it is unowned, already owner's, or its claim is older than
+     * timeout_ms. On success fills *row (when non-NULL). PAWL_EBUSY: held by another node;
+     * PAWL_ENOTFOUND: no such segment (split or merged away).
+     */
+    int (*claim)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner,
+                 int64_t timeout_ms, enum pawl_ckpt_mode mode, struct pawl_segment_status *row);
+    /* Refresh owner's claim time on the given segments; held[i] (optional) says whether it is
+     * still owner's. */
+    int (*extend)(struct pawl_tokens *t, const char *proc, const char *owner,
+                  const uint32_t *seg_ids, size_t n, unsigned char *held);
+    /*
+     * Node liveness, for sharing segments fairly: extend() also records that owner is alive
+     * (even with n = 0). live() counts the nodes of proc seen within timeout_ms (me included)
+     * and gives me's 0-based rank among them in byte order of their ids. leave() forgets me.
+     */
+    int (*live)(struct pawl_tokens *t, const char *proc, const char *me, int64_t timeout_ms,
+                uint32_t *count, uint32_t *rank);
+    int (*leave)(struct pawl_tokens *t, const char *proc, const char *me);
+    /* Clear the claim if owner holds it (no-op otherwise). */
+    int (*release)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner);
+    /* Begin a batch transaction on seg_id for owner. */
+    int (*begin)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner,
+                 struct pawl_txn **txn);
+    /* Split / merge (seg_id with its sibling): allowed when the rows involved are unowned or
+     * owned by owner (NULL: unowned only); PAWL_EBUSY otherwise, with the owners in errmsg.
+     * Merge refuses (PAWL_EBUSY) while either half still has a merge in progress. */
+    int (*split)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner);
+    int (*merge)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner);
+    /* Set every segment's token to token (high_water keeps the maximum); refused with
+     * PAWL_EBUSY while any segment is claimed (errmsg names the owners). */
+    int (*reset)(struct pawl_tokens *t, const char *proc, int64_t token);
+    const char *(*errmsg)(struct pawl_tokens *t);
+    void (*free)(struct pawl_tokens *t);
+};
+/* Implementations embed this as their first member. */
+struct pawl_tokens {
+    const struct pawl_tokens_ops *ops;
+};
+void pawl_tokens_free(struct pawl_tokens *t); /* NULL is a no-op */
+void pawl_tokens_rows_free(struct pawl_segment_status *rows);
+
+/*
+ * The in-memory token store. Its transactions apply the handlers' statements through an
+ * optional exec hook called at commit, under the store's lock, before the token is written
+ * (return non-zero to fail the commit, which then applies nothing else); without a hook,
+ * pawl_txn_exec returns PAWL_ENOTSUP. Fault hooks for tests: fail the Nth commit from now
+ * (PAWL_ECONN, nothing applied), or hand a segment's claim to another owner.
+ */
+typedef int (*pawl_tokens_mem_exec_fn)(void *ud, const char *sql, int nparams,
+                                       const char *const *values);
+int pawl_tokens_mem_new(struct pawl_tokens **out);
+void pawl_tokens_mem_set_exec(struct pawl_tokens *t, pawl_tokens_mem_exec_fn fn, void *ud);
+void pawl_tokens_mem_fail_commit(struct pawl_tokens *t, int nth);
+int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
+                          const char *thief);
+
+/* The PostgreSQL token store (table pawl.tokens; the schema must be installed). */
+int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn);
+
+/* ---------------------------------------------------------------------------------------------
+ * The processor
+ * ------------------------------------------------------------------------------------------ */
+
+/*
+ * Options; every field maps to a flag of the tool (--batch-size <-> batch_size). Call
+ * pawl_processor_opts_defaults first, then set what you need. Ranges are checked by
+ * pawl_processor_new (PAWL_ERANGE).
+ */
+struct pawl_processor_opts {
+    const char *name;               /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
+    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>" */
+    uint32_t segments;              /* initial segments, power of two 1..65536; default 16 */
+    uint32_t batch_size;            /* events per batch transaction, 1..100000; default 100 */
+    uint32_t max_segments_per_node; /* 0 = no limit (default); else 1..65536 */
+    uint32_t threads;               /* worker threads, 1..256; default 4 */
+    uint32_t claim_timeout_ms;      /* a claim older than this may be taken; 100..3600000;
+                                       default 10000 */
+    uint32_t claim_extend_interval_ms; /* 0 (default): claim_timeout_ms / 3; else 10..timeout/2 */
+    uint32_t claim_poll_ms;         /* claim / rebalance cycle; 10..600000; default 1000 */
+    uint32_t backoff_min_ms;        /* first re-claim delay after a failure; 1..3600000; 1000 */
+    uint32_t backoff_max_ms;        /* doubling stops here; >= backoff_min_ms; 60000 */
+    uint32_t read_ahead;            /* events buffered per segment; 1..1000000; default 1000 */
+    uint32_t read_batch;            /* events per source read; 1..100000; default 1000 */
+    uint32_t idle_wait_ms;          /* longest source wait before re-checking; 10..60000; 1000 */
+    int64_t initial_token;          /* token of newly initialised segments; default 0 (start) */
+};
+void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
+
+struct pawl_processor;
+
+/*
+ * Create a processor reading source and claiming in tokens (both borrowed: they must outlive
+ * the processor; several processors may share them). handlers (n >= 1) is copied as an array,
+ * but each handler's pointers are borrowed until pawl_processor_free. Initialises the
+ * processor's segments in the store if it has none. Nothing runs until start.
+ */
+int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
+                       struct pawl_source *source, struct pawl_tokens *tokens,
+                       const struct pawl_handler *handlers, size_t n);
+/* Start the worker threads, the coordinator and the claim extender. PAWL_EALREADY if started. */
+int pawl_processor_start(struct pawl_processor *p);
+/*
+ * Stop: every work package finishes its current batch, stores its progress, and releases its
+ * claim; then the threads exit. Blocks until done. A second stop is a no-op.
+ */
+int pawl_processor_stop(struct pawl_processor *p);
+/* Stops if needed, then frees. NULL is a no-op. */
+void pawl_processor_free(struct pawl_processor *p);
+
+struct pawl_processor_stats {
+    uint64_t events;          /* handled and committed */
+    uint64_t batches;         /* committed */
+    uint64_t batch_failures;  /* rolled back (handler error, lost claim, store error) */
+    uint64_t claims;          /* segments claimed */
+    uint64_t releases;        /* segments released */
+    uint64_t claims_lost;     /* commits refused because another node took the claim */
+    uint64_t source_errors;   /* failed reads */
+    uint32_t segments_owned;  /* right now */
+    enum pawl_ckpt_mode mode;
+};
+void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
+
+/* This node's owner id (borrowed, valid until free). */
+const char *pawl_processor_node_id(const struct pawl_processor *p);
+
+/*
+ * Split or merge a segment of a running (or stopped) processor: if this node holds the
+ * segment(s), their work packages store their progress and release first; the store operation
+ * then runs as this node, and the new segment(s) are claimed again by the normal claim cycle.
+ * PAWL_EBUSY when another node holds a segment involved (retry, or run it there).
+ */
+int pawl_processor_split(struct pawl_processor *p, uint32_t seg_id);
+int pawl_processor_merge(struct pawl_processor *p, uint32_t seg_id);
+
+/* ---------------------------------------------------------------------------------------------
+ * Administration (the tool's status / reset / split / merge). Work on a stopped or running
+ * processor through the store alone.
+ * ------------------------------------------------------------------------------------------ */
+
+enum pawl_reset_kind {
+    PAWL_RESET_START = 0, /* token 0: replay everything */
+    PAWL_RESET_END = 1,   /* the log's head: skip everything so far */
+    PAWL_RESET_INDEX = 2, /* token = value (events > value are delivered) */
+    PAWL_RESET_TIME = 3,  /* value = µs since epoch: events appended at or after it */
+};
+/*
+ * Move every segment of proc to the target. Refused with PAWL_EBUSY while any segment is
+ * claimed (pawl_tokens errmsg names the owners). source is needed for END and TIME (NULL
+ * otherwise allowed). *token_out (optional) receives the token set.
+ */
+int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
+                         enum pawl_reset_kind kind, int64_t value, int64_t *token_out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Subscribing processor: handlers run in the appending thread, right after (or inside) the
+ * append's transaction. No segments, no tokens, no checkpoint callbacks, no trigger.
+ * ------------------------------------------------------------------------------------------ */
+struct pawl_subscriber;
+/* handlers are borrowed as for pawl_processor_new. */
+int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers,
+                        size_t n);
+void pawl_subscriber_free(struct pawl_subscriber *s);
+/*
+ * Hand events to every handler in order, on the calling thread. txn is the append's
+ * transaction when called inside it (handlers may queue statements), or NULL after commit.
+ * Stops at the first handler error and returns it.
+ */
+int pawl_subscriber_publish(struct pawl_subscriber *s, const struct pawl_event *events, size_t n,
+                            struct pawl_txn *txn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
