@@ -377,40 +377,27 @@ int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
     return 0;
 }
 
-/* ---- mode detection and public helpers ---- */
+/* ---- mode detection and the time-out helper ---- */
 
-const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode)
+int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
+                          enum pawl_ckpt_mode *out)
 {
-    switch (mode) {
-    case PAWL_CKPT_PLAIN:
-        return "plain";
-    case PAWL_CKPT_AUTO:
-        return "auto";
-    case PAWL_CKPT_DEFERRED:
-        return "deferred";
-    }
-    return "?";
-}
-
-int pawl_ckpt_mode_detect(const char *processor, const struct pawl_checkpointing *const *ckpts,
-                          size_t n, enum pawl_ckpt_mode *out)
-{
-    if (out == NULL || (n > 0 && ckpts == NULL))
+    if (out == NULL || (n > 0 && handlers == NULL))
         return PAWL_EINVAL;
     size_t units = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ckpts[i] == NULL)
+        if (handlers[i].ckpt == NULL)
             continue;
-        if (ckpts[i]->on_checkpoint_advanced == NULL)
+        if (handlers[i].ckpt->on_checkpoint_advanced == NULL)
             return PAWL_EINVAL;
         units++;
     }
     if (units == 0) {
-        *out = PAWL_CKPT_PLAIN;
+        *out = PAWL_MODE_BATCH;
     } else if (units == n) {
-        *out = PAWL_CKPT_DEFERRED;
+        *out = PAWL_MODE_DEFERRED;
     } else {
-        *out = PAWL_CKPT_AUTO;
+        *out = PAWL_MODE_AUTO;
         PAWL_INFO(MOD,
                   "processor '%s': %zu of %zu handlers are checkpointing units and %zu are not: "
                   "auto mode, every batch asks the units to cover its end (they cannot defer; "

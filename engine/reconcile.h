@@ -34,7 +34,7 @@
 #define PAWL_ENGINE_RECONCILE_H
 
 #include "pawl/checkpoint.h"
-#include "segment_shape.h"
+#include "pawl/processor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -125,12 +125,12 @@ const char *pawl_reconcile_error(const struct pawl_reconcile *r);
 bool pawl_reconcile_busy(const struct pawl_reconcile *r);
 
 /*
- * The processor's mode from its handlers' checkpointing pointers (ckpts[i] NULL for an ordinary
- * handler). Logs one INFO line naming `processor` when the mode is auto (the units cannot
- * defer). PAWL_EINVAL when a unit lacks on_checkpoint_advanced.
+ * The processor's checkpoint mode from its handlers: PAWL_MODE_BATCH (no checkpointing unit),
+ * PAWL_MODE_DEFERRED (every handler is one) or PAWL_MODE_AUTO (a mix; logs one INFO line naming
+ * `processor`: the units cannot defer). PAWL_EINVAL when a unit lacks on_checkpoint_advanced.
  */
-int pawl_ckpt_mode_detect(const char *processor, const struct pawl_checkpointing *const *ckpts,
-                          size_t n, enum pawl_ckpt_mode *out);
+int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
+                          enum pawl_ckpt_mode *out);
 
 /* The timers pawl_checkpoint_or_timeout() uses on this thread (set around unit callbacks). */
 extern _Thread_local struct pawl_timers *pawl_ckpt_timers_tls_;
