@@ -379,6 +379,19 @@ int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
 
 /* ---- mode detection and the time-out helper ---- */
 
+const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode)
+{
+    switch (mode) {
+    case PAWL_CKPT_PLAIN:
+        return "plain";
+    case PAWL_CKPT_AUTO:
+        return "auto";
+    case PAWL_CKPT_DEFERRED:
+        return "deferred";
+    }
+    return "?";
+}
+
 int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
                           enum pawl_ckpt_mode *out)
 {
@@ -393,11 +406,11 @@ int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *hand
         units++;
     }
     if (units == 0) {
-        *out = PAWL_MODE_BATCH;
+        *out = PAWL_CKPT_PLAIN;
     } else if (units == n) {
-        *out = PAWL_MODE_DEFERRED;
+        *out = PAWL_CKPT_DEFERRED;
     } else {
-        *out = PAWL_MODE_AUTO;
+        *out = PAWL_CKPT_AUTO;
         PAWL_INFO(MOD,
                   "processor '%s': %zu of %zu handlers are checkpointing units and %zu are not: "
                   "auto mode, every batch asks the units to cover its end (they cannot defer; "

@@ -125,8 +125,8 @@ const char *pawl_reconcile_error(const struct pawl_reconcile *r);
 bool pawl_reconcile_busy(const struct pawl_reconcile *r);
 
 /*
- * The processor's checkpoint mode from its handlers: PAWL_MODE_BATCH (no checkpointing unit),
- * PAWL_MODE_DEFERRED (every handler is one) or PAWL_MODE_AUTO (a mix; logs one INFO line naming
+ * The processor's checkpoint mode from its handlers: PAWL_CKPT_PLAIN (no checkpointing unit),
+ * PAWL_CKPT_DEFERRED (every handler is one) or PAWL_CKPT_AUTO (a mix; logs one INFO line naming
  * `processor`: the units cannot defer). PAWL_EINVAL when a unit lacks on_checkpoint_advanced.
  */
 int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,

@@ -92,6 +92,7 @@ static int add_row(struct tokens_mem *m, const char *proc, struct pawl_segment s
     r->st.token = token;
     r->st.high_water = high_water;
     r->st.claim_age_ms = -1;
+    r->st.mode = -1;
     return 0;
 }
 
@@ -158,7 +159,7 @@ static int mem_list(struct pawl_tokens *t, const char *proc, struct pawl_segment
 }
 
 static int mem_claim(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner,
-                     int64_t timeout_ms, enum pawl_ckpt_mode mode, struct pawl_segment_status *out)
+                     int64_t timeout_ms, int mode, struct pawl_segment_status *out)
 {
     struct tokens_mem *m = from(t);
     int rc = 0;
@@ -268,7 +269,7 @@ static int mem_release(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
     struct row *r = find(m, proc, seg_id);
     if (r && strcmp(r->st.owner, owner) == 0) {
         r->st.owner[0] = '\0';
-        r->st.mode = PAWL_MODE_NONE;
+        r->st.mode = -1;
     }
     pthread_mutex_unlock(&m->mu);
     return 0;

@@ -7,13 +7,13 @@
  * only once every unit on the segment has confirmed, through a future, that its work is durable
  * up to that token. The processor's mode follows from its handlers:
  *
- *   - no checkpointing unit       PAWL_MODE_BATCH     the token is stored with every batch;
- *   - every handler is a unit     PAWL_MODE_DEFERRED  the token moves only when a unit asks,
+ *   - no checkpointing unit       PAWL_CKPT_PLAIN     the token is stored with every batch;
+ *   - every handler is a unit     PAWL_CKPT_DEFERRED  the token moves only when a unit asks,
  *                                                      through its trigger;
- *   - some are, some are not      PAWL_MODE_AUTO      every batch asks the units to cover the
+ *   - some are, some are not      PAWL_CKPT_AUTO      every batch asks the units to cover the
  *                                                      batch end (the units cannot defer; the
  *                                                      processor logs this once at start).
- * (enum pawl_ckpt_mode is in pawl/processor.h; `pawl status` shows it per segment.)
+ * `pawl status` shows each processor's mode (the owner writes it to the token store).
  *
  * The commit cycle, run on the segment's worker while the batch transaction is still open:
  * `requested` is the pending trigger request (deferred) or max(pending, batch end) (auto). Every
@@ -165,6 +165,16 @@ void pawl_trigger_unref(struct pawl_trigger *t);
  * fails with that error rather than waiting unbounded.
  */
 struct pawl_future *pawl_checkpoint_or_timeout(struct pawl_future *f, int64_t ms);
+
+/* How a processor checkpoints; see the top of this file. */
+enum pawl_ckpt_mode {
+    PAWL_CKPT_PLAIN = 0,
+    PAWL_CKPT_AUTO = 1,
+    PAWL_CKPT_DEFERRED = 2,
+};
+
+/* "plain", "auto", "deferred" ("?" for anything else). Static string. */
+const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode);
 
 #ifdef __cplusplus
 }

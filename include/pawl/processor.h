@@ -205,22 +205,14 @@ int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
 #define PAWL_NAME_MAX 63  /* processor name: 1..63 bytes of [A-Za-z0-9_.:-] */
 #define PAWL_OWNER_MAX 63 /* node id: 1..63 printable bytes */
 
-/* How a segment's token moves (see pawl/checkpoint.h). Written to the store by the owner. */
-enum pawl_ckpt_mode {
-    PAWL_MODE_NONE = 0,     /* unknown / not claimed */
-    PAWL_MODE_BATCH = 1,    /* no checkpointing unit: stored every batch */
-    PAWL_MODE_AUTO = 2,     /* mixed: every batch requests its end token */
-    PAWL_MODE_DEFERRED = 3, /* every handler a unit: moves on explicit requests only */
-};
-const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode m); /* "batch", "auto", "deferred", "-" */
-
 /* One segment row as the store holds it. */
 struct pawl_segment_status {
     struct pawl_segment seg;
     int64_t token;               /* events <= token are handled */
     char owner[PAWL_OWNER_MAX + 1]; /* "" when unowned */
     int64_t claim_age_ms;        /* since the claim was taken or last extended; -1 unowned */
-    enum pawl_ckpt_mode mode;    /* written by the owner at claim time */
+    int mode;                    /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
+                                    owner at claim time; -1 when unowned */
     int64_t high_water;          /* highest token ever stored (replay detection) */
     /*
      * A merge in progress: events of the sub-segment merge_seg with index <= merge_token were
@@ -262,7 +254,7 @@ struct pawl_tokens_ops {
      * PAWL_ENOTFOUND: no such segment (split or merged away).
      */
     int (*claim)(struct pawl_tokens *t, const char *proc, uint32_t seg_id, const char *owner,
-                 int64_t timeout_ms, enum pawl_ckpt_mode mode, struct pawl_segment_status *row);
+                 int64_t timeout_ms, int mode, struct pawl_segment_status *row);
     /* Refresh owner's claim time on the given segments; held[i] (optional) says whether it is
      * still owner's. */
     int (*extend)(struct pawl_tokens *t, const char *proc, const char *owner,
@@ -375,7 +367,7 @@ struct pawl_processor_stats {
     uint64_t claims_lost;     /* commits refused because another node took the claim */
     uint64_t source_errors;   /* failed reads */
     uint32_t segments_owned;  /* right now */
-    enum pawl_ckpt_mode mode;
+    int mode;                 /* enum pawl_ckpt_mode */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 
