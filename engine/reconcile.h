@@ -29,6 +29,27 @@
  *
  * Threads: everything on the segment's serial executor (the worker's steps). The units' futures
  * may be completed from any thread. fini only while no cycle is waiting.
+ *
+ * How a work package drives it (mode from pawl_ckpt_mode_detect at processor creation):
+ *   claim    t = pawl_trigger_new(wake, pkg) (wake submits the package's step to its serial);
+ *            pawl_reconcile_init(&r, units, n, ...); rc = pawl_reconcile_claimed(&r, seg, t,
+ *            stored): on error invalidate/free t, give the claim row back, back off.
+ *   batch    handle the events (pawl_ctx_trigger returns t); then
+ *              PLAIN     store(batch end), commit;
+ *              AUTO      req = batch end; if pawl_trigger_take(t, consumed, &p) req = max(req, p);
+ *              DEFERRED  if !pawl_trigger_take(t, consumed, &req): commit without a store;
+ *            rc = pawl_reconcile_checkpoint(&r, seg, req, stored, consumed, &to_store);
+ *            EAGAIN: park (the step ends; `done` resumes it); 0: if to_store != NOTHING
+ *            store(to_store); commit; ECHECKPOINT: roll back, abort (release, back-off).
+ *   idle     the wake step: if pawl_trigger_take(...) open a transaction and run the cycle as
+ *            above with no events (deferred mode's request while idle).
+ *   release  pawl_trigger_invalidate(t) first (no more requests); rc =
+ *            pawl_reconcile_release(&r, seg, up_to, stored, &to_store) (wait on EAGAIN); store
+ *            to_store if any, in a transaction, while the claim is held; free the claim; fini.
+ *            After an abort, up_to is the last consumed position whose batch committed (the
+ *            rolled-back batch must be redelivered to ordinary handlers).
+ *   extend   claim extension never writes the token: in deferred mode only a reconciled
+ *            checkpoint may move it.
  */
 #ifndef PAWL_ENGINE_RECONCILE_H
 #define PAWL_ENGINE_RECONCILE_H
