@@ -3,12 +3,13 @@
  * reconcile.h), the mode detection, and the public helpers of pawl/checkpoint.h.
  *
  * A cycle proceeds in rounds. A round asks some units (all of them in round 0, the laggards
- * afterwards) and counts the futures still pending in _outstanding. Futures already complete when
- * a unit returns them are settled on the spot (no task, no allocation: the common case of a unit
- * that answers at once); the others get a continuation on the segment's serial executor. When the
- * count reaches zero, evaluate() decides: finish, or ask the next round. Because every start runs
- * on the serial executor and continuations are queued there too (never inline, see
- * pawl_future_on_complete), the state needs no atomics: only one of them runs at a time.
+ * afterwards). Futures already complete when a unit returns them are settled on the spot (no
+ * task, no allocation: the common case of a unit that answers at once); each other one gets a
+ * continuation that only counts down `_waiting` and, at zero, calls wake. The worker then
+ * resumes: it settles the futures it kept (pawl_future_poll), and evaluate() decides to finish or
+ * to ask the next round. Only the counter is shared with other threads; every other field is the
+ * worker's. `_waiting` holds one extra count while a round is being asked, so a continuation that
+ * runs before the asking is over cannot reach zero and wake too early.
  *
  * Termination: every round after the first asks with a strictly higher `agreed`, reports are
  * clamped to `limit` (checkpoint) or up_to (release), so the number of rounds is bounded by the
@@ -39,14 +40,14 @@ struct pawl_reconcile_slot {
 _Thread_local struct pawl_timers *pawl_ckpt_timers_tls_;
 
 static void settle(struct pawl_reconcile *r, struct pawl_reconcile_slot *s, struct pawl_future *f);
-static int drive(struct pawl_reconcile *r);
 static void on_done(void *arg, struct pawl_future *f);
 
 int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
                         struct pawl_serial *serial, struct pawl_pool *pool,
-                        struct pawl_timers *timers, pawl_reconcile_done_fn done, void *arg)
+                        struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg)
 {
     memset(r, 0, sizeof *r);
+    atomic_init(&r->_waiting, 0);
     if (n > 0 && units == NULL)
         return PAWL_EINVAL;
     for (size_t i = 0; i < n; i++)
@@ -66,8 +67,8 @@ int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *u
     r->_serial = serial;
     r->_pool = pool;
     r->_timers = timers;
-    r->_done = done;
-    r->_done_arg = arg;
+    r->_wake = wake;
+    r->_wake_arg = arg;
     return 0;
 }
 
@@ -76,8 +77,8 @@ void pawl_reconcile_fini(struct pawl_reconcile *r)
     if (r == NULL)
         return;
     if (r->_busy)
-        PAWL_ERROR(MOD, "reconciler finished while a cycle still waits for %zu futures",
-                   r->_outstanding);
+        PAWL_ERROR(MOD, "reconciler finished while a cycle is under way (segment %u/%u)",
+                   r->_seg.id, r->_seg.mask);
     pawl_free(r->_slots);
     r->_slots = NULL;
     r->_n = 0;
@@ -138,11 +139,11 @@ static void ask(struct pawl_reconcile *r, size_t i, int64_t token, bool release_
         return;
     }
     s->f = f;
-    r->_outstanding++;
-    /* The continuation gets the slot; the slot lives as long as r, and r outlives the cycle. */
+    /* Relaxed: only a count; the continuation's registration below publishes the rest. */
+    atomic_fetch_add_explicit(&r->_waiting, 1, memory_order_relaxed);
     int rc = pawl_future_on_complete(f, r->_serial, r->_pool, on_done, s);
     if (rc != 0) {
-        r->_outstanding--;
+        atomic_fetch_sub_explicit(&r->_waiting, 1, memory_order_relaxed);
         s->f = NULL;
         pawl_future_unref(f);
         s->bad = true;
@@ -198,19 +199,21 @@ static void settle(struct pawl_reconcile *r, struct pawl_reconcile_slot *s, stru
         s->best = token;
 }
 
-/* A unit's future completed: runs as a task on the segment's serial executor. */
+/*
+ * A unit's future completed: runs as a task on the pool (or serial), on any thread. Touches
+ * nothing but the counter: after the decrement the worker may already be resuming.
+ */
 static void on_done(void *arg, struct pawl_future *f)
 {
+    (void)f;
     struct pawl_reconcile_slot *s = arg;
     struct pawl_reconcile *r = s->r;
-    settle(r, s, f);
-    pawl_future_unref(s->f);
-    s->f = NULL;
-    if (--r->_outstanding > 0)
-        return;
-    int rc = drive(r);
-    if (rc != PAWL_EAGAIN && r->_done != NULL)
-        r->_done(r->_done_arg, rc, r->_result);
+    pawl_reconcile_wake_fn wake = r->_wake;
+    void *wake_arg = r->_wake_arg;
+    /* Acq_rel: the last one to count down sees every other continuation's completion, and the
+     * worker woken by it sees the futures' outcomes (pawl_future_poll acquires them too). */
+    if (atomic_fetch_sub_explicit(&r->_waiting, 1, memory_order_acq_rel) == 1 && wake != NULL)
+        wake(wake_arg);
 }
 
 static void finish(struct pawl_reconcile *r, int rc, int64_t agreed)
@@ -267,21 +270,43 @@ static bool evaluate(struct pawl_reconcile *r)
     return false;
 }
 
-/* Run rounds while they settle synchronously. 0 / PAWL_ECHECKPOINT when done, else EAGAIN. */
-static int drive(struct pawl_reconcile *r)
+/* Settle the futures the last round left waiting (their continuations have all run). */
+static void collect(struct pawl_reconcile *r)
 {
-    while (r->_outstanding == 0) {
-        if (evaluate(r))
-            return r->_rc;
+    for (size_t i = 0; i < r->_n; i++) {
+        struct pawl_reconcile_slot *s = &r->_slots[i];
+        if (s->f != NULL) {
+            settle(r, s, s->f);
+            pawl_future_unref(s->f);
+            s->f = NULL;
+        }
     }
-    return PAWL_EAGAIN;
+}
+
+/*
+ * The asking of a round is over: drop its guard count. Then, while rounds settle at once,
+ * evaluate and ask on. Returns the result, or EAGAIN when a continuation will wake us.
+ */
+static int drive(struct pawl_reconcile *r, int64_t *to_store)
+{
+    for (;;) {
+        /* Acq_rel: pairs with the continuations' decrements (see on_done). */
+        if (atomic_fetch_sub_explicit(&r->_waiting, 1, memory_order_acq_rel) != 1)
+            return PAWL_EAGAIN;
+        collect(r);
+        /* Relaxed: nothing is waiting now; this is the guard of the next round's asking. */
+        atomic_store_explicit(&r->_waiting, 1, memory_order_relaxed);
+        if (evaluate(r)) {
+            atomic_store_explicit(&r->_waiting, 0, memory_order_relaxed);
+            *to_store = r->_result;
+            return r->_rc;
+        }
+    }
 }
 
 static int start(struct pawl_reconcile *r, int kind, struct pawl_segment seg, int64_t asked,
                  int64_t stored, int64_t limit, int64_t *to_store)
 {
-    if (r->_busy)
-        return PAWL_EBUSY;
     r->_kind = kind;
     r->_seg = seg;
     r->_stored = stored;
@@ -289,31 +314,27 @@ static int start(struct pawl_reconcile *r, int kind, struct pawl_segment seg, in
     r->_round = 0;
     r->_rc = 0;
     r->_err[0] = '\0';
-    r->_outstanding = 0;
     r->_busy = true;
+    /* Relaxed: no continuation exists yet; this is the guard of round 0's asking. */
+    atomic_store_explicit(&r->_waiting, 1, memory_order_relaxed);
     for (size_t i = 0; i < r->_n; i++) {
         r->_slots[i].best = PAWL_RECONCILE_NOTHING;
         r->_slots[i].asked_now = false;
+        r->_slots[i].f = NULL;
     }
-    if (kind == KIND_CHECKPOINT) {
-        r->_agreed = asked;
-        for (size_t i = 0; i < r->_n; i++)
-            ask(r, i, asked, false);
-    } else {
-        r->_agreed = PAWL_RECONCILE_NOTHING;
-        for (size_t i = 0; i < r->_n; i++)
-            ask(r, i, asked, true);
-        if (r->_n == 0)
-            r->_agreed = asked;
-    }
-    /* Round 0 ends like any other; for a release its reports are the base of reconciliation. */
-    int rc = PAWL_EAGAIN;
-    if (r->_outstanding == 0) {
-        rc = drive(r);
-    }
-    if (rc != PAWL_EAGAIN)
-        *to_store = r->_result;
-    return rc;
+    r->_agreed = kind == KIND_CHECKPOINT || r->_n == 0 ? asked : PAWL_RECONCILE_NOTHING;
+    for (size_t i = 0; i < r->_n; i++)
+        ask(r, i, asked, kind == KIND_RELEASE);
+    return drive(r, to_store);
+}
+
+int pawl_reconcile_resume(struct pawl_reconcile *r, int64_t *to_store)
+{
+    if (r == NULL || to_store == NULL || !r->_busy)
+        return PAWL_EINVAL;
+    /* Woken, so the count is 0: take the guard back so that drive() can drop it. */
+    atomic_store_explicit(&r->_waiting, 1, memory_order_relaxed);
+    return drive(r, to_store);
 }
 
 int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
@@ -337,6 +358,8 @@ int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, in
 {
     if (r == NULL || to_store == NULL || up_to < 0)
         return PAWL_EINVAL;
+    if (r->_busy)
+        return PAWL_EBUSY;
     if (up_to < stored)
         up_to = stored; /* nothing consumed since the store */
     return start(r, KIND_RELEASE, seg, up_to, stored, up_to, to_store);

@@ -20,15 +20,22 @@
  *               informational there): the caller stores it, if any, and frees the claim.
  *
  * Each start returns 0 when the cycle finished at once (every future was already complete: the
- * common fast path, no task is scheduled), PAWL_EAGAIN when it waits for futures (the `done`
- * callback given to init then runs later, on `serial`, exactly once), or, for a checkpoint,
- * PAWL_ECHECKPOINT when it failed at once.
+ * common fast path; nothing is scheduled, nothing allocated), PAWL_ECHECKPOINT when a checkpoint
+ * failed at once, or PAWL_EAGAIN when it waits for futures. Then `wake(arg)` (given to init) is
+ * called exactly once, from whatever thread completes the last awaited future's continuation, and
+ * possibly before the start call has even returned: it must only schedule the segment's next
+ * step (never run it inline). That step calls pawl_reconcile_resume(), which returns the same
+ * three results (a new round may wait again, and wake again). The reconciler itself therefore
+ * needs no particular executor: the continuations are tiny tasks on `pool` (or `serial`) that
+ * count down and wake.
  *
- * No thread ever blocks: continuations run as tasks on the segment's serial executor. There is
- * no time-out; a future that never completes keeps the cycle waiting (only this segment's).
+ * No thread ever blocks. There is no time-out; a future that never completes keeps the cycle
+ * waiting (only this segment's) and the cycle cannot be abandoned: the reconciler must stay
+ * allocated until wake has been called.
  *
- * Threads: everything on the segment's serial executor (the worker's steps). The units' futures
- * may be completed from any thread. fini only while no cycle is waiting.
+ * Threads: start/resume/fini on the segment's worker, one step at a time (a wake that arrives
+ * during the start call must make the worker resume only after that call has returned). The
+ * units' futures may be completed from any thread.
  *
  * How a work package drives it (mode from pawl_ckpt_mode_detect at processor creation):
  *   claim    t = pawl_trigger_new(wake, pkg) (wake submits the package's step to its serial);
@@ -39,7 +46,8 @@
  *              AUTO      req = batch end; if pawl_trigger_take(t, consumed, &p) req = max(req, p);
  *              DEFERRED  if !pawl_trigger_take(t, consumed, &req): commit without a store;
  *            rc = pawl_reconcile_checkpoint(&r, seg, req, stored, consumed, &to_store);
- *            EAGAIN: park (the step ends; `done` resumes it); 0: if to_store != NOTHING
+ *            EAGAIN: park with the transaction open (the step ends; wake schedules a step that
+ *            calls pawl_reconcile_resume, and so on); 0: if to_store != NOTHING
  *            store(to_store); commit; ECHECKPOINT: roll back, abort (release, back-off).
  *   idle     the wake step: if pawl_trigger_take(...) open a transaction and run the cycle as
  *            above with no events (deferred mode's request while idle).
@@ -57,6 +65,7 @@
 #include "pawl/checkpoint.h"
 #include "pawl/processor.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,12 +82,8 @@ struct pawl_ckpt_unit {
     const struct pawl_checkpointing *ckpt;
 };
 
-/*
- * Called once per cycle that returned PAWL_EAGAIN, on the serial executor. rc: 0 or
- * PAWL_ECHECKPOINT (for a release, informational). to_store: the token to store, or
- * PAWL_RECONCILE_NOTHING. The error text is pawl_reconcile_error(r) until the next start.
- */
-typedef void (*pawl_reconcile_done_fn)(void *arg, int rc, int64_t to_store);
+/* Called when every future the cycle waits for has completed: schedule pawl_reconcile_resume. */
+typedef void (*pawl_reconcile_wake_fn)(void *arg);
 
 struct pawl_reconcile_slot; /* private */
 
@@ -90,15 +95,14 @@ struct pawl_reconcile {
     struct pawl_serial *_serial;
     struct pawl_pool *_pool;
     struct pawl_timers *_timers;
-    pawl_reconcile_done_fn _done;
-    void *_done_arg;
+    pawl_reconcile_wake_fn _wake;
+    void *_wake_arg;
+    _Atomic size_t _waiting; /* continuations not yet run, plus one while a round is asked */
     struct pawl_segment _seg;
     int _kind;
     int _round;
     bool _busy;
-    bool _in_step;
     int _rc;
-    size_t _outstanding;
     int64_t _stored;
     int64_t _limit;
     int64_t _agreed;
@@ -107,15 +111,15 @@ struct pawl_reconcile {
 };
 
 /*
- * Prepare r for the units (borrowed, n >= 0). serial and pool are where continuations run (see
- * pawl_future_on_complete); every start must itself run as a task on serial, so that
- * continuations never overlap it. timers (may be NULL) serve pawl_checkpoint_or_timeout() called
- * from inside the units' callbacks. Returns 0 or PAWL_ENOMEM / PAWL_EINVAL (a unit without
- * on_checkpoint_advanced).
+ * Prepare r for the units (borrowed, n >= 0). Continuations run on serial when it is not NULL,
+ * else as tasks on pool (see pawl_future_on_complete). timers (may be NULL) serve
+ * pawl_checkpoint_or_timeout() called from inside the units' callbacks. Returns 0 or PAWL_ENOMEM
+ * / PAWL_EINVAL (a unit without on_checkpoint_advanced).
  */
 int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
                         struct pawl_serial *serial, struct pawl_pool *pool,
-                        struct pawl_timers *timers, pawl_reconcile_done_fn done, void *arg);
+                        struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg);
+void pawl_reconcile_fini(struct pawl_reconcile *r);
 
 /*
  * Call every unit's on_segment_claimed(seg, trigger), in order, synchronously. If one fails, the
@@ -135,14 +139,21 @@ void pawl_reconcile_fini(struct pawl_reconcile *r);
 int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
                               int64_t stored, int64_t limit, int64_t *to_store);
 
-/* A release cycle for seg with up_to = the last consumed token. Same returns as above. */
+/*
+ * A release cycle for seg with up_to = the last consumed token. Returns 0, PAWL_EAGAIN, or
+ * PAWL_ECHECKPOINT (informational: some unit confirmed less; the release goes on). On any result
+ * but EAGAIN, *to_store is what to store before freeing the claim (or NOTHING).
+ */
 int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
                            int64_t stored, int64_t *to_store);
+
+/* After wake: go on with the cycle. Same returns as the start that began it. */
+int pawl_reconcile_resume(struct pawl_reconcile *r, int64_t *to_store);
 
 /* The text of the last failure (names the unit); "" when none. Borrowed until the next start. */
 const char *pawl_reconcile_error(const struct pawl_reconcile *r);
 
-/* True while a cycle waits for futures. */
+/* True while a cycle is under way (started, not yet finished). */
 bool pawl_reconcile_busy(const struct pawl_reconcile *r);
 
 /*
