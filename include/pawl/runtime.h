@@ -40,7 +40,7 @@ typedef void (*pawl_task_fn)(struct pawl_task *t, int status);
 /* Embed this in your own struct and recover it with container_of-style arithmetic. */
 struct pawl_task {
     pawl_task_fn fn;
-    struct pawl_task *_next; /* private: link in the runtime's intrusive queues */
+    void *_next; /* private: link in the runtime's intrusive queues */
 };
 
 struct pawl_pool;
@@ -107,15 +107,20 @@ int pawl_pool_current_worker(void);
  * executors run in parallel. One per segment keeps a segment's events in order. Caller-owned
  * storage (embed it); every field is private.
  */
+struct pawl_mpsc_ {
+    void **_head; /* producers' end (exchanged); links are the nodes' void * fields */
+    char _pad0[64 - sizeof(void *)];
+    void **_tail; /* the single consumer's end */
+    void *_stub;  /* the permanent dummy node */
+    char _pad1[64 - 2 * sizeof(void *)];
+};
+
 struct pawl_serial {
+    struct pawl_mpsc_ _q;    /* queued tasks, linked through pawl_task._next */
     struct pawl_pool *_pool;
-    struct pawl_task *_head;  /* producers' end of the MPSC queue (exchanged) */
-    char _pad0[64 - 2 * sizeof(void *)];
-    struct pawl_task *_tail;  /* consumer's end (only the running drain touches it) */
-    uint64_t _count;          /* tasks pushed and not yet run; 0 -> 1 schedules the drain */
-    struct pawl_task _stub;   /* the queue's permanent dummy node */
-    struct pawl_task _drain;  /* the pool task that runs queued tasks */
-    uint64_t _ran;            /* tasks run (for tests and stats) */
+    uint64_t _count;         /* tasks pushed and not yet run; 0 -> 1 schedules the drain */
+    struct pawl_task _drain; /* the pool task that runs queued tasks */
+    uint64_t _ran;           /* tasks run (for tests and stats) */
 };
 
 /* Bind s to pool. Never fails today; returns 0 or PAWL_EINVAL. */
@@ -275,7 +280,8 @@ struct pawl_timer {
     struct pawl_task _task;       /* the pool task that runs the callback */
     pawl_timer_fn _cb;
     void *_arg;
-    struct pawl_timer *_cmd_next; /* link in the timers thread's command queue */
+    void *_cmd_next;              /* link in the timers thread's command queue */
+    void (*_idle_fn)(struct pawl_timer *t); /* runtime-internal: called when busy drops to 0 */
     uint64_t _state;              /* generation << 2 | {idle, armed, fired} */
     int64_t _delay_ns;            /* requested first delay (atomic access) */
     int64_t _period_ns;           /* 0 = one-shot (atomic access) */
