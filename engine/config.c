@@ -356,6 +356,13 @@ static int parse_duration(const char *v, int64_t *out)
     return 0;
 }
 
+int pawl_config_parse_duration(const char *text, int64_t *ms)
+{
+    if (text == NULL || ms == NULL)
+        return PAWL_EINVAL;
+    return parse_duration(text, ms);
+}
+
 static int parse_bool(const char *v, int64_t *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};

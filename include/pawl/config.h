@@ -162,6 +162,10 @@ int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen);
 /* Apply cfg's logging settings (level, format) to the process-wide logger. */
 void pawl_config_apply_log(const struct pawl_config *cfg);
 
+/* Parse a duration as the table does ("250ms", "10s", "2m", "1h", bare ms); PAWL_EINVAL or
+ * PAWL_ERANGE on failure. */
+int pawl_config_parse_duration(const char *text, int64_t *ms);
+
 /* The table: iterate with i from 0 to pawl_config_flag_count() - 1. */
 size_t pawl_config_flag_count(void);
 const struct pawl_flag *pawl_config_flag_at(size_t i);
