@@ -154,7 +154,7 @@ static const struct pawl_flag flags[] = {
 
     /* ---- output ---- */
     {.name = "json", .type = PAWL_FLAG_BOOL, .def = "false", .help = "Print JSON instead of a table",
-     .scope = PAWL_SCOPE_STATUS | PAWL_SCOPE_CONFIG | PAWL_SCOPE_TAIL | PAWL_SCOPE_RESET,
+     .scope = PAWL_SCOPE_STATUS | PAWL_SCOPE_CONFIG | PAWL_SCOPE_TAIL,
      AT(tool.json)},
     {.name = "watch", .type = PAWL_FLAG_DURATION, .def = "0", .min = 0, .max = HOUR_MS,
      .help = "status: refresh in place at this interval; 0: print once",
@@ -184,7 +184,9 @@ static const struct pawl_flag flags[] = {
      .help = "split, merge: the segment id", .scope = PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE,
      AT(tool.segment)},
     {.name = "handler", .type = PAWL_FLAG_STRING, .def = "count", .max = 64,
-     .help = "run: the built-in handler (count, print)", .scope = PAWL_SCOPE_RUN,
+     .help = "run: the handler: count, print (JSON lines on stdout), projection (the "
+             "snapshotting projection example), async (the asynchronous sink example)",
+     .scope = PAWL_SCOPE_RUN,
      AT(tool.handler)},
     {.name = "csv", .type = PAWL_FLAG_STRING, .def = "", .max = 4096,
      .help = "bench: also write the results as CSV to this file", .scope = PAWL_SCOPE_BENCH,
