@@ -90,6 +90,7 @@ struct pawl_pgreq {
     int _nrecv;
     int _sync_sent;
     int _pinned;
+    int64_t _queued_ns;
 };
 
 struct pawl_pgpool_opts {
