@@ -597,8 +597,11 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
                          "not run: an earlier statement in this transaction failed");
             }
         }
-        if (r->stmts[e->arg].on_result)
+        if (r->stmts[e->arg].on_result) {
             r->stmts[e->arg].on_result(r->stmts[e->arg].ud, res);
+            if (r->stmts[e->arg].keep_result)
+                return 2; /* ownership passed: the caller must not clear it */
+        }
         return 0;
     }
     case E_SYNC:
@@ -639,7 +642,10 @@ static int pump_recv(struct conn *c)
             continue;
         }
         int d = on_result(c, e, res);
-        PQclear(res);
+        if (d == 2)
+            d = 0;
+        else
+            PQclear(res);
         if (d < 0) {
             conn_break(c, "protocol out of step (unexpected result)");
             return -1;

@@ -59,6 +59,11 @@ struct pawl_pgstmt {
     int result_binary;            /* 1 to receive results in binary format */
     pawl_pgresult_fn on_result;   /* may be NULL */
     void *ud;
+    /*
+     * 1: on_result takes ownership of the PGresult it is given (cast away const and PQclear
+     * it when done with it, on any thread); 0: the pool clears it after the call.
+     */
+    int keep_result;
 };
 
 enum pawl_pgreq_flags {
