@@ -8,5 +8,6 @@
 
 #include "pawl/common.h"
 #include "pawl/event.h"
+#include "pawl/log.h"
 
 #endif
