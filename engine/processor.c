@@ -1,0 +1,1428 @@
+/*
+ * processor.c — the pooled streaming processor: coordinator, work packages, claim extension,
+ * back-off and rebalancing.
+ *
+ * Threads and who owns what:
+ *   - The coordinator thread owns the list of work packages. It runs the claim cycle (claim up
+ *     to this node's fair share, release the surplus), reads the log through the shared reader
+ *     and dispatches each event to the package of its segment, reaps finished packages and
+ *     applies their back-off, and serves split/merge requests.
+ *   - The extender thread refreshes this node's claims every claim_extend_interval_ms on its
+ *     own, so a pool busy with slow handlers never lets a claim expire; a claim it finds taken
+ *     marks the package lost.
+ *   - Worker threads run package steps. One step handles one batch in one transaction; a
+ *     package is queued at most once at a time, so a segment's batches never overlap and its
+ *     events stay in index order.
+ *
+ * Reading. The shared reader keeps position R: every attached package has received all of its
+ * events up to R. A package's inbox holds at most read_ahead events; when the reader finds it
+ * full it detaches the package instead of waiting, so the slowest segment never stalls the
+ * others. A detached package reads the log on its own (its own reads, filtered to its segment)
+ * until it reaches R, and re-attaches between two dispatches (both under dispatch_mu, so no
+ * dispatched batch is half-seen). queued_pos is the package's "complete up to" mark; the reader
+ * skips events at or below it, so catching up past R never duplicates an event.
+ *
+ * Tokens. Each batch commits the handlers' statements and the segment's new token in one
+ * transaction, conditional on this node still owning the claim. Any failure (handler error,
+ * lost claim, store error, source error) rolls the batch back, aborts the package, releases the
+ * claim and keeps the segment away from this node for a back-off that starts at backoff_min_ms,
+ * doubles up to backoff_max_ms and resets after the next successful batch. The commit cycle is
+ * one function (commit_cycle) so that the checkpoint protocol can take it over.
+ *
+ * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu, then the run
+ * queue's qmu. The package list changes only on the coordinator thread, under p->mu; the
+ * coordinator reads it without the lock, other threads under p->mu.
+ */
+#include "common.h"
+#include "segment.h"
+
+#include "pawl/checkpoint.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MOD "processor"
+
+enum pkg_state { PKG_RUN = 0, PKG_DONE = 1 };
+
+struct pkg {
+    struct pawl_processor *p;
+    struct pawl_segment seg;
+
+    /* Worker-only (one step at a time). */
+    int64_t token;      /* stored token */
+    int64_t consumed;   /* everything of the segment up to here has been handled */
+    int64_t high_water; /* at claim time: events at or below it are replays */
+    int has_merge;
+    struct pawl_segment merge_seg;
+    int64_t merge_token;
+    struct pawl_event_batch work;
+    size_t work_pos;
+    int64_t work_end; /* queued_pos when work was taken: complete up to here once drained */
+    struct pawl_event_batch readbuf;
+    int64_t last_store_ns;
+    int had_success;
+
+    /* Shared with the coordinator, under mu. */
+    pthread_mutex_t mu;
+    struct pawl_event_batch inbox;
+    int64_t queued_pos;
+    int attached;
+    int scheduled;
+    int state;
+
+    /* Set by other threads; read by the worker at each step. */
+    _Atomic int release_req;
+    _Atomic int lost;
+
+    /* Coordinator-only. */
+    struct pkg *next;
+    int failed;
+    int fail_rc;
+
+    /* Run queue link (under the pool's mutex). */
+    struct pkg *run_next;
+};
+
+struct backoff {
+    uint32_t seg_id;
+    int64_t retry_at_ns;
+    int64_t delay_ms;
+    int armed; /* the package that followed had no successful batch yet */
+};
+
+enum admin_op { ADMIN_NONE = 0, ADMIN_SPLIT = 1, ADMIN_MERGE = 2 };
+
+struct pawl_processor {
+    struct pawl_processor_opts o;
+    char name[PAWL_NAME_MAX + 1];
+    char node[PAWL_OWNER_MAX + 1];
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    struct pawl_handler *h;
+    size_t nh;
+    int mode;
+    int64_t extend_ms;
+
+    pthread_mutex_t mu; /* started/stopping, pkgs list membership, done list, admin, backoffs */
+    pthread_cond_t cv;  /* coordinator wake-ups (done packages, admin, room in inboxes) */
+    pthread_cond_t admin_cv;
+    struct pkg *pkgs; /* coordinator's list (membership changes under mu) */
+    struct pkg *done; /* finished packages waiting to be reaped */
+    int started;
+    int stopping;
+    int stopped;
+    struct backoff *backoffs;
+    size_t nbackoffs, backoffs_cap;
+    int admin_op;
+    uint32_t admin_seg;
+    uint32_t admin_sib;
+    int admin_rc;
+    int admin_done;
+    int room; /* a package drained below half its read-ahead since the coordinator last looked */
+
+    pthread_mutex_t dispatch_mu;
+    int64_t R; /* shared reader position; -1 unset */
+
+    /* Run queue. */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    struct pkg *qhead, *qtail;
+    int qstop;
+
+    pthread_t coord_thread, extend_thread;
+    pthread_t *workers;
+    uint32_t nworkers;
+    pthread_mutex_t emu;
+    pthread_cond_t ecv;
+
+    struct pawl_event_batch readbuf; /* coordinator's */
+
+    _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
+        st_source_errors;
+    _Atomic uint32_t st_owned;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Options
+ * ------------------------------------------------------------------------------------------ */
+
+void pawl_processor_opts_defaults(struct pawl_processor_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->segments = 16;
+    o->batch_size = 100;
+    o->max_segments_per_node = 0;
+    o->threads = 4;
+    o->claim_timeout_ms = 10000;
+    o->claim_extend_interval_ms = 0;
+    o->claim_poll_ms = 1000;
+    o->backoff_min_ms = 1000;
+    o->backoff_max_ms = 60000;
+    o->read_ahead = 1000;
+    o->read_batch = 1000;
+    o->idle_wait_ms = 1000;
+    o->initial_token = PAWL_TOKEN_START;
+}
+
+static int name_ok(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max)
+        return 0;
+    for (const char *c = s; *c; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == ':' || *c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int check_opts(const struct pawl_processor_opts *o)
+{
+#define RANGE_(f, lo, hi)                                                                          \
+    if ((int64_t)o->f < (int64_t)(lo) || (int64_t)o->f > (int64_t)(hi)) {                          \
+        PAWL_ERROR(MOD, #f " = %lld is out of range [%lld, %lld]", (long long)o->f,               \
+                   (long long)(lo), (long long)(hi));                                              \
+        return PAWL_ERANGE;                                                                        \
+    }
+    if (!name_ok(o->name, PAWL_NAME_MAX)) {
+        PAWL_ERROR(MOD, "processor name must be 1..%d characters of [A-Za-z0-9_.:-]",
+                   PAWL_NAME_MAX);
+        return PAWL_EINVAL;
+    }
+    if (o->node_id && !name_ok(o->node_id, PAWL_OWNER_MAX)) {
+        PAWL_ERROR(MOD, "node id must be 1..%d characters of [A-Za-z0-9_.:-]", PAWL_OWNER_MAX);
+        return PAWL_EINVAL;
+    }
+    if (!pawl_segment_count_valid(o->segments)) {
+        PAWL_ERROR(MOD, "segments = %u must be a power of two in 1..65536", o->segments);
+        return PAWL_ERANGE;
+    }
+    RANGE_(batch_size, 1, 100000)
+    RANGE_(max_segments_per_node, 0, 65536)
+    RANGE_(threads, 1, 256)
+    RANGE_(claim_timeout_ms, 100, 3600000)
+    if (o->claim_extend_interval_ms != 0)
+        RANGE_(claim_extend_interval_ms, 10, o->claim_timeout_ms / 2)
+    RANGE_(claim_poll_ms, 10, 600000)
+    RANGE_(backoff_min_ms, 1, 3600000)
+    RANGE_(backoff_max_ms, o->backoff_min_ms, 3600000)
+    RANGE_(read_ahead, 1, 1000000)
+    RANGE_(read_batch, 1, 100000)
+    RANGE_(idle_wait_ms, 10, 60000)
+    RANGE_(initial_token, 0, INT64_MAX)
+#undef RANGE_
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Event context and the handlers' transaction
+ * ------------------------------------------------------------------------------------------ */
+
+struct pawl_event_ctx {
+    const struct pawl_event *ev;
+    struct pawl_segment seg;
+    int replay;
+    struct pawl_txn *txn;
+    struct pawl_trigger *trigger;
+    size_t pos;
+};
+
+const struct pawl_event *pawl_ctx_event(const struct pawl_event_ctx *ctx)
+{
+    return ctx->ev;
+}
+
+struct pawl_segment pawl_ctx_segment(const struct pawl_event_ctx *ctx)
+{
+    return ctx->seg;
+}
+
+int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx)
+{
+    return ctx->replay;
+}
+
+struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx)
+{
+    return ctx->txn;
+}
+
+struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx)
+{
+    return ctx->trigger;
+}
+
+size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx)
+{
+    return ctx->pos;
+}
+
+int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values)
+{
+    if (txn == NULL)
+        return PAWL_ENOTSUP;
+    if (sql == NULL || nparams < 0 || (nparams > 0 && values == NULL))
+        return PAWL_EINVAL;
+    return txn->ops->exec(txn, sql, nparams, values);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Run queue: a FIFO of packages served by the worker threads. A package re-queues itself at
+ * the back after each batch, so every segment with work gets its turn.
+ * ------------------------------------------------------------------------------------------ */
+
+static void enqueue(struct pawl_processor *p, struct pkg *k)
+{
+    pthread_mutex_lock(&p->qmu);
+    k->run_next = NULL;
+    if (p->qtail)
+        p->qtail->run_next = k;
+    else
+        p->qhead = k;
+    p->qtail = k;
+    pthread_cond_signal(&p->qcv);
+    pthread_mutex_unlock(&p->qmu);
+}
+
+/* Queue k unless a step is already queued or running. */
+static void schedule(struct pkg *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int go = !k->scheduled && k->state == PKG_RUN;
+    if (go)
+        k->scheduled = 1;
+    pthread_mutex_unlock(&k->mu);
+    if (go)
+        enqueue(k->p, k);
+}
+
+static void pkg_step(struct pkg *k);
+
+static void *worker_main(void *arg)
+{
+    struct pawl_processor *p = arg;
+    pthread_mutex_lock(&p->qmu);
+    for (;;) {
+        while (p->qhead == NULL && !p->qstop)
+            pthread_cond_wait(&p->qcv, &p->qmu);
+        if (p->qhead == NULL && p->qstop)
+            break;
+        struct pkg *k = p->qhead;
+        p->qhead = k->run_next;
+        if (p->qhead == NULL)
+            p->qtail = NULL;
+        pthread_mutex_unlock(&p->qmu);
+        pkg_step(k);
+        pthread_mutex_lock(&p->qmu);
+    }
+    pthread_mutex_unlock(&p->qmu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Work packages
+ * ------------------------------------------------------------------------------------------ */
+
+static struct pkg *pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row)
+{
+    struct pkg *k = pawl_calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->p = p;
+    k->seg = row->seg;
+    k->token = row->token;
+    k->consumed = row->token;
+    k->high_water = row->high_water;
+    k->has_merge = row->has_merge;
+    k->merge_seg = row->merge_seg;
+    k->merge_token = row->merge_token;
+    k->queued_pos = row->token;
+    k->work_end = row->token;
+    k->last_store_ns = pawl_now_ns();
+    pawl_event_batch_init(&k->work);
+    pawl_event_batch_init(&k->readbuf);
+    pawl_event_batch_init(&k->inbox);
+    pthread_mutex_init(&k->mu, NULL);
+    return k;
+}
+
+static void pkg_free(struct pkg *k)
+{
+    pawl_event_batch_fini(&k->work);
+    pawl_event_batch_fini(&k->readbuf);
+    pawl_event_batch_fini(&k->inbox);
+    pthread_mutex_destroy(&k->mu);
+    pawl_free(k);
+}
+
+/* Hand the package to the coordinator as finished (rc 0: orderly release). */
+static void pkg_finish(struct pkg *k, int rc)
+{
+    struct pawl_processor *p = k->p;
+    p->tok->ops->release(p->tok, p->name, k->seg.id, p->node);
+    pthread_mutex_lock(&k->mu);
+    k->state = PKG_DONE;
+    k->scheduled = 0;
+    pawl_event_batch_clear(&k->inbox);
+    pthread_mutex_unlock(&k->mu);
+    pthread_mutex_lock(&p->mu);
+    k->failed = rc != 0;
+    k->fail_rc = rc;
+    /* Membership of p->pkgs is the coordinator's; it unlinks k when it reaps the done list. */
+    k->run_next = p->done;
+    p->done = k;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/*
+ * The commit cycle: store `requested` (never rewinding) in the open batch transaction and
+ * commit. The checkpoint protocol replaces the direct store with its reconciliation.
+ */
+static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t requested)
+{
+    int rc = 0;
+    if (requested > k->token)
+        rc = txn->ops->store(txn, requested);
+    if (rc) {
+        txn->ops->rollback(txn);
+        return rc;
+    }
+    rc = txn->ops->commit(txn);
+    if (rc == 0 && requested > k->token) {
+        k->token = requested;
+        if (k->has_merge && k->token >= k->merge_token)
+            k->has_merge = 0;
+    }
+    return rc;
+}
+
+/* Store the consumed position (release, idle advance). */
+static int store_consumed(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    if (k->consumed <= k->token)
+        return 0;
+    struct pawl_txn *txn;
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc == 0)
+        rc = commit_cycle(k, txn, k->consumed);
+    if (rc == 0)
+        k->last_store_ns = pawl_now_ns();
+    return rc;
+}
+
+/*
+ * Make work hold unhandled events: take the inbox, or read the log ourselves when detached.
+ * Returns 0 (work may still be empty when there is nothing to do), or a source error.
+ */
+static int pkg_fill(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    if (k->work_pos < k->work.n)
+        return 0;
+    for (int round = 0; round < 2; round++) {
+        pthread_mutex_lock(&k->mu);
+        struct pawl_event_batch t = k->work;
+        k->work = k->inbox;
+        k->inbox = t;
+        pawl_event_batch_clear(&k->inbox);
+        k->work_pos = 0;
+        k->work_end = k->queued_pos;
+        int attached = k->attached;
+        int64_t from = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+        if (k->work.n > 0 || attached || round == 1)
+            return 0;
+
+        /* Detached and drained: catch up on our own read. */
+        int64_t last = from;
+        pawl_event_batch_clear(&k->readbuf);
+        int rc = p->src->ops->read(p->src, from, p->o.read_batch, &k->readbuf, &last);
+        if (rc) {
+            atomic_fetch_add_explicit(&p->st_source_errors, 1, memory_order_relaxed);
+            PAWL_WARN(MOD, "%s: segment %u: read after %lld failed: %s", p->name, k->seg.id,
+                      (long long)from, p->src->ops->errmsg(p->src));
+            return rc;
+        }
+        pthread_mutex_lock(&k->mu);
+        for (size_t i = 0; i < k->readbuf.n && rc == 0; i++) {
+            const struct pawl_event *e = &k->readbuf.events[i];
+            if (e->index > k->queued_pos &&
+                pawl_segment_contains(k->seg, pawl_stream_hash(e->stream_id)))
+                rc = pawl_event_batch_push(&k->inbox, e);
+        }
+        if (rc == 0 && last > k->queued_pos)
+            k->queued_pos = last;
+        pthread_mutex_unlock(&k->mu);
+        if (rc)
+            return rc;
+        /* Re-attach between two dispatches once we have reached the shared reader. */
+        pthread_mutex_lock(&p->dispatch_mu);
+        pthread_mutex_lock(&k->mu);
+        if (p->R >= 0 && k->queued_pos >= p->R)
+            k->attached = 1;
+        pthread_mutex_unlock(&k->mu);
+        pthread_mutex_unlock(&p->dispatch_mu);
+    }
+    return 0;
+}
+
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e,
+                        size_t pos)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_event_ctx ctx = {
+        .ev = e,
+        .seg = k->seg,
+        .replay = e->index <= k->high_water,
+        .txn = txn,
+        .trigger = NULL,
+        .pos = pos,
+    };
+    for (size_t i = 0; i < p->nh; i++) {
+        int rc = p->h[i].handle(p->h[i].self, &ctx);
+        if (rc) {
+            PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
+                      k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
+                      e->stream_id, pawl_strerror(rc));
+            return rc < 0 ? rc : PAWL_EHANDLER;
+        }
+    }
+    return 0;
+}
+
+/* Handle up to batch_size events of work in one transaction. */
+static int pkg_batch(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    size_t n = PAWL_MIN((size_t)p->o.batch_size, k->work.n - k->work_pos);
+    const struct pawl_event *ev = k->work.events + k->work_pos;
+    int64_t end = k->work_pos + n == k->work.n ? k->work_end : ev[n - 1].index;
+
+    struct pawl_txn *txn;
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    size_t handled = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct pawl_event *e = &ev[i];
+        /* After a merge, the faster half's events up to its old token were handled already. */
+        if (k->has_merge && e->index <= k->merge_token &&
+            pawl_segment_contains(k->merge_seg, pawl_stream_hash(e->stream_id)))
+            continue;
+        rc = run_handlers(k, txn, e, i);
+        if (rc) {
+            txn->ops->rollback(txn);
+            return rc;
+        }
+        handled++;
+    }
+    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
+        txn->ops->rollback(txn);
+        return PAWL_ECLAIM;
+    }
+    rc = commit_cycle(k, txn, end);
+    if (rc)
+        return rc;
+    k->work_pos += n;
+    k->consumed = end;
+    k->had_success = 1;
+    k->last_store_ns = pawl_now_ns();
+    atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
+    return 0;
+}
+
+static void pkg_fail(struct pkg *k, int rc)
+{
+    struct pawl_processor *p = k->p;
+    atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
+    if (rc == PAWL_ECLAIM)
+        atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
+    PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
+              pawl_strerror(rc), rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN ? ": " : "",
+              rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN ? p->tok->ops->errmsg(p->tok)
+                                                                      : "");
+    pkg_finish(k, rc);
+}
+
+static void pkg_step(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    int rc;
+    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
+        pkg_fail(k, PAWL_ECLAIM);
+        return;
+    }
+    if (atomic_load_explicit(&k->release_req, memory_order_relaxed)) {
+        /* Orderly release: everything handled is committed; store how far we got. */
+        rc = store_consumed(k);
+        if (rc)
+            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed: %s", p->name,
+                      k->seg.id, pawl_strerror(rc));
+        pkg_finish(k, 0);
+        return;
+    }
+    rc = pkg_fill(k);
+    if (rc) {
+        pkg_fail(k, rc);
+        return;
+    }
+    if (k->work_pos < k->work.n) {
+        rc = pkg_batch(k);
+        if (rc) {
+            pkg_fail(k, rc);
+            return;
+        }
+    } else {
+        /* Nothing of ours in the log lately: move the stored token along now and then so a
+         * restart does not rescan what we already passed. */
+        k->consumed = PAWL_MAX(k->consumed, k->work_end);
+        int64_t now = pawl_now_ns();
+        if (k->consumed > k->token &&
+            (k->consumed - k->token >= (int64_t)p->o.read_batch ||
+             now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000)) {
+            rc = store_consumed(k);
+            if (rc) {
+                pkg_fail(k, rc);
+                return;
+            }
+        }
+    }
+    pthread_mutex_lock(&k->mu);
+    int more = k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
+               atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
+               atomic_load_explicit(&k->lost, memory_order_relaxed);
+    int room = k->inbox.n < p->o.read_ahead / 2 + 1;
+    if (!more)
+        k->scheduled = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (room) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->room) {
+            p->room = 1;
+            pthread_cond_broadcast(&p->cv);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (more)
+        enqueue(p, k);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Coordinator
+ * ------------------------------------------------------------------------------------------ */
+
+static struct backoff *backoff_find(struct pawl_processor *p, uint32_t seg_id)
+{
+    for (size_t i = 0; i < p->nbackoffs; i++)
+        if (p->backoffs[i].seg_id == seg_id)
+            return &p->backoffs[i];
+    return NULL;
+}
+
+/* Under p->mu. */
+static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_success)
+{
+    struct backoff *b = backoff_find(p, seg_id);
+    if (b == NULL) {
+        if (p->nbackoffs == p->backoffs_cap) {
+            size_t cap = p->backoffs_cap ? p->backoffs_cap * 2 : 16;
+            struct backoff *nb = pawl_realloc(p->backoffs, cap * sizeof *nb);
+            if (nb == NULL)
+                return; /* no back-off memory: the next claim cycle simply retries */
+            p->backoffs = nb;
+            p->backoffs_cap = cap;
+        }
+        b = &p->backoffs[p->nbackoffs++];
+        b->seg_id = seg_id;
+        b->delay_ms = 0;
+    }
+    if (had_success || b->delay_ms == 0)
+        b->delay_ms = p->o.backoff_min_ms;
+    else
+        b->delay_ms = PAWL_MIN(b->delay_ms * 2, (int64_t)p->o.backoff_max_ms);
+    b->retry_at_ns = pawl_now_ns() + b->delay_ms * 1000000;
+    PAWL_INFO(MOD, "%s: segment %u: retrying in %lld ms", p->name, seg_id, (long long)b->delay_ms);
+}
+
+static int in_backoff(struct pawl_processor *p, uint32_t seg_id, int64_t now)
+{
+    struct backoff *b = backoff_find(p, seg_id);
+    return b && b->retry_at_ns > now;
+}
+
+/* Unlink finished packages; apply back-off. Coordinator, under p->mu. */
+static void reap_locked(struct pawl_processor *p)
+{
+    while (p->done) {
+        struct pkg *k = p->done;
+        p->done = k->run_next;
+        for (struct pkg **pp = &p->pkgs; *pp; pp = &(*pp)->next) {
+            if (*pp == k) {
+                *pp = k->next;
+                break;
+            }
+        }
+        atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
+        if (k->failed)
+            backoff_fail(p, k->seg.id, k->had_success);
+        pkg_free(k);
+    }
+}
+
+static struct pkg *find_pkg(struct pawl_processor *p, uint32_t seg_id)
+{
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        if (k->seg.id == seg_id)
+            return k;
+    return NULL;
+}
+
+static void request_release(struct pkg *k)
+{
+    atomic_store_explicit(&k->release_req, 1, memory_order_relaxed);
+    schedule(k);
+}
+
+static int admin_involves(struct pawl_processor *p, uint32_t seg_id)
+{
+    return p->admin_op != ADMIN_NONE && !p->admin_done &&
+           (seg_id == p->admin_seg || (p->admin_op == ADMIN_MERGE && seg_id == p->admin_sib));
+}
+
+/* A new package for a claimed row: attach it to the shared reader if it is not behind it. */
+static void pkg_start(struct pawl_processor *p, struct pkg *k)
+{
+    pthread_mutex_lock(&p->dispatch_mu);
+    int any_attached = 0;
+    for (struct pkg *o = p->pkgs; o; o = o->next) {
+        if (o == k)
+            continue;
+        pthread_mutex_lock(&o->mu);
+        any_attached |= o->attached && o->state == PKG_RUN;
+        pthread_mutex_unlock(&o->mu);
+    }
+    if (!any_attached || p->R < 0)
+        p->R = k->token;
+    pthread_mutex_lock(&k->mu);
+    k->attached = k->queued_pos >= p->R;
+    pthread_mutex_unlock(&k->mu);
+    pthread_mutex_unlock(&p->dispatch_mu);
+    schedule(k);
+}
+
+static void claim_cycle(struct pawl_processor *p)
+{
+    struct pawl_tokens *t = p->tok;
+    struct pawl_segment_status *rows = NULL;
+    size_t nrows = 0;
+    uint32_t nodes = 1, rank = 0;
+    int rc = t->ops->live(t, p->name, p->node, p->o.claim_timeout_ms, &nodes, &rank);
+    if (rc == 0)
+        rc = t->ops->list(t, p->name, &rows, &nrows);
+    if (rc) {
+        PAWL_WARN(MOD, "%s: claim cycle failed: %s", p->name, t->ops->errmsg(t));
+        return;
+    }
+    if (nodes == 0)
+        nodes = 1;
+    uint32_t share = (uint32_t)(nrows / nodes) + (rank < nrows % nodes ? 1 : 0);
+    if (p->o.max_segments_per_node && share > p->o.max_segments_per_node)
+        share = p->o.max_segments_per_node;
+
+    pthread_mutex_lock(&p->mu);
+    uint32_t mine = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        if (!atomic_load_explicit(&k->release_req, memory_order_relaxed))
+            mine++;
+    if (mine > share) {
+        /* Give back the surplus, highest segment ids first, so nodes converge on a layout. */
+        uint32_t extra = mine - share;
+        while (extra > 0) {
+            struct pkg *best = NULL;
+            for (struct pkg *k = p->pkgs; k; k = k->next)
+                if (!atomic_load_explicit(&k->release_req, memory_order_relaxed) &&
+                    (best == NULL || k->seg.id > best->seg.id))
+                    best = k;
+            if (best == NULL)
+                break;
+            PAWL_INFO(MOD, "%s: releasing segment %u to rebalance (%u nodes, share %u)", p->name,
+                      best->seg.id, nodes, share);
+            request_release(best);
+            extra--;
+        }
+    }
+    int64_t now = pawl_now_ns();
+    /* Start at a rank-dependent row so nodes starting together do not contend for the same. */
+    for (size_t j = 0; j < nrows && mine < share && !p->stopping; j++) {
+        struct pawl_segment_status *r = &rows[(j + (size_t)rank * (nrows / nodes)) % nrows];
+        if (find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
+            admin_involves(p, r->seg.id))
+            continue;
+        int claimable = r->owner[0] == '\0' || strcmp(r->owner, p->node) == 0 ||
+                        r->claim_age_ms >= (int64_t)p->o.claim_timeout_ms;
+        if (!claimable)
+            continue;
+        struct pawl_segment_status row;
+        rc = t->ops->claim(t, p->name, r->seg.id, p->node, p->o.claim_timeout_ms, p->mode, &row);
+        if (rc == PAWL_EBUSY || rc == PAWL_ENOTFOUND)
+            continue;
+        if (rc) {
+            PAWL_WARN(MOD, "%s: claiming segment %u failed: %s", p->name, r->seg.id,
+                      t->ops->errmsg(t));
+            break;
+        }
+        struct pkg *k = pkg_new(p, &row);
+        if (k == NULL) {
+            t->ops->release(t, p->name, row.seg.id, p->node);
+            break;
+        }
+        k->next = p->pkgs;
+        p->pkgs = k;
+        mine++;
+        atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
+        PAWL_DEBUG(MOD, "%s: claimed segment %u/%u at %lld", p->name, row.seg.id, row.seg.mask,
+                   (long long)row.token);
+        pkg_start(p, k);
+    }
+    pthread_mutex_unlock(&p->mu);
+    pawl_tokens_rows_free(rows);
+}
+
+/* Serve a split/merge request once this node holds none of its segments. Under p->mu. */
+static void admin_serve_locked(struct pawl_processor *p)
+{
+    if (p->admin_op == ADMIN_NONE || p->admin_done)
+        return;
+    int waiting = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        if (admin_involves(p, k->seg.id)) {
+            waiting = 1;
+            if (!atomic_load_explicit(&k->release_req, memory_order_relaxed))
+                request_release(k);
+        }
+    }
+    if (waiting)
+        return;
+    struct pawl_tokens *t = p->tok;
+    p->admin_rc = p->admin_op == ADMIN_SPLIT ? t->ops->split(t, p->name, p->admin_seg, p->node)
+                                             : t->ops->merge(t, p->name, p->admin_seg, p->node);
+    p->admin_done = 1;
+    pthread_cond_broadcast(&p->admin_cv);
+}
+
+/*
+ * Read one batch after R and dispatch it. Returns 1 when it read events, 0 when there is
+ * nothing to read (or no package wants events), negative on a source error.
+ */
+static int coord_read(struct pawl_processor *p)
+{
+    /* Under dispatch_mu the attached set is stable; membership is the coordinator's. */
+    pthread_mutex_lock(&p->dispatch_mu);
+    int64_t low = INT64_MAX;
+    int want = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        pthread_mutex_lock(&k->mu);
+        if (k->attached && k->state == PKG_RUN) {
+            low = PAWL_MIN(low, k->queued_pos);
+            if (k->inbox.n < p->o.read_ahead / 2 + 1)
+                want = 1;
+        }
+        pthread_mutex_unlock(&k->mu);
+    }
+    /* Nobody attached needs anything below the lowest attached position. */
+    if (low != INT64_MAX && low > p->R)
+        p->R = low;
+    int64_t from = p->R;
+    pthread_mutex_unlock(&p->dispatch_mu);
+    if (low == INT64_MAX || !want)
+        return 0;
+
+    int64_t last = from;
+    pawl_event_batch_clear(&p->readbuf);
+    int rc = p->src->ops->read(p->src, from, p->o.read_batch, &p->readbuf, &last);
+    if (rc)
+        return rc;
+    if (last <= from)
+        return 0;
+
+    pthread_mutex_lock(&p->dispatch_mu);
+    for (size_t i = 0; i < p->readbuf.n; i++) {
+        const struct pawl_event *e = &p->readbuf.events[i];
+        uint32_t h = pawl_stream_hash(e->stream_id);
+        for (struct pkg *k = p->pkgs; k; k = k->next) {
+            if (!pawl_segment_contains(k->seg, h))
+                continue;
+            pthread_mutex_lock(&k->mu);
+            if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
+                if (k->inbox.n >= p->o.read_ahead) {
+                    /* Full: this package catches up on its own reads from here. */
+                    k->attached = 0;
+                    k->queued_pos = e->index - 1;
+                } else if (pawl_event_batch_push(&k->inbox, e) != 0) {
+                    k->attached = 0;
+                    k->queued_pos = e->index - 1;
+                }
+            }
+            pthread_mutex_unlock(&k->mu);
+            break;
+        }
+    }
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        pthread_mutex_lock(&k->mu);
+        if (k->attached && k->queued_pos < last)
+            k->queued_pos = last;
+        pthread_mutex_unlock(&k->mu);
+    }
+    p->R = last;
+    pthread_mutex_unlock(&p->dispatch_mu);
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        schedule(k);
+    return 1;
+}
+
+static void *coord_main(void *arg)
+{
+    struct pawl_processor *p = arg;
+    int64_t next_claim = 0;
+    int64_t read_backoff_ms = 0, next_read = 0;
+    int released_all = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        reap_locked(p);
+        if (p->stopping && p->pkgs == NULL) {
+            if (p->admin_op != ADMIN_NONE && !p->admin_done) {
+                p->admin_rc = PAWL_ESHUTDOWN;
+                p->admin_done = 1;
+                pthread_cond_broadcast(&p->admin_cv);
+            }
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        if (p->stopping) {
+            if (!released_all) {
+                for (struct pkg *k = p->pkgs; k; k = k->next)
+                    request_release(k);
+                released_all = 1;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            if (p->done == NULL)
+                pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+            pthread_mutex_unlock(&p->mu);
+            continue;
+        }
+        admin_serve_locked(p);
+        pthread_mutex_unlock(&p->mu);
+
+        int64_t now = pawl_now_ns();
+        if (now >= next_claim) {
+            claim_cycle(p);
+            /* Claim cycles also nudge idle packages, so they advance their stored token. */
+            pthread_mutex_lock(&p->mu);
+            for (struct pkg *k = p->pkgs; k; k = k->next)
+                schedule(k);
+            pthread_mutex_unlock(&p->mu);
+            next_claim = now + (int64_t)p->o.claim_poll_ms * 1000000;
+        }
+
+        int got = 0;
+        if (now >= next_read) {
+            got = coord_read(p);
+            if (got < 0) {
+                atomic_fetch_add_explicit(&p->st_source_errors, 1, memory_order_relaxed);
+                read_backoff_ms = read_backoff_ms ? PAWL_MIN(read_backoff_ms * 2,
+                                                             (int64_t)p->o.backoff_max_ms)
+                                                  : (int64_t)p->o.backoff_min_ms;
+                PAWL_WARN(MOD, "%s: reading the log failed (%s); retrying in %lld ms", p->name,
+                          p->src->ops->errmsg(p->src), (long long)read_backoff_ms);
+                next_read = pawl_now_ns() + read_backoff_ms * 1000000;
+                got = 0;
+            } else if (got > 0) {
+                read_backoff_ms = 0;
+            }
+        }
+        if (got > 0)
+            continue;
+
+        /* Nothing read: sleep until the log moves, a package needs us, or a timer is due. */
+        now = pawl_now_ns();
+        int64_t wait_ns = PAWL_MIN((int64_t)100 * 1000000, (int64_t)p->o.idle_wait_ms * 1000000);
+        wait_ns = PAWL_MIN(wait_ns, next_claim - now);
+        if (next_read > now)
+            wait_ns = PAWL_MIN(wait_ns, next_read - now);
+        pthread_mutex_lock(&p->mu);
+        for (size_t i = 0; i < p->nbackoffs; i++)
+            if (p->backoffs[i].retry_at_ns > now)
+                wait_ns = PAWL_MIN(wait_ns, p->backoffs[i].retry_at_ns - now);
+        if (wait_ns < 1000000)
+            wait_ns = 1000000;
+        int attached = 0, room = 0;
+        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_lock(&p->dispatch_mu);
+        for (struct pkg *k = p->pkgs; k; k = k->next) {
+            pthread_mutex_lock(&k->mu);
+            if (k->attached) {
+                attached = 1;
+                if (k->inbox.n < p->o.read_ahead / 2 + 1)
+                    room = 1;
+            }
+            pthread_mutex_unlock(&k->mu);
+        }
+        int64_t R = p->R;
+        pthread_mutex_unlock(&p->dispatch_mu);
+        if (attached && room && next_read <= now) {
+            p->src->ops->wait(p->src, R, wait_ns / 1000000);
+        } else {
+            pthread_mutex_lock(&p->mu);
+            if (p->done == NULL && !p->stopping && !p->room &&
+                (p->admin_op == ADMIN_NONE || p->admin_done)) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                int64_t ns = ts.tv_nsec + wait_ns;
+                ts.tv_sec += ns / 1000000000;
+                ts.tv_nsec = ns % 1000000000;
+                pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+            }
+            p->room = 0;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Claim extension: its own thread, so slow handlers never starve it.
+ * ------------------------------------------------------------------------------------------ */
+
+static void *extend_main(void *arg)
+{
+    struct pawl_processor *p = arg;
+    uint32_t *ids = NULL;
+    struct pkg **ks = NULL;
+    unsigned char *held = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&p->emu);
+    while (!p->stopped) {
+        pthread_mutex_unlock(&p->emu);
+        pthread_mutex_lock(&p->mu);
+        size_t n = 0;
+        for (struct pkg *k = p->pkgs; k; k = k->next)
+            n++;
+        if (n > cap) {
+            size_t c = n * 2;
+            uint32_t *ni = pawl_realloc(ids, c * sizeof *ni);
+            if (ni)
+                ids = ni;
+            struct pkg **nk = pawl_realloc(ks, c * sizeof *nk);
+            if (nk)
+                ks = nk;
+            unsigned char *nh = pawl_realloc(held, c);
+            if (nh)
+                held = nh;
+            if (ni && nk && nh)
+                cap = c;
+        }
+        n = 0;
+        for (struct pkg *k = p->pkgs; k && n < cap; k = k->next) {
+            ids[n] = k->seg.id;
+            ks[n++] = k;
+        }
+        /* The store call runs under p->mu so that no package in ks is reaped meanwhile; it is
+         * one short statement and the coordinator never holds p->mu across its own I/O waits. */
+        int rc = p->tok->ops->extend(p->tok, p->name, p->node, ids, n, held);
+        if (rc == 0) {
+            for (size_t i = 0; i < n; i++) {
+                if (!held[i] && !atomic_exchange_explicit(&ks[i]->lost, 1, memory_order_relaxed)) {
+                    PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
+                              ks[i]->seg.id);
+                    schedule(ks[i]);
+                }
+            }
+        } else {
+            PAWL_WARN(MOD, "%s: extending claims failed: %s", p->name,
+                      p->tok->ops->errmsg(p->tok));
+        }
+        pthread_mutex_unlock(&p->mu);
+
+        pthread_mutex_lock(&p->emu);
+        if (p->stopped)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + p->extend_ms * 1000000;
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&p->ecv, &p->emu, &ts);
+    }
+    pthread_mutex_unlock(&p->emu);
+    pawl_free(ids);
+    pawl_free(ks);
+    pawl_free(held);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Life cycle
+ * ------------------------------------------------------------------------------------------ */
+
+int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
+                       struct pawl_source *source, struct pawl_tokens *tokens,
+                       const struct pawl_handler *handlers, size_t n)
+{
+    *out = NULL;
+    if (opts == NULL || source == NULL || tokens == NULL || handlers == NULL || n == 0)
+        return PAWL_EINVAL;
+    int rc = check_opts(opts);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        if (handlers[i].handle == NULL)
+            return PAWL_EINVAL;
+    struct pawl_processor *p = pawl_calloc(1, sizeof *p);
+    if (p == NULL)
+        return PAWL_ENOMEM;
+    p->o = *opts;
+    snprintf(p->name, sizeof p->name, "%s", opts->name);
+    p->o.name = p->name;
+    if (opts->node_id) {
+        snprintf(p->node, sizeof p->node, "%s", opts->node_id);
+    } else {
+        char host[40] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        for (char *c = host; *c; c++)
+            if (!name_ok((char[]){*c, 0}, 1))
+                *c = '_';
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(p->node, sizeof p->node, "%.40s:%ld:%04lx", host, (long)getpid(),
+                 (unsigned long)((ts.tv_nsec ^ (long)getpid() * 2654435761u) & 0xffff));
+    }
+    p->o.node_id = p->node;
+    p->extend_ms = opts->claim_extend_interval_ms ? opts->claim_extend_interval_ms
+                                                  : opts->claim_timeout_ms / 3;
+    p->src = source;
+    p->tok = tokens;
+    p->R = -1;
+    p->h = pawl_malloc(n * sizeof *p->h);
+    if (p->h == NULL) {
+        rc = PAWL_ENOMEM;
+        goto fail;
+    }
+    memcpy(p->h, handlers, n * sizeof *p->h);
+    p->nh = n;
+    size_t units = 0;
+    for (size_t i = 0; i < n; i++)
+        units += handlers[i].ckpt != NULL;
+    if (units > 0) {
+        /* The checkpoint protocol is not wired into the work package yet. */
+        PAWL_ERROR(MOD, "%s: checkpointing units are not supported by this build", p->name);
+        rc = PAWL_ENOTSUP;
+        goto fail;
+    }
+    p->mode = PAWL_CKPT_PLAIN;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->admin_cv, NULL);
+    pthread_mutex_init(&p->dispatch_mu, NULL);
+    pthread_mutex_init(&p->qmu, NULL);
+    pthread_cond_init(&p->qcv, NULL);
+    pthread_mutex_init(&p->emu, NULL);
+    pthread_cond_init(&p->ecv, NULL);
+    pawl_event_batch_init(&p->readbuf);
+    rc = tokens->ops->init(tokens, p->name, opts->segments, opts->initial_token);
+    if (rc) {
+        PAWL_ERROR(MOD, "%s: initialising segments failed: %s", p->name,
+                   tokens->ops->errmsg(tokens));
+        goto fail_sync;
+    }
+    *out = p;
+    return 0;
+
+fail_sync:
+    pawl_event_batch_fini(&p->readbuf);
+    pthread_cond_destroy(&p->ecv);
+    pthread_mutex_destroy(&p->emu);
+    pthread_cond_destroy(&p->qcv);
+    pthread_mutex_destroy(&p->qmu);
+    pthread_mutex_destroy(&p->dispatch_mu);
+    pthread_cond_destroy(&p->admin_cv);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+fail:
+    pawl_free(p->h);
+    pawl_free(p);
+    return rc;
+}
+
+int pawl_processor_start(struct pawl_processor *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->started) {
+        pthread_mutex_unlock(&p->mu);
+        return PAWL_EALREADY;
+    }
+    p->started = 1;
+    pthread_mutex_unlock(&p->mu);
+    p->workers = pawl_calloc(p->o.threads, sizeof *p->workers);
+    if (p->workers == NULL)
+        goto fail;
+    for (p->nworkers = 0; p->nworkers < p->o.threads; p->nworkers++)
+        if (pthread_create(&p->workers[p->nworkers], NULL, worker_main, p) != 0)
+            goto fail;
+    /* Announce ourselves before the first claim cycle, so fair shares count this node. */
+    p->tok->ops->extend(p->tok, p->name, p->node, NULL, 0, NULL);
+    if (pthread_create(&p->extend_thread, NULL, extend_main, p) != 0)
+        goto fail;
+    if (pthread_create(&p->coord_thread, NULL, coord_main, p) != 0) {
+        pthread_mutex_lock(&p->emu);
+        p->stopped = 1;
+        pthread_cond_broadcast(&p->ecv);
+        pthread_mutex_unlock(&p->emu);
+        pthread_join(p->extend_thread, NULL);
+        goto fail;
+    }
+    PAWL_INFO(MOD, "%s: started as %s (%u threads, batch %u)", p->name, p->node, p->o.threads,
+              p->o.batch_size);
+    return 0;
+fail:
+    pthread_mutex_lock(&p->qmu);
+    p->qstop = 1;
+    pthread_cond_broadcast(&p->qcv);
+    pthread_mutex_unlock(&p->qmu);
+    for (uint32_t i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    pawl_free(p->workers);
+    p->workers = NULL;
+    p->nworkers = 0;
+    p->stopped = 1;
+    return PAWL_ESYS;
+}
+
+int pawl_processor_stop(struct pawl_processor *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!p->started || p->stopping) {
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->stopped) /* start failed half-way */
+        return 0;
+    pthread_join(p->coord_thread, NULL);
+    pthread_mutex_lock(&p->emu);
+    p->stopped = 1;
+    pthread_cond_broadcast(&p->ecv);
+    pthread_mutex_unlock(&p->emu);
+    pthread_join(p->extend_thread, NULL);
+    pthread_mutex_lock(&p->qmu);
+    p->qstop = 1;
+    pthread_cond_broadcast(&p->qcv);
+    pthread_mutex_unlock(&p->qmu);
+    for (uint32_t i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    p->tok->ops->leave(p->tok, p->name, p->node);
+    PAWL_INFO(MOD, "%s: stopped; every claim released", p->name);
+    return 0;
+}
+
+void pawl_processor_free(struct pawl_processor *p)
+{
+    if (p == NULL)
+        return;
+    pawl_processor_stop(p);
+    pawl_free(p->workers);
+    pawl_free(p->backoffs);
+    pawl_event_batch_fini(&p->readbuf);
+    pthread_cond_destroy(&p->ecv);
+    pthread_mutex_destroy(&p->emu);
+    pthread_cond_destroy(&p->qcv);
+    pthread_mutex_destroy(&p->qmu);
+    pthread_mutex_destroy(&p->dispatch_mu);
+    pthread_cond_destroy(&p->admin_cv);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pawl_free(p->h);
+    pawl_free(p);
+}
+
+void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    /* Relaxed reads: each counter is independent and approximate while running. */
+    s->events = atomic_load_explicit(&p->st_events, memory_order_relaxed);
+    s->batches = atomic_load_explicit(&p->st_batches, memory_order_relaxed);
+    s->batch_failures = atomic_load_explicit(&p->st_failures, memory_order_relaxed);
+    s->claims = atomic_load_explicit(&p->st_claims, memory_order_relaxed);
+    s->releases = atomic_load_explicit(&p->st_releases, memory_order_relaxed);
+    s->claims_lost = atomic_load_explicit(&p->st_lost, memory_order_relaxed);
+    s->source_errors = atomic_load_explicit(&p->st_source_errors, memory_order_relaxed);
+    s->segments_owned = atomic_load_explicit(&p->st_owned, memory_order_relaxed);
+    s->mode = p->mode;
+}
+
+const char *pawl_processor_node_id(const struct pawl_processor *p)
+{
+    return p->node;
+}
+
+static int admin(struct pawl_processor *p, int op, uint32_t seg_id)
+{
+    struct pawl_tokens *t = p->tok;
+    pthread_mutex_lock(&p->mu);
+    if (!p->started || p->stopping) {
+        pthread_mutex_unlock(&p->mu);
+        return op == ADMIN_SPLIT ? t->ops->split(t, p->name, seg_id, p->node)
+                                 : t->ops->merge(t, p->name, seg_id, p->node);
+    }
+    while (p->admin_op != ADMIN_NONE)
+        pthread_cond_wait(&p->admin_cv, &p->mu);
+    p->admin_op = op;
+    p->admin_seg = seg_id;
+    p->admin_sib = seg_id;
+    p->admin_done = 0;
+    if (op == ADMIN_MERGE) {
+        /* Find the sibling's id from the store's view of the segment. */
+        struct pawl_segment_status *rows = NULL;
+        size_t n = 0;
+        if (t->ops->list(t, p->name, &rows, &n) == 0) {
+            for (size_t i = 0; i < n; i++) {
+                struct pawl_segment sib;
+                if (rows[i].seg.id == seg_id && pawl_segment_sibling(rows[i].seg, &sib) == 0)
+                    p->admin_sib = sib.id;
+            }
+            pawl_tokens_rows_free(rows);
+        }
+    }
+    pthread_cond_broadcast(&p->cv);
+    while (!p->admin_done)
+        pthread_cond_wait(&p->admin_cv, &p->mu);
+    int rc = p->admin_rc;
+    p->admin_op = ADMIN_NONE;
+    pthread_cond_broadcast(&p->admin_cv);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int pawl_processor_split(struct pawl_processor *p, uint32_t seg_id)
+{
+    return admin(p, ADMIN_SPLIT, seg_id);
+}
+
+int pawl_processor_merge(struct pawl_processor *p, uint32_t seg_id)
+{
+    return admin(p, ADMIN_MERGE, seg_id);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Administration and the subscribing processor
+ * ------------------------------------------------------------------------------------------ */
+
+int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
+                         enum pawl_reset_kind kind, int64_t value, int64_t *token_out)
+{
+    if (tokens == NULL || !name_ok(proc, PAWL_NAME_MAX))
+        return PAWL_EINVAL;
+    int64_t token = 0;
+    int rc = 0;
+    switch (kind) {
+    case PAWL_RESET_START:
+        token = PAWL_TOKEN_START;
+        break;
+    case PAWL_RESET_END:
+        if (source == NULL)
+            return PAWL_EINVAL;
+        rc = source->ops->head(source, &token);
+        break;
+    case PAWL_RESET_INDEX:
+        if (value < 0)
+            return PAWL_ERANGE;
+        token = value;
+        break;
+    case PAWL_RESET_TIME:
+        if (source == NULL)
+            return PAWL_EINVAL;
+        rc = source->ops->index_at(source, value, &token);
+        break;
+    default:
+        return PAWL_EINVAL;
+    }
+    if (rc)
+        return rc;
+    rc = tokens->ops->reset(tokens, proc, token);
+    if (rc == 0 && token_out)
+        *token_out = token;
+    return rc;
+}
+
+struct pawl_subscriber {
+    struct pawl_handler *h;
+    size_t n;
+};
+
+int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers,
+                        size_t n)
+{
+    *out = NULL;
+    if (handlers == NULL || n == 0)
+        return PAWL_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (handlers[i].handle == NULL)
+            return PAWL_EINVAL;
+    struct pawl_subscriber *s = pawl_calloc(1, sizeof *s);
+    if (s == NULL)
+        return PAWL_ENOMEM;
+    s->h = pawl_malloc(n * sizeof *s->h);
+    if (s->h == NULL) {
+        pawl_free(s);
+        return PAWL_ENOMEM;
+    }
+    memcpy(s->h, handlers, n * sizeof *s->h);
+    s->n = n;
+    *out = s;
+    return 0;
+}
+
+void pawl_subscriber_free(struct pawl_subscriber *s)
+{
+    if (s == NULL)
+        return;
+    pawl_free(s->h);
+    pawl_free(s);
+}
+
+int pawl_subscriber_publish(struct pawl_subscriber *s, const struct pawl_event *events, size_t n,
+                            struct pawl_txn *txn)
+{
+    for (size_t i = 0; i < n; i++) {
+        /* No segments here: the whole hash space is one segment (0, 0). */
+        struct pawl_event_ctx ctx = {
+            .ev = &events[i], .seg = {0, 0}, .replay = 0, .txn = txn, .trigger = NULL, .pos = i};
+        for (size_t k = 0; k < s->n; k++) {
+            int rc = s->h[k].handle(s->h[k].self, &ctx);
+            if (rc)
+                return rc < 0 ? rc : PAWL_EHANDLER;
+        }
+    }
+    return 0;
+}
