@@ -506,7 +506,13 @@ static int pkg_batch(struct pkg *k)
     struct pawl_processor *p = k->p;
     size_t n = PAWL_MIN((size_t)p->o.batch_size, k->work.n - k->work_pos);
     const struct pawl_event *ev = k->work.events + k->work_pos;
-    int64_t end = k->work_pos + n == k->work.n ? k->work_end : ev[n - 1].index;
+    /* The batch covers through its last event; when it drains work, also through work_end
+     * (the package had everything up to there). work_end can lag the last event when the
+     * inbox was taken in the middle of a dispatch, hence the max: a token below an event
+     * already handled would redeliver it after a re-claim. */
+    int64_t end = ev[n - 1].index;
+    if (k->work_pos + n == k->work.n && k->work_end > end)
+        end = k->work_end;
 
     struct pawl_txn *txn;
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
