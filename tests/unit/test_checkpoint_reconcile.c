@@ -246,6 +246,10 @@ static void seg_free(struct seg_h *h)
         for (int k = 0; k < h->fakes[i].npending; k++)
             pawl_future_unref(h->fakes[i].pending[k]);
         h->fakes[i].npending = 0;
+        /* A never-completed future keeps its continuations (and what they hold) alive: settle
+         * it while the pool still runs, as a unit would when it gives up. */
+        if (h->fakes[i].hung != NULL)
+            pawl_future_fail(h->fakes[i].hung, PAWL_ECANCELED, NULL);
         pthread_mutex_unlock(&h->fakes[i].mu);
     }
     h->next_dead = dead;
