@@ -33,6 +33,8 @@ static const char *const progress_modes[] = {"auto", "live", "plain", "off", NUL
 static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 
 #define S_PROC (PAWL_SCOPE_RUN | PAWL_SCOPE_BENCH)
+#define S_STORE (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH |          \
+                 PAWL_SCOPE_RUN)
 #define S_NAMED (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT |          \
                  PAWL_SCOPE_MERGE)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
@@ -51,6 +53,50 @@ static const struct pawl_flag flags[] = {
      .help = "PostgreSQL connection string; empty: the private PostgreSQL of the working "
              "directory, started if needed",
      .scope = S_DB, AT(dsn)},
+
+    /* ---- the event log (struct pawl_store_opts) ---- */
+    {.name = "connections", .type = PAWL_FLAG_INT, .def = "2", .min = 1, .max = 64,
+     .help = "Pipelined connections for appends and reads", .scope = S_STORE,
+     AT(store.connections)},
+    {.name = "max-event-bytes", .type = PAWL_FLAG_INT, .def = "1048576", .min = 1,
+     .max = 268435456, .unit = "bytes",
+     .help = "Largest event (payload, metadata, stream id, type); larger ones are refused",
+     .scope = S_STORE, AT(store.max_event_bytes)},
+    {.name = "max-append-events", .type = PAWL_FLAG_INT, .def = "10000", .min = 1, .max = 100000,
+     .help = "Most events in one append", .scope = S_STORE, AT(store.max_append_events)},
+    {.name = "max-inflight-appends", .type = PAWL_FLAG_INT, .def = "8192", .min = 1,
+     .max = 1000000, .help = "Asynchronous appends outstanding before appending would block",
+     .scope = S_STORE, AT(store.max_inflight_appends)},
+    {.name = "finalizer", .type = PAWL_FLAG_BOOL, .def = "true",
+     .help = "Run a finalizer in this process (--no-finalizer: another process finalizes)",
+     .scope = S_STORE, AT(store.finalizer)},
+    {.name = "finalizer-safety-interval", .type = PAWL_FLAG_DURATION, .def = "1s", .min = 10,
+     .max = HOUR_MS, .help = "Finalize at least this often, for appends of processes that died",
+     .scope = S_STORE, AT(store.finalizer_safety_interval_ms)},
+    {.name = "finalize-batch-max", .type = PAWL_FLAG_INT, .def = "2000", .min = 1, .max = 100000,
+     .help = "Appends per finalization run", .scope = S_STORE, AT(store.finalize_batch_max)},
+    {.name = "finalizer-retry", .type = PAWL_FLAG_DURATION, .def = "2ms", .min = 1, .max = 1000,
+     .help = "Retry delay when another session holds the finalizer lock", .scope = S_STORE,
+     AT(store.finalizer_retry_ms)},
+    {.name = "listen", .type = PAWL_FLAG_BOOL, .def = "true",
+     .help = "LISTEN for other processes' finalizations (wakes followers)", .scope = S_STORE,
+     AT(store.listen)},
+    {.name = "reconnect-min", .type = PAWL_FLAG_DURATION, .def = "100ms", .min = 1, .max = 60000,
+     .help = "First reconnect delay", .scope = S_STORE, AT(store.reconnect_min_ms)},
+    {.name = "reconnect-max", .type = PAWL_FLAG_DURATION, .def = "5s", .min = 1, .max = 60000,
+     .help = "Longest reconnect delay", .scope = S_STORE, AT(store.reconnect_max_ms)},
+    {.name = "connect-timeout", .type = PAWL_FLAG_DURATION, .def = "10s", .min = 1,
+     .max = 600000, .help = "One connection attempt", .scope = S_STORE,
+     AT(store.connect_timeout_ms)},
+    {.name = "open-timeout", .type = PAWL_FLAG_DURATION, .def = "10s", .min = 1, .max = 600000,
+     .help = "How long opening the store waits for its first connection", .scope = S_STORE,
+     AT(store.open_timeout_ms)},
+    {.name = "queue-timeout", .type = PAWL_FLAG_DURATION, .def = "10s", .min = 0, .max = HOUR_MS,
+     .help = "A request waiting this long for a connection fails; 0: wait forever",
+     .scope = S_STORE, AT(store.queue_timeout_ms)},
+    {.name = "migrate", .type = PAWL_FLAG_BOOL, .def = "false",
+     .help = "Create or upgrade the schema when opening the store (as pawl init does)",
+     .scope = S_STORE, AT(store.migrate)},
 
     /* ---- metrics ---- */
     {.name = "metrics-port", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = 65535,

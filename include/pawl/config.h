@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "pawl/common.h"
+#include "pawl/log.h"
 #include "pawl/processor.h"
 #include "pawl/runtime.h"
 
@@ -113,6 +114,7 @@ struct pawl_config {
     } log;
     const char *dsn;  /* NULL: the tool's embedded default */
     int metrics_port; /* loopback HTTP port for Prometheus text, 0 = off */
+    struct pawl_store_opts store;
     struct pawl_pool_opts pool;
     struct pawl_timers_opts timers;
     struct pawl_processor_opts processor;

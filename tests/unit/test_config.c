@@ -357,6 +357,9 @@ static void test_defaults_match_modules(void **state)
     po.node_id = cfg.processor.node_id;
     assert_memory_equal(&cfg.processor, &po, sizeof po);
     assert_null(cfg.dsn);
+    struct pawl_store_opts so;
+    pawl_store_opts_defaults(&so);
+    assert_memory_equal(&cfg.store, &so, sizeof so);
     char err[256];
     assert_int_equal(pawl_config_set(&cfg, "node-id", "n1", err, sizeof err), 0);
     assert_string_equal(cfg.processor.node_id, "n1");
