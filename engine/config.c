@@ -178,8 +178,10 @@ static const struct pawl_flag flags[] = {
      .scope = S_LOAD, AT(tool.duration_ms)},
     {.name = "appenders", .type = PAWL_FLAG_INT, .def = "4", .min = 1, .max = 256,
      .help = "Concurrent appending connections", .scope = S_LOAD, AT(tool.appenders)},
-    {.name = "events-per-append", .type = PAWL_FLAG_INT, .def = "1", .min = 1, .max = 10000,
-     .help = "Events in each generated append (one transaction)", .scope = S_LOAD,
+    {.name = "events-per-append", .type = PAWL_FLAG_INT, .def = "10", .min = 1, .max = 10000,
+     .help = "Events per append transaction (generated load; stdin lines are grouped up to this, "
+             "and a partial group is appended as soon as the input pauses)",
+     .scope = S_LOAD,
      AT(tool.events_per_append)},
     {.name = "payload-bytes", .type = PAWL_FLAG_INT, .def = "100", .min = 0, .max = 1 << 20,
      .unit = "bytes", .help = "Payload size of generated events", .scope = S_LOAD,

@@ -36,6 +36,36 @@ static const struct tool_cmd commands[] = {
      "line are checked as for any command, so `pawl config --rate 5` shows what `--rate 5` "
      "would mean.",
      cmd_config, 0},
+    {"init", PAWL_SCOPE_INIT, "", "Create or upgrade the pawl schema (idempotent)",
+     "Brings the database's pawl schema to this version of pawl: creates it when missing, "
+     "upgrades it when older, and does nothing when it is current, so running it twice is safe. "
+     "Concurrent runs serialize on an advisory lock. Refuses a schema newer than this pawl.",
+     cmd_init, 1},
+    {"append", PAWL_SCOPE_APPEND, "[--events-per-append N] < events.jsonl | --generate [--rate X]",
+     "Append events from stdin (JSON lines), or generate load",
+     "Reads one event per line from stdin: {\"stream\": \"order-17\", \"type\": "
+     "\"OrderPlaced\", \"payload\": {...}, \"metadata\": {...}, \"seq\": 3}. stream and type "
+     "are required; payload is any JSON value (a string is taken as its bytes); metadata is an "
+     "object; seq (optional) is the stream position the event must get, or the append fails "
+     "with a conflict. Lines are appended in order, --events-per-append lines per transaction. "
+     "The first invalid line stops the command (exit 6) with its line number and reason; lines "
+     "before it are appended, nothing after it. What `pawl tail --json` prints is valid input "
+     "(index and appended_at are ignored). With --generate, --appenders threads append "
+     "generated events at --rate for --duration (or --count events) instead.",
+     cmd_append, 1},
+    {"tail", PAWL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
+     "Print events of the log, and follow it",
+     "Prints the finalized events after --from (0: from the start; -1: only new ones) in index "
+     "order, one per line (--json: as JSON lines that `pawl append` reads back). With --follow it "
+     "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
+     cmd_tail, 1},
+    {"demo", PAWL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
+     "Append at a target rate with a follower, and show what happens",
+     "Creates the schema if needed, then runs --appenders concurrent appenders at --rate events "
+     "per second in total and one follower reading the log, for --duration. A live line shows "
+     "appended and read events per second, appends waiting for finalization, the finalize delay "
+     "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
+     cmd_demo, 1},
 };
 
 static const struct tool_cmd *find_cmd(const char *name)

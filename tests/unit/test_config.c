@@ -172,7 +172,7 @@ static void test_precedence(void **state)
     assert_int_equal(cfg.tool.appenders, 8);
     assert_int_equal(pawl_config_source_of(&cfg, "appenders"), PAWL_SRC_ENV);
     assert_int_equal(cfg.log.level, PAWL_LOG_ERROR);
-    assert_int_equal(cfg.tool.events_per_append, 1);
+    assert_int_equal(cfg.tool.events_per_append, 10);
     assert_int_equal(pawl_config_source_of(&cfg, "events_per_append"), PAWL_SRC_DEFAULT);
     assert_string_equal(pawl_config_source_name(PAWL_SRC_ENV), "env");
     assert_string_equal(pawl_config_source_name(PAWL_SRC_FLAG), "flag");
