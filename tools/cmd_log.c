@@ -153,29 +153,63 @@ static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
     return errs ? TOOL_FAILED : TOOL_OK;
 }
 
-static int append_group(struct pawl_store *s, struct tool_jsonl_event *group, size_t n,
-                        long first_line, int64_t *appended)
+/* Lines of stdin collected into one append transaction. */
+struct group {
+    struct tool_jsonl_event *ev;
+    long *line; /* input line of each event */
+    size_t n, cap;
+};
+
+/*
+ * An event may join the group unless the log would refuse the mix: within one append, a stream's
+ * events are all "next position" (seq 0) or all explicit and consecutive.
+ */
+static int group_accepts(const struct group *g, const struct pawl_event *e)
 {
-    struct pawl_event evs[n];
-    for (size_t i = 0; i < n; i++)
-        evs[i] = group[i].ev;
-    struct pawl_append_result res;
-    int64_t t0 = pawl_now_ns();
-    int rc = pawl_append(s, evs, n, &res);
+    for (size_t i = g->n; i-- > 0;) {
+        const struct pawl_event *o = &g->ev[i].ev;
+        if (strcmp(o->stream_id, e->stream_id) != 0)
+            continue;
+        if ((o->stream_seq == 0) != (e->stream_seq == 0))
+            return 0;
+        return e->stream_seq == 0 || e->stream_seq == o->stream_seq + 1;
+    }
+    return 1;
+}
+
+/* Append the group as one transaction; the error names its lines. Empties the group. */
+static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
+{
+    if (g->n == 0)
+        return 0;
+    struct pawl_event *evs = malloc(g->n * sizeof *evs);
+    int rc = PAWL_ENOMEM;
+    struct pawl_append_result res = {.message = "out of memory"};
+    if (evs) {
+        for (size_t i = 0; i < g->n; i++)
+            evs[i] = g->ev[i].ev;
+        int64_t t0 = pawl_now_ns();
+        rc = pawl_append(s, evs, g->n, &res);
+        if (rc == 0)
+            pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, res.committed_ns - t0);
+        free(evs);
+    }
     if (rc != 0) {
         pawl_metric_inc(PAWL_M_APPEND_ERRORS);
-        if (n == 1)
-            tool_err("append: line %ld: %s: %s", first_line, pawl_strerror(rc), res.message);
+        if (g->n == 1)
+            tool_err("append: line %ld: %s: %s", g->line[0], pawl_strerror(rc), res.message);
         else
-            tool_err("append: lines %ld-%ld (one transaction): %s: %s", first_line,
-                     first_line + (long)n - 1, pawl_strerror(rc), res.message);
-        return rc;
+            tool_err("append: lines %ld-%ld (one transaction): %s: %s", g->line[0],
+                     g->line[g->n - 1], pawl_strerror(rc), res.message);
+    } else {
+        pawl_metric_inc(PAWL_M_APPENDS);
+        pawl_metric_add(PAWL_M_EVENTS_APPENDED, g->n);
+        *appended += (int64_t)g->n;
     }
-    pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, res.committed_ns - t0);
-    pawl_metric_inc(PAWL_M_APPENDS);
-    pawl_metric_add(PAWL_M_EVENTS_APPENDED, n);
-    *appended += (int64_t)n;
-    return 0;
+    for (size_t i = 0; i < g->n; i++)
+        tool_jsonl_event_fini(&g->ev[i]);
+    g->n = 0;
+    return rc;
 }
 
 /*
@@ -243,10 +277,14 @@ static int line_ready(struct line_reader *r)
 
 static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
 {
-    size_t cap = (size_t)cfg->tool.events_per_append;
-    struct tool_jsonl_event *group = calloc(cap, sizeof *group);
-    if (group == NULL)
+    struct group g = {.cap = (size_t)cfg->tool.events_per_append};
+    g.ev = calloc(g.cap, sizeof *g.ev);
+    g.line = calloc(g.cap, sizeof *g.line);
+    if (g.ev == NULL || g.line == NULL) {
+        free(g.ev);
+        free(g.line);
         return TOOL_FAILED;
+    }
     struct stat sb;
     int64_t total_bytes = fstat(STDIN_FILENO, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1;
     struct tool_progress prog;
@@ -255,37 +293,37 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
         fprintf(stderr, "pawl: reading JSON lines from the terminal; end with Ctrl-D\n");
     struct line_reader rd = {.fd = STDIN_FILENO};
     const char *line = NULL;
-    size_t len = 0, n = 0;
-    long lineno = 0, group_first = 0;
+    size_t len = 0;
+    long lineno = 0;
     int64_t appended = 0, bytes = 0;
-    int ex = TOOL_OK, got = 0;
+    int ex = TOOL_OK, got = 0, rc = 0;
     while (!tool_stop && (got = next_line(&rd, &line, &len)) == 1) {
         lineno++;
         bytes += (int64_t)len + 1;
         char err[320];
-        int rc = tool_jsonl_parse(line, len, &group[n], err, sizeof err);
-        if (rc == 1 && !(n > 0 && !line_ready(&rd)))
-            continue;
-        if (rc != 0) {
+        struct tool_jsonl_event cur;
+        int prc = tool_jsonl_parse(line, len, &cur, err, sizeof err);
+        if (prc < 0) {
             tool_err("append: line %ld: %s", lineno, err);
             ex = TOOL_BADINPUT;
             break;
         }
-        if (rc == 0 && n++ == 0)
-            group_first = lineno;
-        if (cfg->tool.count > 0 && appended + (int64_t)n >= cfg->tool.count)
-            break;
-        /* A full group goes at once; a partial one when the input pauses. */
-        if (n == cap || (n > 0 && !line_ready(&rd))) {
-            rc = append_group(s, group, n, group_first, &appended);
-            for (size_t i = 0; i < n; i++)
-                tool_jsonl_event_fini(&group[i]);
-            n = 0;
-            if (rc != 0) {
-                ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
-                break;
+        if (prc == 0) {
+            if (g.n == g.cap || !group_accepts(&g, &cur.ev)) {
+                if ((rc = group_flush(s, &g, &appended)) != 0) {
+                    tool_jsonl_event_fini(&cur);
+                    break;
+                }
             }
+            g.ev[g.n] = cur;
+            g.line[g.n++] = lineno;
         }
+        if (cfg->tool.count > 0 && appended + (int64_t)g.n >= cfg->tool.count)
+            break;
+        /* A full group goes at once; a partial one as soon as the input pauses. */
+        if ((g.n == g.cap || (g.n > 0 && !line_ready(&rd))) &&
+            (rc = group_flush(s, &g, &appended)) != 0)
+            break;
         if (tool_progress_due(&prog)) {
             double secs = (double)(pawl_now_ns() - prog.start_ns) / 1e9;
             double rate = (double)appended / PAWL_MAX(secs, 1e-3);
@@ -299,12 +337,14 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
         }
     }
     /* Lines before a bad one are appended too (the documented contract). */
-    if ((ex == TOOL_OK || ex == TOOL_BADINPUT) && n > 0 &&
-        append_group(s, group, n, group_first, &appended) != 0)
-        ex = TOOL_FAILED;
-    for (size_t i = 0; i < n; i++)
-        tool_jsonl_event_fini(&group[i]);
-    free(group);
+    if (rc == 0)
+        rc = group_flush(s, &g, &appended);
+    if (rc != 0)
+        ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
+    for (size_t i = 0; i < g.n; i++)
+        tool_jsonl_event_fini(&g.ev[i]);
+    free(g.ev);
+    free(g.line);
     free(rd.buf);
     if (ex == TOOL_OK && got < 0) {
         tool_err("append: reading stdin: %s", strerror(errno));
