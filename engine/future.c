@@ -16,9 +16,11 @@
  * Blocking waiters (threads outside the pool) sleep on `state` as a futex word: they move it from
  * PENDING to PENDING_WAITERS, and the completer wakes all only when it sees that flag.
  *
- * Lifetime: reference counted; every queued continuation holds a reference, and a completing
- * thread must hold one for the duration of the call (the stack exchange and the futex wake touch
- * the future after the outcome is published).
+ * Lifetime: reference counted. A registered continuation holds no reference (so a future that
+ * everybody drops without completing is freed, its records with it); once dispatched, the queued
+ * task holds one until its callback returns. A completing or registering thread must hold one for
+ * the duration of the call (the stack exchange and the futex wake touch the future after the
+ * outcome is published).
  */
 #include "future.h"
 
@@ -82,6 +84,17 @@ void pawl_future_unref(struct pawl_future *f)
     /* Acq_rel: release our writes; the last owner acquires everyone's before freeing. */
     if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    /* Nobody can complete f any more. Records still registered (f never completed) are
+     * discarded: user continuations are not called; the runtime's inline ones are, so that
+     * combinators settle (they see f still pending and treat it as abandoned). */
+    struct cont *c = f->conts;
+    while (c != NULL && c != CLOSED) {
+        struct cont *n = c->next;
+        if (c->kind == KIND_INLINE)
+            c->cb(c->arg, f);
+        pawl_free(c);
+        c = n;
+    }
     pawl_free(f->msg);
     pawl_free(f);
 }
@@ -91,22 +104,24 @@ static void run_cont(struct pawl_task *task, int status)
     struct cont *c = (struct cont *)task;
     (void)status; /* cancelled at pool shutdown: still call cb so it can release resources */
     c->cb(c->arg, c->f);
-    pawl_future_unref(c->f);
+    pawl_future_unref(c->f); /* the reference dispatch() took */
     pawl_free(c);
 }
 
+/* The caller holds a reference to c->f (the completer, or the registrant). */
 static void dispatch(struct cont *c)
 {
     switch (c->kind) {
     case KIND_INLINE:
         c->cb(c->arg, c->f);
-        pawl_future_unref(c->f);
         pawl_free(c);
         break;
     case KIND_SERIAL:
+        pawl_future_ref(c->f); /* held while the task is queued */
         pawl_serial_submit(c->ex, &c->task);
         break;
     default:
+        pawl_future_ref(c->f);
         pawl_pool_submit(c->pool, &c->task);
         break;
     }
@@ -201,7 +216,7 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
     c->pool = pool;
     c->cb = cb;
     c->arg = arg;
-    c->f = pawl_future_ref(f);
+    c->f = f; /* no reference while registered: see pawl_future_unref */
     /* Relaxed first read; the CAS below carries the ordering. */
     struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_RELAXED);
     for (;;) {
@@ -284,7 +299,10 @@ static void all_input_done(void *arg, struct pawl_future *in)
     int64_t token = 0;
     int code = 0;
     const char *msg = NULL;
-    pawl_future_poll(in, &token, &code, &msg);
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "all-of: an input future was released without being completed";
+    }
     if (code != 0) {
         pawl_future_fail(st->out, code, msg); /* the first error wins; later ones EALREADY */
     } else {
@@ -361,7 +379,10 @@ static void timeout_input_done(void *arg, struct pawl_future *in)
     int64_t token = 0;
     int code = 0;
     const char *msg = NULL;
-    pawl_future_poll(in, &token, &code, &msg);
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "or-timeout: the input future was released without being completed";
+    }
     if (code == 0)
         pawl_future_complete(st->out, token);
     else

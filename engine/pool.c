@@ -57,7 +57,7 @@ struct worker {
 
 struct pawl_pool {
     struct pawl_mpsc_ inject;  /* tasks from outside (and yields); cache-line padded inside */
-    int64_t inject_n;          /* pushed and not yet popped: the parking re-check reads it */
+    int64_t inject_n;          /* >= tasks queued (counted before the push); parking reads it */
     uint32_t inject_lock;      /* 1 while a worker holds the consumer role of inject */
     char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
     uint32_t epoch;            /* futex word of the eventcount */
@@ -117,9 +117,10 @@ static void notify(struct pawl_pool *pool)
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
 {
-    pawl_mpsc_push(&pool->inject, &t->_next);
-    /* Relaxed: the parking re-check orders its read with a fence, and notify() fences after. */
+    /* Count before pushing, so the count never falls below what is queued (a consumer may pop
+     * t as soon as it is linked). Relaxed: notify() fences before reading sleepers. */
     __atomic_fetch_add(&pool->inject_n, 1, __ATOMIC_RELAXED);
+    pawl_mpsc_push(&pool->inject, &t->_next);
     notify(pool);
 }
 
@@ -167,9 +168,9 @@ static struct pawl_task *take_injected(struct worker *w)
         if (first == NULL) {
             first = t;
         } else if (pawl_deque_push(&w->dq, t) != 0) {
-            /* Our deque is full and cannot grow: leave t in the shared queue. */
-            pawl_mpsc_push(&pool->inject, &t->_next);
+            /* Our deque is full and cannot grow: leave t in the shared queue (still counted). */
             got--;
+            pawl_mpsc_push(&pool->inject, &t->_next);
             break;
         }
     }

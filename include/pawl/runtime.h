@@ -118,7 +118,7 @@ struct pawl_mpsc_ {
 struct pawl_serial {
     struct pawl_mpsc_ _q;    /* queued tasks, linked through pawl_task._next */
     struct pawl_pool *_pool;
-    uint64_t _count;         /* tasks pushed and not yet run; 0 -> 1 schedules the drain */
+    uint64_t _count;         /* tasks submitted and not yet run; 0 -> 1 schedules the drain */
     struct pawl_task _drain; /* the pool task that runs queued tasks */
     uint64_t _ran;           /* tasks run (for tests and stats) */
 };
@@ -165,8 +165,13 @@ struct pawl_timers;
 /* A new pending future with one reference, owned by the caller. NULL when out of memory. */
 struct pawl_future *pawl_future_new(void);
 
-/* Take / drop a reference. The future is freed when the last one is dropped. unref(NULL) is a
- * no-op. A thread completing a future must hold a reference for the duration of the call. */
+/*
+ * Take / drop a reference. The future is freed when the last one is dropped; unref(NULL) is a
+ * no-op. A thread completing a future, or registering a continuation, must hold a reference for
+ * the duration of the call. Registered continuations hold none: if every reference is dropped
+ * before the future is completed, nobody can complete it any more, and its continuations are
+ * discarded without being called (combinators built on it fail with PAWL_ECANCELED).
+ */
 struct pawl_future *pawl_future_ref(struct pawl_future *f);
 void pawl_future_unref(struct pawl_future *f);
 
@@ -194,10 +199,10 @@ typedef void (*pawl_future_cb)(void *arg, struct pawl_future *f);
 /*
  * Call cb(arg, f) once f is completed or failed: on the serial executor ex (in order with ex's
  * other tasks), or, when ex is NULL, as a task on pool. If f is already done the continuation is
- * queued at once — it never runs on the calling or the completing thread. The continuation holds
- * its own reference to f while queued; f is valid inside cb. If the pool shuts down first, cb is
- * still called (on the thread in pawl_pool_free()) so that resources are released; f is done by
- * then only if it was completed. One small allocation per call. 0, PAWL_EINVAL or PAWL_ENOMEM.
+ * queued at once — it never runs on the calling or the completing thread. Once queued, the task
+ * holds a reference to f, so f is valid inside cb. If the pool shuts down before the queued task
+ * runs, cb is still called (on the thread in pawl_pool_free()) so that resources are released.
+ * One small allocation per call. 0, PAWL_EINVAL or PAWL_ENOMEM.
  */
 int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struct pawl_pool *pool,
                             pawl_future_cb cb, void *arg);
@@ -215,8 +220,11 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
  * (its code and message), or, once every one of fs has completed, completes with the LOWEST of
  * their tokens — the position every input has reached. Read the individual tokens with
  * pawl_future_poll() on the inputs if you need them (e.g. the highest). n == 0 gives a future
- * already completed with PAWL_TOKEN_START (0). The inputs stay owned by the caller (the
- * combinator takes its own references). NULL on invalid arguments or out of memory.
+ * already completed with PAWL_TOKEN_START (0). The inputs stay owned by the caller; the
+ * combinator holds no reference to them (an input released uncompleted fails the result with
+ * PAWL_ECANCELED). The callbacks involved are the runtime's own and run on the completing
+ * thread; user continuations of the result still run on their executors. NULL on invalid
+ * arguments or out of memory.
  */
 struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n);
 
