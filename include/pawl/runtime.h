@@ -278,11 +278,12 @@ struct pawl_timer;
 typedef void (*pawl_timer_fn)(struct pawl_timer *t, void *arg, int status);
 
 /*
- * A timer: caller-owned storage. All fields are private. The memory must stay valid while
- * pawl_timer_busy() is nonzero (a start or cancel is being processed, the kernel or heap holds
- * it, or its callback is queued or running), except that a one-shot timer's callback may free or
- * reuse its own timer (the runtime no longer touches it then). After pawl_timers_free() returns,
- * only an already-dispatched callback can still reference it.
+ * A timer: caller-owned storage. All fields are private. The runtime references the timer while
+ * pawl_timer_busy() is nonzero: a start or cancel is being processed, the kernel or the heap
+ * holds it, or its callback is queued (and, for a periodic timer, running). Keep the memory valid
+ * until then. A one-shot timer stops being busy as its callback starts, so the callback may free
+ * or restart its own timer. After pawl_timers_free() returns, only a callback already handed to
+ * the pool can still reference a timer.
  */
 struct pawl_timer {
     struct pawl_task _task;       /* the pool task that runs the callback */
@@ -332,8 +333,9 @@ void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
 /*
  * Arm t to fire after delay_ms (>= 0), then every period_ms if period_ms > 0 (fixed rate on
  * absolute deadlines; an expiry that finds the previous callback still queued or running is
- * skipped, so at most one callback per timer is ever in flight). Any thread.
- * 0, PAWL_EBUSY if t is already armed (cancel it first), PAWL_EINVAL, PAWL_ESHUTDOWN.
+ * skipped, so at most one callback per timer is ever in flight). Any thread, including t's own
+ * one-shot callback. 0; PAWL_EBUSY if t is armed (cancel it first) or a periodic callback of
+ * an earlier start is still queued or running; PAWL_EINVAL; PAWL_ESHUTDOWN.
  */
 int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
                      int64_t period_ms);
@@ -343,8 +345,10 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
  * and no further expiry will be dispatched; PAWL_EALREADY if t was not armed (never started,
  * already cancelled, or a one-shot that already fired — its callback has been or is being
  * dispatched and runs exactly once). A callback dispatched before cancel returned (a one-shot
- * answered PAWL_EALREADY, or a periodic expiry) may still run after it returns; it is finished,
- * and t may be freed, once pawl_timer_busy(t) reads 0. t may be started again right away.
+ * answered PAWL_EALREADY, or a periodic expiry) may still run after it returns: a periodic
+ * timer's callback has returned once pawl_timer_busy(t) reads 0; a one-shot's callback has at
+ * least started then — have it signal you if you must wait for its end. t may be started again
+ * right away (PAWL_EBUSY while a periodic callback is still in flight).
  */
 int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t);
 
