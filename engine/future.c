@@ -217,12 +217,10 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
     c->cb = cb;
     c->arg = arg;
     c->f = f; /* no reference while registered: see pawl_future_unref */
-    /* Relaxed first read; the CAS below carries the ordering. */
-    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_RELAXED);
+    /* Acquire: if this reads CLOSED, finish() has published the outcome to us. */
+    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_ACQUIRE);
     for (;;) {
         if (head == CLOSED) {
-            /* Acquire: we read CLOSED, so finish() has published the outcome. */
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
             dispatch(c);
             return 0;
         }

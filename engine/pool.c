@@ -72,6 +72,10 @@ struct pawl_pool {
 
 static _Thread_local struct worker *tls_worker;
 
+#ifdef PAWL_TSAN_FENCES
+unsigned long pawl_fence_word_;
+#endif
+
 void pawl_pool_opts_defaults(struct pawl_pool_opts *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -103,7 +107,7 @@ static void notify(struct pawl_pool *pool)
 {
     /* Seq_cst fence: orders the publication of the task before the read of sleepers (the
      * submitter half of the Dekker pattern with park()). */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    pawl_fence_seq_cst();
     /* Relaxed: ordered by the fence above. */
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0) {
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
@@ -255,7 +259,7 @@ static void park(struct worker *w)
     uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
     /* Seq_cst: announce the sleeper before re-checking the queues (worker half of Dekker). */
     __atomic_fetch_add(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    pawl_fence_seq_cst();
     if (!has_work(pool) && !__atomic_load_n(&pool->stop, __ATOMIC_SEQ_CST)) {
         count(&w->parks);
         pawl_futex_wait(&pool->epoch, e, -1);
