@@ -20,9 +20,10 @@ extern "C" {
 
 pawl_bench *pawl_bench_register(const char *name, pawl_bench_fn fn, void *arg)
 {
-    auto *b = benchmark::RegisterBenchmark(std::string(name).c_str(), [fn, arg](benchmark::State &s) {
-        fn(reinterpret_cast<pawl_bench_state *>(&s), arg);
-    });
+    auto *b =
+        benchmark::RegisterBenchmark(std::string(name).c_str(), [fn, arg](benchmark::State &s) {
+            fn(reinterpret_cast<pawl_bench_state *>(&s), arg);
+        });
     return reinterpret_cast<pawl_bench *>(b);
 }
 

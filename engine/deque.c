@@ -23,8 +23,7 @@
 
 static struct pawl_deque_ring *ring_new(int64_t cap)
 {
-    struct pawl_deque_ring *r =
-        pawl_malloc(sizeof(*r) + (size_t)cap * sizeof(struct pawl_task *));
+    struct pawl_deque_ring *r = pawl_malloc(sizeof(*r) + (size_t)cap * sizeof(struct pawl_task *));
     if (r == NULL)
         return NULL;
     r->mask = cap - 1;
@@ -135,8 +134,7 @@ struct pawl_task *pawl_deque_steal(struct pawl_deque *d)
     /* Relaxed: the slot is published by bottom; the CAS below validates that it was still ours. */
     struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
     /* Seq_cst CAS: take index t; fails if the owner or another thief got there first. */
-    if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_RELAXED))
+    if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         return PAWL_DEQUE_ABORT;
     return x;
 }

@@ -56,13 +56,13 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 struct pawl_pool {
-    struct pawl_mpsc_ inject;  /* tasks from outside (and yields); cache-line padded inside */
-    int64_t inject_n;          /* >= tasks queued (counted before the push); parking reads it */
-    uint32_t inject_lock;      /* 1 while a worker holds the consumer role of inject */
+    struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
+    int64_t inject_n;         /* >= tasks queued (counted before the push); parking reads it */
+    uint32_t inject_lock;     /* 1 while a worker holds the consumer role of inject */
     char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
-    uint32_t epoch;            /* futex word of the eventcount */
-    int32_t sleepers;          /* workers between "announce" and "wake" in park() */
-    uint32_t stop;             /* set once by pawl_pool_free */
+    uint32_t epoch;   /* futex word of the eventcount */
+    int32_t sleepers; /* workers between "announce" and "wake" in park() */
+    uint32_t stop;    /* set once by pawl_pool_free */
     char pad1[PAWL_CACHELINE - 3 * sizeof(uint32_t)];
     uint64_t wakeups;
     uint64_t cancelled;

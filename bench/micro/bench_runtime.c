@@ -446,15 +446,16 @@ int main(int argc, char **argv)
         pawl_bench_register("steal_latency/pawl_pool", bm_steal_latency, NULL)));
     pawl_bench_unit_ns(pawl_bench_use_real_time(
         pawl_bench_register("steal_latency/mutex_condvar_handoff", bm_steal_latency, BASE)));
-    pawl_bench_use_real_time(
-        pawl_bench_register("future_complete_to_continuation/throughput/pawl", bm_future_throughput, NULL));
+    pawl_bench_use_real_time(pawl_bench_register("future_complete_to_continuation/throughput/pawl",
+                                                 bm_future_throughput, NULL));
     pawl_bench_use_real_time(pawl_bench_register(
         "future_complete_to_continuation/throughput/mutex_condvar", bm_future_throughput, BASE));
-    pawl_bench_unit_ns(pawl_bench_use_real_time(
-        pawl_bench_register("future_complete_to_continuation/latency/pawl", bm_future_latency, NULL)));
+    pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(
+        "future_complete_to_continuation/latency/pawl", bm_future_latency, NULL)));
     pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(
         "future_complete_to_continuation/latency/mutex_condvar", bm_future_latency, BASE)));
-    pawl_bench_use_real_time(pawl_bench_register("timer_arm_fire/io_uring", bm_timer_arm_fire, NULL));
+    pawl_bench_use_real_time(
+        pawl_bench_register("timer_arm_fire/io_uring", bm_timer_arm_fire, NULL));
     pawl_bench_use_real_time(pawl_bench_register("timer_arm_fire/epoll", bm_timer_arm_fire, BASE));
     return pawl_bench_main(argc, argv);
 }

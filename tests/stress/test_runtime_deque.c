@@ -16,9 +16,7 @@ struct race {
     uint64_t done;
 };
 
-static void nop(struct pawl_task *t, int status)
-{
-}
+static void nop(struct pawl_task *t, int status) {}
 
 static void *thief(void *arg)
 {

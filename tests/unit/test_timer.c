@@ -65,8 +65,8 @@ static void rec_cb(struct pawl_timer *t, void *arg, int status)
 
 #define FOR_EACH_BACKEND(tm)                                                                       \
     for (int bi_ = 0; bi_ < 2; bi_++)                                                              \
-        for (struct pawl_timers *tm = make(bi_ ? PAWL_TIMER_BACKEND_EPOLL                          \
-                                               : PAWL_TIMER_BACKEND_IO_URING);                     \
+        for (struct pawl_timers *tm =                                                              \
+                 make(bi_ ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING);               \
              tm != NULL; pawl_timers_free(tm), tm = NULL)
 
 static void test_backends_and_fallback(void **state)
