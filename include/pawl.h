@@ -8,6 +8,7 @@
 
 #include "pawl/common.h"
 #include "pawl/event.h"
+#include "pawl/runtime.h"
 #include "pawl/log.h"
 #include "pawl/processor.h"
 #include "pawl/checkpoint.h"

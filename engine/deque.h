@@ -1,0 +1,53 @@
+/*
+ * deque.h — the Chase–Lev work-stealing deque of pawl_task pointers, in the C11 formulation of
+ * Lê, Pop, Cohen and Zappa Nardelli ("Correct and Efficient Work-Stealing for Weak Memory
+ * Models", PPoPP 2013), on __atomic builtins.
+ *
+ * The owner pushes and pops at the bottom (LIFO); any number of thieves steal at the top (FIFO).
+ * The ring grows by doubling when full; a replaced ring is kept on a retired list until
+ * pawl_deque_fini because a thief may still be reading it (no epoch reclamation needed: at most
+ * log2(max/initial) rings are ever retired). If growing fails, push returns PAWL_ENOMEM and the
+ * caller routes the task elsewhere (the pool's injection queue).
+ *
+ * Threads: push/pop only from the owning thread; steal/size from any thread.
+ */
+#ifndef PAWL_ENGINE_DEQUE_H
+#define PAWL_ENGINE_DEQUE_H
+
+#include "common.h"
+#include "pawl/runtime.h"
+
+struct pawl_deque_ring {
+    int64_t mask; /* capacity - 1 */
+    struct pawl_deque_ring *retired_next;
+    struct pawl_task *slot[]; /* accessed atomically (relaxed): thieves race with the owner */
+};
+
+struct pawl_deque {
+    int64_t top; /* next index to steal; advanced by CAS (thieves and the owner's last pop) */
+    char pad0[PAWL_CACHELINE - sizeof(int64_t)];
+    int64_t bottom;                /* next index to push; written by the owner only */
+    struct pawl_deque_ring *ring;  /* current ring; replaced by the owner on growth */
+    struct pawl_deque_ring *retired; /* owner-only list of old rings */
+    char pad1[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(void *)];
+};
+
+#define PAWL_DEQUE_ABORT ((struct pawl_task *)1) /* steal lost a race; retry or move on */
+
+/* capacity is rounded up to a power of two (minimum 2). 0 or PAWL_ENOMEM. */
+int pawl_deque_init(struct pawl_deque *d, int64_t capacity);
+void pawl_deque_fini(struct pawl_deque *d);
+
+/* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
+int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);
+
+/* Owner only. The most recently pushed task, or NULL when empty. */
+struct pawl_task *pawl_deque_pop(struct pawl_deque *d);
+
+/* Any thread. The oldest task, NULL when empty, or PAWL_DEQUE_ABORT after losing a race. */
+struct pawl_task *pawl_deque_steal(struct pawl_deque *d);
+
+/* Any thread. bottom - top, a racy estimate (may be off by the operations in flight). */
+int64_t pawl_deque_size(const struct pawl_deque *d);
+
+#endif

@@ -1,0 +1,441 @@
+/*
+ * future.c — one-shot futures of a token or an error.
+ *
+ * State: `claimed` decides the single winner among completers (an exchange: the loser gets
+ * PAWL_EALREADY); the winner writes the outcome, then publishes it by moving `state` to DONE
+ * (release), then closes the continuation stack by exchanging it with CLOSED and dispatches
+ * every record it took. Registration pushes a record onto that Treiber stack with a CAS; a
+ * registrant that finds CLOSED dispatches its record itself. Either way each record is dispatched
+ * exactly once and only after the outcome is visible. The stack is only ever pushed and then
+ * taken whole, so there is no ABA problem and the path is lock-free.
+ *
+ * Dispatching pushes the record's task onto its executor: a serial executor's MPSC queue or the
+ * pool (the completing worker's deque or the lock-free injection queue). User callbacks therefore
+ * never run on the completing thread. Inline records (future.h) are the runtime's own.
+ *
+ * Blocking waiters (threads outside the pool) sleep on `state` as a futex word: they move it from
+ * PENDING to PENDING_WAITERS, and the completer wakes all only when it sees that flag.
+ *
+ * Lifetime: reference counted. A registered continuation holds no reference (so a future that
+ * everybody drops without completing is freed, its records with it); once dispatched, the queued
+ * task holds one until its callback returns. A completing or registering thread must hold one for
+ * the duration of the call (the stack exchange and the futex wake touch the future after the
+ * outcome is published).
+ */
+#include "future.h"
+
+#include "common.h"
+#include "futex.h"
+#include "mpsc.h"
+#include "pawl/event.h"
+#include "pool.h"
+#include "timers.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { PENDING = 0, PENDING_WAITERS = 1, DONE = 2 };
+enum { KIND_POOL, KIND_SERIAL, KIND_INLINE };
+
+struct cont {
+    struct pawl_task task; /* must stay first: dispatch submits &task */
+    struct cont *next;
+    int kind;
+    struct pawl_serial *ex;
+    struct pawl_pool *pool;
+    pawl_future_cb cb;
+    void *arg;
+    struct pawl_future *f;
+};
+
+#define CLOSED ((struct cont *)1)
+
+struct pawl_future {
+    uint32_t refs;
+    uint32_t claimed;
+    uint32_t state; /* futex word */
+    int code;
+    int64_t token;
+    char *msg;
+    struct cont *conts; /* Treiber stack of continuation records, or CLOSED */
+};
+
+struct pawl_future *pawl_future_new(void)
+{
+    struct pawl_future *f = pawl_calloc(1, sizeof(*f));
+    if (f)
+        f->refs = 1;
+    return f;
+}
+
+struct pawl_future *pawl_future_ref(struct pawl_future *f)
+{
+    /* Relaxed: taking a reference needs no ordering; the caller already holds one. */
+    if (f)
+        __atomic_fetch_add(&f->refs, 1, __ATOMIC_RELAXED);
+    return f;
+}
+
+void pawl_future_unref(struct pawl_future *f)
+{
+    if (f == NULL)
+        return;
+    /* Acq_rel: release our writes; the last owner acquires everyone's before freeing. */
+    if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    /* Nobody can complete f any more. Records still registered (f never completed) are
+     * discarded: user continuations are not called; the runtime's inline ones are, so that
+     * combinators settle (they see f still pending and treat it as abandoned). */
+    struct cont *c = f->conts;
+    while (c != NULL && c != CLOSED) {
+        struct cont *n = c->next;
+        if (c->kind == KIND_INLINE)
+            c->cb(c->arg, f);
+        pawl_free(c);
+        c = n;
+    }
+    pawl_free(f->msg);
+    pawl_free(f);
+}
+
+static void run_cont(struct pawl_task *task, int status)
+{
+    struct cont *c = (struct cont *)task;
+    (void)status; /* cancelled at pool shutdown: still call cb so it can release resources */
+    c->cb(c->arg, c->f);
+    pawl_future_unref(c->f); /* the reference dispatch() took */
+    pawl_free(c);
+}
+
+/* The caller holds a reference to c->f (the completer, or the registrant). */
+static void dispatch(struct cont *c)
+{
+    switch (c->kind) {
+    case KIND_INLINE:
+        c->cb(c->arg, c->f);
+        pawl_free(c);
+        break;
+    case KIND_SERIAL:
+        pawl_future_ref(c->f); /* held while the task is queued */
+        pawl_serial_submit(c->ex, &c->task);
+        break;
+    default:
+        pawl_future_ref(c->f);
+        pawl_pool_submit(c->pool, &c->task);
+        break;
+    }
+}
+
+static void finish(struct pawl_future *f)
+{
+    /* Release: publishes token/code/msg to every acquire reader of state. */
+    uint32_t old = __atomic_exchange_n(&f->state, DONE, __ATOMIC_ACQ_REL);
+    /* Acq_rel: take every registered record (acquire their contents); release our outcome to
+     * registrants that will find CLOSED. */
+    struct cont *list = __atomic_exchange_n(&f->conts, CLOSED, __ATOMIC_ACQ_REL);
+    /* The stack is newest-first; dispatch in registration order. */
+    struct cont *rev = NULL;
+    while (list) {
+        struct cont *n = list->next;
+        list->next = rev;
+        rev = list;
+        list = n;
+    }
+    while (rev) {
+        struct cont *n = rev->next;
+        dispatch(rev);
+        rev = n;
+    }
+    if (old == PENDING_WAITERS)
+        pawl_futex_wake(&f->state, 0x7fffffff);
+}
+
+static int claim(struct pawl_future *f)
+{
+    /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. */
+    return __atomic_exchange_n(&f->claimed, 1, __ATOMIC_ACQUIRE) == 0;
+}
+
+int pawl_future_complete(struct pawl_future *f, int64_t token)
+{
+    if (f == NULL)
+        return PAWL_EINVAL;
+    if (!claim(f))
+        return PAWL_EALREADY;
+    f->token = token;
+    f->code = 0;
+    finish(f);
+    return 0;
+}
+
+int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
+{
+    if (f == NULL)
+        return PAWL_EINVAL;
+    if (!claim(f))
+        return PAWL_EALREADY;
+    f->code = code < 0 ? code : PAWL_EINVAL;
+    f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
+                                                                 falls back to pawl_strerror */
+    finish(f);
+    return 0;
+}
+
+int pawl_future_done(const struct pawl_future *f)
+{
+    /* Acquire: pairs with finish(); the outcome is visible after a 1. */
+    return __atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == DONE;
+}
+
+int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, const char **msg)
+{
+    if (f == NULL)
+        return PAWL_EINVAL;
+    if (!pawl_future_done(f))
+        return PAWL_EAGAIN;
+    if (token)
+        *token = f->code == 0 ? f->token : 0;
+    if (code)
+        *code = f->code;
+    if (msg)
+        *msg = f->code == 0 ? NULL : (f->msg ? f->msg : pawl_strerror(f->code));
+    return 0;
+}
+
+static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
+                    struct pawl_pool *pool, pawl_future_cb cb, void *arg)
+{
+    struct cont *c = pawl_malloc(sizeof(*c));
+    if (c == NULL)
+        return PAWL_ENOMEM;
+    c->task.fn = run_cont;
+    c->task._next = NULL;
+    c->kind = kind;
+    c->ex = ex;
+    c->pool = pool;
+    c->cb = cb;
+    c->arg = arg;
+    c->f = f; /* no reference while registered: see pawl_future_unref */
+    /* Relaxed first read; the CAS below carries the ordering. */
+    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_RELAXED);
+    for (;;) {
+        if (head == CLOSED) {
+            /* Acquire: we read CLOSED, so finish() has published the outcome. */
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            dispatch(c);
+            return 0;
+        }
+        c->next = head;
+        /* Release: the completer that takes the stack sees the record's fields; acquire on
+         * failure: a CLOSED we read orders the outcome before our dispatch. */
+        if (__atomic_compare_exchange_n(&f->conts, &head, c, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_ACQUIRE))
+            return 0;
+    }
+}
+
+int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struct pawl_pool *pool,
+                            pawl_future_cb cb, void *arg)
+{
+    if (f == NULL || cb == NULL || (ex == NULL && pool == NULL))
+        return PAWL_EINVAL;
+    return add_cont(f, ex ? KIND_SERIAL : KIND_POOL, ex, pool, cb, arg);
+}
+
+int pawl_future_on_complete_inline(struct pawl_future *f, pawl_future_cb cb, void *arg)
+{
+    return add_cont(f, KIND_INLINE, NULL, NULL, cb, arg);
+}
+
+int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
+{
+    if (f == NULL || pawl_pool_current() != NULL)
+        return PAWL_EINVAL;
+    int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + timeout_ms * 1000000 : -1;
+    for (;;) {
+        /* Acquire: pairs with finish(). */
+        uint32_t s = __atomic_load_n(&f->state, __ATOMIC_ACQUIRE);
+        if (s == DONE)
+            return 0;
+        if (s == PENDING) {
+            uint32_t want = PENDING;
+            /* Relaxed/acquire: announce a sleeper; a lost CAS re-reads the state. */
+            if (!__atomic_compare_exchange_n(&f->state, &want, PENDING_WAITERS, false,
+                                             __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+                continue;
+        }
+        int64_t left = -1;
+        if (deadline >= 0) {
+            left = deadline - pawl_now_ns();
+            if (left <= 0)
+                return pawl_future_done(f) ? 0 : PAWL_ETIMEDOUT;
+        }
+        pawl_futex_wait(&f->state, PENDING_WAITERS, left);
+    }
+}
+
+/* ---- all-of ---- */
+
+struct all_state {
+    uint32_t refs;      /* one per input callback still to come */
+    uint32_t remaining; /* inputs not yet completed successfully or failed */
+    int64_t min;        /* lowest token so far */
+    struct pawl_future *out;
+};
+
+static void all_release(struct all_state *st)
+{
+    /* Acq_rel: the last input callback frees the shared state. */
+    if (__atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        pawl_future_unref(st->out);
+        pawl_free(st);
+    }
+}
+
+static void all_input_done(void *arg, struct pawl_future *in)
+{
+    struct all_state *st = arg;
+    int64_t token = 0;
+    int code = 0;
+    const char *msg = NULL;
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "all-of: an input future was released without being completed";
+    }
+    if (code != 0) {
+        pawl_future_fail(st->out, code, msg); /* the first error wins; later ones EALREADY */
+    } else {
+        /* Relaxed CAS loop: the running minimum; ordered before the final completion by the
+         * acq_rel decrement of remaining below. */
+        int64_t cur = __atomic_load_n(&st->min, __ATOMIC_RELAXED);
+        while (token < cur &&
+               !__atomic_compare_exchange_n(&st->min, &cur, token, true, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+            ;
+    }
+    /* Acq_rel: the input that completes last sees every other input's minimum update. */
+    if (__atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL) == 0)
+        pawl_future_complete(st->out, __atomic_load_n(&st->min, __ATOMIC_RELAXED));
+    all_release(st);
+}
+
+struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n)
+{
+    if (n > 0 && fs == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (fs[i] == NULL)
+            return NULL;
+    struct pawl_future *out = pawl_future_new();
+    if (out == NULL)
+        return NULL;
+    if (n == 0) {
+        pawl_future_complete(out, PAWL_TOKEN_START);
+        return out;
+    }
+    struct all_state *st = pawl_malloc(sizeof(*st));
+    if (st == NULL) {
+        pawl_future_unref(out);
+        return NULL;
+    }
+    st->refs = (uint32_t)n;
+    st->remaining = (uint32_t)n;
+    st->min = INT64_MAX;
+    st->out = pawl_future_ref(out);
+    for (size_t i = 0; i < n; i++) {
+        if (pawl_future_on_complete_inline(fs[i], all_input_done, st) != 0) {
+            /* Out of memory half-way: fail the result; the inputs not registered release their
+             * share of the state now. */
+            pawl_future_fail(out, PAWL_ENOMEM, "all-of: out of memory registering inputs");
+            for (size_t j = i; j < n; j++) {
+                __atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL);
+                all_release(st);
+            }
+            break;
+        }
+    }
+    return out;
+}
+
+/* ---- or-timeout ----
+ *
+ * The state (with its timer) is freed by the timer's idle hook, which the timers module calls
+ * once the timer's busy count drops to zero. The input side keeps one busy hold of its own from
+ * creation until its callback has finished with the timer (cancel included), so the count can
+ * reach zero only once: after both the input callback and every timer activity are over.
+ */
+
+struct timeout_state {
+    int64_t ms;
+    struct pawl_future *out;
+    struct pawl_timers *tm;
+    struct pawl_timer timer;
+};
+
+static void timeout_input_done(void *arg, struct pawl_future *in)
+{
+    struct timeout_state *st = arg;
+    int64_t token = 0;
+    int code = 0;
+    const char *msg = NULL;
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "or-timeout: the input future was released without being completed";
+    }
+    if (code == 0)
+        pawl_future_complete(st->out, token);
+    else
+        pawl_future_fail(st->out, code, msg);
+    pawl_timer_cancel(st->tm, &st->timer); /* 0 or PAWL_EALREADY: either way we are done */
+    pawl_timer_unhold_(&st->timer);         /* may free st */
+}
+
+static void timeout_fired(struct pawl_timer *t, void *arg, int status)
+{
+    struct timeout_state *st = arg;
+    char msg[64];
+    if (status == 0) {
+        snprintf(msg, sizeof msg, "timed out after %lld ms", (long long)st->ms);
+        pawl_future_fail(st->out, PAWL_ETIMEDOUT, msg);
+    } else {
+        pawl_future_fail(st->out, PAWL_ECANCELED, "timer cancelled: the pool is shutting down");
+    }
+}
+
+static void timeout_timer_idle(struct pawl_timer *t)
+{
+    struct timeout_state *st = PAWL_CONTAINER_OF(t, struct timeout_state, timer);
+    pawl_future_unref(st->out);
+    pawl_free(st);
+}
+
+struct pawl_future *pawl_future_or_timeout(struct pawl_future *f, struct pawl_timers *tm,
+                                           int64_t ms)
+{
+    if (f == NULL || tm == NULL || ms < 0)
+        return NULL;
+    struct pawl_future *out = pawl_future_new();
+    struct timeout_state *st = pawl_calloc(1, sizeof(*st));
+    if (out == NULL || st == NULL)
+        goto fail;
+    st->ms = ms;
+    st->tm = tm;
+    st->out = pawl_future_ref(out);
+    pawl_timer_init(&st->timer, timeout_fired, st);
+    st->timer._idle_fn = timeout_timer_idle;
+    pawl_timer_hold_(&st->timer); /* the input side's hold, dropped in timeout_input_done */
+    if (pawl_timer_start(tm, &st->timer, ms, 0) != 0) {
+        /* Nothing reached the timers thread; our hold kept the hook from running. */
+        pawl_future_unref(st->out);
+        goto fail;
+    }
+    /* From here the idle hook owns st. */
+    if (pawl_future_on_complete_inline(f, timeout_input_done, st) != 0)
+        pawl_timer_unhold_(&st->timer); /* out of memory: the timer alone decides */
+    return out;
+fail:
+    pawl_free(st);
+    pawl_future_unref(out);
+    return NULL;
+}

@@ -1,0 +1,71 @@
+/*
+ * mpsc.c — Vyukov's intrusive MPSC queue on GCC/Clang __atomic builtins (the C11 memory model on
+ * plain fields, so the public structs that embed a queue stay usable from C++).
+ *
+ * Invariant: q->_head is the last node pushed (or the stub); following link fields from q->_tail
+ * reaches q->_head, except for one missing link per producer that has exchanged _head but not
+ * yet stored its predecessor's link. The stub is re-pushed by the consumer whenever it would
+ * otherwise have to take the last real node, so a node is only handed out once its successor
+ * exists and the consumer never touches a node after returning it.
+ */
+#include "mpsc.h"
+
+#include <stddef.h>
+
+void pawl_mpsc_init(struct pawl_mpsc_ *q)
+{
+    q->_stub = NULL;
+    q->_head = &q->_stub;
+    q->_tail = &q->_stub;
+}
+
+void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node)
+{
+    /* Relaxed: the release exchange below publishes this store together with the node. */
+    __atomic_store_n(node, NULL, __ATOMIC_RELAXED);
+    /* Acq_rel: release publishes the node's contents to the consumer; acquire orders the link
+     * store below after any earlier producer's initialisation of prev. */
+    void **prev = __atomic_exchange_n(&q->_head, node, __ATOMIC_ACQ_REL);
+    /* Release: the consumer that loads this link (acquire) sees the node's contents. */
+    __atomic_store_n(prev, (void *)node, __ATOMIC_RELEASE);
+}
+
+void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
+{
+    void **tail = q->_tail;
+    /* Acquire: pairs with the producer's release link store; the next node's contents follow. */
+    void **next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    if (tail == &q->_stub) {
+        if (next == NULL) {
+            /* Acquire: a producer may have exchanged _head without linking the stub yet. */
+            return __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE) == tail ? NULL : PAWL_MPSC_BUSY;
+        }
+        q->_tail = next;
+        tail = next;
+        /* Acquire: as above, for the node after the first real one. */
+        next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    }
+    if (next != NULL) {
+        q->_tail = next;
+        return tail;
+    }
+    /* Acquire: see whether tail is really the last node or a producer is mid-push. */
+    void **head = __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE);
+    if (tail != head)
+        return PAWL_MPSC_BUSY;
+    pawl_mpsc_push(q, &q->_stub);
+    /* Acquire: tail's link is now the stub, or a producer that got in between. */
+    next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    if (next != NULL) {
+        q->_tail = next;
+        return tail;
+    }
+    return PAWL_MPSC_BUSY;
+}
+
+bool pawl_mpsc_empty(const struct pawl_mpsc_ *q)
+{
+    /* Acquire: a snapshot. The consumer re-pushes the stub whenever it takes the last node, so
+     * _head is the stub exactly when nothing is queued (a push in progress has already moved it). */
+    return __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE) == &q->_stub;
+}

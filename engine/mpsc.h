@@ -1,0 +1,39 @@
+/*
+ * mpsc.h — an intrusive, unbounded, lock-free multi-producer single-consumer queue (Dmitry
+ * Vyukov's design): push is one atomic exchange plus one release store, wait-free for producers;
+ * pop is for one consumer at a time and never blocks, but may find the queue momentarily
+ * inconsistent while a producer sits between its exchange and its link store (then it reports
+ * "busy": the item will be visible within a few instructions of that producer).
+ *
+ * A node is the address of a `void *` link field inside the caller's object (pawl_task._next,
+ * pawl_timer._cmd_next); the queue stores link addresses only, so objects of any type can be
+ * queued without type punning. The caller owns the nodes; a node may be queued on at most one
+ * queue at a time. The queue struct lives in the public header (pawl_mpsc_) because serial
+ * executors embed it; it must not be moved once initialised (the stub's address is in it).
+ *
+ * Threads: pawl_mpsc_push from any thread; pawl_mpsc_pop / pawl_mpsc_empty from the one consumer
+ * (or whoever holds the consumer role through an external try-lock).
+ */
+#ifndef PAWL_ENGINE_MPSC_H
+#define PAWL_ENGINE_MPSC_H
+
+#include "pawl/runtime.h"
+
+#include <stdbool.h>
+
+#define PAWL_MPSC_BUSY ((void **)1) /* pop: an item is being linked; retry shortly */
+
+void pawl_mpsc_init(struct pawl_mpsc_ *q);
+
+/* Append node (the address of its link field). Any thread. */
+void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node);
+
+/* Take the oldest node: its link address, NULL when empty, or PAWL_MPSC_BUSY. Consumer only. */
+void **pawl_mpsc_pop(struct pawl_mpsc_ *q);
+
+/* True when nothing is queued or being linked (an acquire snapshot). Any thread. */
+bool pawl_mpsc_empty(const struct pawl_mpsc_ *q);
+
+#define PAWL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+#endif

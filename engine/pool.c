@@ -1,0 +1,423 @@
+/*
+ * pool.c — the work-stealing pool.
+ *
+ * Each worker owns a Chase–Lev deque (deque.c): tasks a worker submits go to the bottom of its
+ * own deque and it pops them LIFO (cache-warm); idle workers steal FIFO from the top of another
+ * worker's deque, starting at a random victim. Threads outside the pool submit through one
+ * lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer role is taken by
+ * one worker at a time with a try-lock, and a worker that gets it moves a small batch into its
+ * own deque so that others can steal from there. Every 61st task a worker looks at the injection
+ * queue first, so outside work is not starved by a worker feeding itself.
+ *
+ * Parking is an eventcount on one futex word (epoch) with a sleeper count:
+ *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
+ *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
+ * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
+ * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
+ * wake-up is lost. A woken worker that finds more work than it takes wakes another.
+ *
+ * Shutdown (pawl_pool_free): set stop, wake everybody, join; workers finish the task they are
+ * running and leave the rest. Then the freeing thread cancels what is queued (deques, injection
+ * queue) until nothing is left — a cancelled task may submit more, which lands in the injection
+ * queue and is cancelled in a later round.
+ *
+ * Threads: pawl_pool_submit from anywhere; pawl_pool_free from a thread outside the pool.
+ */
+#include "pool.h"
+
+#include "common.h"
+#include "deque.h"
+#include "futex.h"
+#include "mpsc.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 1024
+#define INJECT_BATCH 16
+#define SPIN_ROUNDS 64
+
+struct worker {
+    struct pawl_deque dq;
+    struct pawl_pool *pool;
+    pthread_t thread;
+    int index;
+    int started;
+    uint32_t tick;
+    uint64_t rng;
+    /* Counters written only by this worker (relaxed atomic stores), read by pawl_pool_stats. */
+    uint64_t executed;
+    uint64_t steals;
+    uint64_t injected;
+    uint64_t parks;
+} __attribute__((aligned(PAWL_CACHELINE)));
+
+struct pawl_pool {
+    struct pawl_mpsc_ inject;  /* tasks from outside (and yields); cache-line padded inside */
+    int64_t inject_n;          /* >= tasks queued (counted before the push); parking reads it */
+    uint32_t inject_lock;      /* 1 while a worker holds the consumer role of inject */
+    char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
+    uint32_t epoch;            /* futex word of the eventcount */
+    int32_t sleepers;          /* workers between "announce" and "wake" in park() */
+    uint32_t stop;             /* set once by pawl_pool_free */
+    char pad1[PAWL_CACHELINE - 3 * sizeof(uint32_t)];
+    uint64_t wakeups;
+    uint64_t cancelled;
+    int nworkers;
+    struct worker *workers;
+};
+
+static _Thread_local struct worker *tls_worker;
+
+void pawl_pool_opts_defaults(struct pawl_pool_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+}
+
+int pawl_pool_current_worker(void)
+{
+    return tls_worker ? tls_worker->index : -1;
+}
+
+struct pawl_pool *pawl_pool_current(void)
+{
+    return tls_worker ? tls_worker->pool : NULL;
+}
+
+int pawl_pool_workers(const struct pawl_pool *pool)
+{
+    return pool->nworkers;
+}
+
+static inline void count(uint64_t *c)
+{
+    /* Relaxed: a statistics counter with a single writer; readers want an approximate value. */
+    __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
+}
+
+/* Wake one parked worker if there is one. Called after publishing work. */
+static void notify(struct pawl_pool *pool)
+{
+    /* Seq_cst fence: orders the publication of the task before the read of sleepers (the
+     * submitter half of the Dekker pattern with park()). */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* Relaxed: ordered by the fence above. */
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0) {
+        /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
+         * fence already orders it). */
+        __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_RELEASE);
+        pawl_futex_wake(&pool->epoch, 1);
+        /* Relaxed: statistics. */
+        __atomic_fetch_add(&pool->wakeups, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
+{
+    /* Count before pushing, so the count never falls below what is queued (a consumer may pop
+     * t as soon as it is linked). Relaxed: notify() fences before reading sleepers. */
+    __atomic_fetch_add(&pool->inject_n, 1, __ATOMIC_RELAXED);
+    pawl_mpsc_push(&pool->inject, &t->_next);
+    notify(pool);
+}
+
+int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
+{
+    if (PAWL_UNLIKELY(pool == NULL || t == NULL || t->fn == NULL))
+        return PAWL_EINVAL;
+    struct worker *w = tls_worker;
+    if (w != NULL && w->pool == pool && pawl_deque_push(&w->dq, t) == 0) {
+        notify(pool);
+        return 0;
+    }
+    inject_push(pool, t);
+    return 0;
+}
+
+int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t)
+{
+    inject_push(pool, t);
+    return 0;
+}
+
+/* Take the injection queue's consumer role and return its oldest task, moving a few more into
+ * w's deque. NULL if it is empty, busy, or another worker holds the role. */
+static struct pawl_task *take_injected(struct worker *w)
+{
+    struct pawl_pool *pool = w->pool;
+    /* Relaxed: a hint; the pop below is what synchronises with producers. */
+    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) <= 0)
+        return NULL;
+    /* Acquire: pairs with the release in the unlock below; the previous holder's queue state
+     * (the consumer-side tail) is visible to us. */
+    if (__atomic_exchange_n(&pool->inject_lock, 1, __ATOMIC_ACQUIRE) != 0)
+        return NULL;
+    struct pawl_task *first = NULL;
+    int64_t n = __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED);
+    int64_t want = PAWL_MIN(INJECT_BATCH, n / pool->nworkers + 1);
+    int64_t got = 0;
+    while (got < want) {
+        void **link = pawl_mpsc_pop(&pool->inject);
+        if (link == NULL || link == PAWL_MPSC_BUSY)
+            break;
+        struct pawl_task *t = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
+        got++;
+        if (first == NULL) {
+            first = t;
+        } else if (pawl_deque_push(&w->dq, t) != 0) {
+            /* Our deque is full and cannot grow: leave t in the shared queue (still counted). */
+            got--;
+            pawl_mpsc_push(&pool->inject, &t->_next);
+            break;
+        }
+    }
+    /* Relaxed: see inject_push. */
+    __atomic_fetch_sub(&pool->inject_n, got, __ATOMIC_RELAXED);
+    /* Release: hand the consumer-side state to the next holder. */
+    __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
+    for (int64_t i = 0; i < got; i++)
+        count(&w->injected);
+    if (got > 1)
+        notify(pool); /* we moved work into our deque: let a sleeper steal some */
+    return first;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static struct pawl_task *steal_any(struct worker *w)
+{
+    struct pawl_pool *pool = w->pool;
+    int n = pool->nworkers;
+    if (n < 2)
+        return NULL;
+    for (int round = 0; round < 2; round++) {
+        int start = (int)(xorshift(&w->rng) % (uint64_t)n);
+        for (int i = 0; i < n; i++) {
+            struct worker *v = &pool->workers[(start + i) % n];
+            if (v == w)
+                continue;
+            struct pawl_task *t = pawl_deque_steal(&v->dq);
+            if (t == PAWL_DEQUE_ABORT)
+                t = pawl_deque_steal(&v->dq);
+            if (t != NULL && t != PAWL_DEQUE_ABORT) {
+                count(&w->steals);
+                if (pawl_deque_size(&v->dq) > 0)
+                    notify(pool); /* more left there: another sleeper may help */
+                return t;
+            }
+        }
+    }
+    return NULL;
+}
+
+static struct pawl_task *find_task(struct worker *w)
+{
+    struct pawl_task *t;
+    if (++w->tick % 61 == 0 && (t = take_injected(w)) != NULL)
+        return t;
+    if ((t = pawl_deque_pop(&w->dq)) != NULL)
+        return t;
+    if ((t = take_injected(w)) != NULL)
+        return t;
+    return steal_any(w);
+}
+
+static int has_work(struct pawl_pool *pool)
+{
+    /* Relaxed loads: the caller fenced (seq_cst) after announcing itself as a sleeper. */
+    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+        return 1;
+    for (int i = 0; i < pool->nworkers; i++)
+        if (pawl_deque_size(&pool->workers[i].dq) > 0)
+            return 1;
+    return 0;
+}
+
+static void park(struct worker *w)
+{
+    struct pawl_pool *pool = w->pool;
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
+            return;
+        pawl_cpu_relax();
+    }
+    /* Acquire: the epoch we will sleep on; any later bump makes futex_wait return at once. */
+    uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
+    /* Seq_cst: announce the sleeper before re-checking the queues (worker half of Dekker). */
+    __atomic_fetch_add(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!has_work(pool) && !__atomic_load_n(&pool->stop, __ATOMIC_SEQ_CST)) {
+        count(&w->parks);
+        pawl_futex_wait(&pool->epoch, e, -1);
+    }
+    /* Relaxed: the count only gates whether submitters issue a wake-up. */
+    __atomic_fetch_sub(&pool->sleepers, 1, __ATOMIC_RELAXED);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct pawl_pool *pool = w->pool;
+    tls_worker = w;
+    for (;;) {
+        /* Acquire: pairs with the store in pawl_pool_free; stop is checked between tasks. */
+        if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
+            break;
+        struct pawl_task *t = find_task(w);
+        if (t != NULL) {
+            t->fn(t, 0);
+            count(&w->executed);
+            continue;
+        }
+        park(w);
+    }
+    tls_worker = NULL;
+    return NULL;
+}
+
+int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
+{
+    struct pawl_pool_opts o;
+    if (opts)
+        o = *opts;
+    else
+        pawl_pool_opts_defaults(&o);
+    if (out == NULL || o.workers < 0 || o.workers > MAX_WORKERS || o.deque_capacity < 0)
+        return PAWL_EINVAL;
+    *out = NULL;
+    int n = o.workers;
+    if (n == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)PAWL_MIN(c, MAX_WORKERS) : 1;
+    }
+    const char *prefix = o.name ? o.name : "pawl-w";
+    int rc = PAWL_ENOMEM;
+    struct pawl_pool *pool = pawl_calloc(1, sizeof(*pool));
+    if (pool == NULL)
+        goto fail;
+    pawl_mpsc_init(&pool->inject);
+    pool->nworkers = n;
+    pool->workers = pawl_calloc((size_t)n, sizeof(struct worker));
+    if (pool->workers == NULL)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &pool->workers[i];
+        w->pool = pool;
+        w->index = i;
+        w->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        if (pawl_deque_init(&w->dq, o.deque_capacity ? o.deque_capacity : 256) != 0)
+            goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &pool->workers[i];
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            rc = PAWL_ESYS;
+            goto fail;
+        }
+        w->started = 1;
+        char name[16];
+        snprintf(name, sizeof name, "%.10s%d", prefix, i);
+        pthread_setname_np(w->thread, name);
+    }
+    *out = pool;
+    return 0;
+fail:
+    if (pool) {
+        if (pool->workers) {
+            /* Seq_cst: as in pawl_pool_free. */
+            __atomic_store_n(&pool->stop, 1, __ATOMIC_SEQ_CST);
+            __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_SEQ_CST);
+            pawl_futex_wake(&pool->epoch, n);
+            for (int i = 0; i < n; i++) {
+                if (pool->workers[i].started)
+                    pthread_join(pool->workers[i].thread, NULL);
+                if (pool->workers[i].dq.ring)
+                    pawl_deque_fini(&pool->workers[i].dq);
+            }
+            pawl_free(pool->workers);
+        }
+        pawl_free(pool);
+    }
+    PAWL_ERROR("pool", "cannot start a pool of %d workers: %s", n, pawl_strerror(rc));
+    return rc;
+}
+
+static void cancel(struct pawl_pool *pool, struct pawl_task *t)
+{
+    pool->cancelled++;
+    t->fn(t, PAWL_ECANCELED);
+}
+
+void pawl_pool_free(struct pawl_pool *pool)
+{
+    if (pool == NULL)
+        return;
+    if (tls_worker != NULL && tls_worker->pool == pool) {
+        PAWL_ERROR("pool", "pawl_pool_free called from one of its own workers; ignored");
+        return;
+    }
+    /* Seq_cst: the workers' park() re-check must see stop, or see the epoch bump below. */
+    __atomic_store_n(&pool->stop, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_SEQ_CST);
+    pawl_futex_wake(&pool->epoch, pool->nworkers);
+    for (int i = 0; i < pool->nworkers; i++)
+        pthread_join(pool->workers[i].thread, NULL);
+
+    /* Single-threaded from here, except for foreign submitters racing with free (their tasks
+     * are cancelled if they land before we return). Cancel until nothing is left. */
+    for (int more = 1; more;) {
+        more = 0;
+        for (int i = 0; i < pool->nworkers; i++) {
+            struct pawl_task *t;
+            while ((t = pawl_deque_pop(&pool->workers[i].dq)) != NULL) {
+                cancel(pool, t);
+                more = 1;
+            }
+        }
+        for (;;) {
+            void **link = pawl_mpsc_pop(&pool->inject);
+            if (link == NULL)
+                break;
+            if (link == PAWL_MPSC_BUSY) {
+                sched_yield(); /* a producer is between its two stores */
+                continue;
+            }
+            __atomic_fetch_sub(&pool->inject_n, 1, __ATOMIC_RELAXED);
+            cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
+            more = 1;
+        }
+    }
+    if (pool->cancelled)
+        PAWL_DEBUG("pool", "shut down; %llu queued tasks cancelled",
+                   (unsigned long long)pool->cancelled);
+    for (int i = 0; i < pool->nworkers; i++)
+        pawl_deque_fini(&pool->workers[i].dq);
+    pawl_free(pool->workers);
+    pawl_free(pool);
+}
+
+void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->workers = pool->nworkers;
+    for (int i = 0; i < pool->nworkers; i++) {
+        const struct worker *w = &pool->workers[i];
+        /* Relaxed: statistics snapshot. */
+        out->executed += __atomic_load_n(&w->executed, __ATOMIC_RELAXED);
+        out->steals += __atomic_load_n(&w->steals, __ATOMIC_RELAXED);
+        out->injected += __atomic_load_n(&w->injected, __ATOMIC_RELAXED);
+        out->parks += __atomic_load_n(&w->parks, __ATOMIC_RELAXED);
+    }
+    out->wakeups = __atomic_load_n(&pool->wakeups, __ATOMIC_RELAXED);
+    out->cancelled = __atomic_load_n(&pool->cancelled, __ATOMIC_RELAXED);
+}

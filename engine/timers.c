@@ -1,0 +1,739 @@
+/*
+ * timers.c — one-shot and periodic timers driven by one thread per pawl_timers object, with two
+ * backends behind one state machine:
+ *   - io_uring: each armed timer is one IORING_OP_TIMEOUT with an absolute CLOCK_MONOTONIC
+ *     deadline whose timespec lives in the timer (t->_ts), user_data = the timer; cancelling
+ *     submits IORING_OP_TIMEOUT_REMOVE and the timeout then completes with -ECANCELED (or -ETIME
+ *     if it won the race). Command wake-ups arrive as a read on an eventfd kept in the ring.
+ *   - epoll: a binary min-heap of deadlines, one timerfd set to the earliest, and the eventfd,
+ *     both in one epoll set (one descriptor per object, however many timers).
+ * The backend is chosen at creation: io_uring unless refused (setup fails, or a probe timeout
+ * does not complete with -ETIME), then epoll, logged once per process; require_io_uring turns
+ * the refusal into an error.
+ *
+ * Threads and ownership. Any thread calls start/cancel; they change the timer's state word with
+ * a CAS and queue the timer on a lock-free MPSC command queue (one entry at a time: _queued),
+ * then wake the timers thread. Only the timers thread touches the backend and the fields marked
+ * owner-only; it reconciles each queued timer's wanted state (state word) with what the backend
+ * holds (_op, _armed_gen). The state word is generation << 2 | {IDLE, ARMED, FIRED}: start bumps
+ * the generation, so a backend expiry left over from an earlier start is recognised and dropped.
+ * The expiry of a one-shot timer is a CAS ARMED -> FIRED on the timers thread, and cancel is a
+ * CAS ARMED -> IDLE: whichever wins decides whether the callback runs, exactly once.
+ *
+ * Busy count: every party that may still touch a timer holds it (a queued command, an armed
+ * backend op, a dispatched callback). Holds are always taken before the previous one is dropped,
+ * so the count reaches zero only when the runtime is done with the timer. For a one-shot expiry
+ * the timers thread takes the callback's hold, drops its own, and submits the task as its very
+ * last access, so the callback may free the timer.
+ */
+#include "timers.h"
+
+#include "common.h"
+#include "mpsc.h"
+#include "pool.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { ST_IDLE = 0, ST_ARMED = 1, ST_FIRED = 2 };
+enum { OP_NONE = 0, OP_ARMED = 1, OP_REMOVING = 2 };
+enum { BACKEND_URING = 1, BACKEND_EPOLL = 2 };
+
+#define UD_REMOVE 1ull /* user_data of TIMEOUT_REMOVE requests */
+#define UD_WAKE 2ull   /* user_data of the eventfd read */
+
+struct pawl_timers {
+    struct pawl_mpsc_ cmdq; /* timers whose wanted state changed (linked via _cmd_next) */
+    uint32_t wake_pending;  /* 1 while a wake-up write to efd is outstanding */
+    uint32_t stop;
+    uint64_t armed;
+    struct pawl_pool *pool;
+    int backend;
+    char reason[200];
+    pthread_t thread;
+    int efd;
+    /* Owner-only from here. */
+    struct pawl_timer **set; /* timers the backend holds; a min-heap by deadline for epoll */
+    size_t set_len, set_cap;
+    struct io_uring ring;
+    int ring_ok;
+    uint64_t efd_buf;
+    int efd_armed;
+    int epfd, tfd;
+    int64_t tfd_deadline;
+};
+
+static int logged_backend; /* once per process */
+
+void pawl_timers_opts_defaults(struct pawl_timers_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+}
+
+int pawl_timer_backend_parse(const char *s, enum pawl_timer_backend *out)
+{
+    if (s == NULL || out == NULL)
+        return PAWL_EINVAL;
+    if (strcmp(s, "auto") == 0)
+        *out = PAWL_TIMER_BACKEND_AUTO;
+    else if (strcmp(s, "io_uring") == 0 || strcmp(s, "io-uring") == 0 || strcmp(s, "uring") == 0)
+        *out = PAWL_TIMER_BACKEND_IO_URING;
+    else if (strcmp(s, "epoll") == 0)
+        *out = PAWL_TIMER_BACKEND_EPOLL;
+    else
+        return PAWL_EINVAL;
+    return 0;
+}
+
+const char *pawl_timers_backend(const struct pawl_timers *tm)
+{
+    return tm->backend == BACKEND_URING ? "io_uring" : "epoll";
+}
+
+const char *pawl_timers_backend_reason(const struct pawl_timers *tm)
+{
+    return tm->reason;
+}
+
+uint64_t pawl_timers_armed(const struct pawl_timers *tm)
+{
+    /* Relaxed: statistics. */
+    return __atomic_load_n(&tm->armed, __ATOMIC_RELAXED);
+}
+
+/* ---- busy holds ---- */
+
+void pawl_timer_hold_(struct pawl_timer *t)
+{
+    /* Relaxed: the caller already holds the timer (or owns it outright); no data is handed
+     * over by the increment itself. */
+    __atomic_fetch_add(&t->_busy, 1, __ATOMIC_RELAXED);
+}
+
+void pawl_timer_unhold_(struct pawl_timer *t)
+{
+    void (*idle)(struct pawl_timer *) = t->_idle_fn; /* read before t may be freed */
+    /* Acq_rel: release our accesses to t; the thread that sees zero acquires everybody's. */
+    if (__atomic_sub_fetch(&t->_busy, 1, __ATOMIC_ACQ_REL) == 0 && idle)
+        idle(t);
+}
+
+int pawl_timer_busy(const struct pawl_timer *t)
+{
+    /* Acquire: pairs with the release in unhold; after 0 the runtime's accesses are visible. */
+    return __atomic_load_n(&t->_busy, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ---- callbacks as pool tasks ---- */
+
+static void timer_task(struct pawl_task *task, int status)
+{
+    struct pawl_timer *t = PAWL_CONTAINER_OF(task, struct pawl_timer, _task);
+    pawl_timer_fn cb = t->_cb;
+    void *arg = t->_arg;
+    /* Acquire: pairs with the timers thread's exchange that set it for a periodic dispatch. */
+    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_ACQUIRE)) {
+        cb(t, arg, status);
+        /* Release: the next periodic dispatch (and a restart) see the callback finished. */
+        __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+        pawl_timer_unhold_(t);
+    } else if (t->_idle_fn) {
+        cb(t, arg, status); /* runtime-internal owner: its idle hook frees t after this */
+        pawl_timer_unhold_(t);
+    } else {
+        pawl_timer_unhold_(t); /* one-shot: the callback may free or restart t */
+        cb(t, arg, status);
+    }
+}
+
+void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg)
+{
+    memset(t, 0, sizeof(*t));
+    t->_task.fn = timer_task;
+    t->_cb = cb;
+    t->_arg = arg;
+    t->_heap_idx = -1;
+}
+
+/* ---- the command queue ---- */
+
+static void wake(struct pawl_timers *tm)
+{
+    /* Acq_rel: our push happened before; the owner's clearing exchange acquires it. */
+    if (__atomic_exchange_n(&tm->wake_pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        uint64_t one = 1;
+        ssize_t n = write(tm->efd, &one, sizeof one);
+        (void)n; /* EAGAIN means the counter is already non-zero: the owner wakes anyway */
+    }
+}
+
+/* Queue t for the owner. The caller holds t; this takes a hold for the queue entry. */
+static void enqueue(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    pawl_timer_hold_(t);
+    /* Acq_rel: orders our state change before the owner's clearing exchange sees the flag. */
+    if (__atomic_exchange_n(&t->_queued, 1, __ATOMIC_ACQ_REL) == 0) {
+        pawl_mpsc_push(&tm->cmdq, &t->_cmd_next);
+        wake(tm);
+    } else {
+        pawl_timer_unhold_(t); /* already queued: that entry will see our change */
+    }
+}
+
+int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
+                     int64_t period_ms)
+{
+    if (tm == NULL || t == NULL || delay_ms < 0 || period_ms < 0 || t->_task.fn != timer_task)
+        return PAWL_EINVAL;
+    /* Acquire: pairs with pawl_timers_free. */
+    if (__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE))
+        return PAWL_ESHUTDOWN;
+    /* Seq_cst: with the timers thread's exchange-then-load in dispatch_periodic, either we see
+     * the callback in flight, or it sees our new generation and withdraws its dispatch. */
+    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_SEQ_CST))
+        return PAWL_EBUSY;
+    pawl_timer_hold_(t); /* keeps the count above zero until the command is queued */
+    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((s & 3) == ST_ARMED) {
+            pawl_timer_unhold_(t);
+            return PAWL_EBUSY;
+        }
+        /* Relaxed: published by the release CAS on the state word below. */
+        __atomic_store_n(&t->_delay_ns, delay_ms * 1000000, __ATOMIC_RELAXED);
+        __atomic_store_n(&t->_period_ns, period_ms * 1000000, __ATOMIC_RELAXED);
+        uint64_t ns = (((s >> 2) + 1) << 2) | ST_ARMED;
+        /* Seq_cst: see the _cb_inflight comment; also releases delay and period. */
+        if (__atomic_compare_exchange_n(&t->_state, &s, ns, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE))
+            break;
+    }
+    /* Relaxed: statistics. */
+    __atomic_fetch_add(&tm->armed, 1, __ATOMIC_RELAXED);
+    enqueue(tm, t);
+    pawl_timer_unhold_(t);
+    return 0;
+}
+
+int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    if (tm == NULL || t == NULL)
+        return PAWL_EINVAL;
+    /* Acquire: a state we read as not armed also shows what led to it. */
+    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+    if ((s & 3) != ST_ARMED)
+        return PAWL_EALREADY;
+    pawl_timer_hold_(t);
+    for (;;) {
+        if ((s & 3) != ST_ARMED) {
+            pawl_timer_unhold_(t);
+            return PAWL_EALREADY;
+        }
+        uint64_t ns = (s & ~(uint64_t)3) | ST_IDLE;
+        /* Seq_cst: races with the timers thread's ARMED -> FIRED CAS; one of them wins. */
+        if (__atomic_compare_exchange_n(&t->_state, &s, ns, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE))
+            break;
+    }
+    /* Relaxed: statistics. */
+    __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+    enqueue(tm, t);
+    pawl_timer_unhold_(t);
+    return 0;
+}
+
+/* ---- the owner's set of timers held by the backend ---- */
+
+static int set_reserve(struct pawl_timers *tm)
+{
+    if (tm->set_len < tm->set_cap)
+        return 0;
+    size_t cap = tm->set_cap ? tm->set_cap * 2 : 64;
+    struct pawl_timer **n = pawl_realloc(tm->set, cap * sizeof(*n));
+    if (n == NULL)
+        return PAWL_ENOMEM;
+    tm->set = n;
+    tm->set_cap = cap;
+    return 0;
+}
+
+static void heap_swap(struct pawl_timers *tm, size_t a, size_t b)
+{
+    struct pawl_timer *x = tm->set[a];
+    tm->set[a] = tm->set[b];
+    tm->set[b] = x;
+    tm->set[a]->_heap_idx = (int)a;
+    tm->set[b]->_heap_idx = (int)b;
+}
+
+static void heap_up(struct pawl_timers *tm, size_t i)
+{
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (tm->set[p]->_deadline_ns <= tm->set[i]->_deadline_ns)
+            break;
+        heap_swap(tm, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(struct pawl_timers *tm, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < tm->set_len && tm->set[l]->_deadline_ns < tm->set[m]->_deadline_ns)
+            m = l;
+        if (r < tm->set_len && tm->set[r]->_deadline_ns < tm->set[m]->_deadline_ns)
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(tm, i, m);
+        i = m;
+    }
+}
+
+static void set_add(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    t->_heap_idx = (int)tm->set_len;
+    tm->set[tm->set_len++] = t;
+    if (tm->backend == BACKEND_EPOLL)
+        heap_up(tm, tm->set_len - 1);
+}
+
+static void set_del(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    size_t i = (size_t)t->_heap_idx, last = tm->set_len - 1;
+    t->_heap_idx = -1;
+    if (i != last) {
+        tm->set[i] = tm->set[last];
+        tm->set[i]->_heap_idx = (int)i;
+    }
+    tm->set_len--;
+    if (i != last && tm->backend == BACKEND_EPOLL) {
+        heap_down(tm, i);
+        heap_up(tm, i);
+    }
+}
+
+/* ---- backend operations (owner only) ---- */
+
+static struct io_uring_sqe *get_sqe(struct pawl_timers *tm)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&tm->ring);
+    while (sqe == NULL) {
+        io_uring_submit(&tm->ring); /* the SQ is full: hand it to the kernel and retry */
+        sqe = io_uring_get_sqe(&tm->ring);
+    }
+    return sqe;
+}
+
+/* Arm t in the backend for its current _deadline_ns. The caller took the op's hold. */
+static int backend_arm(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    if (set_reserve(tm) != 0)
+        return PAWL_ENOMEM;
+    set_add(tm, t);
+    t->_op = OP_ARMED;
+    if (tm->backend == BACKEND_URING) {
+        struct __kernel_timespec *ts = (struct __kernel_timespec *)(void *)t->_ts;
+        ts->tv_sec = t->_deadline_ns / 1000000000;
+        ts->tv_nsec = t->_deadline_ns % 1000000000;
+        struct io_uring_sqe *sqe = get_sqe(tm);
+        io_uring_prep_timeout(sqe, ts, 0, IORING_TIMEOUT_ABS);
+        io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)t);
+    }
+    return 0;
+}
+
+/* Ask the backend to drop t. io_uring: asynchronous (the timeout's CQE follows); epoll: done
+ * here, and the op's hold is dropped (the caller still holds t). */
+static void backend_remove(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    if (tm->backend == BACKEND_URING) {
+        struct io_uring_sqe *sqe = get_sqe(tm);
+        io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)t, 0);
+        io_uring_sqe_set_data64(sqe, UD_REMOVE);
+        t->_op = OP_REMOVING;
+    } else {
+        set_del(tm, t);
+        t->_op = OP_NONE;
+        pawl_timer_unhold_(t);
+    }
+}
+
+/* Bring the backend in line with t's wanted state. The caller holds t. */
+static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
+{
+    for (;;) {
+        /* Acquire: pairs with start's CAS; delay and period of this generation are visible. */
+        uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+        uint64_t gen = s >> 2;
+        if ((s & 3) == ST_ARMED) {
+            if (t->_op == OP_NONE) {
+                t->_armed_gen = gen;
+                t->_deadline_ns =
+                    pawl_now_ns() + __atomic_load_n(&t->_delay_ns, __ATOMIC_RELAXED);
+                pawl_timer_hold_(t); /* the op's hold */
+                if (backend_arm(tm, t) != 0) {
+                    pawl_timer_unhold_(t);
+                    PAWL_ERROR("timers", "out of memory arming a timer; retrying");
+                    enqueue(tm, t); /* try again on the next pass */
+                }
+                return;
+            }
+            if (t->_armed_gen == gen || t->_op == OP_REMOVING)
+                return; /* armed for this generation, or the old op's CQE will re-run us */
+            backend_remove(tm, t);
+            continue; /* epoll removed synchronously: arm the new generation now */
+        }
+        if (t->_op == OP_ARMED)
+            backend_remove(tm, t);
+        return;
+    }
+}
+
+/* The backend's op for t has ended: it expired (fired) or was removed. The op's hold is still
+ * held and is dropped here, as the last access (or handed to the callback). */
+static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
+{
+    t->_op = OP_NONE;
+    if (expired) {
+        uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_SEQ_CST);
+        uint64_t want = (t->_armed_gen << 2) | ST_ARMED;
+        int64_t period = __atomic_load_n(&t->_period_ns, __ATOMIC_RELAXED);
+        if (s == want && period == 0) {
+            /* Seq_cst: races with cancel's ARMED -> IDLE CAS; the winner decides. */
+            if (__atomic_compare_exchange_n(&t->_state, &s, (t->_armed_gen << 2) | ST_FIRED,
+                                            false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+                /* Relaxed: statistics. */
+                __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+                /* Hand our hold to the callback and submit it: our last access to t. */
+                pawl_pool_submit(tm->pool, &t->_task);
+                return;
+            }
+        } else if (s == want) {
+            /* Periodic: dispatch unless the previous callback is still in flight, then re-arm
+             * on the absolute schedule, skipping expiries that are already past. */
+            /* Seq_cst: see pawl_timer_start. */
+            if (__atomic_exchange_n(&t->_cb_inflight, 1, __ATOMIC_SEQ_CST) == 0) {
+                if (__atomic_load_n(&t->_state, __ATOMIC_SEQ_CST) == want) {
+                    pawl_timer_hold_(t); /* the callback's hold */
+                    pawl_pool_submit(tm->pool, &t->_task);
+                } else {
+                    /* Seq_cst: withdrawn; a restart may proceed. */
+                    __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+                }
+            } else {
+                t->_missed++;
+            }
+            int64_t next = t->_deadline_ns + period, now = pawl_now_ns();
+            if (next <= now) {
+                int64_t skip = (now - next) / period + 1;
+                t->_missed += (uint64_t)skip;
+                next += skip * period;
+            }
+            t->_deadline_ns = next;
+            if (backend_arm(tm, t) == 0)
+                return; /* the op's hold carries over to the new op */
+            PAWL_ERROR("timers", "out of memory re-arming a periodic timer; retrying");
+            enqueue(tm, t);
+        }
+    }
+    reconcile(tm, t);
+    pawl_timer_unhold_(t);
+}
+
+static void process_commands(struct pawl_timers *tm)
+{
+    /* Acq_rel: clear before draining, so a producer that sets it after this point also writes
+     * the eventfd; acquire sees the pushes of producers that found it set. */
+    __atomic_exchange_n(&tm->wake_pending, 0, __ATOMIC_ACQ_REL);
+    for (;;) {
+        void **link = pawl_mpsc_pop(&tm->cmdq);
+        if (link == NULL)
+            return;
+        if (link == PAWL_MPSC_BUSY) {
+            sched_yield(); /* a producer is between its two stores */
+            continue;
+        }
+        struct pawl_timer *t = PAWL_CONTAINER_OF(link, struct pawl_timer, _cmd_next);
+        /* Acq_rel: after this, a new change to t queues it again; acquire sees the state
+         * written before the producer's flag exchange. */
+        __atomic_exchange_n(&t->_queued, 0, __ATOMIC_ACQ_REL);
+        reconcile(tm, t);
+        pawl_timer_unhold_(t); /* the queue entry's hold */
+    }
+}
+
+/* ---- the io_uring loop ---- */
+
+static void *uring_main(void *arg)
+{
+    struct pawl_timers *tm = arg;
+    /* Acquire: pairs with pawl_timers_free's release store. */
+    while (!__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE)) {
+        if (!tm->efd_armed) {
+            struct io_uring_sqe *sqe = get_sqe(tm);
+            io_uring_prep_read(sqe, tm->efd, &tm->efd_buf, sizeof tm->efd_buf, 0);
+            io_uring_sqe_set_data64(sqe, UD_WAKE);
+            tm->efd_armed = 1;
+        }
+        int rc = io_uring_submit_and_wait(&tm->ring, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+            PAWL_ERROR("timers", "io_uring_submit_and_wait: %s", strerror(-rc));
+            usleep(1000);
+        }
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&tm->ring, head, cqe)
+        {
+            uint64_t ud = cqe->user_data;
+            int res = cqe->res;
+            seen++;
+            if (ud == UD_WAKE)
+                tm->efd_armed = 0;
+            else if (ud != UD_REMOVE) {
+                struct pawl_timer *t = (struct pawl_timer *)(uintptr_t)ud;
+                set_del(tm, t);
+                op_done(tm, t, res == -ETIME);
+            }
+        }
+        io_uring_cq_advance(&tm->ring, seen);
+        process_commands(tm);
+    }
+    return NULL;
+}
+
+/* ---- the epoll loop ---- */
+
+static void epoll_set_deadline(struct pawl_timers *tm)
+{
+    int64_t d = tm->set_len ? tm->set[0]->_deadline_ns : 0;
+    if (d == tm->tfd_deadline)
+        return;
+    struct itimerspec its = {0};
+    if (d > 0) {
+        its.it_value.tv_sec = d / 1000000000;
+        its.it_value.tv_nsec = d % 1000000000;
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+            its.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(tm->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+    tm->tfd_deadline = d;
+}
+
+static void *epoll_main(void *arg)
+{
+    struct pawl_timers *tm = arg;
+    /* Acquire: pairs with pawl_timers_free's release store. */
+    while (!__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE)) {
+        epoll_set_deadline(tm);
+        struct epoll_event ev[4];
+        int n = epoll_wait(tm->epfd, ev, 4, -1);
+        for (int i = 0; i < n; i++) {
+            uint64_t buf;
+            ssize_t r = read(ev[i].data.fd, &buf, sizeof buf);
+            (void)r; /* drained; EAGAIN is fine */
+            if (ev[i].data.fd == tm->tfd)
+                tm->tfd_deadline = 0; /* expired: must be set again */
+        }
+        int64_t now = pawl_now_ns();
+        while (tm->set_len && tm->set[0]->_deadline_ns <= now) {
+            struct pawl_timer *t = tm->set[0];
+            set_del(tm, t);
+            op_done(tm, t, 1);
+        }
+        process_commands(tm);
+    }
+    return NULL;
+}
+
+/* ---- creation ---- */
+
+/* Try io_uring: set up a ring and check that an absolute timeout completes with -ETIME.
+ * Returns 0, or a negative errno describing the refusal. */
+static int uring_probe(struct pawl_timers *tm, unsigned entries, int simulate)
+{
+    if (simulate)
+        return -simulate;
+    int rc = io_uring_queue_init(entries, &tm->ring, 0);
+    if (rc < 0)
+        return rc;
+    tm->ring_ok = 1;
+    struct __kernel_timespec ts;
+    int64_t now = pawl_now_ns();
+    ts.tv_sec = now / 1000000000;
+    ts.tv_nsec = now % 1000000000;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&tm->ring);
+    io_uring_prep_timeout(sqe, &ts, 0, IORING_TIMEOUT_ABS);
+    io_uring_sqe_set_data64(sqe, 0);
+    rc = io_uring_submit(&tm->ring);
+    if (rc < 0)
+        return rc;
+    struct io_uring_cqe *cqe;
+    rc = io_uring_wait_cqe(&tm->ring, &cqe);
+    if (rc < 0)
+        return rc;
+    int res = cqe->res;
+    io_uring_cqe_seen(&tm->ring, cqe);
+    return res == -ETIME ? 0 : (res < 0 ? res : -EINVAL);
+}
+
+static int epoll_setup(struct pawl_timers *tm)
+{
+    tm->epfd = epoll_create1(EPOLL_CLOEXEC);
+    tm->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (tm->epfd < 0 || tm->tfd < 0)
+        return PAWL_ESYS;
+    struct epoll_event ev = {.events = EPOLLIN};
+    ev.data.fd = tm->tfd;
+    if (epoll_ctl(tm->epfd, EPOLL_CTL_ADD, tm->tfd, &ev) != 0)
+        return PAWL_ESYS;
+    ev.data.fd = tm->efd;
+    if (epoll_ctl(tm->epfd, EPOLL_CTL_ADD, tm->efd, &ev) != 0)
+        return PAWL_ESYS;
+    return 0;
+}
+
+int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
+                    const struct pawl_timers_opts *opts)
+{
+    struct pawl_timers_opts o;
+    if (opts)
+        o = *opts;
+    else
+        pawl_timers_opts_defaults(&o);
+    if (out == NULL || pool == NULL || o.backend < PAWL_TIMER_BACKEND_AUTO ||
+        o.backend > PAWL_TIMER_BACKEND_EPOLL)
+        return PAWL_EINVAL;
+    *out = NULL;
+    int need_uring = o.require_io_uring || o.backend == PAWL_TIMER_BACKEND_IO_URING;
+    if (need_uring && o.backend == PAWL_TIMER_BACKEND_EPOLL)
+        return PAWL_EINVAL;
+    int rc = PAWL_ENOMEM;
+    struct pawl_timers *tm = pawl_calloc(1, sizeof(*tm));
+    if (tm == NULL)
+        goto fail;
+    pawl_mpsc_init(&tm->cmdq);
+    tm->pool = pool;
+    tm->epfd = tm->tfd = -1;
+    tm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rc = PAWL_ESYS;
+    if (tm->efd < 0)
+        goto fail;
+    if (o.backend != PAWL_TIMER_BACKEND_EPOLL) {
+        int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, o.simulate_uring_errno);
+        if (e == 0) {
+            tm->backend = BACKEND_URING;
+            snprintf(tm->reason, sizeof tm->reason, "io_uring available");
+        } else {
+            if (tm->ring_ok) {
+                io_uring_queue_exit(&tm->ring);
+                tm->ring_ok = 0;
+            }
+            snprintf(tm->reason, sizeof tm->reason, "io_uring refused (%s%s)", strerror(-e),
+                     o.simulate_uring_errno ? ", simulated" : "");
+            if (need_uring) {
+                PAWL_ERROR("timers", "%s and io_uring is required", tm->reason);
+                rc = PAWL_ENOTSUP;
+                goto fail;
+            }
+        }
+    } else {
+        snprintf(tm->reason, sizeof tm->reason, "epoll selected by option");
+    }
+    if (tm->backend == 0) {
+        tm->backend = BACKEND_EPOLL;
+        if (epoll_setup(tm) != 0)
+            goto fail;
+    }
+    void *(*fn)(void *) = tm->backend == BACKEND_URING ? uring_main : epoll_main;
+    if (pthread_create(&tm->thread, NULL, fn, tm) != 0)
+        goto fail;
+    pthread_setname_np(tm->thread, "pawl-timers");
+    /* Relaxed: only decides whether this creation logs; a duplicate line is harmless. */
+    if (__atomic_exchange_n(&logged_backend, 1, __ATOMIC_RELAXED) == 0)
+        PAWL_INFO("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);
+    else
+        PAWL_DEBUG("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);
+    *out = tm;
+    return 0;
+fail:
+    if (tm) {
+        if (tm->ring_ok)
+            io_uring_queue_exit(&tm->ring);
+        if (tm->tfd >= 0)
+            close(tm->tfd);
+        if (tm->epfd >= 0)
+            close(tm->epfd);
+        if (tm->efd >= 0)
+            close(tm->efd);
+        pawl_free(tm);
+    }
+    return rc;
+}
+
+/* Drop a timer the backend still held at shutdown: it will never fire. A later cancel must not
+ * touch the (freed) timers object, so an armed state becomes idle. */
+static void abandon(struct pawl_timer *t)
+{
+    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+    while ((s & 3) == ST_ARMED &&
+           !__atomic_compare_exchange_n(&t->_state, &s, (s & ~(uint64_t)3) | ST_IDLE, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+        ;
+}
+
+void pawl_timers_free(struct pawl_timers *tm)
+{
+    if (tm == NULL)
+        return;
+    /* Release: the thread's acquire load sees it; start() refuses new timers from here on. */
+    __atomic_store_n(&tm->stop, 1, __ATOMIC_RELEASE);
+    uint64_t one = 1;
+    ssize_t n = write(tm->efd, &one, sizeof one);
+    (void)n;
+    pthread_join(tm->thread, NULL);
+    /* The thread is gone: we are the owner now. Commands first (they may name timers that are
+     * also in the set), then whatever the backend still holds. */
+    for (;;) {
+        void **link = pawl_mpsc_pop(&tm->cmdq);
+        if (link == NULL)
+            break;
+        if (link == PAWL_MPSC_BUSY) {
+            sched_yield();
+            continue;
+        }
+        struct pawl_timer *t = PAWL_CONTAINER_OF(link, struct pawl_timer, _cmd_next);
+        __atomic_exchange_n(&t->_queued, 0, __ATOMIC_ACQ_REL);
+        abandon(t);
+        pawl_timer_unhold_(t);
+    }
+    while (tm->set_len) {
+        struct pawl_timer *t = tm->set[tm->set_len - 1];
+        set_del(tm, t);
+        t->_op = OP_NONE;
+        abandon(t);
+        pawl_timer_unhold_(t);
+    }
+    if (tm->ring_ok)
+        io_uring_queue_exit(&tm->ring); /* the kernel drops the timeouts still pending */
+    if (tm->tfd >= 0)
+        close(tm->tfd);
+    if (tm->epfd >= 0)
+        close(tm->epfd);
+    close(tm->efd);
+    pawl_free(tm->set);
+    pawl_free(tm);
+}

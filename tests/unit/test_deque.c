@@ -1,0 +1,129 @@
+/*
+ * test_deque.c — the Chase–Lev deque: single-thread semantics (LIFO pop, FIFO steal, growth)
+ * and an owner racing several thieves: every item is taken exactly once.
+ */
+#include "pawl_test.h"
+#include "runtime_test.h"
+
+#include "deque.h"
+
+#include <stdlib.h>
+
+static struct pawl_task *items;
+
+static void nop(struct pawl_task *t, int status)
+{
+    (void)t;
+    (void)status;
+}
+
+static void test_single_thread(void **state)
+{
+    struct pawl_deque d;
+    struct pawl_task t[100];
+    assert_int_equal(pawl_deque_init(&d, 4), 0);
+    assert_null(pawl_deque_pop(&d));
+    assert_null(pawl_deque_steal(&d));
+    for (int i = 0; i < 100; i++) { /* grows 4 -> 128 */
+        t[i].fn = nop;
+        assert_int_equal(pawl_deque_push(&d, &t[i]), 0);
+    }
+    assert_int_equal(pawl_deque_size(&d), 100);
+    assert_ptr_equal(pawl_deque_pop(&d), &t[99]);   /* owner: LIFO */
+    assert_ptr_equal(pawl_deque_steal(&d), &t[0]);  /* thief: FIFO */
+    assert_ptr_equal(pawl_deque_steal(&d), &t[1]);
+    for (int i = 98; i >= 2; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    assert_null(pawl_deque_pop(&d));
+    assert_null(pawl_deque_steal(&d));
+    /* Reuse after empty, interleaved. */
+    assert_int_equal(pawl_deque_push(&d, &t[0]), 0);
+    assert_ptr_equal(pawl_deque_steal(&d), &t[0]);
+    assert_null(pawl_deque_pop(&d));
+    assert_int_equal(pawl_deque_push(&d, &t[1]), 0);
+    assert_ptr_equal(pawl_deque_pop(&d), &t[1]);
+    assert_null(pawl_deque_steal(&d));
+    pawl_deque_fini(&d);
+}
+
+struct race {
+    struct pawl_deque d;
+    long n;
+    uint32_t *taken;
+    uint64_t done;
+    uint64_t stolen;
+};
+
+static void take(struct race *r, struct pawl_task *t)
+{
+    long i = t - items;
+    __atomic_fetch_add(&r->taken[i], 1, __ATOMIC_RELAXED);
+}
+
+static void *thief(void *arg)
+{
+    struct race *r = arg;
+    uint64_t mine = 0;
+    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+        struct pawl_task *t = pawl_deque_steal(&r->d);
+        if (t == NULL || t == PAWL_DEQUE_ABORT) {
+            sched_yield();
+            continue;
+        }
+        take(r, t);
+        mine++;
+    }
+    __atomic_fetch_add(&r->stolen, mine, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+void deque_race(long n, int thieves)
+{
+    struct race r = {0};
+    items = calloc((size_t)n, sizeof(*items));
+    r.taken = calloc((size_t)n, sizeof(uint32_t));
+    r.n = n;
+    assert_non_null(items);
+    assert_int_equal(pawl_deque_init(&r.d, 8), 0); /* small: exercise growth under steals */
+    pthread_t th[8];
+    for (int i = 0; i < thieves; i++)
+        pthread_create(&th[i], NULL, thief, &r);
+    unsigned seed = 1;
+    for (long i = 0; i < n; i++) {
+        items[i].fn = nop;
+        assert_int_equal(pawl_deque_push(&r.d, &items[i]), 0);
+        if (rand_r(&seed) % 3 == 0) {
+            struct pawl_task *t = pawl_deque_pop(&r.d);
+            if (t)
+                take(&r, t);
+        }
+    }
+    struct pawl_task *t;
+    while ((t = pawl_deque_pop(&r.d)) != NULL)
+        take(&r, t);
+    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < thieves; i++)
+        pthread_join(th[i], NULL);
+    for (long i = 0; i < n; i++)
+        if (r.taken[i] != 1)
+            fail_msg("item %ld taken %u times", i, r.taken[i]);
+    print_message("deque race: %ld items, %llu stolen by %d thieves\n", n,
+                  (unsigned long long)r.stolen, thieves);
+    pawl_deque_fini(&r.d);
+    free(r.taken);
+    free(items);
+}
+
+static void test_owner_and_thieves(void **state)
+{
+    deque_race(PAWL_TEST_SCALE(1000000), 3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_thread),
+        cmocka_unit_test(test_owner_and_thieves),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
