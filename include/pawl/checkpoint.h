@@ -13,6 +13,7 @@
  *   - some are, some are not      PAWL_CKPT_AUTO      every batch asks the units to cover the
  *                                                      batch end (the units cannot defer; the
  *                                                      processor logs this once at start).
+ * `pawl status` shows each processor's mode (the owner writes it to the token store).
  *
  * The commit cycle, run on the segment's worker while the batch transaction is still open:
  * `requested` is the pending trigger request (deferred) or max(pending, batch end) (auto). Every
@@ -172,7 +173,7 @@ enum pawl_ckpt_mode {
     PAWL_CKPT_DEFERRED = 2,
 };
 
-/* "plain", "auto", "deferred" ("?" for anything else). */
+/* "plain", "auto", "deferred" ("?" for anything else). Static string. */
 const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode);
 
 #ifdef __cplusplus
