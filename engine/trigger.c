@@ -149,6 +149,13 @@ bool pawl_trigger_has_pending(const struct pawl_trigger *t)
            NONE;
 }
 
+bool pawl_trigger_ready(const struct pawl_trigger *t, int64_t consumed)
+{
+    /* Relaxed: a hint, as in has_pending. */
+    int64_t p = atomic_load_explicit(&((struct pawl_trigger *)t)->pending, memory_order_relaxed);
+    return p != NONE && (p == PAWL_TOKEN_LATEST || p <= consumed);
+}
+
 void pawl_trigger_invalidate(struct pawl_trigger *t)
 {
     if (t == NULL)

@@ -51,6 +51,9 @@ bool pawl_trigger_take(struct pawl_trigger *t, int64_t consumed, int64_t *out);
 /* True when a request is pending (a cheap relaxed check for the worker's fast path). */
 bool pawl_trigger_has_pending(const struct pawl_trigger *t);
 
+/* True when pawl_trigger_take(t, consumed) would take something (a relaxed check, as above). */
+bool pawl_trigger_ready(const struct pawl_trigger *t, int64_t consumed);
+
 /*
  * Make the trigger inert: later requests return PAWL_ESHUTDOWN and never wake. Waits for wake
  * calls already running (they are a task submission long), so afterwards wake's argument may go.

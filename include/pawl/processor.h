@@ -196,6 +196,14 @@ void pawl_source_mem_fail_reads(struct pawl_source *s, int n);
  * connections, wait() listens for the log's notifications. The dsn is copied.
  */
 int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
+/*
+ * An event source over an open log store (pawl/log.h), borrowed: it must outlive the source.
+ * dsn (copied; may be NULL) serves the administration queries of reset (END by the database's
+ * head, TIME); without it, END uses the store's last known index and TIME is PAWL_ENOTSUP.
+ */
+struct pawl_store;
+int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store,
+                              const char *dsn);
 
 /* ---------------------------------------------------------------------------------------------
  * Token store: the claims and positions of every processor's segments. Implementations: the

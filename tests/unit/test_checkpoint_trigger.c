@@ -89,6 +89,8 @@ static void test_request_beyond_consumed_waits(void **state)
     struct pawl_trigger *t = pawl_trigger_new(NULL, NULL);
     assert_int_equal(pawl_trigger_request(t, 500), 0);
     int64_t got = -1;
+    assert_false(pawl_trigger_ready(t, 300));
+    assert_true(pawl_trigger_ready(t, 500));
     assert_false(pawl_trigger_take(t, 300, &got));
     assert_true(pawl_trigger_has_pending(t));
     assert_false(pawl_trigger_take(t, 499, &got));
