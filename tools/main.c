@@ -66,6 +66,15 @@ static const struct tool_cmd commands[] = {
      "appended and read events per second, appends waiting for finalization, the finalize delay "
      "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
      cmd_demo, 1},
+    {"bench", PAWL_SCOPE_BENCH, "[--duration D] [--csv FILE] [--events-per-append N] [--appenders N]",
+     "Measure the append path: rate, latency, finalize delay, lag",
+     "Runs the load generator cell by cell: every combination of --events-per-append 1, 10, 100 "
+     "and --appenders 1, 4 (a dimension given explicitly is held at that value), each for "
+     "--duration, as fast as possible unless --rate is given, with one follower reading the "
+     "log. Prints per cell the events per second, append latency (p50, p99), end-to-end lag "
+     "from commit to follower, the store's finalize delay, and errors. --csv FILE writes the "
+     "same as CSV and, when gnuplot is installed, a chart next to it.",
+     cmd_bench, 1},
 };
 
 static const struct tool_cmd *find_cmd(const char *name)
