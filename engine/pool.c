@@ -329,8 +329,9 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
             goto fail;
         }
         w->started = 1;
-        char name[16];
+        char name[32]; /* the kernel keeps 15 bytes: prefix (<= 10) + index (< 1024) */
         snprintf(name, sizeof name, "%.10s%d", prefix, i);
+        name[15] = '\0';
         pthread_setname_np(w->thread, name);
     }
     *out = pool;
