@@ -325,6 +325,7 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalizer_safety_interval_ms = 1000;
     o->finalize_batch_max = 2000;
     o->finalizer_retry_ms = 2;
+    o->finalizer_min_interval_us = 1000;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -347,6 +348,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalizer_safety_interval_ms, 10, 3600000);
     RANGE(finalize_batch_max, 1, 100000);
     RANGE(finalizer_retry_ms, 1, 1000);
+    RANGE(finalizer_min_interval_us, 0, 1000000);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -1158,15 +1160,20 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
     atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
 }
 
-/* Sleep up to ms on fin_cond, returning early on stop (or a signal when wake_on_signal). */
-static void fin_sleep(struct pawl_store *s, int64_t ms)
+/* Sleep up to ns on fin_cond, returning early on stop. */
+static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
     struct timespec ts;
-    timespec_in(&ts, ms * 1000000);
+    timespec_in(&ts, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
         pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
     pthread_mutex_unlock(&s->fin_mu);
+}
+
+static void fin_sleep(struct pawl_store *s, int64_t ms)
+{
+    fin_sleep_ns(s, ms * 1000000);
 }
 
 static void *fin_main(void *arg)
@@ -1176,6 +1183,8 @@ static void *fin_main(void *arg)
     int64_t next_safety = pawl_now_ns() + safety_ns;
     int rerun = 1;
     int err_backoff_ms = 10;
+    int64_t min_interval_ns = (int64_t)s->o.finalizer_min_interval_us * 1000;
+    int64_t last_start = 0;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1193,6 +1202,13 @@ static void *fin_main(void *arg)
             pthread_mutex_unlock(&s->fin_mu);
         }
         int stopping = atomic_load(&s->fin_stop);
+        /* Cadence: at most one run per finalizer_min_interval_ms, so that under load one run
+         * (one commit, one WAL flush) covers many appends. */
+        if (!stopping && min_interval_ns > 0) {
+            int64_t wait = last_start + min_interval_ns - pawl_now_ns();
+            if (wait > 0)
+                fin_sleep_ns(s, wait);
+        }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
@@ -1201,6 +1217,7 @@ static void *fin_main(void *arg)
             break;
         rerun = 0;
         struct fin_out o;
+        last_start = pawl_now_ns();
         int rc = finalize_once(s, &o);
         int64_t now = pawl_now_ns();
         next_safety = now + safety_ns;

@@ -288,7 +288,10 @@ static void conn_break(struct conn *c, const char *why_in)
     while (r) {
         struct pawl_pgreq *next = r->_next;
         int rc;
-        if (r->failed_stmt >= 0)
+        if (r->failed_stmt >= 0 && (strncmp(r->sqlstate, "57", 2) == 0 ||
+                                    strncmp(r->sqlstate, "08", 2) == 0))
+            rc = PAWL_ECONN; /* the server ended the session mid-statement: not committed */
+        else if (r->failed_stmt >= 0)
             rc = PAWL_ESQL; /* the server already refused it: nothing committed */
         else if ((r->flags & PAWL_PGREQ_READONLY) || !r->_sync_sent)
             rc = PAWL_ECONN;
@@ -474,18 +477,25 @@ broken:
     return -1;
 }
 
-static struct pawl_pgreq *take_next(struct conn *c)
+static struct pawl_pgreq *pop_pinned(struct conn *c)
 {
     struct pawl_pgpool *p = c->pool;
-    struct pawl_pgreq *r = NULL;
     pthread_mutex_lock(&p->mu);
-    if (c->pinned_head) {
-        r = c->pinned_head;
+    struct pawl_pgreq *r = c->pinned_head;
+    if (r) {
         c->pinned_head = r->_next;
         if (!c->pinned_head)
             c->pinned_tail = NULL;
-    } else if (!c->open_txn && p->q_head) {
-        r = p->q_head;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+static struct pawl_pgreq *pop_shared(struct pawl_pgpool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct pawl_pgreq *r = p->q_head;
+    if (r) {
         p->q_head = r->_next;
         if (!p->q_head)
             p->q_tail = NULL;
@@ -494,39 +504,59 @@ static struct pawl_pgreq *take_next(struct conn *c)
     return r;
 }
 
-/* Send as much as the connection may take now; flush. */
-static void pump_send(struct conn *c)
+static int can_send(const struct conn *c)
 {
-    struct pawl_pgpool *p = c->pool;
-    if (c->state != C_READY)
-        return;
-    int sent = 0;
-    while (!c->want_write && c->ninflight < p->o.max_inflight) {
-        struct pawl_pgreq *r = take_next(c);
+    return c->state == C_READY && !c->want_write && c->ninflight < c->pool->o.max_inflight;
+}
+
+/*
+ * The send cursor of the whole pool: pinned requests go to their connection; shared ones to
+ * the eligible connection with the fewest requests in flight (so a burst spreads over every
+ * connection instead of filling the first). Then every connection that got work is flushed.
+ */
+static void dispatch(struct pawl_pgpool *p)
+{
+    int got[MAX_CONNS] = {0};
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        while (can_send(c) && c->pinned_head) {
+            struct pawl_pgreq *r = pop_pinned(c);
+            if (r == NULL)
+                break;
+            if (send_req(c, r) != 0)
+                break;
+            got[i]++;
+        }
+    }
+    for (;;) {
+        struct conn *best = NULL;
+        for (int i = 0; i < p->nconns; i++) {
+            struct conn *c = &p->conns[i];
+            if (can_send(c) && !c->open_txn && (!best || c->ninflight < best->ninflight))
+                best = c;
+        }
+        if (best == NULL)
+            break;
+        struct pawl_pgreq *r = pop_shared(p);
         if (r == NULL)
             break;
-        if (send_req(c, r) != 0)
-            return;
-        sent++;
-        /* Flush every few requests so the server starts early on long bursts. */
-        if ((sent & 15) == 0) {
+        if (send_req(best, r) == 0)
+            got[best->index]++;
+    }
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        if (c->state != C_READY)
+            continue;
+        if (got[i] && !c->want_write) {
             int f = PQflush(c->pg);
             if (f < 0) {
                 conn_break(c, PQerrorMessage(c->pg));
-                return;
+                continue;
             }
             c->want_write = f == 1;
         }
+        reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
     }
-    if (sent && !c->want_write) {
-        int f = PQflush(c->pg);
-        if (f < 0) {
-            conn_break(c, PQerrorMessage(c->pg));
-            return;
-        }
-        c->want_write = f == 1;
-    }
-    reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
 }
 
 /* ---- receiving --------------------------------------------------------------------------- */
@@ -713,7 +743,6 @@ static void on_io(struct conn *c, uint32_t ev)
         conn_break(c, PQerrorMessage(c->pg));
         return;
     }
-    pump_send(c);
 }
 
 /* ---- the I/O thread ---------------------------------------------------------------------- */
@@ -821,9 +850,8 @@ static void *io_main(void *arg)
                 start_connect(c);
             else if (c->state == C_CONNECTING && now >= c->deadline_ns)
                 conn_break(c, "connect timeout");
-            else if (c->state == C_READY)
-                pump_send(c);
         }
+        dispatch(p);
         expire_queue(p, now);
     }
 

@@ -13,7 +13,8 @@
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rate 10000] [--inflight 64] [--csv FILE]
- *                     [--baseline] [--cells quick]
+ *                     [--baseline] [--quick] [--min-interval-us N]
+ * (--quick: only the 4-connection cells; --min-interval-us: the finalizer cadence.)
  */
 #include "pawl.h"
 
@@ -37,6 +38,7 @@ static int warmup_ms = 1500;
 static int rate = 10000;
 static int inflight_per_conn = 64;
 static int baseline;
+static int min_interval_us = -1;
 
 struct cell {
     const char *design; /* "per-run" or "per-event" */
@@ -109,6 +111,8 @@ static void run_store_cell(struct cell *c)
     o.finalizer = c->finalizer;
     o.listen = 0;
     o.max_inflight_appends = 100000;
+    if (min_interval_us >= 0)
+        o.finalizer_min_interval_us = min_interval_us;
     struct pawl_store *s = NULL;
     char err[512];
     int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
@@ -398,9 +402,10 @@ int main(int argc, char **argv)
                                        {"csv", required_argument, 0, 'c'},
                                        {"baseline", no_argument, 0, 'b'},
                                        {"quick", no_argument, 0, 'q'},
+                                       {"min-interval-us", required_argument, 0, 'm'},
                                        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bq", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -422,6 +427,9 @@ int main(int argc, char **argv)
             break;
         case 'q':
             quick = 1;
+            break;
+        case 'm':
+            min_interval_us = atoi(optarg);
             break;
         default:
             fprintf(stderr, "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
