@@ -127,12 +127,19 @@ static void test_server_goes_away(void **state)
     }
     pawl_store_drain(s);
     int ok = 0, lost = 0, doubt = 0, other = 0;
+    static char present_map[N_APPENDS];
+    PGconn *c = PQconnectdb(dsn);
+    PGresult *res = PQexec(c, "SELECT substr(stream_id, 6)::int FROM pawl.events "
+                              "WHERE stream_id LIKE 'away-%' AND stream_id <> 'away-after'");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    for (int r = 0; r < PQntuples(res); r++)
+        present_map[atoi(PQgetvalue(res, r, 0))]++;
+    PQclear(res);
+    PQfinish(c);
     for (int i = 0; i < submitted; i++) {
         assert_int_equal(atomic_load(&outcomes[i].done), 1);
         int rc = atomic_load(&outcomes[i].rc);
-        char q[128];
-        snprintf(q, sizeof q, "SELECT count(*) FROM pawl.events WHERE stream_id = '%s'", sid[i]);
-        int64_t present = pawl_test_query_i64(dsn, q);
+        int64_t present = present_map[i];
         if (rc == 0) {
             ok++;
             assert_int_equal(present, 1);
