@@ -64,6 +64,12 @@ struct pawl_pgstmt {
      * it when done with it, on any thread); 0: the pool clears it after the call.
      */
     int keep_result;
+    /*
+     * 1: ask the server to send this statement's result at once (a flush request follows it),
+     * before later statements of the request run. Use it to learn something (an xid, say)
+     * before a COMMIT that follows in the same request.
+     */
+    int flush_after;
 };
 
 enum pawl_pgreq_flags {
@@ -94,6 +100,7 @@ struct pawl_pgreq {
     int _nsent;
     int _nrecv;
     int _sync_sent;
+    int _ok_upto; /* statements 0.._ok_upto-1 returned a success result */
     int _pinned;
     int64_t _queued_ns;
 };

@@ -93,6 +93,7 @@ static void test_killed_appender(void **state)
 struct outcome {
     atomic_int rc;
     atomic_int done;
+    char msg[256];
 };
 
 static struct outcome outcomes[N_APPENDS];
@@ -100,6 +101,7 @@ static struct outcome outcomes[N_APPENDS];
 static void on_done(void *ud, const struct pawl_append_result *r)
 {
     struct outcome *o = ud;
+    snprintf(o->msg, sizeof o->msg, "%s", r->message);
     atomic_store(&o->rc, r->rc);
     atomic_store(&o->done, 1);
 }
@@ -117,7 +119,8 @@ static void test_server_goes_away(void **state)
         if (i == N_APPENDS / 4) {
             /* Drop every connection of this store while appends are in flight. */
             pawl_test_exec(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                "WHERE application_name = 'pawl' AND pid <> pg_backend_pid()");
+                                "WHERE application_name = 'pawl' AND pid <> pg_backend_pid() "
+                                "AND datname = current_database()");
         }
         int rc;
         while ((rc = pawl_append_async(s, &e, 1, on_done, &outcomes[i])) == PAWL_EAGAIN)
@@ -148,6 +151,8 @@ static void test_server_goes_away(void **state)
             assert_int_equal(present, 0);
         } else if (rc == PAWL_EINDOUBT) {
             doubt++;
+            if (doubt <= 3)
+                printf("in doubt (present: %d): %s\n", (int)present, outcomes[i].msg);
         } else {
             other++;
             fprintf(stderr, "append %d: %s\n", i, pawl_errname(rc));
