@@ -59,12 +59,21 @@ const char pawl_log_append_sql[] =
     "        coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = b.s"
     "                   ORDER BY e.stream_seq DESC LIMIT 1), 0) AS cur"
     "   FROM b GROUP BY b.s"
+    "), ins AS ("
+    " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
+    " SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
+    "        b.s, b.t, b.p, b.m"
+    "   FROM b JOIN h ON h.s = b.s"
+    "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)"
+    "  RETURNING 1"
     ") "
-    "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
-    "SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
-    "       b.s, b.t, b.p, b.m"
-    "  FROM b JOIN h ON h.s = b.s"
-    " WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)";
+    "SELECT count(*), pg_current_xact_id_if_assigned()::text FROM ins";
+
+/* While the dying session's transaction is still "in progress", wait a little server-side. */
+static const char RESOLVE_SQL[] =
+    "SELECT pg_xact_status($1::xid8), pg_sleep(CASE WHEN pg_xact_status($1::xid8) = "
+    "'in progress' THEN 0.02 ELSE 0 END)";
+#define RESOLVE_TRIES 100
 
 static const char READ_SQL[] =
     "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
@@ -173,7 +182,7 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
-    int stmt_append, stmt_read, stmt_last;
+    int stmt_append, stmt_read, stmt_last, stmt_resolve;
     int fin_stmt;
 
     pthread_mutex_t err_mu;
@@ -325,6 +334,7 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalizer_safety_interval_ms = 1000;
     o->finalize_batch_max = 2000;
     o->finalizer_retry_ms = 2;
+    o->finalizer_min_interval_us = 1000;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -347,6 +357,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalizer_safety_interval_ms, 10, 3600000);
     RANGE(finalize_batch_max, 1, 100000);
     RANGE(finalizer_retry_ms, 1, 1000);
+    RANGE(finalizer_min_interval_us, 0, 1000000);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -722,7 +733,11 @@ static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
 struct append_op {
     struct pawl_store *s;
     struct pawl_pgreq req;
-    struct pawl_pgstmt stmt;
+    struct pawl_pgstmt stmt[1]; /* the append, or the in-doubt check */
+    char xid[24];               /* the append's transaction, "" until its result arrived */
+    char xact_status[16];       /* pg_xact_status() when resolving an in-doubt commit */
+    int resolve_tries;
+    const char *resolve_vals[1];
     const char *values[6];
     int lengths[6];
     int formats[6];
@@ -864,8 +879,18 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
 static void on_insert_result(void *ud, const PGresult *res)
 {
     struct append_op *op = ud;
-    if (PQresultStatus(res) == PGRES_COMMAND_OK)
-        op->rows = strtoll(PQcmdTuples((PGresult *)res), NULL, 10);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        op->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        if (!PQgetisnull(res, 0, 1))
+            snprintf(op->xid, sizeof op->xid, "%s", PQgetvalue(res, 0, 1));
+    }
+}
+
+static void on_resolve_result(void *ud, const PGresult *res)
+{
+    struct append_op *op = ud;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        snprintf(op->xact_status, sizeof op->xact_status, "%s", PQgetvalue(res, 0, 0));
 }
 
 static void signal_finalizer(struct pawl_store *s)
@@ -891,6 +916,85 @@ static void record_ack(struct pawl_store *s, int64_t now)
 }
 
 static int submit_op(struct pawl_store *s, struct append_op *op);
+static void resolve_done(struct pawl_pgreq *req, int rc);
+
+/* Deliver the outcome: statistics, finalizer signal, the user's callback, recycling. */
+static void op_finish(struct append_op *op, struct pawl_append_result *res)
+{
+    struct pawl_store *s = op->s;
+    int64_t now = pawl_now_ns();
+    if (res->rc == 0) {
+        res->committed_ns = now;
+        /* relaxed: statistics. */
+        atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
+        hist_add(&s->append_lat, (now - op->t_submit) / 1000);
+        record_ack(s, now);
+        signal_finalizer(s);
+    } else {
+        atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
+        set_err(s, res->sqlstate, res->message);
+    }
+    pawl_append_fn cb = op->cb;
+    void *ud = op->ud;
+    op_put(s, op);
+    if (cb)
+        cb(ud, res);
+    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
+    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&s->op_mu);
+        pthread_cond_broadcast(&s->op_cond);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+}
+
+/*
+ * The connection died after COMMIT was sent. If the append's xid arrived (its result is
+ * flushed before COMMIT runs), ask the server, on a fresh connection, whether it committed.
+ */
+static int start_resolve(struct append_op *op)
+{
+    struct pawl_store *s = op->s;
+    op->xact_status[0] = '\0';
+    op->resolve_vals[0] = op->xid;
+    op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
+                                       .nparams = 1,
+                                       .values = op->resolve_vals,
+                                       .on_result = on_resolve_result,
+                                       .ud = op};
+    memset(&op->req, 0, sizeof op->req);
+    op->req.stmts = op->stmt;
+    op->req.nstmts = 1;
+    op->req.flags = PAWL_PGREQ_READONLY;
+    op->req.on_done = resolve_done;
+    op->req.ud = op;
+    return pawl_pgpool_submit(s->main, &op->req);
+}
+
+static void resolve_done(struct pawl_pgreq *req, int rc)
+{
+    struct append_op *op = req->ud;
+    struct pawl_append_result res;
+    memset(&res, 0, sizeof res);
+    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 && ++op->resolve_tries < RESOLVE_TRIES &&
+        start_resolve(op) == 0)
+        return;
+    if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
+        res.rc = 0;
+    } else if (rc == 0 && strcmp(op->xact_status, "aborted") == 0) {
+        res.rc = PAWL_ECONN;
+        snprintf(res.message, sizeof res.message,
+                 "connection lost during commit; the server reports the transaction aborted: "
+                 "not committed");
+    } else {
+        res.rc = PAWL_EINDOUBT;
+        snprintf(res.message, sizeof res.message,
+                 "connection lost during commit of transaction %s; its outcome could not be "
+                 "checked (%s)",
+                 op->xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
+    }
+    op_finish(op, &res);
+}
 
 static void op_done(struct pawl_pgreq *req, int rc)
 {
@@ -898,7 +1002,6 @@ static void op_done(struct pawl_pgreq *req, int rc)
     struct pawl_store *s = op->s;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    int64_t now = pawl_now_ns();
 
     if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
@@ -910,9 +1013,17 @@ static void op_done(struct pawl_pgreq *req, int rc)
                 return;
         }
     }
+    if (rc == PAWL_EINDOUBT && op->xid[0] != '\0' && op->rows == (int64_t)op->n) {
+        op->resolve_tries = 0;
+        if (start_resolve(op) == 0)
+            return;
+    }
+    if (rc == PAWL_EINDOUBT && op->xid[0] == '\0' && op->rows >= 0) {
+        /* The append's result arrived without an xid: nothing was written. */
+        rc = 0;
+    }
     if (rc == 0 && op->rows == (int64_t)op->n) {
         res.rc = 0;
-        res.committed_ns = now;
     } else if (rc == 0) {
         res.rc = PAWL_ECONFLICT;
         snprintf(res.message, sizeof res.message,
@@ -929,44 +1040,25 @@ static void op_done(struct pawl_pgreq *req, int rc)
         if (rc == PAWL_ECONN && res.message[0] == '\0')
             snprintf(res.message, sizeof res.message, "not committed: no connection");
     }
-
-    if (res.rc == 0) {
-        /* relaxed: statistics. */
-        atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
-        hist_add(&s->append_lat, (now - op->t_submit) / 1000);
-        record_ack(s, now);
-        signal_finalizer(s);
-    } else {
-        atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
-        set_err(s, res.sqlstate, res.message);
-    }
-
-    pawl_append_fn cb = op->cb;
-    void *ud = op->ud;
-    op_put(s, op);
-    if (cb)
-        cb(ud, &res);
-    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
-    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
-        pthread_mutex_lock(&s->op_mu);
-        pthread_cond_broadcast(&s->op_cond);
-        pthread_mutex_unlock(&s->op_mu);
-    }
+    op_finish(op, &res);
 }
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
 {
     op->rows = -1;
-    op->stmt = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                    .nparams = 6,
-                                    .values = op->values,
-                                    .lengths = op->lengths,
-                                    .formats = op->formats,
-                                    .on_result = on_insert_result,
-                                    .ud = op};
+    op->xid[0] = '\0';
+    /* One statement, an implicit transaction committed at the pipeline Sync; its result
+     * (with the xid) is flushed before the Sync runs the commit. */
+    op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                       .nparams = 6,
+                                       .values = op->values,
+                                       .lengths = op->lengths,
+                                       .formats = op->formats,
+                                       .on_result = on_insert_result,
+                                       .ud = op,
+                                       .flush_after = 1};
     memset(&op->req, 0, sizeof op->req);
-    op->req.stmts = &op->stmt;
+    op->req.stmts = op->stmt;
     op->req.nstmts = 1;
     op->req.on_done = op_done;
     op->req.ud = op;
@@ -1158,15 +1250,20 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
     atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
 }
 
-/* Sleep up to ms on fin_cond, returning early on stop (or a signal when wake_on_signal). */
-static void fin_sleep(struct pawl_store *s, int64_t ms)
+/* Sleep up to ns on fin_cond, returning early on stop. */
+static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
     struct timespec ts;
-    timespec_in(&ts, ms * 1000000);
+    timespec_in(&ts, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
         pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
     pthread_mutex_unlock(&s->fin_mu);
+}
+
+static void fin_sleep(struct pawl_store *s, int64_t ms)
+{
+    fin_sleep_ns(s, ms * 1000000);
 }
 
 static void *fin_main(void *arg)
@@ -1176,6 +1273,8 @@ static void *fin_main(void *arg)
     int64_t next_safety = pawl_now_ns() + safety_ns;
     int rerun = 1;
     int err_backoff_ms = 10;
+    int64_t min_interval_ns = (int64_t)s->o.finalizer_min_interval_us * 1000;
+    int64_t last_start = 0;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1193,6 +1292,13 @@ static void *fin_main(void *arg)
             pthread_mutex_unlock(&s->fin_mu);
         }
         int stopping = atomic_load(&s->fin_stop);
+        /* Cadence: at most one run per finalizer_min_interval_ms, so that under load one run
+         * (one commit, one WAL flush) covers many appends. */
+        if (!stopping && min_interval_ns > 0) {
+            int64_t wait = last_start + min_interval_ns - pawl_now_ns();
+            if (wait > 0)
+                fin_sleep_ns(s, wait);
+        }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
@@ -1201,6 +1307,7 @@ static void *fin_main(void *arg)
             break;
         rerun = 0;
         struct fin_out o;
+        last_start = pawl_now_ns();
         int rc = finalize_once(s, &o);
         int64_t now = pawl_now_ns();
         next_safety = now + safety_ns;
@@ -1561,8 +1668,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
+    s->stmt_resolve = pawl_pgpool_prepare(s->main, RESOLVE_SQL, 1, NULL);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
-    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0) {
+    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0 ||
+        s->stmt_resolve < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }

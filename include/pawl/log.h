@@ -62,6 +62,10 @@ struct pawl_store_opts {
     /* When another session holds the finalizer lock, retry after this long (or sooner, when
      * its notification arrives). 1..1000 ms, default 2. */
     int finalizer_retry_ms;
+    /* Cadence: a run starts at least this long after the previous one started, so that under
+     * load one run (one commit) covers many appends; it bounds the finalize delay from below.
+     * 0..1000000 µs, default 1000. */
+    int finalizer_min_interval_us;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */

@@ -182,7 +182,7 @@ static void *raw_appender(void *arg)
         PQclear(PQexec(c, "BEGIN"));
         PQclear(PQexec(c, sleep_before));
         PGresult *r = PQexecParams(c, pawl_log_append_sql, 6, NULL, vals, NULL, NULL, 0);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK && atoi(PQcmdTuples(r)) == n;
+        int ok = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == n;
         PQclear(r);
         if (!ok) {
             PQclear(PQexec(c, "ROLLBACK"));
@@ -235,7 +235,7 @@ static void *killer(void *arg)
         usleep(150000);
         PGresult *r = PQexec(c, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                 "WHERE application_name = 'victim finalizer' "
-                                "AND backend_xid IS NOT NULL");
+                                "AND backend_xid IS NOT NULL AND datname = current_database()");
         if (PQresultStatus(r) == PGRES_TUPLES_OK)
             atomic_fetch_add(&kills, atoll(PQgetvalue(r, 0, 0)));
         PQclear(r);
