@@ -399,7 +399,13 @@ static void pkg_free(struct pkg *k)
     pawl_free(k);
 }
 
-/* The reconciler's and the trigger's wake: schedule a step (never run it here). */
+/* The trigger's wake (a request arrived): schedule a step (never run it here). */
+static void pkg_trigger_wake(void *arg)
+{
+    schedule(arg);
+}
+
+/* The reconciler's wake (every awaited future completed): resume at the next step. */
 static void pkg_wake(void *arg)
 {
     struct pkg *k = arg;
@@ -447,7 +453,7 @@ static void pkg_finish(struct pkg *k, int rc)
 static int pkg_claimed(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
-    k->trigger = pawl_trigger_new(pkg_wake, k);
+    k->trigger = pawl_trigger_new(pkg_trigger_wake, k);
     if (k->trigger == NULL)
         return PAWL_ENOMEM;
     int rc = pawl_reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake,
