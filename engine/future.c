@@ -203,8 +203,8 @@ int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, con
     return 0;
 }
 
-static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
-                    struct pawl_pool *pool, pawl_future_cb cb, void *arg)
+static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, struct pawl_pool *pool,
+                    pawl_future_cb cb, void *arg)
 {
     struct cont *c = pawl_malloc(sizeof(*c));
     if (c == NULL)
@@ -217,12 +217,10 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
     c->cb = cb;
     c->arg = arg;
     c->f = f; /* no reference while registered: see pawl_future_unref */
-    /* Relaxed first read; the CAS below carries the ordering. */
-    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_RELAXED);
+    /* Acquire: if this reads CLOSED, finish() has published the outcome to us. */
+    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_ACQUIRE);
     for (;;) {
         if (head == CLOSED) {
-            /* Acquire: we read CLOSED, so finish() has published the outcome. */
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
             dispatch(c);
             return 0;
         }
@@ -309,9 +307,8 @@ static void all_input_done(void *arg, struct pawl_future *in)
         /* Relaxed CAS loop: the running minimum; ordered before the final completion by the
          * acq_rel decrement of remaining below. */
         int64_t cur = __atomic_load_n(&st->min, __ATOMIC_RELAXED);
-        while (token < cur &&
-               !__atomic_compare_exchange_n(&st->min, &cur, token, true, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED))
+        while (token < cur && !__atomic_compare_exchange_n(&st->min, &cur, token, true,
+                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
     }
     /* Acq_rel: the input that completes last sees every other input's minimum update. */
@@ -388,7 +385,7 @@ static void timeout_input_done(void *arg, struct pawl_future *in)
     else
         pawl_future_fail(st->out, code, msg);
     pawl_timer_cancel(st->tm, &st->timer); /* 0 or PAWL_EALREADY: either way we are done */
-    pawl_timer_unhold_(&st->timer);         /* may free st */
+    pawl_timer_unhold_(&st->timer);        /* may free st */
 }
 
 static void timeout_fired(struct pawl_timer *t, void *arg, int status)

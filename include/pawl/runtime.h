@@ -116,7 +116,7 @@ struct pawl_mpsc_ {
 };
 
 struct pawl_serial {
-    struct pawl_mpsc_ _q;    /* queued tasks, linked through pawl_task._next */
+    struct pawl_mpsc_ _q; /* queued tasks, linked through pawl_task._next */
     struct pawl_pool *_pool;
     uint64_t _count;         /* tasks submitted and not yet run; 0 -> 1 schedules the drain */
     struct pawl_task _drain; /* the pool task that runs queued tasks */
@@ -257,7 +257,7 @@ enum pawl_timer_backend {
 
 struct pawl_timers_opts {
     enum pawl_timer_backend backend; /* default PAWL_TIMER_BACKEND_AUTO */
-    int require_io_uring; /* nonzero: fail with PAWL_ENOTSUP instead of falling back (default 0) */
+    int require_io_uring;  /* nonzero: fail with PAWL_ENOTSUP instead of falling back (default 0) */
     unsigned ring_entries; /* io_uring submission queue size; 0 = 256 */
     int simulate_uring_errno; /* testing hook: act as if io_uring setup failed with this errno
                                  (e.g. EPERM, as a seccomp profile would); 0 = off (default) */
@@ -286,24 +286,24 @@ typedef void (*pawl_timer_fn)(struct pawl_timer *t, void *arg, int status);
  * the pool can still reference a timer.
  */
 struct pawl_timer {
-    struct pawl_task _task;       /* the pool task that runs the callback */
+    struct pawl_task _task; /* the pool task that runs the callback */
     pawl_timer_fn _cb;
     void *_arg;
-    void *_cmd_next;              /* link in the timers thread's command queue */
+    void *_cmd_next;                        /* link in the timers thread's command queue */
     void (*_idle_fn)(struct pawl_timer *t); /* runtime-internal: called when busy drops to 0 */
-    uint64_t _state;              /* generation << 2 | {idle, armed, fired} */
-    int64_t _delay_ns;            /* requested first delay (atomic access) */
-    int64_t _period_ns;           /* 0 = one-shot (atomic access) */
-    uint32_t _busy;               /* holds: queued command, kernel/heap op, dispatched callback */
-    uint32_t _queued;             /* 1 while on the command queue */
-    uint32_t _cb_inflight;        /* periodic: 1 while a callback is queued or running */
+    uint64_t _state;                        /* generation << 2 | {idle, armed, fired} */
+    int64_t _delay_ns;                      /* requested first delay (atomic access) */
+    int64_t _period_ns;                     /* 0 = one-shot (atomic access) */
+    uint32_t _busy;        /* holds: queued command, kernel/heap op, dispatched callback */
+    uint32_t _queued;      /* 1 while on the command queue */
+    uint32_t _cb_inflight; /* periodic: 1 while a callback is queued or running */
     /* Owned by the timers thread only: */
     uint64_t _armed_gen;
     int64_t _deadline_ns;
-    int64_t _ts[2];               /* io_uring: the __kernel_timespec of the armed timeout */
-    int _op;                      /* 0 none, 1 armed in backend, 2 removal requested */
-    int _heap_idx;                /* epoll backend: position in the deadline heap, -1 if none */
-    uint64_t _missed;             /* periodic expiries skipped because a callback still ran */
+    int64_t _ts[2];   /* io_uring: the __kernel_timespec of the armed timeout */
+    int _op;          /* 0 none, 1 armed in backend, 2 removal requested */
+    int _heap_idx;    /* epoll backend: position in the deadline heap, -1 if none */
+    uint64_t _missed; /* periodic expiries skipped because a callback still ran */
 };
 
 /*

@@ -13,8 +13,8 @@ enum { EXECS = 8, PRODUCERS = 4 };
 
 struct exec {
     struct pawl_serial s;
-    uint32_t inside;              /* 1 while a task of this executor runs */
-    int64_t last[PRODUCERS];      /* last sequence number seen from each producer */
+    uint32_t inside;         /* 1 while a task of this executor runs */
+    int64_t last[PRODUCERS]; /* last sequence number seen from each producer */
     uint64_t ran;
     uint64_t violations;
 };
