@@ -693,6 +693,10 @@ struct unit {
     struct pawl_trigger *trig[16]; /* retained per segment id (16 initial segments) */
 };
 
+static pthread_mutex_t completers_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t *completers;
+static size_t ncompleters, completers_cap;
+
 struct completion {
     struct pawl_future *f;
     int64_t token;
@@ -722,8 +726,33 @@ static struct pawl_future *later(int64_t token, int fail)
     c->fail = fail;
     pthread_t th;
     pthread_create(&th, NULL, complete_later, c);
-    pthread_detach(th);
+    pthread_mutex_lock(&completers_mu);
+    if (ncompleters == completers_cap) {
+        completers_cap = completers_cap ? completers_cap * 2 : 256;
+        completers = realloc(completers, completers_cap * sizeof *completers);
+    }
+    completers[ncompleters++] = th;
+    pthread_mutex_unlock(&completers_mu);
     return f;
+}
+
+/*
+ * Join every completer thread. A completing thread still touches the runtime pool for a moment
+ * after the continuation it queued has run (its wake-up of the pool), so the pool (freed with
+ * the processor) must outlive the completers: tests join them before freeing the processor.
+ */
+static void join_completers(void)
+{
+    for (;;) {
+        pthread_mutex_lock(&completers_mu);
+        if (ncompleters == 0) {
+            pthread_mutex_unlock(&completers_mu);
+            return;
+        }
+        pthread_t th = completers[--ncompleters];
+        pthread_mutex_unlock(&completers_mu);
+        pthread_join(th, NULL);
+    }
 }
 
 static int unit_claimed(void *self, struct pawl_segment seg, struct pawl_trigger *t)
@@ -873,6 +902,8 @@ static void test_ckpt_deferred(void **state)
     /* Release: reconciled and stored before the claims go. */
     append(&w, 50, NSTREAMS);
     usleep(200000);
+    pawl_processor_stop(p);
+    join_completers();
     pawl_processor_free(p);
     assert_int_equal(min_token(&w, "deferred"), 1050);
     assert_true(atomic_load(&u.released_calls) >= 16);
@@ -915,6 +946,8 @@ static void test_ckpt_auto(void **state)
     pawl_processor_stats(p, &st);
     assert_true(st.batch_failures >= 4); /* two refused claims, two failed checkpoints */
     assert_true(atomic_load(&u.claimed_calls) >= 18);
+    pawl_processor_stop(p);
+    join_completers();
     pawl_processor_free(p);
     assert_exact(&w);
     unit_fini(&u);
