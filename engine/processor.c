@@ -103,8 +103,9 @@ struct pkg {
     _Atomic int release_req;
     _Atomic int lost;
 
-    /* Coordinator-only. */
+    /* Coordinator-only (read by the extender under p->mu). */
     struct pkg *next;
+    uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
     int failed;
     int fail_rc;
 
@@ -143,6 +144,7 @@ struct pawl_processor {
     pthread_cond_t admin_cv;
     struct pkg *pkgs; /* coordinator's list (membership changes under mu) */
     struct pkg *done; /* finished packages waiting to be reaped */
+    uint64_t gen;     /* claim generations handed out */
     int started;
     int stopping;
     int stopped;
@@ -1041,16 +1043,19 @@ static void claim_cycle(struct pawl_processor *p)
             extra--;
         }
     }
+    pthread_mutex_unlock(&p->mu);
     int64_t now = pawl_now_ns();
-    /* Start at a rank-dependent row so nodes starting together do not contend for the same. */
-    for (size_t j = 0; j < nrows && mine < share && !p->stopping; j++) {
+    /* Start at a rank-dependent row so nodes starting together do not contend for the same.
+     * The store calls run without p->mu: workers finishing a package must not wait on them. */
+    for (size_t j = 0; j < nrows && mine < share; j++) {
         struct pawl_segment_status *r = &rows[(j + (size_t)rank * (nrows / nodes)) % nrows];
-        if (find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
-            admin_involves(p, r->seg.id))
-            continue;
+        pthread_mutex_lock(&p->mu);
+        int skip = p->stopping || find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
+                   admin_involves(p, r->seg.id);
+        pthread_mutex_unlock(&p->mu);
         int claimable = r->owner[0] == '\0' || strcmp(r->owner, p->node) == 0 ||
                         r->claim_age_ms >= (int64_t)p->o.claim_timeout_ms;
-        if (!claimable)
+        if (skip || !claimable)
             continue;
         struct pawl_segment_status row;
         rc = t->ops->claim(t, p->name, r->seg.id, p->node, p->o.claim_timeout_ms, p->mode, &row);
@@ -1066,6 +1071,8 @@ static void claim_cycle(struct pawl_processor *p)
             t->ops->release(t, p->name, row.seg.id, p->node);
             break;
         }
+        pthread_mutex_lock(&p->mu);
+        k->gen = ++p->gen;
         k->next = p->pkgs;
         p->pkgs = k;
         mine++;
@@ -1074,8 +1081,8 @@ static void claim_cycle(struct pawl_processor *p)
         PAWL_DEBUG(MOD, "%s: claimed segment %u/%u at %lld", p->name, row.seg.id, row.seg.mask,
                    (long long)row.token);
         pkg_start(p, k);
+        pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_unlock(&p->mu);
     pawl_tokens_rows_free(rows);
 }
 
@@ -1294,12 +1301,13 @@ static void *extend_main(void *arg)
 {
     struct pawl_processor *p = arg;
     uint32_t *ids = NULL;
-    struct pkg **ks = NULL;
+    uint64_t *gens = NULL;
     unsigned char *held = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&p->emu);
     while (!p->stopped) {
         pthread_mutex_unlock(&p->emu);
+        /* Snapshot (segment, claim generation) under p->mu; the store call runs without it. */
         pthread_mutex_lock(&p->mu);
         size_t n = 0;
         for (struct pkg *k = p->pkgs; k; k = k->next)
@@ -1309,36 +1317,42 @@ static void *extend_main(void *arg)
             uint32_t *ni = pawl_realloc(ids, c * sizeof *ni);
             if (ni)
                 ids = ni;
-            struct pkg **nk = pawl_realloc(ks, c * sizeof *nk);
-            if (nk)
-                ks = nk;
+            uint64_t *ng = pawl_realloc(gens, c * sizeof *ng);
+            if (ng)
+                gens = ng;
             unsigned char *nh = pawl_realloc(held, c);
             if (nh)
                 held = nh;
-            if (ni && nk && nh)
+            if (ni && ng && nh)
                 cap = c;
         }
         n = 0;
         for (struct pkg *k = p->pkgs; k && n < cap; k = k->next) {
             ids[n] = k->seg.id;
-            ks[n++] = k;
+            gens[n++] = k->gen;
         }
-        /* The store call runs under p->mu so that no package in ks is reaped meanwhile; it is
-         * one short statement and the coordinator never holds p->mu across its own I/O waits. */
+        pthread_mutex_unlock(&p->mu);
+
         int rc = p->tok->ops->extend(p->tok, p->name, p->node, ids, n, held);
         if (rc == 0) {
+            pthread_mutex_lock(&p->mu);
             for (size_t i = 0; i < n; i++) {
-                if (!held[i] && !atomic_exchange_explicit(&ks[i]->lost, 1, memory_order_relaxed)) {
+                if (held[i])
+                    continue;
+                /* Only the claim we asked about: a newer package of the same id is not lost. */
+                struct pkg *k = find_pkg(p, ids[i]);
+                if (k && k->gen == gens[i] &&
+                    !atomic_exchange_explicit(&k->lost, 1, memory_order_relaxed)) {
                     PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
-                              ks[i]->seg.id);
-                    schedule(ks[i]);
+                              k->seg.id);
+                    schedule(k);
                 }
             }
+            pthread_mutex_unlock(&p->mu);
         } else {
             PAWL_WARN(MOD, "%s: extending claims failed: %s", p->name,
                       p->tok->ops->errmsg(p->tok));
         }
-        pthread_mutex_unlock(&p->mu);
 
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
@@ -1352,7 +1366,7 @@ static void *extend_main(void *arg)
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
-    pawl_free(ks);
+    pawl_free(gens);
     pawl_free(held);
     return NULL;
 }

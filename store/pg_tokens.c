@@ -30,7 +30,8 @@
 
 struct tokens_pg {
     struct pawl_tokens base;
-    struct pawl_pgpool *pool;
+    struct pawl_pgpool *pool;   /* claims, extensions, listing, administration */
+    struct pawl_pgpool *txpool; /* batch transactions */
     pthread_mutex_t mu;
     char err[512];
 };
@@ -61,14 +62,14 @@ static const char *pg_errmsg(struct pawl_tokens *tk)
     return copy;
 }
 
-/* Run a request synchronously and map the server's pawl error codes. */
-static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
+/* Run a request synchronously on pool and map the server's pawl error codes. */
+static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgstmt *stmts, int n)
 {
     struct pawl_pgreq req;
     memset(&req, 0, sizeof req);
     req.stmts = stmts;
     req.nstmts = n;
-    int rc = pawl_pgpool_exec(t->pool, -1, &req);
+    int rc = pawl_pgpool_exec(pool, -1, &req);
     if (rc == 0)
         return 0;
     if (rc == PAWL_ESQL) {
@@ -90,6 +91,11 @@ static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
     else
         set_err(t, "%s", pawl_strerror(rc));
     return rc;
+}
+
+static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
+{
+    return run_on(t, t->pool, stmts, n);
 }
 
 /* ---- result capture (callbacks run on the pool's I/O thread while the caller waits) ---- */
@@ -465,7 +471,7 @@ static int txn_commit(struct pawl_txn *tx)
         s[i + 1].nparams = x->stmts[i].nparams;
         s[i + 1].values = (const char *const *)x->stmts[i].values;
     }
-    int rc = run(t, s, (int)(x->n + 1));
+    int rc = run_on(t, t->txpool, s, (int)(x->n + 1));
     pawl_free(s);
     txn_clear(x);
     return rc;
@@ -502,6 +508,7 @@ static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, c
 static void pg_free(struct pawl_tokens *tk)
 {
     struct tokens_pg *t = from(tk);
+    pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);
@@ -525,8 +532,13 @@ static const struct pawl_tokens_ops pg_ops = {
 
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
 {
+    return pawl_tokens_pg_new_ex(out, dsn, 2);
+}
+
+int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections)
+{
     *out = NULL;
-    if (dsn == NULL)
+    if (dsn == NULL || connections < 1 || connections > 64)
         return PAWL_EINVAL;
     struct tokens_pg *t = pawl_calloc(1, sizeof *t);
     if (t == NULL)
@@ -536,14 +548,23 @@ int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
     struct pawl_pgpool_opts o;
     pawl_pgpool_opts_defaults(&o);
     o.name = "tokens";
-    o.connections = 2;
+    o.connections = 1;
     static const char *const session[] = {"SET jit = off", NULL};
     o.session_sql = session;
     char err[256];
+    /* Claims get a connection of their own, so an extension never queues behind batch
+     * commits (a claim must not expire because handlers keep the batch connections busy). */
     int rc = pawl_pgpool_new(&t->pool, dsn, &o, 10000, err, sizeof err);
     if (rc) {
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail;
+    }
+    o.name = "batches";
+    o.connections = connections;
+    rc = pawl_pgpool_new(&t->txpool, dsn, &o, 10000, err, sizeof err);
+    if (rc) {
+        PAWL_ERROR("tokens", "cannot connect: %s", err);
+        goto fail_pool;
     }
     struct ints_cap c = {0};
     struct pawl_pgstmt s = {.sql = "SELECT (to_regclass('pawl.tokens') IS NOT NULL)::int",
@@ -560,6 +581,7 @@ int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
     return 0;
 
 fail_pool:
+    pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
 fail:
     pthread_mutex_destroy(&t->mu);
