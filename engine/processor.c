@@ -1342,6 +1342,7 @@ static void *extend_main(void *arg)
                 /* Only the claim we asked about: a newer package of the same id is not lost. */
                 struct pkg *k = find_pkg(p, ids[i]);
                 if (k && k->gen == gens[i] &&
+                    !atomic_load_explicit(&k->release_req, memory_order_relaxed) &&
                     !atomic_exchange_explicit(&k->lost, 1, memory_order_relaxed)) {
                     PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
                               k->seg.id);

@@ -28,12 +28,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Batch statements kept prepared (the pool allows 128 in all); others go as text. */
+#define PREP_MAX 96
+
 struct tokens_pg {
     struct pawl_tokens base;
     struct pawl_pgpool *pool;   /* claims, extensions, listing, administration */
     struct pawl_pgpool *txpool; /* batch transactions */
     pthread_mutex_t mu;
     char err[512];
+    /* Statements of batch transactions prepared on txpool, by text (handlers reuse a few). */
+    pthread_mutex_t pmu;
+    struct {
+        char *sql;
+        int nparams;
+        int id;
+    } prep[PREP_MAX];
+    int nprep;
+    int store_id; /* pawl.store_token, prepared */
 };
 
 static struct tokens_pg *from(struct pawl_tokens *t)
@@ -50,6 +62,34 @@ static void set_err(struct tokens_pg *t, const char *fmt, ...)
     vsnprintf(t->err, sizeof t->err, fmt, ap);
     pthread_mutex_unlock(&t->mu);
     va_end(ap);
+}
+
+/* The prepared id of sql on the batch pool, preparing it on first use; -1: send as text. */
+static int prepared_id(struct tokens_pg *t, const char *sql, int nparams)
+{
+    int id = -1;
+    pthread_mutex_lock(&t->pmu);
+    for (int i = 0; i < t->nprep; i++) {
+        if (t->prep[i].nparams == nparams && strcmp(t->prep[i].sql, sql) == 0) {
+            id = t->prep[i].id;
+            break;
+        }
+    }
+    if (id < 0 && t->nprep < PREP_MAX) {
+        char *copy = pawl_strdup(sql);
+        int pid = copy ? pawl_pgpool_prepare(t->txpool, sql, nparams, NULL) : PAWL_ENOMEM;
+        if (pid >= 0) {
+            t->prep[t->nprep].sql = copy;
+            t->prep[t->nprep].nparams = nparams;
+            t->prep[t->nprep].id = pid;
+            t->nprep++;
+            id = pid;
+        } else {
+            pawl_free(copy);
+        }
+    }
+    pthread_mutex_unlock(&t->pmu);
+    return id;
 }
 
 static const char *pg_errmsg(struct pawl_tokens *tk)
@@ -463,11 +503,14 @@ static int txn_commit(struct pawl_txn *tx)
     const char *v[4] = {x->proc, I64(a, x->seg_id), x->owner,
                         x->has_store ? I64(b, x->token) : NULL};
     /* The claim check goes first: a lost claim skips the handlers' statements altogether. */
-    s[0].sql = "SELECT pawl.store_token($1, $2, $3, $4)";
+    s[0].sql = t->store_id >= 0 ? NULL : "SELECT pawl.store_token($1, $2, $3, $4)";
+    s[0].prepared = t->store_id;
     s[0].nparams = 4;
     s[0].values = v;
     for (size_t i = 0; i < x->n; i++) {
-        s[i + 1].sql = x->stmts[i].sql;
+        int id = prepared_id(t, x->stmts[i].sql, x->stmts[i].nparams);
+        s[i + 1].sql = id >= 0 ? NULL : x->stmts[i].sql;
+        s[i + 1].prepared = id;
         s[i + 1].nparams = x->stmts[i].nparams;
         s[i + 1].values = (const char *const *)x->stmts[i].values;
     }
@@ -510,6 +553,9 @@ static void pg_free(struct pawl_tokens *tk)
     struct tokens_pg *t = from(tk);
     pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
+    for (int i = 0; i < t->nprep; i++)
+        pawl_free(t->prep[i].sql);
+    pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);
 }
@@ -545,6 +591,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         return PAWL_ENOMEM;
     t->base.ops = &pg_ops;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->pmu, NULL);
     struct pawl_pgpool_opts o;
     pawl_pgpool_opts_defaults(&o);
     o.name = "tokens";
@@ -566,6 +613,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail_pool;
     }
+    t->store_id = pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
     struct pawl_pgstmt s = {.sql = "SELECT (to_regclass('pawl.tokens') IS NOT NULL)::int",
                             .on_result = on_ints, .ud = &c};
@@ -584,6 +632,7 @@ fail_pool:
     pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
 fail:
+    pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);
     return rc;
