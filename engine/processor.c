@@ -34,6 +34,7 @@
  * coordinator reads it without the lock, other threads under p->mu.
  */
 #include "common.h"
+#include "metrics.h"
 #include "reconcile.h"
 #include "segment.h"
 #include "trigger.h"
@@ -89,6 +90,8 @@ struct pkg {
     size_t phandled;    /* PH_CKPT: of which handled (not skipped) */
     int64_t pend;       /* PH_CKPT: the parked batch's end */
     int prc;            /* PH_RELEASE: the result to finish with */
+    int64_t batch_start_ns; /* the current batch's first handler call */
+    int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */
 
     /* Shared with the coordinator, under mu. */
     pthread_mutex_t mu;
@@ -482,6 +485,7 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
         if (k->has_merge && k->token >= k->merge_token)
             k->has_merge = 0;
         k->last_store_ns = pawl_now_ns();
+        pawl_metric_inc(PAWL_M_CHECKPOINTS);
     }
     k->work_pos += n;
     if (end > k->consumed)
@@ -490,6 +494,8 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
         k->had_success = 1;
         atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_BATCHES);
+        pawl_metric_hist_record(PAWL_H_BATCH_TIME, pawl_now_ns() - k->batch_start_ns);
     }
 }
 
@@ -531,7 +537,10 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     if (req == PAWL_RECONCILE_NOTHING || req <= k->token)
         return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled);
     int64_t to_store = PAWL_RECONCILE_NOTHING;
+    k->ckpt_start_ns = pawl_now_ns();
     int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
+    if (rc != PAWL_EAGAIN)
+        pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     if (rc == PAWL_EAGAIN) {
         k->phase = PH_CKPT;
         k->ptxn = txn;
@@ -645,6 +654,7 @@ static int pkg_fill(struct pkg *k)
                       (long long)from, p->src->ops->errmsg(p->src));
             return rc;
         }
+        pawl_metric_add(PAWL_M_EVENTS_READ, k->readbuf.n);
         pthread_mutex_lock(&k->mu);
         for (size_t i = 0; i < k->readbuf.n && rc == 0; i++) {
             const struct pawl_event *e = &k->readbuf.events[i];
@@ -680,9 +690,15 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
         .trigger = k->trigger,
         .pos = pos,
     };
+    if (e->appended_at_us > 0) {
+        int64_t lag_us = pawl_wall_us() - e->appended_at_us;
+        if (lag_us >= 0)
+            pawl_metric_hist_record(PAWL_H_E2E_LAG, lag_us * 1000);
+    }
     for (size_t i = 0; i < p->nh; i++) {
         int rc = p->h[i].handle(p->h[i].self, &ctx);
         if (rc) {
+            pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
             PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
                       k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
                       e->stream_id, pawl_strerror(rc));
@@ -707,6 +723,7 @@ static int pkg_batch(struct pkg *k)
         end = k->work_end;
 
     struct pawl_txn *txn;
+    k->batch_start_ns = pawl_now_ns();
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
@@ -724,6 +741,7 @@ static int pkg_batch(struct pkg *k)
         }
         handled++;
     }
+    pawl_metric_add(PAWL_M_EVENTS_HANDLED, handled);
     if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
         txn->ops->rollback(txn);
         return PAWL_ECLAIM;
@@ -747,8 +765,13 @@ static int pkg_fail(struct pkg *k, int rc)
 {
     struct pawl_processor *p = k->p;
     atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
-    if (rc == PAWL_ECLAIM)
+    pawl_metric_inc(PAWL_M_BATCH_ROLLBACKS);
+    if (rc == PAWL_ECHECKPOINT)
+        pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
+    if (rc == PAWL_ECLAIM) {
         atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_LOST);
+    }
     int store_err = rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN || rc == PAWL_EINDOUBT;
     PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
               pawl_strerror(rc), store_err ? ": " : "", store_err ? p->tok->ops->errmsg(p->tok) : "");
@@ -814,6 +837,7 @@ static void pkg_resume(struct pkg *k)
         return;
     }
     /* PH_CKPT */
+    pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     struct pawl_txn *txn = k->ptxn;
     k->ptxn = NULL;
     k->phase = PH_NONE;
@@ -932,6 +956,7 @@ static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_succ
     else
         b->delay_ms = PAWL_MIN(b->delay_ms * 2, (int64_t)p->o.backoff_max_ms);
     b->retry_at_ns = pawl_now_ns() + b->delay_ms * 1000000;
+    pawl_metric_inc(PAWL_M_BACKOFFS);
     PAWL_INFO(MOD, "%s: segment %u: retrying in %lld ms", p->name, seg_id, (long long)b->delay_ms);
 }
 
@@ -955,6 +980,8 @@ static void reap_locked(struct pawl_processor *p)
         }
         atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, -1);
         if (k->failed)
             backoff_fail(p, k->seg.id, k->had_success);
         pkg_free(k);
@@ -1078,6 +1105,8 @@ static void claim_cycle(struct pawl_processor *p)
         mine++;
         atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_ACQUIRED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, 1);
         PAWL_DEBUG(MOD, "%s: claimed segment %u/%u at %lld", p->name, row.seg.id, row.seg.mask,
                    (long long)row.token);
         pkg_start(p, k);
@@ -1140,6 +1169,7 @@ static int coord_read(struct pawl_processor *p)
     int rc = p->src->ops->read(p->src, from, p->o.read_batch, &p->readbuf, &last);
     if (rc)
         return rc;
+    pawl_metric_add(PAWL_M_EVENTS_READ, p->readbuf.n);
     if (last <= from)
         return 0;
 

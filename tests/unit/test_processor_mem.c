@@ -245,6 +245,15 @@ static void test_single_node(void **state)
     assert_int_equal(st.segments_owned, 16);
     assert_int_equal(st.events, 4000);
     assert_int_equal(st.batch_failures, 0);
+    /* The process-wide metrics saw the same. */
+    struct pawl_metrics_snapshot *m = malloc(sizeof *m);
+    assert_int_equal(pawl_metrics_snapshot(m), 0);
+    assert_true(m->counters[PAWL_M_EVENTS_HANDLED] >= 4000);
+    assert_true(m->counters[PAWL_M_BATCHES] >= st.batches);
+    assert_true(m->counters[PAWL_M_CLAIMS_ACQUIRED] >= 16);
+    assert_true(m->hists[PAWL_H_BATCH_TIME].count >= st.batches);
+    assert_true(m->hists[PAWL_H_E2E_LAG].count >= 4000);
+    free(m);
     assert_int_equal(pawl_processor_stop(p), 0);
     assert_int_equal(owned_by(&w, "single", "n1"), 0);
     assert_exact(&w);
