@@ -599,6 +599,13 @@ static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
  */
 static int pkg_release(struct pkg *k, int rc_final)
 {
+    if (rc_final == 0) {
+        /* Nothing left to handle: everything up to queued_pos is consumed. */
+        pthread_mutex_lock(&k->mu);
+        if (k->work_pos == k->work.n && k->inbox.n == 0 && k->queued_pos > k->consumed)
+            k->consumed = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+    }
     if (!k->rec_ready) {
         int64_t up = k->p->mode == PAWL_CKPT_PLAIN && rc_final == 0 ? k->consumed
                                                                   : PAWL_RECONCILE_NOTHING;
