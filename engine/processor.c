@@ -34,6 +34,7 @@
  * coordinator reads it without the lock, other threads under p->mu.
  */
 #include "common.h"
+#include "metrics.h"
 #include "reconcile.h"
 #include "segment.h"
 #include "trigger.h"
@@ -89,6 +90,8 @@ struct pkg {
     size_t phandled;    /* PH_CKPT: of which handled (not skipped) */
     int64_t pend;       /* PH_CKPT: the parked batch's end */
     int prc;            /* PH_RELEASE: the result to finish with */
+    int64_t batch_start_ns; /* the current batch's first handler call */
+    int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */
 
     /* Shared with the coordinator, under mu. */
     pthread_mutex_t mu;
@@ -103,8 +106,9 @@ struct pkg {
     _Atomic int release_req;
     _Atomic int lost;
 
-    /* Coordinator-only. */
+    /* Coordinator-only (read by the extender under p->mu). */
     struct pkg *next;
+    uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
     int failed;
     int fail_rc;
 
@@ -143,6 +147,7 @@ struct pawl_processor {
     pthread_cond_t admin_cv;
     struct pkg *pkgs; /* coordinator's list (membership changes under mu) */
     struct pkg *done; /* finished packages waiting to be reaped */
+    uint64_t gen;     /* claim generations handed out */
     int started;
     int stopping;
     int stopped;
@@ -399,7 +404,13 @@ static void pkg_free(struct pkg *k)
     pawl_free(k);
 }
 
-/* The reconciler's and the trigger's wake: schedule a step (never run it here). */
+/* The trigger's wake (a request arrived): schedule a step (never run it here). */
+static void pkg_trigger_wake(void *arg)
+{
+    schedule(arg);
+}
+
+/* The reconciler's wake (every awaited future completed): resume at the next step. */
 static void pkg_wake(void *arg)
 {
     struct pkg *k = arg;
@@ -447,7 +458,7 @@ static void pkg_finish(struct pkg *k, int rc)
 static int pkg_claimed(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
-    k->trigger = pawl_trigger_new(pkg_wake, k);
+    k->trigger = pawl_trigger_new(pkg_trigger_wake, k);
     if (k->trigger == NULL)
         return PAWL_ENOMEM;
     int rc = pawl_reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake,
@@ -474,6 +485,7 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
         if (k->has_merge && k->token >= k->merge_token)
             k->has_merge = 0;
         k->last_store_ns = pawl_now_ns();
+        pawl_metric_inc(PAWL_M_CHECKPOINTS);
     }
     k->work_pos += n;
     if (end > k->consumed)
@@ -482,6 +494,8 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
         k->had_success = 1;
         atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_BATCHES);
+        pawl_metric_hist_record(PAWL_H_BATCH_TIME, pawl_now_ns() - k->batch_start_ns);
     }
 }
 
@@ -523,7 +537,10 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     if (req == PAWL_RECONCILE_NOTHING || req <= k->token)
         return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled);
     int64_t to_store = PAWL_RECONCILE_NOTHING;
+    k->ckpt_start_ns = pawl_now_ns();
     int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
+    if (rc != PAWL_EAGAIN)
+        pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     if (rc == PAWL_EAGAIN) {
         k->phase = PH_CKPT;
         k->ptxn = txn;
@@ -582,6 +599,13 @@ static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
  */
 static int pkg_release(struct pkg *k, int rc_final)
 {
+    if (rc_final == 0) {
+        /* Nothing left to handle: everything up to queued_pos is consumed. */
+        pthread_mutex_lock(&k->mu);
+        if (k->work_pos == k->work.n && k->inbox.n == 0 && k->queued_pos > k->consumed)
+            k->consumed = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+    }
     if (!k->rec_ready) {
         int64_t up = k->p->mode == PAWL_CKPT_PLAIN && rc_final == 0 ? k->consumed
                                                                   : PAWL_RECONCILE_NOTHING;
@@ -637,6 +661,7 @@ static int pkg_fill(struct pkg *k)
                       (long long)from, p->src->ops->errmsg(p->src));
             return rc;
         }
+        pawl_metric_add(PAWL_M_EVENTS_READ, k->readbuf.n);
         pthread_mutex_lock(&k->mu);
         for (size_t i = 0; i < k->readbuf.n && rc == 0; i++) {
             const struct pawl_event *e = &k->readbuf.events[i];
@@ -672,9 +697,15 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
         .trigger = k->trigger,
         .pos = pos,
     };
+    if (e->appended_at_us > 0) {
+        int64_t lag_us = pawl_wall_us() - e->appended_at_us;
+        if (lag_us >= 0)
+            pawl_metric_hist_record(PAWL_H_E2E_LAG, lag_us * 1000);
+    }
     for (size_t i = 0; i < p->nh; i++) {
         int rc = p->h[i].handle(p->h[i].self, &ctx);
         if (rc) {
+            pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
             PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
                       k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
                       e->stream_id, pawl_strerror(rc));
@@ -699,6 +730,7 @@ static int pkg_batch(struct pkg *k)
         end = k->work_end;
 
     struct pawl_txn *txn;
+    k->batch_start_ns = pawl_now_ns();
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
@@ -716,6 +748,7 @@ static int pkg_batch(struct pkg *k)
         }
         handled++;
     }
+    pawl_metric_add(PAWL_M_EVENTS_HANDLED, handled);
     if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
         txn->ops->rollback(txn);
         return PAWL_ECLAIM;
@@ -739,8 +772,13 @@ static int pkg_fail(struct pkg *k, int rc)
 {
     struct pawl_processor *p = k->p;
     atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
-    if (rc == PAWL_ECLAIM)
+    pawl_metric_inc(PAWL_M_BATCH_ROLLBACKS);
+    if (rc == PAWL_ECHECKPOINT)
+        pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
+    if (rc == PAWL_ECLAIM) {
         atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_LOST);
+    }
     int store_err = rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN || rc == PAWL_EINDOUBT;
     PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
               pawl_strerror(rc), store_err ? ": " : "", store_err ? p->tok->ops->errmsg(p->tok) : "");
@@ -806,6 +844,7 @@ static void pkg_resume(struct pkg *k)
         return;
     }
     /* PH_CKPT */
+    pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     struct pawl_txn *txn = k->ptxn;
     k->ptxn = NULL;
     k->phase = PH_NONE;
@@ -924,6 +963,7 @@ static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_succ
     else
         b->delay_ms = PAWL_MIN(b->delay_ms * 2, (int64_t)p->o.backoff_max_ms);
     b->retry_at_ns = pawl_now_ns() + b->delay_ms * 1000000;
+    pawl_metric_inc(PAWL_M_BACKOFFS);
     PAWL_INFO(MOD, "%s: segment %u: retrying in %lld ms", p->name, seg_id, (long long)b->delay_ms);
 }
 
@@ -947,6 +987,8 @@ static void reap_locked(struct pawl_processor *p)
         }
         atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, -1);
         if (k->failed)
             backoff_fail(p, k->seg.id, k->had_success);
         pkg_free(k);
@@ -1035,16 +1077,19 @@ static void claim_cycle(struct pawl_processor *p)
             extra--;
         }
     }
+    pthread_mutex_unlock(&p->mu);
     int64_t now = pawl_now_ns();
-    /* Start at a rank-dependent row so nodes starting together do not contend for the same. */
-    for (size_t j = 0; j < nrows && mine < share && !p->stopping; j++) {
+    /* Start at a rank-dependent row so nodes starting together do not contend for the same.
+     * The store calls run without p->mu: workers finishing a package must not wait on them. */
+    for (size_t j = 0; j < nrows && mine < share; j++) {
         struct pawl_segment_status *r = &rows[(j + (size_t)rank * (nrows / nodes)) % nrows];
-        if (find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
-            admin_involves(p, r->seg.id))
-            continue;
+        pthread_mutex_lock(&p->mu);
+        int skip = p->stopping || find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
+                   admin_involves(p, r->seg.id);
+        pthread_mutex_unlock(&p->mu);
         int claimable = r->owner[0] == '\0' || strcmp(r->owner, p->node) == 0 ||
                         r->claim_age_ms >= (int64_t)p->o.claim_timeout_ms;
-        if (!claimable)
+        if (skip || !claimable)
             continue;
         struct pawl_segment_status row;
         rc = t->ops->claim(t, p->name, r->seg.id, p->node, p->o.claim_timeout_ms, p->mode, &row);
@@ -1060,16 +1105,20 @@ static void claim_cycle(struct pawl_processor *p)
             t->ops->release(t, p->name, row.seg.id, p->node);
             break;
         }
+        pthread_mutex_lock(&p->mu);
+        k->gen = ++p->gen;
         k->next = p->pkgs;
         p->pkgs = k;
         mine++;
         atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_ACQUIRED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, 1);
         PAWL_DEBUG(MOD, "%s: claimed segment %u/%u at %lld", p->name, row.seg.id, row.seg.mask,
                    (long long)row.token);
         pkg_start(p, k);
+        pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_unlock(&p->mu);
     pawl_tokens_rows_free(rows);
 }
 
@@ -1127,6 +1176,7 @@ static int coord_read(struct pawl_processor *p)
     int rc = p->src->ops->read(p->src, from, p->o.read_batch, &p->readbuf, &last);
     if (rc)
         return rc;
+    pawl_metric_add(PAWL_M_EVENTS_READ, p->readbuf.n);
     if (last <= from)
         return 0;
 
@@ -1288,12 +1338,13 @@ static void *extend_main(void *arg)
 {
     struct pawl_processor *p = arg;
     uint32_t *ids = NULL;
-    struct pkg **ks = NULL;
+    uint64_t *gens = NULL;
     unsigned char *held = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&p->emu);
     while (!p->stopped) {
         pthread_mutex_unlock(&p->emu);
+        /* Snapshot (segment, claim generation) under p->mu; the store call runs without it. */
         pthread_mutex_lock(&p->mu);
         size_t n = 0;
         for (struct pkg *k = p->pkgs; k; k = k->next)
@@ -1303,36 +1354,43 @@ static void *extend_main(void *arg)
             uint32_t *ni = pawl_realloc(ids, c * sizeof *ni);
             if (ni)
                 ids = ni;
-            struct pkg **nk = pawl_realloc(ks, c * sizeof *nk);
-            if (nk)
-                ks = nk;
+            uint64_t *ng = pawl_realloc(gens, c * sizeof *ng);
+            if (ng)
+                gens = ng;
             unsigned char *nh = pawl_realloc(held, c);
             if (nh)
                 held = nh;
-            if (ni && nk && nh)
+            if (ni && ng && nh)
                 cap = c;
         }
         n = 0;
         for (struct pkg *k = p->pkgs; k && n < cap; k = k->next) {
             ids[n] = k->seg.id;
-            ks[n++] = k;
+            gens[n++] = k->gen;
         }
-        /* The store call runs under p->mu so that no package in ks is reaped meanwhile; it is
-         * one short statement and the coordinator never holds p->mu across its own I/O waits. */
+        pthread_mutex_unlock(&p->mu);
+
         int rc = p->tok->ops->extend(p->tok, p->name, p->node, ids, n, held);
         if (rc == 0) {
+            pthread_mutex_lock(&p->mu);
             for (size_t i = 0; i < n; i++) {
-                if (!held[i] && !atomic_exchange_explicit(&ks[i]->lost, 1, memory_order_relaxed)) {
+                if (held[i])
+                    continue;
+                /* Only the claim we asked about: a newer package of the same id is not lost. */
+                struct pkg *k = find_pkg(p, ids[i]);
+                if (k && k->gen == gens[i] &&
+                    !atomic_load_explicit(&k->release_req, memory_order_relaxed) &&
+                    !atomic_exchange_explicit(&k->lost, 1, memory_order_relaxed)) {
                     PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
-                              ks[i]->seg.id);
-                    schedule(ks[i]);
+                              k->seg.id);
+                    schedule(k);
                 }
             }
+            pthread_mutex_unlock(&p->mu);
         } else {
             PAWL_WARN(MOD, "%s: extending claims failed: %s", p->name,
                       p->tok->ops->errmsg(p->tok));
         }
-        pthread_mutex_unlock(&p->mu);
 
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
@@ -1346,7 +1404,7 @@ static void *extend_main(void *arg)
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
-    pawl_free(ks);
+    pawl_free(gens);
     pawl_free(held);
     return NULL;
 }

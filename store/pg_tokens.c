@@ -28,11 +28,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Batch statements kept prepared (the pool allows 128 in all); others go as text. */
+#define PREP_MAX 96
+
 struct tokens_pg {
     struct pawl_tokens base;
-    struct pawl_pgpool *pool;
+    struct pawl_pgpool *pool;   /* claims, extensions, listing, administration */
+    struct pawl_pgpool *txpool; /* batch transactions */
     pthread_mutex_t mu;
     char err[512];
+    /* Statements of batch transactions prepared on txpool, by text (handlers reuse a few). */
+    pthread_mutex_t pmu;
+    struct {
+        char *sql;
+        int nparams;
+        int id;
+    } prep[PREP_MAX];
+    int nprep;
+    int store_id; /* pawl.store_token, prepared */
 };
 
 static struct tokens_pg *from(struct pawl_tokens *t)
@@ -51,6 +64,34 @@ static void set_err(struct tokens_pg *t, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The prepared id of sql on the batch pool, preparing it on first use; -1: send as text. */
+static int prepared_id(struct tokens_pg *t, const char *sql, int nparams)
+{
+    int id = -1;
+    pthread_mutex_lock(&t->pmu);
+    for (int i = 0; i < t->nprep; i++) {
+        if (t->prep[i].nparams == nparams && strcmp(t->prep[i].sql, sql) == 0) {
+            id = t->prep[i].id;
+            break;
+        }
+    }
+    if (id < 0 && t->nprep < PREP_MAX) {
+        char *copy = pawl_strdup(sql);
+        int pid = copy ? pawl_pgpool_prepare(t->txpool, sql, nparams, NULL) : PAWL_ENOMEM;
+        if (pid >= 0) {
+            t->prep[t->nprep].sql = copy;
+            t->prep[t->nprep].nparams = nparams;
+            t->prep[t->nprep].id = pid;
+            t->nprep++;
+            id = pid;
+        } else {
+            pawl_free(copy);
+        }
+    }
+    pthread_mutex_unlock(&t->pmu);
+    return id;
+}
+
 static const char *pg_errmsg(struct pawl_tokens *tk)
 {
     static _Thread_local char copy[512];
@@ -61,14 +102,14 @@ static const char *pg_errmsg(struct pawl_tokens *tk)
     return copy;
 }
 
-/* Run a request synchronously and map the server's pawl error codes. */
-static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
+/* Run a request synchronously on pool and map the server's pawl error codes. */
+static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgstmt *stmts, int n)
 {
     struct pawl_pgreq req;
     memset(&req, 0, sizeof req);
     req.stmts = stmts;
     req.nstmts = n;
-    int rc = pawl_pgpool_exec(t->pool, -1, &req);
+    int rc = pawl_pgpool_exec(pool, -1, &req);
     if (rc == 0)
         return 0;
     if (rc == PAWL_ESQL) {
@@ -90,6 +131,11 @@ static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
     else
         set_err(t, "%s", pawl_strerror(rc));
     return rc;
+}
+
+static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
+{
+    return run_on(t, t->pool, stmts, n);
 }
 
 /* ---- result capture (callbacks run on the pool's I/O thread while the caller waits) ---- */
@@ -457,15 +503,18 @@ static int txn_commit(struct pawl_txn *tx)
     const char *v[4] = {x->proc, I64(a, x->seg_id), x->owner,
                         x->has_store ? I64(b, x->token) : NULL};
     /* The claim check goes first: a lost claim skips the handlers' statements altogether. */
-    s[0].sql = "SELECT pawl.store_token($1, $2, $3, $4)";
+    s[0].sql = t->store_id >= 0 ? NULL : "SELECT pawl.store_token($1, $2, $3, $4)";
+    s[0].prepared = t->store_id;
     s[0].nparams = 4;
     s[0].values = v;
     for (size_t i = 0; i < x->n; i++) {
-        s[i + 1].sql = x->stmts[i].sql;
+        int id = prepared_id(t, x->stmts[i].sql, x->stmts[i].nparams);
+        s[i + 1].sql = id >= 0 ? NULL : x->stmts[i].sql;
+        s[i + 1].prepared = id;
         s[i + 1].nparams = x->stmts[i].nparams;
         s[i + 1].values = (const char *const *)x->stmts[i].values;
     }
-    int rc = run(t, s, (int)(x->n + 1));
+    int rc = run_on(t, t->txpool, s, (int)(x->n + 1));
     pawl_free(s);
     txn_clear(x);
     return rc;
@@ -502,7 +551,11 @@ static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, c
 static void pg_free(struct pawl_tokens *tk)
 {
     struct tokens_pg *t = from(tk);
+    pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
+    for (int i = 0; i < t->nprep; i++)
+        pawl_free(t->prep[i].sql);
+    pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);
 }
@@ -525,26 +578,42 @@ static const struct pawl_tokens_ops pg_ops = {
 
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
 {
+    return pawl_tokens_pg_new_ex(out, dsn, 2);
+}
+
+int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections)
+{
     *out = NULL;
-    if (dsn == NULL)
+    if (dsn == NULL || connections < 1 || connections > 64)
         return PAWL_EINVAL;
     struct tokens_pg *t = pawl_calloc(1, sizeof *t);
     if (t == NULL)
         return PAWL_ENOMEM;
     t->base.ops = &pg_ops;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->pmu, NULL);
     struct pawl_pgpool_opts o;
     pawl_pgpool_opts_defaults(&o);
     o.name = "tokens";
-    o.connections = 2;
+    o.connections = 1;
     static const char *const session[] = {"SET jit = off", NULL};
     o.session_sql = session;
     char err[256];
+    /* Claims get a connection of their own, so an extension never queues behind batch
+     * commits (a claim must not expire because handlers keep the batch connections busy). */
     int rc = pawl_pgpool_new(&t->pool, dsn, &o, 10000, err, sizeof err);
     if (rc) {
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail;
     }
+    o.name = "batches";
+    o.connections = connections;
+    rc = pawl_pgpool_new(&t->txpool, dsn, &o, 10000, err, sizeof err);
+    if (rc) {
+        PAWL_ERROR("tokens", "cannot connect: %s", err);
+        goto fail_pool;
+    }
+    t->store_id = pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
     struct pawl_pgstmt s = {.sql = "SELECT (to_regclass('pawl.tokens') IS NOT NULL)::int",
                             .on_result = on_ints, .ud = &c};
@@ -560,8 +629,10 @@ int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
     return 0;
 
 fail_pool:
+    pawl_pgpool_free(t->txpool);
     pawl_pgpool_free(t->pool);
 fail:
+    pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);
     return rc;

@@ -313,8 +313,14 @@ void pawl_tokens_mem_fail_commit(struct pawl_tokens *t, int nth);
 int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
                           const char *thief);
 
-/* The PostgreSQL token store (table pawl.tokens; the schema must be installed). */
+/*
+ * The PostgreSQL token store (table pawl.tokens; the schema must be installed: PAWL_ESCHEMA
+ * otherwise). One connection serves claims, extensions and administration, so claims never
+ * wait behind batches; `connections` (1..64; 2 for pawl_tokens_pg_new) pipelined connections
+ * carry the batch transactions of every work package. dsn is copied.
+ */
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn);
+int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections);
 
 /* ---------------------------------------------------------------------------------------------
  * The processor
