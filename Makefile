@@ -14,7 +14,7 @@ PG := tools/pawl-pg
 DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
 	liburing-dev libpq-dev libjemalloc-dev libck-dev libcmocka-dev libbenchmark-dev \
 	libjansson-dev libmicrohttpd-dev postgresql-15 postgresql-client-15 gnuplot-nox \
-	iproute2 util-linux procps
+	iproute2 util-linux procps jq
 
 .PHONY: all deps build demo test test-plain test-asan test-tsan pg-start pg-stop pg-remove \
 	bench soak install clean

@@ -26,8 +26,8 @@ struct pawl_deque_ring {
 struct pawl_deque {
     int64_t top; /* next index to steal; advanced by CAS (thieves and the owner's last pop) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
-    int64_t bottom;                /* next index to push; written by the owner only */
-    struct pawl_deque_ring *ring;  /* current ring; replaced by the owner on growth */
+    int64_t bottom;                  /* next index to push; written by the owner only */
+    struct pawl_deque_ring *ring;    /* current ring; replaced by the owner on growth */
     struct pawl_deque_ring *retired; /* owner-only list of old rings */
     char pad1[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(void *)];
 };

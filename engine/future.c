@@ -16,9 +16,11 @@
  * Blocking waiters (threads outside the pool) sleep on `state` as a futex word: they move it from
  * PENDING to PENDING_WAITERS, and the completer wakes all only when it sees that flag.
  *
- * Lifetime: reference counted; every queued continuation holds a reference, and a completing
- * thread must hold one for the duration of the call (the stack exchange and the futex wake touch
- * the future after the outcome is published).
+ * Lifetime: reference counted. A registered continuation holds no reference (so a future that
+ * everybody drops without completing is freed, its records with it); once dispatched, the queued
+ * task holds one until its callback returns. A completing or registering thread must hold one for
+ * the duration of the call (the stack exchange and the futex wake touch the future after the
+ * outcome is published).
  */
 #include "future.h"
 
@@ -82,6 +84,17 @@ void pawl_future_unref(struct pawl_future *f)
     /* Acq_rel: release our writes; the last owner acquires everyone's before freeing. */
     if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    /* Nobody can complete f any more. Records still registered (f never completed) are
+     * discarded: user continuations are not called; the runtime's inline ones are, so that
+     * combinators settle (they see f still pending and treat it as abandoned). */
+    struct cont *c = f->conts;
+    while (c != NULL && c != CLOSED) {
+        struct cont *n = c->next;
+        if (c->kind == KIND_INLINE)
+            c->cb(c->arg, f);
+        pawl_free(c);
+        c = n;
+    }
     pawl_free(f->msg);
     pawl_free(f);
 }
@@ -91,22 +104,24 @@ static void run_cont(struct pawl_task *task, int status)
     struct cont *c = (struct cont *)task;
     (void)status; /* cancelled at pool shutdown: still call cb so it can release resources */
     c->cb(c->arg, c->f);
-    pawl_future_unref(c->f);
+    pawl_future_unref(c->f); /* the reference dispatch() took */
     pawl_free(c);
 }
 
+/* The caller holds a reference to c->f (the completer, or the registrant). */
 static void dispatch(struct cont *c)
 {
     switch (c->kind) {
     case KIND_INLINE:
         c->cb(c->arg, c->f);
-        pawl_future_unref(c->f);
         pawl_free(c);
         break;
     case KIND_SERIAL:
+        pawl_future_ref(c->f); /* held while the task is queued */
         pawl_serial_submit(c->ex, &c->task);
         break;
     default:
+        pawl_future_ref(c->f);
         pawl_pool_submit(c->pool, &c->task);
         break;
     }
@@ -188,8 +203,8 @@ int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, con
     return 0;
 }
 
-static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
-                    struct pawl_pool *pool, pawl_future_cb cb, void *arg)
+static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, struct pawl_pool *pool,
+                    pawl_future_cb cb, void *arg)
 {
     struct cont *c = pawl_malloc(sizeof(*c));
     if (c == NULL)
@@ -201,13 +216,11 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex,
     c->pool = pool;
     c->cb = cb;
     c->arg = arg;
-    c->f = pawl_future_ref(f);
-    /* Relaxed first read; the CAS below carries the ordering. */
-    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_RELAXED);
+    c->f = f; /* no reference while registered: see pawl_future_unref */
+    /* Acquire: if this reads CLOSED, finish() has published the outcome to us. */
+    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_ACQUIRE);
     for (;;) {
         if (head == CLOSED) {
-            /* Acquire: we read CLOSED, so finish() has published the outcome. */
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
             dispatch(c);
             return 0;
         }
@@ -284,16 +297,18 @@ static void all_input_done(void *arg, struct pawl_future *in)
     int64_t token = 0;
     int code = 0;
     const char *msg = NULL;
-    pawl_future_poll(in, &token, &code, &msg);
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "all-of: an input future was released without being completed";
+    }
     if (code != 0) {
         pawl_future_fail(st->out, code, msg); /* the first error wins; later ones EALREADY */
     } else {
         /* Relaxed CAS loop: the running minimum; ordered before the final completion by the
          * acq_rel decrement of remaining below. */
         int64_t cur = __atomic_load_n(&st->min, __ATOMIC_RELAXED);
-        while (token < cur &&
-               !__atomic_compare_exchange_n(&st->min, &cur, token, true, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED))
+        while (token < cur && !__atomic_compare_exchange_n(&st->min, &cur, token, true,
+                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
     }
     /* Acq_rel: the input that completes last sees every other input's minimum update. */
@@ -361,13 +376,16 @@ static void timeout_input_done(void *arg, struct pawl_future *in)
     int64_t token = 0;
     int code = 0;
     const char *msg = NULL;
-    pawl_future_poll(in, &token, &code, &msg);
+    if (pawl_future_poll(in, &token, &code, &msg) != 0) {
+        code = PAWL_ECANCELED;
+        msg = "or-timeout: the input future was released without being completed";
+    }
     if (code == 0)
         pawl_future_complete(st->out, token);
     else
         pawl_future_fail(st->out, code, msg);
     pawl_timer_cancel(st->tm, &st->timer); /* 0 or PAWL_EALREADY: either way we are done */
-    pawl_timer_unhold_(&st->timer);         /* may free st */
+    pawl_timer_unhold_(&st->timer);        /* may free st */
 }
 
 static void timeout_fired(struct pawl_timer *t, void *arg, int status)

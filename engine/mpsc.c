@@ -66,6 +66,7 @@ void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
 bool pawl_mpsc_empty(const struct pawl_mpsc_ *q)
 {
     /* Acquire: a snapshot. The consumer re-pushes the stub whenever it takes the last node, so
-     * _head is the stub exactly when nothing is queued (a push in progress has already moved it). */
+     * _head is the stub exactly when nothing is queued (a push in progress has already moved it).
+     */
     return __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE) == &q->_stub;
 }

@@ -56,13 +56,13 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 struct pawl_pool {
-    struct pawl_mpsc_ inject;  /* tasks from outside (and yields); cache-line padded inside */
-    int64_t inject_n;          /* pushed and not yet popped: the parking re-check reads it */
-    uint32_t inject_lock;      /* 1 while a worker holds the consumer role of inject */
+    struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
+    int64_t inject_n;         /* >= tasks queued (counted before the push); parking reads it */
+    uint32_t inject_lock;     /* 1 while a worker holds the consumer role of inject */
     char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
-    uint32_t epoch;            /* futex word of the eventcount */
-    int32_t sleepers;          /* workers between "announce" and "wake" in park() */
-    uint32_t stop;             /* set once by pawl_pool_free */
+    uint32_t epoch;   /* futex word of the eventcount */
+    int32_t sleepers; /* workers between "announce" and "wake" in park() */
+    uint32_t stop;    /* set once by pawl_pool_free */
     char pad1[PAWL_CACHELINE - 3 * sizeof(uint32_t)];
     uint64_t wakeups;
     uint64_t cancelled;
@@ -71,6 +71,10 @@ struct pawl_pool {
 };
 
 static _Thread_local struct worker *tls_worker;
+
+#ifdef PAWL_TSAN_FENCES
+unsigned long pawl_fence_word_;
+#endif
 
 void pawl_pool_opts_defaults(struct pawl_pool_opts *opts)
 {
@@ -103,7 +107,7 @@ static void notify(struct pawl_pool *pool)
 {
     /* Seq_cst fence: orders the publication of the task before the read of sleepers (the
      * submitter half of the Dekker pattern with park()). */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    pawl_fence_seq_cst();
     /* Relaxed: ordered by the fence above. */
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0) {
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
@@ -117,9 +121,10 @@ static void notify(struct pawl_pool *pool)
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
 {
-    pawl_mpsc_push(&pool->inject, &t->_next);
-    /* Relaxed: the parking re-check orders its read with a fence, and notify() fences after. */
+    /* Count before pushing, so the count never falls below what is queued (a consumer may pop
+     * t as soon as it is linked). Relaxed: notify() fences before reading sleepers. */
     __atomic_fetch_add(&pool->inject_n, 1, __ATOMIC_RELAXED);
+    pawl_mpsc_push(&pool->inject, &t->_next);
     notify(pool);
 }
 
@@ -167,9 +172,9 @@ static struct pawl_task *take_injected(struct worker *w)
         if (first == NULL) {
             first = t;
         } else if (pawl_deque_push(&w->dq, t) != 0) {
-            /* Our deque is full and cannot grow: leave t in the shared queue. */
-            pawl_mpsc_push(&pool->inject, &t->_next);
+            /* Our deque is full and cannot grow: leave t in the shared queue (still counted). */
             got--;
+            pawl_mpsc_push(&pool->inject, &t->_next);
             break;
         }
     }
@@ -254,7 +259,7 @@ static void park(struct worker *w)
     uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
     /* Seq_cst: announce the sleeper before re-checking the queues (worker half of Dekker). */
     __atomic_fetch_add(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    pawl_fence_seq_cst();
     if (!has_work(pool) && !__atomic_load_n(&pool->stop, __ATOMIC_SEQ_CST)) {
         count(&w->parks);
         pawl_futex_wait(&pool->epoch, e, -1);
@@ -324,8 +329,9 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
             goto fail;
         }
         w->started = 1;
-        char name[16];
+        char name[32]; /* the kernel keeps 15 bytes: prefix (<= 10) + index (< 1024) */
         snprintf(name, sizeof name, "%.10s%d", prefix, i);
+        name[15] = '\0';
         pthread_setname_np(w->thread, name);
     }
     *out = pool;

@@ -16,6 +16,34 @@ int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t);
 /* The pool whose worker the calling thread is, or NULL. */
 struct pawl_pool *pawl_pool_current(void);
 
+/*
+ * A full (seq_cst) fence between a store and a later load, for the Dekker-style hand-shakes of
+ * parking. ThreadSanitizer does not model stand-alone fences, so under it the fence becomes a
+ * seq_cst read-modify-write of one shared word: both sides of a hand-shake then synchronise
+ * through that word, which TSan does understand (slower, and only in sanitizer builds).
+ */
+#if defined(__SANITIZE_THREAD__)
+#define PAWL_TSAN_FENCES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PAWL_TSAN_FENCES 1
+#endif
+#endif
+#ifdef PAWL_TSAN_FENCES
+extern unsigned long pawl_fence_word_;
+static inline void pawl_fence_seq_cst(void)
+{
+    /* Seq_cst RMW: totally ordered with every other fence of this kind. */
+    __atomic_fetch_add(&pawl_fence_word_, 1, __ATOMIC_SEQ_CST);
+}
+#else
+static inline void pawl_fence_seq_cst(void)
+{
+    /* Seq_cst fence: orders the caller's earlier stores before its later loads. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+#endif
+
 /* CPU relaxation hint for short spins. */
 static inline void pawl_cpu_relax(void)
 {

@@ -34,9 +34,13 @@
  * coordinator reads it without the lock, other threads under p->mu.
  */
 #include "common.h"
+#include "metrics.h"
+#include "reconcile.h"
 #include "segment.h"
+#include "trigger.h"
 
 #include "pawl/checkpoint.h"
+#include "pawl/runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -50,6 +54,13 @@
 #define MOD "processor"
 
 enum pkg_state { PKG_RUN = 0, PKG_DONE = 1 };
+
+/* What a package is waiting for between steps (checkpoint modes only). */
+enum pkg_phase {
+    PH_NONE = 0,    /* handling events */
+    PH_CKPT = 1,    /* a checkpoint cycle waits for futures; the batch transaction is open */
+    PH_RELEASE = 2, /* a release cycle waits for futures */
+};
 
 struct pkg {
     struct pawl_processor *p;
@@ -69,6 +80,19 @@ struct pkg {
     int64_t last_store_ns;
     int had_success;
 
+    /* Checkpoint protocol (worker-only; NULL / unused in plain mode). */
+    struct pawl_trigger *trigger;
+    struct pawl_reconcile rec;
+    int rec_ready;      /* rec initialised and on_segment_claimed accepted */
+    int phase;          /* enum pkg_phase */
+    struct pawl_txn *ptxn; /* PH_CKPT: the open batch transaction */
+    size_t pn;          /* PH_CKPT: events of the parked batch (to move past on success) */
+    size_t phandled;    /* PH_CKPT: of which handled (not skipped) */
+    int64_t pend;       /* PH_CKPT: the parked batch's end */
+    int prc;            /* PH_RELEASE: the result to finish with */
+    int64_t batch_start_ns; /* the current batch's first handler call */
+    int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */
+
     /* Shared with the coordinator, under mu. */
     pthread_mutex_t mu;
     struct pawl_event_batch inbox;
@@ -76,13 +100,15 @@ struct pkg {
     int attached;
     int scheduled;
     int state;
+    int woken; /* the reconciler's wake arrived: resume at the next step */
 
     /* Set by other threads; read by the worker at each step. */
     _Atomic int release_req;
     _Atomic int lost;
 
-    /* Coordinator-only. */
+    /* Coordinator-only (read by the extender under p->mu). */
     struct pkg *next;
+    uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
     int failed;
     int fail_rc;
 
@@ -107,14 +133,21 @@ struct pawl_processor {
     struct pawl_tokens *tok;
     struct pawl_handler *h;
     size_t nh;
-    int mode;
+    int mode; /* enum pawl_ckpt_mode */
     int64_t extend_ms;
+    /* Checkpoint modes: the units, and the runtime pool and timers their continuations and
+     * time-outs run on (package steps themselves run on the FIFO run queue below). */
+    struct pawl_ckpt_unit *units;
+    size_t nunits;
+    struct pawl_pool *pool;
+    struct pawl_timers *timers;
 
     pthread_mutex_t mu; /* started/stopping, pkgs list membership, done list, admin, backoffs */
     pthread_cond_t cv;  /* coordinator wake-ups (done packages, admin, room in inboxes) */
     pthread_cond_t admin_cv;
     struct pkg *pkgs; /* coordinator's list (membership changes under mu) */
     struct pkg *done; /* finished packages waiting to be reaped */
+    uint64_t gen;     /* claim generations handed out */
     int started;
     int stopping;
     int stopped;
@@ -329,6 +362,14 @@ static void *worker_main(void *arg)
 
 /* ---------------------------------------------------------------------------------------------
  * Work packages
+ *
+ * A step is one unit of a package's work: the first step of a claim calls the checkpointing
+ * units' on_segment_claimed; then each step handles one batch, or advances an idle segment's
+ * token, or releases. In a checkpoint mode a batch's commit cycle may wait for the units'
+ * futures: the step then parks the package with its batch transaction open (phase PH_CKPT) and
+ * ends; the reconciler's wake schedules the next step, which resumes the cycle. The package is
+ * never queued twice and a parked package runs nothing else, so a segment's steps stay serial
+ * and no worker thread ever waits on a future.
  * ------------------------------------------------------------------------------------------ */
 
 static struct pkg *pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row)
@@ -363,10 +404,40 @@ static void pkg_free(struct pkg *k)
     pawl_free(k);
 }
 
+/* The trigger's wake (a request arrived): schedule a step (never run it here). */
+static void pkg_trigger_wake(void *arg)
+{
+    schedule(arg);
+}
+
+/* The reconciler's wake (every awaited future completed): resume at the next step. */
+static void pkg_wake(void *arg)
+{
+    struct pkg *k = arg;
+    pthread_mutex_lock(&k->mu);
+    k->woken = 1;
+    int go = !k->scheduled && k->state == PKG_RUN;
+    if (go)
+        k->scheduled = 1;
+    pthread_mutex_unlock(&k->mu);
+    if (go)
+        enqueue(k->p, k);
+}
+
 /* Hand the package to the coordinator as finished (rc 0: orderly release). */
 static void pkg_finish(struct pkg *k, int rc)
 {
     struct pawl_processor *p = k->p;
+    if (k->trigger) {
+        /* Inert first: after this no wake can reach k. */
+        pawl_trigger_invalidate(k->trigger);
+        pawl_trigger_free(k->trigger);
+        k->trigger = NULL;
+    }
+    if (k->rec_ready) {
+        pawl_reconcile_fini(&k->rec);
+        k->rec_ready = 0;
+    }
     p->tok->ops->release(p->tok, p->name, k->seg.id, p->node);
     pthread_mutex_lock(&k->mu);
     k->state = PKG_DONE;
@@ -383,41 +454,171 @@ static void pkg_finish(struct pkg *k, int rc)
     pthread_mutex_unlock(&p->mu);
 }
 
-/*
- * The commit cycle: store `requested` (never rewinding) in the open batch transaction and
- * commit. The checkpoint protocol replaces the direct store with its reconciliation.
- */
-static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t requested)
+/* First step of a claim: the units accept the segment (or the claim fails). */
+static int pkg_claimed(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    k->trigger = pawl_trigger_new(pkg_trigger_wake, k);
+    if (k->trigger == NULL)
+        return PAWL_ENOMEM;
+    int rc = pawl_reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake,
+                                 k);
+    if (rc)
+        return rc;
+    rc = pawl_reconcile_claimed(&k->rec, k->seg, k->trigger, k->token);
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: claim refused: %s", p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        pawl_reconcile_fini(&k->rec);
+        return rc;
+    }
+    k->rec_ready = 1;
+    return 0;
+}
+
+/* A batch (n events of work, handled of them delivered) committed at end, storing stored. */
+static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, size_t handled)
+{
+    struct pawl_processor *p = k->p;
+    if (stored > k->token) {
+        k->token = stored;
+        if (k->has_merge && k->token >= k->merge_token)
+            k->has_merge = 0;
+        k->last_store_ns = pawl_now_ns();
+        pawl_metric_inc(PAWL_M_CHECKPOINTS);
+    }
+    k->work_pos += n;
+    if (end > k->consumed)
+        k->consumed = end;
+    if (n > 0) {
+        k->had_success = 1;
+        atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_BATCHES);
+        pawl_metric_hist_record(PAWL_H_BATCH_TIME, pawl_now_ns() - k->batch_start_ns);
+    }
+}
+
+/* The end of a checkpoint cycle: store what the units agreed on (if anything) and commit. */
+static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, int64_t end,
+                       size_t n, size_t handled)
 {
     int rc = 0;
-    if (requested > k->token)
-        rc = txn->ops->store(txn, requested);
+    if (to_store != PAWL_RECONCILE_NOTHING && to_store > k->token)
+        rc = txn->ops->store(txn, to_store);
     if (rc) {
         txn->ops->rollback(txn);
         return rc;
     }
     rc = txn->ops->commit(txn);
-    if (rc == 0 && requested > k->token) {
-        k->token = requested;
-        if (k->has_merge && k->token >= k->merge_token)
-            k->has_merge = 0;
-    }
+    if (rc == 0)
+        batch_done(k, end, to_store == PAWL_RECONCILE_NOTHING ? k->token : to_store, n, handled);
     return rc;
 }
 
-/* Store the consumed position (release, idle advance). */
-static int store_consumed(struct pkg *k)
+/*
+ * The commit cycle, batch transaction open, for a batch of n events (handled delivered) that
+ * ends at end. Plain mode stores end. Auto mode asks the units to cover max(end, pending
+ * request); deferred mode asks only when a request is pending (else commits without moving
+ * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
+ * transaction stays open), or an error (rolled back).
+ */
+static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t n,
+                        size_t handled)
 {
     struct pawl_processor *p = k->p;
-    if (k->consumed <= k->token)
+    if (p->mode == PAWL_CKPT_PLAIN)
+        return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled);
+    int64_t req = PAWL_RECONCILE_NOTHING, pending;
+    if (pawl_trigger_take(k->trigger, end, &pending))
+        req = pending;
+    if (p->mode == PAWL_CKPT_AUTO && end > req)
+        req = end;
+    if (req == PAWL_RECONCILE_NOTHING || req <= k->token)
+        return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled);
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    k->ckpt_start_ns = pawl_now_ns();
+    int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
+    if (rc != PAWL_EAGAIN)
+        pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
+    if (rc == PAWL_EAGAIN) {
+        k->phase = PH_CKPT;
+        k->ptxn = txn;
+        k->pend = end;
+        k->pn = n;
+        k->phandled = handled;
+        return PAWL_EAGAIN;
+    }
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        txn->ops->rollback(txn);
+        return PAWL_ECHECKPOINT;
+    }
+    return ckpt_commit(k, txn, to_store, end, n, handled);
+}
+
+/* Store `token` while the claim is held (release, idle advance in plain mode). */
+static int store_now(struct pkg *k, int64_t token)
+{
+    struct pawl_processor *p = k->p;
+    if (token <= k->token)
         return 0;
     struct pawl_txn *txn;
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    rc = txn->ops->store(txn, token);
+    if (rc) {
+        txn->ops->rollback(txn);
+        return rc;
+    }
+    rc = txn->ops->commit(txn);
     if (rc == 0)
-        rc = commit_cycle(k, txn, k->consumed);
-    if (rc == 0)
-        k->last_store_ns = pawl_now_ns();
+        batch_done(k, token, token, 0, 0);
     return rc;
+}
+
+/* The last part of a release: store what the units confirmed, then free the claim. */
+static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
+{
+    struct pawl_processor *p = k->p;
+    if (to_store != PAWL_RECONCILE_NOTHING) {
+        int rc = store_now(k, to_store);
+        if (rc)
+            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed: %s", p->name,
+                      k->seg.id, pawl_strerror(rc));
+    }
+    pkg_finish(k, rc_final);
+}
+
+/*
+ * Release the segment (rc_final 0: orderly; else the failure that aborted the package, whose
+ * batch is already rolled back). Plain mode stores the consumed position; checkpoint modes run
+ * the release reconciliation first. Returns PAWL_EAGAIN when parked on the units' futures.
+ */
+static int pkg_release(struct pkg *k, int rc_final)
+{
+    if (!k->rec_ready) {
+        int64_t up = k->p->mode == PAWL_CKPT_PLAIN && rc_final == 0 ? k->consumed
+                                                                  : PAWL_RECONCILE_NOTHING;
+        release_store_finish(k, up, rc_final);
+        return 0;
+    }
+    /* No further requests: the trigger goes inert before the units are asked. */
+    pawl_trigger_invalidate(k->trigger);
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    int rc = pawl_reconcile_release(&k->rec, k->seg, k->consumed, k->token, &to_store);
+    if (rc == PAWL_EAGAIN) {
+        k->phase = PH_RELEASE;
+        k->prc = rc_final;
+        return PAWL_EAGAIN;
+    }
+    if (rc)
+        PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+    release_store_finish(k, to_store, rc_final);
+    return 0;
 }
 
 /*
@@ -453,6 +654,7 @@ static int pkg_fill(struct pkg *k)
                       (long long)from, p->src->ops->errmsg(p->src));
             return rc;
         }
+        pawl_metric_add(PAWL_M_EVENTS_READ, k->readbuf.n);
         pthread_mutex_lock(&k->mu);
         for (size_t i = 0; i < k->readbuf.n && rc == 0; i++) {
             const struct pawl_event *e = &k->readbuf.events[i];
@@ -485,12 +687,18 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
         .seg = k->seg,
         .replay = e->index <= k->high_water,
         .txn = txn,
-        .trigger = NULL,
+        .trigger = k->trigger,
         .pos = pos,
     };
+    if (e->appended_at_us > 0) {
+        int64_t lag_us = pawl_wall_us() - e->appended_at_us;
+        if (lag_us >= 0)
+            pawl_metric_hist_record(PAWL_H_E2E_LAG, lag_us * 1000);
+    }
     for (size_t i = 0; i < p->nh; i++) {
         int rc = p->h[i].handle(p->h[i].self, &ctx);
         if (rc) {
+            pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
             PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
                       k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
                       e->stream_id, pawl_strerror(rc));
@@ -500,7 +708,7 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
     return 0;
 }
 
-/* Handle up to batch_size events of work in one transaction. */
+/* Handle up to batch_size events of work in one transaction. 0, PAWL_EAGAIN (parked), error. */
 static int pkg_batch(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
@@ -515,6 +723,7 @@ static int pkg_batch(struct pkg *k)
         end = k->work_end;
 
     struct pawl_txn *txn;
+    k->batch_start_ns = pawl_now_ns();
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
@@ -532,87 +741,65 @@ static int pkg_batch(struct pkg *k)
         }
         handled++;
     }
+    pawl_metric_add(PAWL_M_EVENTS_HANDLED, handled);
     if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
         txn->ops->rollback(txn);
         return PAWL_ECLAIM;
     }
-    rc = commit_cycle(k, txn, end);
-    if (rc)
-        return rc;
-    k->work_pos += n;
-    k->consumed = end;
-    k->had_success = 1;
-    k->last_store_ns = pawl_now_ns();
-    atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
-    return 0;
+    return commit_cycle(k, txn, end, n, handled);
 }
 
-static void pkg_fail(struct pkg *k, int rc)
+/* An empty commit cycle at the consumed position (idle segment). 0, PAWL_EAGAIN or error. */
+static int pkg_idle_cycle(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_txn *txn;
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    return commit_cycle(k, txn, k->consumed, 0, 0);
+}
+
+/* Abort after a failure: the batch is rolled back; release (reconciling what units confirm). */
+static int pkg_fail(struct pkg *k, int rc)
 {
     struct pawl_processor *p = k->p;
     atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
-    if (rc == PAWL_ECLAIM)
+    pawl_metric_inc(PAWL_M_BATCH_ROLLBACKS);
+    if (rc == PAWL_ECHECKPOINT)
+        pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
+    if (rc == PAWL_ECLAIM) {
         atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_LOST);
+    }
+    int store_err = rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN || rc == PAWL_EINDOUBT;
     PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
-              pawl_strerror(rc), rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN ? ": " : "",
-              rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN ? p->tok->ops->errmsg(p->tok)
-                                                                      : "");
-    pkg_finish(k, rc);
+              pawl_strerror(rc), store_err ? ": " : "", store_err ? p->tok->ops->errmsg(p->tok) : "");
+    return pkg_release(k, rc);
 }
 
-static void pkg_step(struct pkg *k)
+/* Under k->mu: does the package have something to do at its next step? */
+static int pkg_more_locked(struct pkg *k)
+{
+    return k->woken || k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
+           atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
+           atomic_load_explicit(&k->lost, memory_order_relaxed) ||
+           (k->trigger && k->phase == PH_NONE && pawl_trigger_ready(k->trigger, k->consumed));
+}
+
+/* End a step: queue the next one if there is work, else go idle. */
+static void pkg_end_step(struct pkg *k, int parked)
 {
     struct pawl_processor *p = k->p;
-    int rc;
-    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
-        pkg_fail(k, PAWL_ECLAIM);
-        return;
-    }
-    if (atomic_load_explicit(&k->release_req, memory_order_relaxed)) {
-        /* Orderly release: everything handled is committed; store how far we got. */
-        rc = store_consumed(k);
-        if (rc)
-            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed: %s", p->name,
-                      k->seg.id, pawl_strerror(rc));
-        pkg_finish(k, 0);
-        return;
-    }
-    rc = pkg_fill(k);
-    if (rc) {
-        pkg_fail(k, rc);
-        return;
-    }
-    if (k->work_pos < k->work.n) {
-        rc = pkg_batch(k);
-        if (rc) {
-            pkg_fail(k, rc);
-            return;
-        }
-    } else {
-        /* Nothing of ours in the log lately: move the stored token along now and then so a
-         * restart does not rescan what we already passed. */
-        k->consumed = PAWL_MAX(k->consumed, k->work_end);
-        int64_t now = pawl_now_ns();
-        if (k->consumed > k->token &&
-            (k->consumed - k->token >= (int64_t)p->o.read_batch ||
-             now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000)) {
-            rc = store_consumed(k);
-            if (rc) {
-                pkg_fail(k, rc);
-                return;
-            }
-        }
-    }
     pthread_mutex_lock(&k->mu);
-    int more = k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
-               atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
-               atomic_load_explicit(&k->lost, memory_order_relaxed);
+    /* A parked package only wakes for its reconciler (or to be told to give up, which it
+     * handles once the cycle is over). */
+    int more = parked ? k->woken : pkg_more_locked(k);
     int room = k->inbox.n < p->o.read_ahead / 2 + 1;
     if (!more)
         k->scheduled = 0;
     pthread_mutex_unlock(&k->mu);
-    if (room) {
+    if (room && !parked) {
         pthread_mutex_lock(&p->mu);
         if (!p->room) {
             p->room = 1;
@@ -622,6 +809,117 @@ static void pkg_step(struct pkg *k)
     }
     if (more)
         enqueue(p, k);
+}
+
+/* A parked package's step: resume its cycle once the reconciler has woken it. */
+static void pkg_resume(struct pkg *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int woken = k->woken;
+    k->woken = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (!woken) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    int rc = pawl_reconcile_resume(&k->rec, &to_store);
+    if (rc == PAWL_EAGAIN) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    if (k->phase == PH_RELEASE) {
+        k->phase = PH_NONE;
+        if (rc)
+            PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
+                      pawl_reconcile_error(&k->rec));
+        release_store_finish(k, to_store, k->prc);
+        return;
+    }
+    /* PH_CKPT */
+    pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
+    struct pawl_txn *txn = k->ptxn;
+    k->ptxn = NULL;
+    k->phase = PH_NONE;
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", k->p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        txn->ops->rollback(txn);
+        rc = PAWL_ECHECKPOINT;
+    } else {
+        rc = ckpt_commit(k, txn, to_store, k->pend, k->pn, k->phandled);
+    }
+    if (rc) {
+        if (pkg_fail(k, rc) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    pkg_end_step(k, 0);
+}
+
+static void pkg_step(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    int rc;
+    if (k->phase != PH_NONE) {
+        pkg_resume(k);
+        return;
+    }
+    pthread_mutex_lock(&k->mu);
+    k->woken = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (p->mode != PAWL_CKPT_PLAIN && !k->rec_ready) {
+        rc = pkg_claimed(k);
+        if (rc) {
+            if (k->trigger) {
+                pawl_trigger_invalidate(k->trigger);
+                pawl_trigger_free(k->trigger);
+                k->trigger = NULL;
+            }
+            atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
+            pkg_finish(k, rc);
+            return;
+        }
+    }
+    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
+        if (pkg_fail(k, PAWL_ECLAIM) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    if (atomic_load_explicit(&k->release_req, memory_order_relaxed)) {
+        if (pkg_release(k, 0) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    rc = pkg_fill(k);
+    if (rc == 0 && k->work_pos < k->work.n) {
+        rc = pkg_batch(k);
+    } else if (rc == 0) {
+        /* No events of ours: move the token along now and then (plain and auto), and honour a
+         * trigger request (deferred and auto) — never an unconfirmed position in deferred. */
+        k->consumed = PAWL_MAX(k->consumed, k->work_end);
+        int64_t now = pawl_now_ns();
+        int due = k->consumed > k->token &&
+                  (k->consumed - k->token >= (int64_t)p->o.read_batch ||
+                   now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000);
+        if (p->mode == PAWL_CKPT_PLAIN) {
+            if (due)
+                rc = store_now(k, k->consumed);
+        } else if ((due && p->mode == PAWL_CKPT_AUTO) ||
+                   pawl_trigger_ready(k->trigger, k->consumed)) {
+            rc = pkg_idle_cycle(k);
+        }
+    }
+    if (rc == PAWL_EAGAIN) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    if (rc) {
+        if (pkg_fail(k, rc) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    pkg_end_step(k, 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -658,6 +956,7 @@ static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_succ
     else
         b->delay_ms = PAWL_MIN(b->delay_ms * 2, (int64_t)p->o.backoff_max_ms);
     b->retry_at_ns = pawl_now_ns() + b->delay_ms * 1000000;
+    pawl_metric_inc(PAWL_M_BACKOFFS);
     PAWL_INFO(MOD, "%s: segment %u: retrying in %lld ms", p->name, seg_id, (long long)b->delay_ms);
 }
 
@@ -681,6 +980,8 @@ static void reap_locked(struct pawl_processor *p)
         }
         atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, -1);
         if (k->failed)
             backoff_fail(p, k->seg.id, k->had_success);
         pkg_free(k);
@@ -769,16 +1070,19 @@ static void claim_cycle(struct pawl_processor *p)
             extra--;
         }
     }
+    pthread_mutex_unlock(&p->mu);
     int64_t now = pawl_now_ns();
-    /* Start at a rank-dependent row so nodes starting together do not contend for the same. */
-    for (size_t j = 0; j < nrows && mine < share && !p->stopping; j++) {
+    /* Start at a rank-dependent row so nodes starting together do not contend for the same.
+     * The store calls run without p->mu: workers finishing a package must not wait on them. */
+    for (size_t j = 0; j < nrows && mine < share; j++) {
         struct pawl_segment_status *r = &rows[(j + (size_t)rank * (nrows / nodes)) % nrows];
-        if (find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
-            admin_involves(p, r->seg.id))
-            continue;
+        pthread_mutex_lock(&p->mu);
+        int skip = p->stopping || find_pkg(p, r->seg.id) || in_backoff(p, r->seg.id, now) ||
+                   admin_involves(p, r->seg.id);
+        pthread_mutex_unlock(&p->mu);
         int claimable = r->owner[0] == '\0' || strcmp(r->owner, p->node) == 0 ||
                         r->claim_age_ms >= (int64_t)p->o.claim_timeout_ms;
-        if (!claimable)
+        if (skip || !claimable)
             continue;
         struct pawl_segment_status row;
         rc = t->ops->claim(t, p->name, r->seg.id, p->node, p->o.claim_timeout_ms, p->mode, &row);
@@ -794,16 +1098,20 @@ static void claim_cycle(struct pawl_processor *p)
             t->ops->release(t, p->name, row.seg.id, p->node);
             break;
         }
+        pthread_mutex_lock(&p->mu);
+        k->gen = ++p->gen;
         k->next = p->pkgs;
         p->pkgs = k;
         mine++;
         atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_ACQUIRED);
+        pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, 1);
         PAWL_DEBUG(MOD, "%s: claimed segment %u/%u at %lld", p->name, row.seg.id, row.seg.mask,
                    (long long)row.token);
         pkg_start(p, k);
+        pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_unlock(&p->mu);
     pawl_tokens_rows_free(rows);
 }
 
@@ -861,6 +1169,7 @@ static int coord_read(struct pawl_processor *p)
     int rc = p->src->ops->read(p->src, from, p->o.read_batch, &p->readbuf, &last);
     if (rc)
         return rc;
+    pawl_metric_add(PAWL_M_EVENTS_READ, p->readbuf.n);
     if (last <= from)
         return 0;
 
@@ -1022,12 +1331,13 @@ static void *extend_main(void *arg)
 {
     struct pawl_processor *p = arg;
     uint32_t *ids = NULL;
-    struct pkg **ks = NULL;
+    uint64_t *gens = NULL;
     unsigned char *held = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&p->emu);
     while (!p->stopped) {
         pthread_mutex_unlock(&p->emu);
+        /* Snapshot (segment, claim generation) under p->mu; the store call runs without it. */
         pthread_mutex_lock(&p->mu);
         size_t n = 0;
         for (struct pkg *k = p->pkgs; k; k = k->next)
@@ -1037,36 +1347,43 @@ static void *extend_main(void *arg)
             uint32_t *ni = pawl_realloc(ids, c * sizeof *ni);
             if (ni)
                 ids = ni;
-            struct pkg **nk = pawl_realloc(ks, c * sizeof *nk);
-            if (nk)
-                ks = nk;
+            uint64_t *ng = pawl_realloc(gens, c * sizeof *ng);
+            if (ng)
+                gens = ng;
             unsigned char *nh = pawl_realloc(held, c);
             if (nh)
                 held = nh;
-            if (ni && nk && nh)
+            if (ni && ng && nh)
                 cap = c;
         }
         n = 0;
         for (struct pkg *k = p->pkgs; k && n < cap; k = k->next) {
             ids[n] = k->seg.id;
-            ks[n++] = k;
+            gens[n++] = k->gen;
         }
-        /* The store call runs under p->mu so that no package in ks is reaped meanwhile; it is
-         * one short statement and the coordinator never holds p->mu across its own I/O waits. */
+        pthread_mutex_unlock(&p->mu);
+
         int rc = p->tok->ops->extend(p->tok, p->name, p->node, ids, n, held);
         if (rc == 0) {
+            pthread_mutex_lock(&p->mu);
             for (size_t i = 0; i < n; i++) {
-                if (!held[i] && !atomic_exchange_explicit(&ks[i]->lost, 1, memory_order_relaxed)) {
+                if (held[i])
+                    continue;
+                /* Only the claim we asked about: a newer package of the same id is not lost. */
+                struct pkg *k = find_pkg(p, ids[i]);
+                if (k && k->gen == gens[i] &&
+                    !atomic_load_explicit(&k->release_req, memory_order_relaxed) &&
+                    !atomic_exchange_explicit(&k->lost, 1, memory_order_relaxed)) {
                     PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
-                              ks[i]->seg.id);
-                    schedule(ks[i]);
+                              k->seg.id);
+                    schedule(k);
                 }
             }
+            pthread_mutex_unlock(&p->mu);
         } else {
             PAWL_WARN(MOD, "%s: extending claims failed: %s", p->name,
                       p->tok->ops->errmsg(p->tok));
         }
-        pthread_mutex_unlock(&p->mu);
 
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
@@ -1080,7 +1397,7 @@ static void *extend_main(void *arg)
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
-    pawl_free(ks);
+    pawl_free(gens);
     pawl_free(held);
     return NULL;
 }
@@ -1135,16 +1452,39 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     }
     memcpy(p->h, handlers, n * sizeof *p->h);
     p->nh = n;
-    size_t units = 0;
-    for (size_t i = 0; i < n; i++)
-        units += handlers[i].ckpt != NULL;
-    if (units > 0) {
-        /* The checkpoint protocol is not wired into the work package yet. */
-        PAWL_ERROR(MOD, "%s: checkpointing units are not supported by this build", p->name);
-        rc = PAWL_ENOTSUP;
+    enum pawl_ckpt_mode mode;
+    rc = pawl_ckpt_mode_detect(p->name, handlers, n, &mode);
+    if (rc) {
+        PAWL_ERROR(MOD, "%s: a checkpointing unit lacks on_checkpoint_advanced", p->name);
         goto fail;
     }
-    p->mode = PAWL_CKPT_PLAIN;
+    p->mode = (int)mode;
+    if (mode != PAWL_CKPT_PLAIN) {
+        p->units = pawl_calloc(n, sizeof *p->units);
+        if (p->units == NULL) {
+            rc = PAWL_ENOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (handlers[i].ckpt == NULL)
+                continue;
+            p->units[p->nunits].name = handlers[i].name ? handlers[i].name : "?";
+            p->units[p->nunits].self = handlers[i].self;
+            p->units[p->nunits].ckpt = handlers[i].ckpt;
+            p->nunits++;
+        }
+        /* The units' future continuations are tiny tasks; timers bound their futures. */
+        struct pawl_pool_opts po;
+        pawl_pool_opts_defaults(&po);
+        po.workers = 1;
+        po.name = "pawl-ckpt";
+        rc = pawl_pool_new(&p->pool, &po);
+        if (rc)
+            goto fail;
+        rc = pawl_timers_new(&p->timers, p->pool, NULL);
+        if (rc)
+            goto fail;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->admin_cv, NULL);
@@ -1174,6 +1514,9 @@ fail_sync:
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
 fail:
+    pawl_timers_free(p->timers);
+    pawl_pool_free(p->pool);
+    pawl_free(p->units);
     pawl_free(p->h);
     pawl_free(p);
     return rc;
@@ -1268,6 +1611,10 @@ void pawl_processor_free(struct pawl_processor *p)
     pthread_cond_destroy(&p->admin_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
+    /* Every package is done (stop waited for their release cycles): nothing is queued. */
+    pawl_timers_free(p->timers);
+    pawl_pool_free(p->pool);
+    pawl_free(p->units);
     pawl_free(p->h);
     pawl_free(p);
 }

@@ -1,8 +1,9 @@
 /*
  * serial.c — serial executors: an MPSC queue of tasks plus a count, drained by one pool task.
  *
- * Invariant: _count is the number of tasks pushed and not yet run. The submitter that moves it
- * from 0 to 1 schedules the drain task on the pool; the drain runs queued tasks, then subtracts
+ * Invariant: _count is at least the number of tasks queued and not yet run (a submitter counts
+ * its task before pushing it). The submitter that moves it from 0 to 1 schedules the drain
+ * task on the pool; the drain runs queued tasks, then subtracts
  * what it ran, and only if tasks remain does it reschedule itself. So at most one drain is ever
  * scheduled or running (mutual exclusion without a lock), tasks run in queue order (the order
  * of the producers' exchanges on the queue head), and an executor costs nothing while idle.
@@ -53,10 +54,13 @@ int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t)
 {
     if (PAWL_UNLIKELY(s == NULL || t == NULL || t->fn == NULL))
         return PAWL_EINVAL;
+    /* Count before pushing: the drain may pop t the moment it is linked, and it must never
+     * subtract a task that was not counted yet (the count would dip to 0 with a drain still
+     * scheduled, and the next submitter would schedule a second one). Acq_rel: the acquire
+     * side orders us after a drain's final decrement, so a 0 means no drain is scheduled. */
+    uint64_t old = __atomic_fetch_add(&s->_count, 1, __ATOMIC_ACQ_REL);
     pawl_mpsc_push(&s->_q, &t->_next);
-    /* Acq_rel: the push above happens before the drain that sees this count; the acquire side
-     * orders us after a drain's decrement, so a 0 we read means no drain is scheduled. */
-    if (__atomic_fetch_add(&s->_count, 1, __ATOMIC_ACQ_REL) == 0)
+    if (old == 0)
         return pawl_pool_submit(s->_pool, &s->_drain);
     return 0;
 }
@@ -77,7 +81,7 @@ static void drain(struct pawl_task *task, int status)
     while (status != 0 || ran < PAWL_SERIAL_BATCH) {
         void **link = pawl_mpsc_pop(&s->_q);
         if (link == NULL)
-            break; /* everything counted so far has run; a late push reschedules via count */
+            break; /* a counted task not pushed yet makes left > 0: we come back for it */
         if (link == PAWL_MPSC_BUSY) {
             if (++spins < 128) {
                 pawl_cpu_relax();

@@ -35,9 +35,9 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -382,8 +382,7 @@ static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
         if ((s & 3) == ST_ARMED) {
             if (t->_op == OP_NONE) {
                 t->_armed_gen = gen;
-                t->_deadline_ns =
-                    pawl_now_ns() + __atomic_load_n(&t->_delay_ns, __ATOMIC_RELAXED);
+                t->_deadline_ns = pawl_now_ns() + __atomic_load_n(&t->_delay_ns, __ATOMIC_RELAXED);
                 pawl_timer_hold_(t); /* the op's hold */
                 if (backend_arm(tm, t) != 0) {
                     pawl_timer_unhold_(t);
@@ -414,8 +413,8 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
         int64_t period = __atomic_load_n(&t->_period_ns, __ATOMIC_RELAXED);
         if (s == want && period == 0) {
             /* Seq_cst: races with cancel's ARMED -> IDLE CAS; the winner decides. */
-            if (__atomic_compare_exchange_n(&t->_state, &s, (t->_armed_gen << 2) | ST_FIRED,
-                                            false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            if (__atomic_compare_exchange_n(&t->_state, &s, (t->_armed_gen << 2) | ST_FIRED, false,
+                                            __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
                 /* Relaxed: statistics. */
                 __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
                 /* Hand our hold to the callback and submit it: our last access to t. */

@@ -8,9 +8,11 @@
 
 #include "pawl/common.h"
 #include "pawl/event.h"
-#include "pawl/runtime.h"
 #include "pawl/log.h"
+#include "pawl/runtime.h"
 #include "pawl/processor.h"
 #include "pawl/checkpoint.h"
+#include "pawl/metrics.h"
+#include "pawl/config.h"
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "log_int.h"
 #include "pgconn.h"
 #include "schema.h"
 
@@ -47,7 +48,7 @@
 #define ACK_RING 65536
 
 /* Stream sequence numbers are computed server-side for ANY; explicit ones are checked there. */
-static const char APPEND_SQL[] =
+const char pawl_log_append_sql[] =
     "WITH b AS ("
     " SELECT (u.o - 1)::int4 AS k, u.s, u.q, u.t, u.p, u.m,"
     "        row_number() OVER (PARTITION BY u.s ORDER BY u.o) AS r"
@@ -1557,7 +1558,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     static const Oid append_types[6] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_TEXT_ARRAY,
                                         OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_INT4};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
-    s->stmt_append = pawl_pgpool_prepare(s->main, APPEND_SQL, 6, append_types);
+    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);

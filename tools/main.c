@@ -1,18 +1,395 @@
 /*
- * main.c — the `pawl` command-line tool (placeholder entry point until the flag table and
- * subcommands land).
+ * main.c — the `pawl` command-line tool: subcommand dispatch, flag sources, generated help.
+ *
+ * Flags come from one table (pawl/config.h). For every invocation: defaults, then PAWL_* from
+ * the environment, then --flags on the command line (so flag > env > default); a bad value
+ * anywhere exits 2 with a message naming the flag, the value and the allowed range. `pawl help`,
+ * `pawl CMD --help` and `pawl help --markdown` (the README's reference section) are generated
+ * from the command table below and the flag table, so they cannot drift from the code.
  */
-#include "pawl.h"
+#include "tool.h"
 
-#include <stdio.h>
+#include "dsn.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv);
+
+#define DB_NOTE                                                                                    \
+    "Without --dsn or PAWL_DSN it uses the private PostgreSQL of the working directory, starting " \
+    "it if needed."
+
+static const struct tool_cmd commands[] = {
+    {"help", 0, "[COMMAND] [--markdown]", "Show help for pawl or for one command",
+     "Without a command, lists the commands and the flags every command takes. With one, prints "
+     "its manual. --markdown prints the whole reference (commands, flags, exit codes) as "
+     "Markdown, as it appears in the README.",
+     cmd_help, 0},
+    {"config", PAWL_SCOPE_CONFIG, "[--json]", "Print the effective configuration",
+     "Prints every flag with its effective value and where the value came from: default, env "
+     "(a PAWL_* environment variable) or flag (the command line). Flags given on this command "
+     "line are checked as for any command, so `pawl config --rate 5` shows what `--rate 5` "
+     "would mean.",
+     cmd_config, 0},
+    {"init", PAWL_SCOPE_INIT, "", "Create or upgrade the pawl schema (idempotent)",
+     "Brings the database's pawl schema to this version of pawl: creates it when missing, "
+     "upgrades it when older, and does nothing when it is current, so running it twice is safe. "
+     "Concurrent runs serialize on an advisory lock. Refuses a schema newer than this pawl.",
+     cmd_init, 1},
+    {"append", PAWL_SCOPE_APPEND, "[--events-per-append N] < events.jsonl | --generate [--rate X]",
+     "Append events from stdin (JSON lines), or generate load",
+     "Reads one event per line from stdin: {\"stream\": \"order-17\", \"type\": "
+     "\"OrderPlaced\", \"payload\": {...}, \"metadata\": {...}, \"seq\": 3}. stream and type "
+     "are required; payload is any JSON value (a string is taken as its bytes); metadata is an "
+     "object; seq (optional) is the stream position the event must get, or the append fails "
+     "with a conflict. Lines are appended in order, --events-per-append lines per transaction. "
+     "The first invalid line stops the command (exit 6) with its line number and reason; lines "
+     "before it are appended, nothing after it. What `pawl tail --json` prints is valid input "
+     "(index and appended_at are ignored). With --generate, --appenders threads append "
+     "generated events at --rate for --duration (or --count events) instead.",
+     cmd_append, 1},
+    {"tail", PAWL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
+     "Print events of the log, and follow it",
+     "Prints the finalized events after --from (0: from the start; -1: only new ones) in index "
+     "order, one per line (--json: as JSON lines that `pawl append` reads back). With --follow it "
+     "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
+     cmd_tail, 1},
+    {"demo", PAWL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
+     "Append at a target rate with a follower, and show what happens",
+     "Creates the schema if needed, then runs --appenders concurrent appenders at --rate events "
+     "per second in total and one follower reading the log, for --duration. A live line shows "
+     "appended and read events per second, appends waiting for finalization, the finalize delay "
+     "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
+     cmd_demo, 1},
+};
+
+static const struct tool_cmd *find_cmd(const char *name)
+{
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static const char *type_word(const struct pawl_flag *f)
+{
+    switch (f->type) {
+    case PAWL_FLAG_BOOL:
+        return "";
+    case PAWL_FLAG_INT:
+        return " N";
+    case PAWL_FLAG_DOUBLE:
+        return " X";
+    case PAWL_FLAG_DURATION:
+        return " DURATION";
+    case PAWL_FLAG_STRING:
+        return " TEXT";
+    case PAWL_FLAG_ENUM:
+        return " WORD";
+    }
+    return "";
+}
+
+/* Print text wrapped at width columns, each line indented by indent spaces. */
+static void print_wrapped(FILE *out, const char *text, int indent, int width)
+{
+    const char *p = text;
+    while (*p) {
+        int room = width - indent;
+        int n = (int)strlen(p);
+        int cut = n;
+        if (n > room) {
+            cut = room;
+            while (cut > 0 && p[cut] != ' ')
+                cut--;
+            if (cut == 0)
+                cut = room;
+        }
+        fprintf(out, "%*s%.*s\n", indent, "", cut, p);
+        p += cut;
+        while (*p == ' ')
+            p++;
+    }
+}
+
+static void print_flag_help(FILE *out, const struct pawl_flag *f)
+{
+    char env[96], allowed[256], line[512];
+    fprintf(out, "  --%s%s\n", f->name, type_word(f));
+    snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. Env: %s.", f->help,
+             f->def[0] ? f->def : "(none)", f->unit ? " " : "", f->unit ? f->unit : "",
+             pawl_config_flag_allowed(f, allowed, sizeof allowed),
+             pawl_config_flag_env(f, env, sizeof env));
+    print_wrapped(out, line, 6, 100);
+}
+
+static void print_exit_codes(FILE *out)
+{
+    fprintf(out, "EXIT STATUS\n");
+    for (const struct tool_exit_code *e = tool_exit_codes; e->meaning; e++) {
+        fprintf(out, "  %d\n", e->code);
+        print_wrapped(out, e->meaning, 6, 100);
+    }
+}
+
+static void print_cmd_help(FILE *out, const struct tool_cmd *c)
+{
+    fprintf(out, "NAME\n  pawl %s - %s\n\nSYNOPSIS\n  pawl %s %s\n\nDESCRIPTION\n", c->name,
+            c->summary, c->name, c->synopsis);
+    print_wrapped(out, c->description, 2, 100);
+    if (c->needs_db)
+        print_wrapped(out, DB_NOTE, 2, 100);
+    fprintf(out, "\nFLAGS\n");
+    int any = 0;
+    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
+        const struct pawl_flag *f = pawl_config_flag_at(i);
+        if (f->scope & c->scope) {
+            print_flag_help(out, f);
+            any = 1;
+        }
+    }
+    if (!any)
+        fprintf(out, "  (none)\n");
+    fprintf(out, "  -h, --help\n      Print this help.\n\n");
+    print_exit_codes(out);
+}
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: pawl COMMAND [FLAGS] [ARGS]\n\n"
+                 "pawl: a forward-only event log and pooled streaming processors on PostgreSQL.\n\n"
+                 "COMMANDS\n");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nFLAGS ACCEPTED BY EVERY COMMAND\n");
+    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
+        const struct pawl_flag *f = pawl_config_flag_at(i);
+        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL)
+            print_flag_help(out, f);
+    }
+    fprintf(out, "\nEvery flag --name can also be set as PAWL_NAME in the environment; a flag on "
+                 "the command line wins.\n`pawl COMMAND --help` shows a command's manual and all "
+                 "its flags; `pawl config` prints the\neffective values and their sources.\n");
+}
+
+/* Markdown: a table cell must not contain a bare '|'. */
+static void md_cell(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputs("\\|", out);
+        else
+            fputc(*s, out);
+    }
+}
+
+static void print_markdown(FILE *out)
+{
+    fprintf(out, "### Commands\n\n");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+        const struct tool_cmd *c = &commands[i];
+        fprintf(out, "#### `pawl %s`\n\n```\npawl %s %s\n```\n\n%s", c->name, c->name,
+                c->synopsis, c->description);
+        if (c->needs_db)
+            fprintf(out, " %s", DB_NOTE);
+        fprintf(out, "\n\n");
+        int any = 0;
+        for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+            const struct pawl_flag *f = pawl_config_flag_at(j);
+            if ((f->scope & c->scope) && (f->scope & PAWL_SCOPE_ALL) != PAWL_SCOPE_ALL) {
+                fprintf(out, "%s`--%s`", any ? ", " : "Flags: ", f->name);
+                any = 1;
+            }
+        }
+        if (any)
+            fprintf(out, " (and the common flags).\n\n");
+    }
+    fprintf(out, "### Flags\n\nEvery flag is also an environment variable and a field of `struct "
+                 "pawl_config`; precedence: command line > environment > default.\n\n"
+                 "| flag | environment | default | accepts | commands | meaning |\n"
+                 "| --- | --- | --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
+        const struct pawl_flag *f = pawl_config_flag_at(i);
+        char env[96], allowed[256];
+        fprintf(out, "| `--%s` | `%s` | %s%s%s | ", f->name,
+                pawl_config_flag_env(f, env, sizeof env), f->def[0] ? f->def : "(none)",
+                f->unit ? " " : "", f->unit ? f->unit : "");
+        md_cell(out, pawl_config_flag_allowed(f, allowed, sizeof allowed));
+        fprintf(out, " | ");
+        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL) {
+            fprintf(out, "all");
+        } else {
+            int first = 1;
+            for (size_t j = 0; j < PAWL_ARRAY_LEN(commands); j++) {
+                if (commands[j].scope & f->scope) {
+                    fprintf(out, "%s%s", first ? "" : ", ", commands[j].name);
+                    first = 0;
+                }
+            }
+        }
+        fprintf(out, " | ");
+        md_cell(out, f->help);
+        fprintf(out, " |\n");
+    }
+    fprintf(out, "\n### Exit codes\n\n| code | meaning |\n| --- | --- |\n");
+    for (const struct tool_exit_code *e = tool_exit_codes; e->meaning; e++)
+        fprintf(out, "| %d | %s |\n", e->code, e->meaning);
+}
+
+static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    (void)cfg;
+    int markdown = 0;
+    const char *topic = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--markdown") == 0)
+            markdown = 1;
+        else if (topic == NULL && argv[i][0] != '-')
+            topic = argv[i];
+        else {
+            tool_err("help: unexpected argument '%s'", argv[i]);
+            return TOOL_USAGE;
+        }
+    }
+    if (markdown) {
+        print_markdown(stdout);
+        return TOOL_OK;
+    }
+    if (topic) {
+        const struct tool_cmd *c = find_cmd(topic);
+        if (c == NULL) {
+            tool_err("unknown command '%s' (pawl help lists them)", topic);
+            return TOOL_USAGE;
+        }
+        print_cmd_help(stdout, c);
+        return TOOL_OK;
+    }
+    print_usage(stdout);
+    return TOOL_OK;
+}
+
+int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    if (argc > 0) {
+        tool_err("config: unexpected argument '%s'", argv[0]);
+        return TOOL_USAGE;
+    }
+    char value[4200], env[96];
+    if (cfg->tool.json) {
+        printf("{");
+        for (size_t i = 0; i < pawl_config_flag_count(); i++) {
+            const struct pawl_flag *f = pawl_config_flag_at(i);
+            pawl_config_get(cfg, f->name, value, sizeof value);
+            if (strcmp(f->name, "dsn") == 0 && value[0])
+                snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
+            /* Values are flag text: escape only what JSON requires. */
+            printf("%s\n  \"%s\": {\"value\": \"", i ? "," : "", f->name);
+            for (const char *p = value; *p; p++) {
+                if (*p == '"' || *p == '\\')
+                    printf("\\%c", *p);
+                else if ((unsigned char)*p < 0x20)
+                    printf("\\u%04x", *p);
+                else
+                    putchar(*p);
+            }
+            printf("\", \"source\": \"%s\", \"env\": \"%s\"}",
+                   pawl_config_source_name(pawl_config_source_of(cfg, f->name)),
+                   pawl_config_flag_env(f, env, sizeof env));
+        }
+        printf("\n}\n");
+        return TOOL_OK;
+    }
+    printf("%-20s %-28s %s\n", "FLAG", "VALUE", "SOURCE");
+    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
+        const struct pawl_flag *f = pawl_config_flag_at(i);
+        pawl_config_get(cfg, f->name, value, sizeof value);
+        if (strcmp(f->name, "dsn") == 0 && value[0])
+            snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
+        enum pawl_config_source src = pawl_config_source_of(cfg, f->name);
+        printf("--%-18s %-28s %s", f->name, value[0] ? value : "(none)",
+               pawl_config_source_name(src));
+        if (src == PAWL_SRC_ENV)
+            printf(" (%s)", pawl_config_flag_env(f, env, sizeof env));
+        putchar('\n');
+    }
+    return TOOL_OK;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    /* A second interrupt while stopping gives up at once. */
+    if (tool_stop)
+        _exit(130);
+    tool_stop = 1;
+}
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("pawl %s\n", PAWL_VERSION);
-        return 0;
+    if (argc < 2) {
+        print_usage(stderr);
+        return TOOL_USAGE;
     }
-    fprintf(stderr, "usage: pawl --version\n");
-    return 2;
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("pawl %s\n", PAWL_VERSION);
+        return TOOL_OK;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        print_usage(stdout);
+        return TOOL_OK;
+    }
+    const struct tool_cmd *cmd = find_cmd(argv[1]);
+    if (cmd == NULL) {
+        tool_err("unknown command '%s' (pawl help lists them)", argv[1]);
+        return TOOL_USAGE;
+    }
+    if (cmd->run == cmd_help)
+        return cmd_help(NULL, argc - 2, (const char *const *)argv + 2);
+
+    struct pawl_config cfg;
+    pawl_config_defaults(&cfg);
+    char err[512];
+    int rc = pawl_config_load_env(&cfg, environ, err, sizeof err);
+    if (rc != 0) {
+        tool_err("%s", err);
+        pawl_config_fini(&cfg);
+        return TOOL_USAGE;
+    }
+    struct pawl_config_args args;
+    /* `pawl config` takes every flag, to show what it would mean. */
+    unsigned scope = cmd->run == cmd_config ? PAWL_SCOPE_ALL : cmd->scope;
+    rc = pawl_config_parse_args(&cfg, argc - 2, argv + 2, scope, &args, err, sizeof err);
+    if (rc != 0) {
+        tool_err("%s: %s (pawl %s --help lists its flags)", cmd->name, err, cmd->name);
+        pawl_config_fini(&cfg);
+        return TOOL_USAGE;
+    }
+    if (args.help) {
+        print_cmd_help(stdout, cmd);
+        pawl_config_fini(&cfg);
+        return TOOL_OK;
+    }
+    if (cfg.dsn && cfg.dsn[0] && pawl_dsn_check(cfg.dsn, err, sizeof err) != 0) {
+        tool_err("invalid value for --dsn: %s", err);
+        pawl_config_fini(&cfg);
+        return TOOL_USAGE;
+    }
+    pawl_config_apply_log(&cfg);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = cmd->run(&cfg, args.npositional, args.positional);
+    pawl_config_fini(&cfg);
+    return rc;
 }

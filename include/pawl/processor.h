@@ -196,6 +196,14 @@ void pawl_source_mem_fail_reads(struct pawl_source *s, int n);
  * connections, wait() listens for the log's notifications. The dsn is copied.
  */
 int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
+/*
+ * An event source over an open log store (pawl/log.h), borrowed: it must outlive the source.
+ * dsn (copied; may be NULL) serves the administration queries of reset (END by the database's
+ * head, TIME); without it, END uses the store's last known index and TIME is PAWL_ENOTSUP.
+ */
+struct pawl_store;
+int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store,
+                              const char *dsn);
 
 /* ---------------------------------------------------------------------------------------------
  * Token store: the claims and positions of every processor's segments. Implementations: the
@@ -305,8 +313,14 @@ void pawl_tokens_mem_fail_commit(struct pawl_tokens *t, int nth);
 int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
                           const char *thief);
 
-/* The PostgreSQL token store (table pawl.tokens; the schema must be installed). */
+/*
+ * The PostgreSQL token store (table pawl.tokens; the schema must be installed: PAWL_ESCHEMA
+ * otherwise). One connection serves claims, extensions and administration, so claims never
+ * wait behind batches; `connections` (1..64; 2 for pawl_tokens_pg_new) pipelined connections
+ * carry the batch transactions of every work package. dsn is copied.
+ */
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn);
+int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections);
 
 /* ---------------------------------------------------------------------------------------------
  * The processor

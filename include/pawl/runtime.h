@@ -116,9 +116,9 @@ struct pawl_mpsc_ {
 };
 
 struct pawl_serial {
-    struct pawl_mpsc_ _q;    /* queued tasks, linked through pawl_task._next */
+    struct pawl_mpsc_ _q; /* queued tasks, linked through pawl_task._next */
     struct pawl_pool *_pool;
-    uint64_t _count;         /* tasks pushed and not yet run; 0 -> 1 schedules the drain */
+    uint64_t _count;         /* tasks submitted and not yet run; 0 -> 1 schedules the drain */
     struct pawl_task _drain; /* the pool task that runs queued tasks */
     uint64_t _ran;           /* tasks run (for tests and stats) */
 };
@@ -165,8 +165,13 @@ struct pawl_timers;
 /* A new pending future with one reference, owned by the caller. NULL when out of memory. */
 struct pawl_future *pawl_future_new(void);
 
-/* Take / drop a reference. The future is freed when the last one is dropped. unref(NULL) is a
- * no-op. A thread completing a future must hold a reference for the duration of the call. */
+/*
+ * Take / drop a reference. The future is freed when the last one is dropped; unref(NULL) is a
+ * no-op. A thread completing a future, or registering a continuation, must hold a reference for
+ * the duration of the call. Registered continuations hold none: if every reference is dropped
+ * before the future is completed, nobody can complete it any more, and its continuations are
+ * discarded without being called (combinators built on it fail with PAWL_ECANCELED).
+ */
 struct pawl_future *pawl_future_ref(struct pawl_future *f);
 void pawl_future_unref(struct pawl_future *f);
 
@@ -194,10 +199,10 @@ typedef void (*pawl_future_cb)(void *arg, struct pawl_future *f);
 /*
  * Call cb(arg, f) once f is completed or failed: on the serial executor ex (in order with ex's
  * other tasks), or, when ex is NULL, as a task on pool. If f is already done the continuation is
- * queued at once — it never runs on the calling or the completing thread. The continuation holds
- * its own reference to f while queued; f is valid inside cb. If the pool shuts down first, cb is
- * still called (on the thread in pawl_pool_free()) so that resources are released; f is done by
- * then only if it was completed. One small allocation per call. 0, PAWL_EINVAL or PAWL_ENOMEM.
+ * queued at once — it never runs on the calling or the completing thread. Once queued, the task
+ * holds a reference to f, so f is valid inside cb. If the pool shuts down before the queued task
+ * runs, cb is still called (on the thread in pawl_pool_free()) so that resources are released.
+ * One small allocation per call. 0, PAWL_EINVAL or PAWL_ENOMEM.
  */
 int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struct pawl_pool *pool,
                             pawl_future_cb cb, void *arg);
@@ -215,8 +220,11 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
  * (its code and message), or, once every one of fs has completed, completes with the LOWEST of
  * their tokens — the position every input has reached. Read the individual tokens with
  * pawl_future_poll() on the inputs if you need them (e.g. the highest). n == 0 gives a future
- * already completed with PAWL_TOKEN_START (0). The inputs stay owned by the caller (the
- * combinator takes its own references). NULL on invalid arguments or out of memory.
+ * already completed with PAWL_TOKEN_START (0). The inputs stay owned by the caller; the
+ * combinator holds no reference to them (an input released uncompleted fails the result with
+ * PAWL_ECANCELED). The callbacks involved are the runtime's own and run on the completing
+ * thread; user continuations of the result still run on their executors. NULL on invalid
+ * arguments or out of memory.
  */
 struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n);
 
@@ -249,7 +257,7 @@ enum pawl_timer_backend {
 
 struct pawl_timers_opts {
     enum pawl_timer_backend backend; /* default PAWL_TIMER_BACKEND_AUTO */
-    int require_io_uring; /* nonzero: fail with PAWL_ENOTSUP instead of falling back (default 0) */
+    int require_io_uring;  /* nonzero: fail with PAWL_ENOTSUP instead of falling back (default 0) */
     unsigned ring_entries; /* io_uring submission queue size; 0 = 256 */
     int simulate_uring_errno; /* testing hook: act as if io_uring setup failed with this errno
                                  (e.g. EPERM, as a seccomp profile would); 0 = off (default) */
@@ -270,31 +278,32 @@ struct pawl_timer;
 typedef void (*pawl_timer_fn)(struct pawl_timer *t, void *arg, int status);
 
 /*
- * A timer: caller-owned storage. All fields are private. The memory must stay valid while
- * pawl_timer_busy() is nonzero (a start or cancel is being processed, the kernel or heap holds
- * it, or its callback is queued or running), except that a one-shot timer's callback may free or
- * reuse its own timer (the runtime no longer touches it then). After pawl_timers_free() returns,
- * only an already-dispatched callback can still reference it.
+ * A timer: caller-owned storage. All fields are private. The runtime references the timer while
+ * pawl_timer_busy() is nonzero: a start or cancel is being processed, the kernel or the heap
+ * holds it, or its callback is queued (and, for a periodic timer, running). Keep the memory valid
+ * until then. A one-shot timer stops being busy as its callback starts, so the callback may free
+ * or restart its own timer. After pawl_timers_free() returns, only a callback already handed to
+ * the pool can still reference a timer.
  */
 struct pawl_timer {
-    struct pawl_task _task;       /* the pool task that runs the callback */
+    struct pawl_task _task; /* the pool task that runs the callback */
     pawl_timer_fn _cb;
     void *_arg;
-    void *_cmd_next;              /* link in the timers thread's command queue */
+    void *_cmd_next;                        /* link in the timers thread's command queue */
     void (*_idle_fn)(struct pawl_timer *t); /* runtime-internal: called when busy drops to 0 */
-    uint64_t _state;              /* generation << 2 | {idle, armed, fired} */
-    int64_t _delay_ns;            /* requested first delay (atomic access) */
-    int64_t _period_ns;           /* 0 = one-shot (atomic access) */
-    uint32_t _busy;               /* holds: queued command, kernel/heap op, dispatched callback */
-    uint32_t _queued;             /* 1 while on the command queue */
-    uint32_t _cb_inflight;        /* periodic: 1 while a callback is queued or running */
+    uint64_t _state;                        /* generation << 2 | {idle, armed, fired} */
+    int64_t _delay_ns;                      /* requested first delay (atomic access) */
+    int64_t _period_ns;                     /* 0 = one-shot (atomic access) */
+    uint32_t _busy;        /* holds: queued command, kernel/heap op, dispatched callback */
+    uint32_t _queued;      /* 1 while on the command queue */
+    uint32_t _cb_inflight; /* periodic: 1 while a callback is queued or running */
     /* Owned by the timers thread only: */
     uint64_t _armed_gen;
     int64_t _deadline_ns;
-    int64_t _ts[2];               /* io_uring: the __kernel_timespec of the armed timeout */
-    int _op;                      /* 0 none, 1 armed in backend, 2 removal requested */
-    int _heap_idx;                /* epoll backend: position in the deadline heap, -1 if none */
-    uint64_t _missed;             /* periodic expiries skipped because a callback still ran */
+    int64_t _ts[2];   /* io_uring: the __kernel_timespec of the armed timeout */
+    int _op;          /* 0 none, 1 armed in backend, 2 removal requested */
+    int _heap_idx;    /* epoll backend: position in the deadline heap, -1 if none */
+    uint64_t _missed; /* periodic expiries skipped because a callback still ran */
 };
 
 /*
@@ -324,8 +333,9 @@ void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
 /*
  * Arm t to fire after delay_ms (>= 0), then every period_ms if period_ms > 0 (fixed rate on
  * absolute deadlines; an expiry that finds the previous callback still queued or running is
- * skipped, so at most one callback per timer is ever in flight). Any thread.
- * 0, PAWL_EBUSY if t is already armed (cancel it first), PAWL_EINVAL, PAWL_ESHUTDOWN.
+ * skipped, so at most one callback per timer is ever in flight). Any thread, including t's own
+ * one-shot callback. 0; PAWL_EBUSY if t is armed (cancel it first) or a periodic callback of
+ * an earlier start is still queued or running; PAWL_EINVAL; PAWL_ESHUTDOWN.
  */
 int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
                      int64_t period_ms);
@@ -335,8 +345,10 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
  * and no further expiry will be dispatched; PAWL_EALREADY if t was not armed (never started,
  * already cancelled, or a one-shot that already fired — its callback has been or is being
  * dispatched and runs exactly once). A callback dispatched before cancel returned (a one-shot
- * answered PAWL_EALREADY, or a periodic expiry) may still run after it returns; it is finished,
- * and t may be freed, once pawl_timer_busy(t) reads 0. t may be started again right away.
+ * answered PAWL_EALREADY, or a periodic expiry) may still run after it returns: a periodic
+ * timer's callback has returned once pawl_timer_busy(t) reads 0; a one-shot's callback has at
+ * least started then — have it signal you if you must wait for its end. t may be started again
+ * right away (PAWL_EBUSY while a periodic callback is still in flight).
  */
 int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t);
 

@@ -29,8 +29,8 @@ static void test_single_thread(void **state)
         assert_int_equal(pawl_deque_push(&d, &t[i]), 0);
     }
     assert_int_equal(pawl_deque_size(&d), 100);
-    assert_ptr_equal(pawl_deque_pop(&d), &t[99]);   /* owner: LIFO */
-    assert_ptr_equal(pawl_deque_steal(&d), &t[0]);  /* thief: FIFO */
+    assert_ptr_equal(pawl_deque_pop(&d), &t[99]);  /* owner: LIFO */
+    assert_ptr_equal(pawl_deque_steal(&d), &t[0]); /* thief: FIFO */
     assert_ptr_equal(pawl_deque_steal(&d), &t[1]);
     for (int i = 98; i >= 2; i--)
         assert_ptr_equal(pawl_deque_pop(&d), &t[i]);

@@ -245,6 +245,15 @@ static void test_single_node(void **state)
     assert_int_equal(st.segments_owned, 16);
     assert_int_equal(st.events, 4000);
     assert_int_equal(st.batch_failures, 0);
+    /* The process-wide metrics saw the same. */
+    struct pawl_metrics_snapshot *m = malloc(sizeof *m);
+    assert_int_equal(pawl_metrics_snapshot(m), 0);
+    assert_true(m->counters[PAWL_M_EVENTS_HANDLED] >= 4000);
+    assert_true(m->counters[PAWL_M_BATCHES] >= st.batches);
+    assert_true(m->counters[PAWL_M_CLAIMS_ACQUIRED] >= 16);
+    assert_true(m->hists[PAWL_H_BATCH_TIME].count >= st.batches);
+    assert_true(m->hists[PAWL_H_E2E_LAG].count >= 4000);
+    free(m);
     assert_int_equal(pawl_processor_stop(p), 0);
     assert_int_equal(owned_by(&w, "single", "n1"), 0);
     assert_exact(&w);
@@ -678,6 +687,282 @@ static void test_reset_and_subscriber(void **state)
     world_fini(&w);
 }
 
+
+/* ---- checkpointing units ---- */
+
+struct unit {
+    _Atomic int64_t every;       /* request a checkpoint at events with index % every == 0 */
+    _Atomic int fail_next;       /* fail this many on_checkpoint_advanced futures */
+    _Atomic int claim_fail;      /* refuse this many claims */
+    _Atomic int advanced_calls;
+    _Atomic int released_calls;
+    _Atomic int claimed_calls;
+    _Atomic int64_t requested_max;
+    pthread_mutex_t mu;
+    struct pawl_trigger *trig[16]; /* retained per segment id (16 initial segments) */
+};
+
+static pthread_mutex_t completers_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t *completers;
+static size_t ncompleters, completers_cap;
+
+struct completion {
+    struct pawl_future *f;
+    int64_t token;
+    int fail;
+};
+
+static void *complete_later(void *arg)
+{
+    struct completion *c = arg;
+    usleep(3000);
+    if (c->fail)
+        pawl_future_fail(c->f, PAWL_ECHECKPOINT, "injected");
+    else
+        pawl_future_complete(c->f, c->token);
+    pawl_future_unref(c->f);
+    free(c);
+    return NULL;
+}
+
+/* A future completed from another thread a little later (a durable write elsewhere). */
+static struct pawl_future *later(int64_t token, int fail)
+{
+    struct pawl_future *f = pawl_future_new();
+    struct completion *c = malloc(sizeof *c);
+    c->f = pawl_future_ref(f);
+    c->token = token;
+    c->fail = fail;
+    pthread_t th;
+    pthread_create(&th, NULL, complete_later, c);
+    pthread_mutex_lock(&completers_mu);
+    if (ncompleters == completers_cap) {
+        completers_cap = completers_cap ? completers_cap * 2 : 256;
+        completers = realloc(completers, completers_cap * sizeof *completers);
+    }
+    completers[ncompleters++] = th;
+    pthread_mutex_unlock(&completers_mu);
+    return f;
+}
+
+/*
+ * Join every completer thread. A completing thread still touches the runtime pool for a moment
+ * after the continuation it queued has run (its wake-up of the pool), so the pool (freed with
+ * the processor) must outlive the completers: tests join them before freeing the processor.
+ */
+static void join_completers(void)
+{
+    for (;;) {
+        pthread_mutex_lock(&completers_mu);
+        if (ncompleters == 0) {
+            pthread_mutex_unlock(&completers_mu);
+            return;
+        }
+        pthread_t th = completers[--ncompleters];
+        pthread_mutex_unlock(&completers_mu);
+        pthread_join(th, NULL);
+    }
+}
+
+static int unit_claimed(void *self, struct pawl_segment seg, struct pawl_trigger *t)
+{
+    struct unit *u = self;
+    atomic_fetch_add(&u->claimed_calls, 1);
+    if (atomic_load(&u->claim_fail) > 0) {
+        atomic_fetch_sub(&u->claim_fail, 1);
+        return PAWL_EHANDLER;
+    }
+    pthread_mutex_lock(&u->mu);
+    if (seg.id < 16) {
+        pawl_trigger_unref(u->trig[seg.id]);
+        u->trig[seg.id] = pawl_trigger_ref(t);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return 0;
+}
+
+static struct pawl_future *unit_advanced(void *self, struct pawl_segment seg, int64_t requested)
+{
+    (void)seg;
+    struct unit *u = self;
+    atomic_fetch_add(&u->advanced_calls, 1);
+    int fail = 0;
+    if (atomic_load(&u->fail_next) > 0) {
+        atomic_fetch_sub(&u->fail_next, 1);
+        fail = 1;
+    }
+    return later(requested, fail);
+}
+
+static struct pawl_future *unit_released(void *self, struct pawl_segment seg, int64_t up_to)
+{
+    (void)seg;
+    struct unit *u = self;
+    atomic_fetch_add(&u->released_calls, 1);
+    return later(up_to, 0);
+}
+
+static const struct pawl_checkpointing unit_ckpt = {unit_claimed, unit_advanced, unit_released};
+
+static int unit_handle(void *self, struct pawl_event_ctx *ctx)
+{
+    struct unit *u = self;
+    const struct pawl_event *e = pawl_ctx_event(ctx);
+    assert_non_null(pawl_ctx_trigger(ctx));
+    int64_t every = atomic_load(&u->every);
+    if (every && e->index % every == 0) {
+        assert_int_equal(pawl_trigger_request(pawl_ctx_trigger(ctx), e->index), 0);
+        int64_t m = atomic_load(&u->requested_max);
+        while (e->index > m && !atomic_compare_exchange_weak(&u->requested_max, &m, e->index))
+            ;
+    }
+    return 0;
+}
+
+static void unit_init(struct unit *u)
+{
+    memset(u, 0, sizeof *u);
+    pthread_mutex_init(&u->mu, NULL);
+}
+
+static void unit_fini(struct unit *u)
+{
+    for (int i = 0; i < 16; i++)
+        pawl_trigger_unref(u->trig[i]);
+    pthread_mutex_destroy(&u->mu);
+}
+
+static int64_t min_token(struct world *w, const char *proc)
+{
+    struct pawl_segment_status *rows;
+    size_t n;
+    assert_int_equal(w->tok->ops->list(w->tok, proc, &rows, &n), 0);
+    int64_t t = INT64_MAX;
+    for (size_t i = 0; i < n; i++)
+        t = rows[i].token < t ? rows[i].token : t;
+    pawl_tokens_rows_free(rows);
+    return t;
+}
+
+/* Fully deferred: the stored token moves only on the units' requests (here: events whose
+ * index is a multiple of 100), an idle segment's request runs a cycle on its own, and stop
+ * reconciles the release up to the consumed position. */
+static void test_ckpt_deferred(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    struct unit u;
+    unit_init(&u);
+    atomic_store(&u.every, 100);
+    struct pawl_handler h = {"unit", &u, unit_handle, &unit_ckpt};
+    struct pawl_processor_opts o;
+    opts_fast(&o, "deferred", "n1");
+    append(&w, 1000, NSTREAMS);
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &h, 1), 0);
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    assert_int_equal(st.mode, PAWL_CKPT_DEFERRED);
+    assert_int_equal(pawl_processor_start(p), 0);
+    /* Wait until each segment's token reached its last requested index. */
+    struct pawl_event_batch b;
+    pawl_event_batch_init(&b);
+    int64_t last;
+    assert_int_equal(w.src->ops->read(w.src, 0, 1000, &b, &last), 0);
+    int64_t want[16] = {0};
+    for (size_t i = 0; i < b.n; i++)
+        if (b.events[i].index % 100 == 0)
+            want[pawl_stream_hash(b.events[i].stream_id) & 15] = b.events[i].index;
+    double t0 = pawl_test_now_ms();
+    int ok = 0;
+    while (!ok && pawl_test_now_ms() - t0 < 20000) {
+        struct pawl_segment_status *rows;
+        size_t n;
+        assert_int_equal(w.tok->ops->list(w.tok, "deferred", &rows, &n), 0);
+        ok = 1;
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].token != want[rows[i].seg.id])
+                ok = 0;
+        pawl_tokens_rows_free(rows);
+        usleep(10000);
+    }
+    assert_true(ok);
+    usleep(200000);
+    /* Still exactly there: nothing but requests moves a deferred token. */
+    struct pawl_segment_status *rows;
+    size_t n;
+    assert_int_equal(w.tok->ops->list(w.tok, "deferred", &rows, &n), 0);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(rows[i].token, want[rows[i].seg.id]);
+        assert_int_equal(rows[i].mode, PAWL_CKPT_DEFERRED);
+    }
+    pawl_tokens_rows_free(rows);
+    /* Idle segments woken by a request from another thread run a cycle on their own. */
+    pthread_mutex_lock(&u.mu);
+    for (int i = 0; i < 16; i++)
+        if (u.trig[i])
+            assert_int_equal(pawl_trigger_request_latest(u.trig[i]), 0);
+    pthread_mutex_unlock(&u.mu);
+    t0 = pawl_test_now_ms();
+    while (min_token(&w, "deferred") < 1000 && pawl_test_now_ms() - t0 < 20000)
+        usleep(10000);
+    assert_int_equal(min_token(&w, "deferred"), 1000);
+    /* Release: reconciled and stored before the claims go. */
+    append(&w, 50, NSTREAMS);
+    usleep(200000);
+    pawl_processor_stop(p);
+    join_completers();
+    pawl_processor_free(p);
+    assert_int_equal(min_token(&w, "deferred"), 1050);
+    assert_true(atomic_load(&u.released_calls) >= 16);
+    assert_int_equal(owned_by(&w, "deferred", "n1"), 0);
+    /* After release the retained triggers are inert. */
+    assert_int_equal(pawl_trigger_request_latest(u.trig[0]), PAWL_ESHUTDOWN);
+    pawl_event_batch_fini(&b);
+    unit_fini(&u);
+    world_fini(&w);
+}
+
+/* Auto (an ordinary handler and a unit): every batch checkpoints its end; a failed future rolls
+ * the batch back (the ordinary handler's writes included) and the projection stays exact. A
+ * refused claim is retried after the back-off. */
+static void test_ckpt_auto(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    struct unit u;
+    unit_init(&u);
+    atomic_store(&u.fail_next, 2);
+    atomic_store(&u.claim_fail, 2);
+    struct hctx hc = {.slow_stream = -1, .fail_index = -1};
+    struct pawl_handler hs[2] = {{"proj", &hc, handle, NULL}, {"unit", &u, unit_handle, &unit_ckpt}};
+    struct pawl_processor_opts o;
+    opts_fast(&o, "auto", "n1");
+    append(&w, 2000, NSTREAMS);
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, hs, 2), 0);
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    assert_int_equal(st.mode, PAWL_CKPT_AUTO);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(wait_total(&w, 2000, 30000));
+    double t0 = pawl_test_now_ms();
+    while (min_token(&w, "auto") < 2000 && pawl_test_now_ms() - t0 < 20000)
+        usleep(10000);
+    assert_int_equal(min_token(&w, "auto"), 2000);
+    pawl_processor_stats(p, &st);
+    assert_true(st.batch_failures >= 4); /* two refused claims, two failed checkpoints */
+    assert_true(atomic_load(&u.claimed_calls) >= 18);
+    pawl_processor_stop(p);
+    join_completers();
+    pawl_processor_free(p);
+    assert_exact(&w);
+    unit_fini(&u);
+    world_fini(&w);
+}
+
 int main(void)
 {
     pawl_log_set_level(getenv("PAWL_TEST_LOG") ? PAWL_LOG_DEBUG : PAWL_LOG_ERROR);
@@ -694,6 +979,8 @@ int main(void)
         cmocka_unit_test(test_merge_keeps_both_positions),
         cmocka_unit_test(test_slow_segment),
         cmocka_unit_test(test_reset_and_subscriber),
+        cmocka_unit_test(test_ckpt_deferred),
+        cmocka_unit_test(test_ckpt_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,506 @@
+/*
+ * bench_append.c — append throughput with the finalizer on and off, side by side in one run,
+ * and the finalize delay (acknowledged commit -> end of the finalization run that covers it).
+ *
+ * Cells: connections {1, 4} x events per append {1, 100} x finalizer {off, on}, each a closed
+ * loop keeping `inflight` async appends outstanding per connection for --seconds, after a short
+ * warm-up. Then a rate-limited cell (--rate events/s, 1-event appends, 4 connections,
+ * finalizer on) for the delay at a steady load. With --baseline, the same closed-loop cells
+ * also run against the per-event design (sql/bench/per_event.sql: every event row renumbered
+ * by the finalizer), which is what the per-run design is measured against.
+ *
+ * Between cells, everything appended is finalized (untimed) so each cell starts clean.
+ * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
+ *
+ * Usage: bench_append --dsn DSN [--seconds 10] [--rate 10000] [--inflight 64] [--csv FILE]
+ *                     [--baseline] [--cells quick]
+ */
+#include "pawl.h"
+
+#include "common.h"
+#include "log_int.h"
+#include "pgconn.h"
+
+#include <getopt.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *dsn;
+static int seconds = 10;
+static int warmup_ms = 1500;
+static int rate = 10000;
+static int inflight_per_conn = 64;
+static int baseline;
+
+struct cell {
+    const char *design; /* "per-run" or "per-event" */
+    int conns;
+    int batch;
+    int finalizer;
+    int target_rate; /* 0 = closed loop */
+    double ev_s;
+    double p50, p99, max;
+    int64_t delay_count;
+    double fin_runs_s;
+};
+
+/* ---- closed/open loop driver over the store ---------------------------------------------- */
+
+struct driver {
+    struct pawl_store *s;
+    atomic_llong done_events;
+    atomic_int inflight;
+    int batch;
+    atomic_int stop;
+    atomic_llong errors;
+};
+
+struct cbctx {
+    struct driver *d;
+};
+
+static void on_done(void *ud, const struct pawl_append_result *r)
+{
+    struct driver *d = ud;
+    if (r->rc == 0)
+        atomic_fetch_add_explicit(&d->done_events, d->batch, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&d->errors, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_relaxed);
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Fill events with batch events on random streams (ANY sequences). */
+static void make_events(struct pawl_event *ev, int n, unsigned *seed, char (*sids)[32],
+                        const char *payload, size_t plen)
+{
+    for (int k = 0; k < n; k++) {
+        snprintf(sids[k], 32, "s-%u", rand_r(seed) % 100000);
+        memset(&ev[k], 0, sizeof ev[k]);
+        ev[k].stream_id = sids[k];
+        ev[k].stream_seq = PAWL_SEQ_ANY;
+        ev[k].type = "bench";
+        ev[k].payload = payload;
+        ev[k].payload_len = plen;
+    }
+}
+
+static int64_t now_ns(void)
+{
+    return pawl_now_ns();
+}
+
+static void run_store_cell(struct cell *c)
+{
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.connections = c->conns;
+    o.finalizer = c->finalizer;
+    o.listen = 0;
+    o.max_inflight_appends = 100000;
+    struct pawl_store *s = NULL;
+    char err[512];
+    int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "store: %s\n", err);
+        exit(1);
+    }
+    struct driver d = {.s = s, .batch = c->batch};
+    struct pawl_event ev[100];
+    char sids[100][32];
+    static const char payload[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
+    unsigned seed = 42;
+    int max_inflight = inflight_per_conn * c->conns;
+    int64_t t0 = now_ns();
+    int64_t t_measure = t0 + (int64_t)warmup_ms * 1000000;
+    int64_t t_end = t_measure + (int64_t)seconds * 1000000000;
+    int64_t ev0 = -1;
+    int measuring = 0;
+    int64_t interval = c->target_rate ? (int64_t)(1e9 * c->batch / c->target_rate) : 0;
+    int64_t next = t0;
+    struct pawl_log_stats st0;
+    while (1) {
+        int64_t now = now_ns();
+        if (!measuring && now >= t_measure) {
+            ev0 = atomic_load(&d.done_events);
+            pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
+            measuring = 1;
+            t_measure = now;
+        }
+        if (now >= t_end)
+            break;
+        if (c->target_rate) {
+            if (now < next) {
+                sleep_ns(PAWL_MIN(next - now, 200000));
+                continue;
+            }
+            next += interval;
+        } else if (atomic_load_explicit(&d.inflight, memory_order_relaxed) >= max_inflight) {
+            sleep_ns(50000);
+            continue;
+        }
+        make_events(ev, c->batch, &seed, sids, payload, sizeof payload - 1);
+        atomic_fetch_add_explicit(&d.inflight, 1, memory_order_relaxed);
+        if (pawl_append_async(s, ev, (size_t)c->batch, on_done, &d) != 0) {
+            atomic_fetch_sub_explicit(&d.inflight, 1, memory_order_relaxed);
+            sleep_ns(100000);
+        }
+    }
+    int64_t ev1 = atomic_load(&d.done_events);
+    int64_t t1 = now_ns();
+    struct pawl_log_stats st;
+    /* Let the last finalization finish so the delay histogram includes the tail. */
+    pawl_store_drain(s);
+    if (c->finalizer)
+        usleep(100000);
+    pawl_store_stats(s, &st, 0);
+    c->ev_s = (double)(ev1 - ev0) / ((double)(t1 - t_measure) / 1e9);
+    c->p50 = st.delay_p50_ms;
+    c->p99 = st.delay_p99_ms;
+    c->max = st.delay_max_ms;
+    c->delay_count = st.delay_count;
+    c->fin_runs_s = (double)(st.finalize_runs - st0.finalize_runs) / ((t1 - t_measure) / 1e9);
+    if (atomic_load(&d.errors))
+        fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&d.errors));
+    /* Untimed: finalize everything left so the next cell starts clean. */
+    int64_t a = 1;
+    while (a != 0) {
+        if (pawl_finalize_now(s, &a, NULL, NULL) != 0)
+            break;
+        if (a < 0)
+            usleep(1000);
+    }
+    pawl_store_free(s);
+}
+
+/* ---- the per-event baseline -------------------------------------------------------------- */
+
+struct pe {
+    struct pawl_pgpool *pool;
+    int stmt;
+    atomic_llong done_events;
+    atomic_int inflight;
+    int batch;
+    atomic_int signal;
+    atomic_int stop;
+    atomic_llong acked;
+    /* ack times ring for the delay */
+    atomic_llong ring_seq[65536];
+    atomic_llong ring_t[65536];
+    int64_t *delays;
+    size_t ndelays, cap;
+    int64_t runs;
+};
+
+struct pe_op {
+    struct pe *pe;
+    struct pawl_pgreq req;
+    struct pawl_pgstmt st;
+    const char *vals[5];
+    char a[5][4096];
+};
+
+static void pe_done(struct pawl_pgreq *r, int rc)
+{
+    struct pe_op *op = r->ud;
+    struct pe *pe = op->pe;
+    if (rc == 0) {
+        atomic_fetch_add(&pe->done_events, pe->batch);
+        long long q = atomic_fetch_add(&pe->acked, 1) + 1;
+        atomic_store(&pe->ring_t[q & 65535], now_ns());
+        atomic_store(&pe->ring_seq[q & 65535], q);
+        atomic_store(&pe->signal, 1);
+    }
+    atomic_fetch_sub(&pe->inflight, 1);
+    free(op);
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct pe_fin {
+    struct pe *pe;
+    int on;
+};
+
+static void *pe_finalizer(void *arg)
+{
+    struct pe *pe = arg;
+    PGconn *c = PQconnectdb(dsn);
+    long long covered = 0;
+    while (!atomic_load(&pe->stop)) {
+        if (!atomic_exchange(&pe->signal, 0)) {
+            usleep(200);
+            continue;
+        }
+        long long upto = atomic_load(&pe->acked);
+        PGresult *r = PQexec(c, "SELECT * FROM pawl_bench_pe.finalize()");
+        PQclear(r);
+        pe->runs++;
+        int64_t t = now_ns();
+        for (long long q = covered + 1; q <= upto; q++) {
+            if (atomic_load(&pe->ring_seq[q & 65535]) != q)
+                continue;
+            if (pe->ndelays == pe->cap) {
+                pe->cap = pe->cap ? pe->cap * 2 : 65536;
+                pe->delays = realloc(pe->delays, pe->cap * sizeof(int64_t));
+            }
+            pe->delays[pe->ndelays++] = t - atomic_load(&pe->ring_t[q & 65535]);
+        }
+        covered = upto;
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static void run_pe_cell(struct cell *c)
+{
+    struct pawl_pgpool_opts po;
+    pawl_pgpool_opts_defaults(&po);
+    po.connections = c->conns;
+    po.name = "per-event";
+    struct pe *pe = calloc(1, sizeof *pe);
+    char err[512];
+    if (pawl_pgpool_new(&pe->pool, dsn, &po, 10000, err, sizeof err) != 0) {
+        fprintf(stderr, "pool: %s\n", err);
+        exit(1);
+    }
+    pe->batch = c->batch;
+    pe->stmt = pawl_pgpool_prepare(
+        pe->pool,
+        "INSERT INTO pawl_bench_pe.events (stream_id, stream_seq, type, payload, metadata) "
+        "SELECT u.s, coalesce((SELECT e.stream_seq FROM pawl_bench_pe.events e "
+        "WHERE e.stream_id = u.s ORDER BY e.stream_seq DESC LIMIT 1), 0) "
+        "+ row_number() OVER (PARTITION BY u.s ORDER BY u.o), u.t, u.p, NULL "
+        "FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(s, t, p, o)",
+        3, NULL);
+    pthread_t fin;
+    if (c->finalizer)
+        pthread_create(&fin, NULL, pe_finalizer, pe);
+    unsigned seed = 7;
+    int64_t t0 = now_ns();
+    int64_t t_measure = t0 + (int64_t)warmup_ms * 1000000;
+    int64_t t_end = t_measure + (int64_t)seconds * 1000000000;
+    int64_t ev0 = -1;
+    int max_inflight = inflight_per_conn * c->conns;
+    while (1) {
+        int64_t now = now_ns();
+        if (ev0 < 0 && now >= t_measure) {
+            ev0 = atomic_load(&pe->done_events);
+            t_measure = now;
+            pe->ndelays = 0;
+        }
+        if (now >= t_end)
+            break;
+        if (atomic_load(&pe->inflight) >= max_inflight) {
+            sleep_ns(50000);
+            continue;
+        }
+        struct pe_op *op = calloc(1, sizeof *op);
+        op->pe = pe;
+        /* Text arrays; distinct streams per event. */
+        char *sa = op->a[0], *ta = op->a[1], *pa = op->a[2];
+        strcpy(sa, "{");
+        strcpy(ta, "{");
+        strcpy(pa, "{");
+        for (int k = 0; k < c->batch; k++) {
+            char one[32];
+            snprintf(one, sizeof one, "%ss-%u", k ? "," : "", rand_r(&seed) % 100000);
+            strcat(sa, one);
+            strcat(ta, k ? ",bench" : "bench");
+            strcat(pa, k ? ",\"\\\\x7b7d\"" : "\"\\\\x7b7d\"");
+        }
+        strcat(sa, "}");
+        strcat(ta, "}");
+        strcat(pa, "}");
+        op->vals[0] = sa;
+        op->vals[1] = ta;
+        op->vals[2] = pa;
+        op->st = (struct pawl_pgstmt){.prepared = pe->stmt, .nparams = 3, .values = op->vals};
+        op->req = (struct pawl_pgreq){.stmts = &op->st, .nstmts = 1, .on_done = pe_done, .ud = op};
+        atomic_fetch_add(&pe->inflight, 1);
+        if (pawl_pgpool_submit(pe->pool, &op->req) != 0) {
+            atomic_fetch_sub(&pe->inflight, 1);
+            free(op);
+        }
+    }
+    int64_t ev1 = atomic_load(&pe->done_events);
+    int64_t t1 = now_ns();
+    while (atomic_load(&pe->inflight) > 0)
+        usleep(1000);
+    usleep(100000);
+    atomic_store(&pe->stop, 1);
+    if (c->finalizer)
+        pthread_join(fin, NULL);
+    c->ev_s = (double)(ev1 - ev0) / ((double)(t1 - t_measure) / 1e9);
+    if (pe->ndelays) {
+        qsort(pe->delays, pe->ndelays, sizeof(int64_t), cmp64);
+        c->p50 = pe->delays[pe->ndelays / 2] / 1e6;
+        c->p99 = pe->delays[(pe->ndelays * 99) / 100] / 1e6;
+        c->max = pe->delays[pe->ndelays - 1] / 1e6;
+        c->delay_count = (int64_t)pe->ndelays;
+    }
+    c->fin_runs_s = pe->runs / ((t1 - t0) / 1e9);
+    pawl_pgpool_free(pe->pool);
+    /* Clean: renumber what is left, untimed. */
+    PGconn *pc = PQconnectdb(dsn);
+    PQclear(PQexec(pc, "SELECT * FROM pawl_bench_pe.finalize()"));
+    PQfinish(pc);
+    free(pe->delays);
+    free(pe);
+}
+
+static void setup_baseline(void)
+{
+    FILE *f = fopen(PAWL_BENCH_SQL_DIR "/per_event.sql", "r");
+    if (f == NULL) {
+        fprintf(stderr, "cannot open per_event.sql\n");
+        exit(1);
+    }
+    static char sql[65536];
+    size_t n = fread(sql, 1, sizeof sql - 1, f);
+    sql[n] = '\0';
+    fclose(f);
+    PGconn *c = PQconnectdb(dsn);
+    PQclear(PQexec(c, "SET client_min_messages = warning"));
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        fprintf(stderr, "per_event.sql: %s", PQerrorMessage(c));
+        exit(1);
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv_path = NULL;
+    int quick = 0;
+    dsn = getenv("PAWL_DSN");
+    static const struct option lo[] = {{"dsn", required_argument, 0, 'd'},
+                                       {"seconds", required_argument, 0, 's'},
+                                       {"rate", required_argument, 0, 'r'},
+                                       {"inflight", required_argument, 0, 'i'},
+                                       {"csv", required_argument, 0, 'c'},
+                                       {"baseline", no_argument, 0, 'b'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bq", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'd':
+            dsn = optarg;
+            break;
+        case 's':
+            seconds = atoi(optarg);
+            break;
+        case 'r':
+            rate = atoi(optarg);
+            break;
+        case 'i':
+            inflight_per_conn = atoi(optarg);
+            break;
+        case 'c':
+            csv_path = optarg;
+            break;
+        case 'b':
+            baseline = 1;
+            break;
+        case 'q':
+            quick = 1;
+            break;
+        default:
+            fprintf(stderr, "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
+                            "[--csv FILE] [--baseline] [--quick]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (dsn == NULL) {
+        fprintf(stderr, "no database: pass --dsn or set PAWL_DSN\n");
+        return 2;
+    }
+    pawl_log_set_level(PAWL_LOG_WARN);
+    char err[512];
+    if (pawl_schema_migrate(dsn, err, sizeof err) != 0) {
+        fprintf(stderr, "migrate: %s\n", err);
+        return 1;
+    }
+    if (baseline)
+        setup_baseline();
+
+    struct cell cells[32];
+    int nc = 0;
+    int conns[2] = {1, 4}, batches[2] = {1, 100};
+    for (int ci = 0; ci < 2; ci++)
+        for (int bi = 0; bi < 2; bi++) {
+            if (quick && ci == 0)
+                continue;
+            for (int f = 0; f < 2; f++)
+                cells[nc++] = (struct cell){.design = "per-run", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
+        }
+    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = 1, .finalizer = 1, .target_rate = rate};
+    if (baseline)
+        for (int ci = 0; ci < 2; ci++)
+            for (int bi = 0; bi < 2; bi++) {
+                if (quick && ci == 0)
+                    continue;
+                for (int f = 0; f < 2; f++)
+                    cells[nc++] = (struct cell){.design = "per-event", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
+            }
+
+    FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
+    fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
+                 "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
+                 "delay_samples,finalize_runs_per_s\n");
+    for (int i = 0; i < nc; i++) {
+        struct cell *c = &cells[i];
+        fprintf(stderr, "running %s conns=%d batch=%d finalizer=%s%s ...\n", c->design,
+                c->conns, c->batch, c->finalizer ? "on" : "off",
+                c->target_rate ? " (rate-limited)" : "");
+        if (strcmp(c->design, "per-run") == 0)
+            run_store_cell(c);
+        else
+            run_pe_cell(c);
+        fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f\n", c->design, c->conns,
+                c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50, c->p99,
+                c->max, (long long)c->delay_count, c->fin_runs_s);
+        fflush(csv);
+    }
+    if (csv != stdout)
+        fclose(csv);
+
+    fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | delay p50 "
+                    "| p99 | max |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i + 1 < nc; i++) {
+        struct cell *off = &cells[i], *on = &cells[i + 1];
+        if (off->finalizer || !on->finalizer || off->conns != on->conns ||
+            off->batch != on->batch || strcmp(off->design, on->design) || on->target_rate)
+            continue;
+        fprintf(stderr, "| %s | %d | %d | %.0f | %.0f | %.3f | %.2f ms | %.2f ms | %.2f ms |\n",
+                on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
+                on->p50, on->p99, on->max);
+    }
+    for (int i = 0; i < nc; i++)
+        if (cells[i].target_rate)
+            fprintf(stderr,
+                    "\nrate-limited %d ev/s (1-event appends, 4 conns, finalizer on): %.0f ev/s, "
+                    "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                    cells[i].target_rate, cells[i].ev_s, cells[i].p50, cells[i].p99,
+                    cells[i].max);
+    return 0;
+}

@@ -1,0 +1,461 @@
+/*
+ * bench_runtime.c — micro-benchmarks of the runtime, each next to a baseline measured in the
+ * same run:
+ *   submit_run  task submit + run throughput, 2 workers: from an outside thread (injection
+ *               path) and from inside the pool (a task fanning out children: deque + stealing).
+ *               Baseline: one mutex + condvar queue served by 2 threads, same shapes.
+ *   steal_latency  a worker pushes a child and stays busy; time until another worker runs it
+ *               (includes waking a parked worker). Baseline: mutex + condvar hand-off latency.
+ *   future      complete -> continuation: throughput (B futures with pool continuations,
+ *               completed from an outside thread) and one-at-a-time latency across threads.
+ *               Baseline: a mutex-protected future whose continuations go to the mutex queue.
+ *   timer_arm_fire  arm B timers at delay 0 and wait until all callbacks ran; io_uring, epoll.
+ * Run: build/bin/bench_runtime [--benchmark_filter=...] (see the README for the figures).
+ */
+#include "gbench_shim.h"
+
+#include "pawl.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORKERS 2
+#define BATCH 10000
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void wait_count(uint64_t *c, uint64_t want)
+{
+    while (__atomic_load_n(c, __ATOMIC_ACQUIRE) < want)
+        sched_yield();
+}
+
+/* ---- the baseline: one mutex + condvar FIFO served by WORKERS threads ---- */
+
+struct mq {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    struct pawl_task *head, *tail;
+    int waiters;
+    int stop;
+    pthread_t th[WORKERS];
+};
+
+static void mq_submit(struct mq *q, struct pawl_task *t)
+{
+    t->_next = NULL;
+    pthread_mutex_lock(&q->m);
+    if (q->tail)
+        q->tail->_next = t;
+    else
+        q->head = t;
+    q->tail = t;
+    if (q->waiters)
+        pthread_cond_signal(&q->c);
+    pthread_mutex_unlock(&q->m);
+}
+
+static _Thread_local struct mq *mq_current;
+
+static void *mq_main(void *arg)
+{
+    struct mq *q = arg;
+    mq_current = q;
+    pthread_mutex_lock(&q->m);
+    for (;;) {
+        while (q->head == NULL && !q->stop) {
+            q->waiters++;
+            pthread_cond_wait(&q->c, &q->m);
+            q->waiters--;
+        }
+        if (q->head == NULL)
+            break;
+        struct pawl_task *t = q->head;
+        q->head = t->_next;
+        if (q->head == NULL)
+            q->tail = NULL;
+        pthread_mutex_unlock(&q->m);
+        t->fn(t, 0);
+        pthread_mutex_lock(&q->m);
+    }
+    pthread_mutex_unlock(&q->m);
+    return NULL;
+}
+
+static struct mq *mq_new(void)
+{
+    struct mq *q = calloc(1, sizeof(*q));
+    pthread_mutex_init(&q->m, NULL);
+    pthread_cond_init(&q->c, NULL);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_create(&q->th[i], NULL, mq_main, q);
+    return q;
+}
+
+static void mq_free(struct mq *q)
+{
+    pthread_mutex_lock(&q->m);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->c);
+    pthread_mutex_unlock(&q->m);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(q->th[i], NULL);
+    free(q);
+}
+
+/* One executor interface over both, so every benchmark body is shared. */
+struct exec {
+    struct pawl_pool *pool;
+    struct mq *mq;
+};
+
+static void ex_submit(struct exec *e, struct pawl_task *t)
+{
+    if (e->pool)
+        pawl_pool_submit(e->pool, t);
+    else
+        mq_submit(e->mq, t);
+}
+
+static struct exec ex_new(int baseline)
+{
+    struct exec e = {0};
+    if (baseline) {
+        e.mq = mq_new();
+    } else {
+        struct pawl_pool_opts o = {.workers = WORKERS};
+        pawl_pool_new(&e.pool, &o);
+    }
+    return e;
+}
+
+static void ex_free(struct exec *e)
+{
+    if (e->pool)
+        pawl_pool_free(e->pool);
+    else
+        mq_free(e->mq);
+}
+
+/* ---- submit + run throughput ---- */
+
+struct unit {
+    struct pawl_task task;
+    uint64_t *done;
+};
+
+static void unit_fn(struct pawl_task *t, int status)
+{
+    struct unit *u = (struct unit *)t;
+    /* Relaxed would do for counting; acq_rel so the waiter sees the task's effects. */
+    __atomic_fetch_add(u->done, 1, __ATOMIC_ACQ_REL);
+}
+
+static void bm_inject(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    struct unit *u = calloc(BATCH, sizeof(*u));
+    uint64_t done = 0, want = 0;
+    for (int i = 0; i < BATCH; i++)
+        u[i] = (struct unit){{unit_fn, NULL}, &done};
+    while (pawl_bench_keep_running(st)) {
+        for (int i = 0; i < BATCH; i++)
+            ex_submit(&e, &u[i].task);
+        want += BATCH;
+        wait_count(&done, want);
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    ex_free(&e);
+    free(u);
+}
+
+struct fan {
+    struct pawl_task task;
+    struct exec *e;
+    struct unit *children;
+};
+
+static void fan_fn(struct pawl_task *t, int status)
+{
+    struct fan *f = (struct fan *)t;
+    for (int i = 0; i < BATCH; i++)
+        ex_submit(f->e, &f->children[i].task);
+}
+
+static void bm_spawn(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    struct unit *u = calloc(BATCH, sizeof(*u));
+    uint64_t done = 0, want = 0;
+    for (int i = 0; i < BATCH; i++)
+        u[i] = (struct unit){{unit_fn, NULL}, &done};
+    struct fan f = {{fan_fn, NULL}, &e, u};
+    while (pawl_bench_keep_running(st)) {
+        ex_submit(&e, &f.task);
+        want += BATCH;
+        wait_count(&done, want);
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    struct pawl_pool_stats ps;
+    if (e.pool) {
+        pawl_pool_stats(e.pool, &ps);
+        pawl_bench_counter(st, "steals", (double)ps.steals, PAWL_BENCH_COUNTER_AVG);
+    }
+    ex_free(&e);
+    free(u);
+}
+
+/* ---- steal latency (pool) and hand-off latency (baseline) ---- */
+
+struct steal_probe {
+    struct pawl_task parent;
+    struct pawl_task child;
+    struct exec *e;
+    int64_t pushed_ns;
+    int64_t started_ns;
+    uint64_t child_ran;
+};
+
+static void probe_child(struct pawl_task *t, int status)
+{
+    struct steal_probe *p = (struct steal_probe *)((char *)t - offsetof(struct steal_probe, child));
+    p->started_ns = now_ns();
+    __atomic_store_n(&p->child_ran, 1, __ATOMIC_RELEASE);
+}
+
+static void probe_parent(struct pawl_task *t, int status)
+{
+    struct steal_probe *p = (struct steal_probe *)t;
+    p->pushed_ns = now_ns();
+    ex_submit(p->e, &p->child);
+    /* Stay busy until another thread took the child: it must be stolen (or handed off). */
+    while (!__atomic_load_n(&p->child_ran, __ATOMIC_ACQUIRE))
+        ;
+}
+
+static void bm_steal_latency(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    struct steal_probe p = {{probe_parent, NULL}, {probe_child, NULL}, &e, 0, 0, 0};
+    double total = 0;
+    int64_t n = 0;
+    while (pawl_bench_keep_running(st)) {
+        p.child_ran = 0;
+        ex_submit(&e, &p.parent);
+        wait_count(&p.child_ran, 1);
+        total += (double)(p.started_ns - p.pushed_ns);
+        n++;
+    }
+    pawl_bench_counter(st, "push_to_run_ns", n ? total / (double)n : 0, PAWL_BENCH_COUNTER_PLAIN);
+    ex_free(&e);
+}
+
+/* ---- futures: pawl futures vs a mutex-protected future feeding the mutex queue ---- */
+
+struct bfut {
+    pthread_mutex_t m;
+    int done;
+    int64_t token;
+    struct bcont *conts;
+};
+
+struct bcont {
+    struct pawl_task task;
+    struct bcont *next;
+    struct bfut *f;
+    struct mq *q;
+    uint64_t *counter;
+};
+
+static void bcont_run(struct pawl_task *t, int status)
+{
+    struct bcont *c = (struct bcont *)t;
+    __atomic_fetch_add(c->counter, 1, __ATOMIC_ACQ_REL);
+    free(c);
+}
+
+static void bfut_on_complete(struct bfut *f, struct mq *q, uint64_t *counter)
+{
+    struct bcont *c = malloc(sizeof(*c));
+    *c = (struct bcont){{bcont_run, NULL}, NULL, f, q, counter};
+    pthread_mutex_lock(&f->m);
+    if (!f->done) {
+        c->next = f->conts;
+        f->conts = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&f->m);
+    if (c)
+        mq_submit(q, &c->task);
+}
+
+static void bfut_complete(struct bfut *f, int64_t token)
+{
+    pthread_mutex_lock(&f->m);
+    f->done = 1;
+    f->token = token;
+    struct bcont *list = f->conts;
+    f->conts = NULL;
+    pthread_mutex_unlock(&f->m);
+    while (list) {
+        struct bcont *n = list->next;
+        mq_submit(list->q, &list->task);
+        list = n;
+    }
+}
+
+static uint64_t fut_counter;
+
+static void count_cont(void *arg, struct pawl_future *f)
+{
+    __atomic_fetch_add(&fut_counter, 1, __ATOMIC_ACQ_REL);
+}
+
+#define FBATCH 2000
+
+static void bm_future_throughput(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    uint64_t want = 0;
+    fut_counter = 0;
+    if (!baseline) {
+        struct pawl_future *fs[FBATCH];
+        while (pawl_bench_keep_running(st)) {
+            for (int i = 0; i < FBATCH; i++) {
+                fs[i] = pawl_future_new();
+                pawl_future_on_complete(fs[i], NULL, e.pool, count_cont, NULL);
+            }
+            for (int i = 0; i < FBATCH; i++) {
+                pawl_future_complete(fs[i], i);
+                pawl_future_unref(fs[i]);
+            }
+            want += FBATCH;
+            wait_count(&fut_counter, want);
+        }
+    } else {
+        struct bfut *fs = calloc(FBATCH, sizeof(*fs));
+        while (pawl_bench_keep_running(st)) {
+            for (int i = 0; i < FBATCH; i++) {
+                pthread_mutex_init(&fs[i].m, NULL);
+                fs[i].done = 0;
+                fs[i].conts = NULL;
+                bfut_on_complete(&fs[i], e.mq, &fut_counter);
+            }
+            for (int i = 0; i < FBATCH; i++)
+                bfut_complete(&fs[i], i);
+            want += FBATCH;
+            wait_count(&fut_counter, want);
+            for (int i = 0; i < FBATCH; i++)
+                pthread_mutex_destroy(&fs[i].m);
+        }
+        free(fs);
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * FBATCH);
+    ex_free(&e);
+}
+
+static void bm_future_latency(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    uint64_t want = 0;
+    fut_counter = 0;
+    while (pawl_bench_keep_running(st)) {
+        if (!baseline) {
+            struct pawl_future *f = pawl_future_new();
+            pawl_future_on_complete(f, NULL, e.pool, count_cont, NULL);
+            pawl_future_complete(f, 1);
+            pawl_future_unref(f);
+        } else {
+            struct bfut f = {.done = 0};
+            pthread_mutex_init(&f.m, NULL);
+            bfut_on_complete(&f, e.mq, &fut_counter);
+            bfut_complete(&f, 1);
+            pthread_mutex_destroy(&f.m); /* the continuation does not touch f */
+        }
+        want++;
+        while (__atomic_load_n(&fut_counter, __ATOMIC_ACQUIRE) < want)
+            ; /* spin: measure the hand-off, not the scheduler */
+    }
+    ex_free(&e);
+}
+
+/* ---- timers ---- */
+
+#define TBATCH 1000
+
+static uint64_t timer_fired;
+
+static void timer_cb(struct pawl_timer *t, void *arg, int status)
+{
+    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+}
+
+static void bm_timer_arm_fire(pawl_bench_state *st, void *arg)
+{
+    struct exec e = ex_new(0);
+    struct pawl_timers_opts o;
+    pawl_timers_opts_defaults(&o);
+    o.backend = arg ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING;
+    struct pawl_timers *tm;
+    if (pawl_timers_new(&tm, e.pool, &o) != 0) {
+        pawl_bench_skip_with_error(st, "backend unavailable here");
+        ex_free(&e);
+        return;
+    }
+    struct pawl_timer *t = calloc(TBATCH, sizeof(*t));
+    for (int i = 0; i < TBATCH; i++)
+        pawl_timer_init(&t[i], timer_cb, NULL);
+    uint64_t want = 0;
+    timer_fired = 0;
+    while (pawl_bench_keep_running(st)) {
+        for (int i = 0; i < TBATCH; i++)
+            pawl_timer_start(tm, &t[i], 0, 0);
+        want += TBATCH;
+        wait_count(&timer_fired, want);
+        for (int i = 0; i < TBATCH; i++)
+            while (pawl_timer_busy(&t[i]))
+                sched_yield();
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * TBATCH);
+    pawl_timers_free(tm);
+    free(t);
+    ex_free(&e);
+}
+
+int main(int argc, char **argv)
+{
+    void *BASE = (void *)1;
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/inject/pawl_pool", bm_inject, NULL));
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/inject/mutex_queue", bm_inject, BASE));
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/spawn/pawl_pool", bm_spawn, NULL));
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/spawn/mutex_queue", bm_spawn, BASE));
+    pawl_bench_unit_ns(pawl_bench_use_real_time(
+        pawl_bench_register("steal_latency/pawl_pool", bm_steal_latency, NULL)));
+    pawl_bench_unit_ns(pawl_bench_use_real_time(
+        pawl_bench_register("steal_latency/mutex_condvar_handoff", bm_steal_latency, BASE)));
+    pawl_bench_use_real_time(pawl_bench_register("future_complete_to_continuation/throughput/pawl",
+                                                 bm_future_throughput, NULL));
+    pawl_bench_use_real_time(pawl_bench_register(
+        "future_complete_to_continuation/throughput/mutex_condvar", bm_future_throughput, BASE));
+    pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(
+        "future_complete_to_continuation/latency/pawl", bm_future_latency, NULL)));
+    pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(
+        "future_complete_to_continuation/latency/mutex_condvar", bm_future_latency, BASE)));
+    pawl_bench_use_real_time(
+        pawl_bench_register("timer_arm_fire/io_uring", bm_timer_arm_fire, NULL));
+    pawl_bench_use_real_time(pawl_bench_register("timer_arm_fire/epoll", bm_timer_arm_fire, BASE));
+    return pawl_bench_main(argc, argv);
+}

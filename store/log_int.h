@@ -1,0 +1,15 @@
+/*
+ * log_int.h — private pieces of the event store shared with tests and benchmarks: the append
+ * statement's text, so that tests can run the exact append inside transactions they control
+ * (sleeping with the transaction open, say).
+ *
+ * Parameters: $1 text[] stream ids, $2 int8[] stream sequences (0 = any), $3 text[] types,
+ * $4 bytea[] payloads, $5 jsonb[] metadata, $6 int4 number of events. The command's row count
+ * is n on success and 0 when an expected stream version did not match.
+ */
+#ifndef PAWL_STORE_LOG_INT_H
+#define PAWL_STORE_LOG_INT_H
+
+extern const char pawl_log_append_sql[];
+
+#endif

@@ -1,0 +1,242 @@
+/*
+ * pg_source.c — the event source over the PostgreSQL log (pawl/log.h).
+ *
+ * Reads go through the log store's pipelined connections (pawl_read, thread-safe, so the
+ * coordinator and detached work packages read at once); wait() sleeps on the store's
+ * knowledge of the highest final index, which its LISTEN connection and finalizer keep
+ * current. A read copies the store's batch into the caller's pawl_event_batch; the per-thread
+ * pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
+ * administration queries (reset) on a short-lived connection of their own.
+ *
+ * The source owns the store when it created it (pawl_source_pg_new) and borrows it otherwise
+ * (pawl_source_pg_from_store). Every entry point may be called from any thread.
+ */
+#include "common.h"
+
+#include "pawl/log.h"
+#include "pawl/processor.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct source_pg {
+    struct pawl_source base;
+    struct pawl_store *store;
+    int owns_store;
+    char *dsn;
+    pthread_mutex_t mu;
+    char err[512];
+};
+
+static struct source_pg *from(struct pawl_source *s)
+{
+    return (struct source_pg *)s;
+}
+
+static void set_err(struct source_pg *s, const char *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->err, sizeof s->err, "%s", msg);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* One reusable read buffer per thread that reads (pawl_batch keeps its result between reads). */
+struct tls_batch {
+    struct pawl_batch b;
+    int init;
+};
+static _Thread_local struct tls_batch tls;
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_dtor(void *p)
+{
+    struct tls_batch *t = p;
+    if (t && t->init) {
+        pawl_batch_fini(&t->b);
+        t->init = 0;
+    }
+}
+
+static void tls_make_key(void)
+{
+    pthread_key_create(&tls_key, tls_dtor);
+}
+
+static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pawl_event_batch *out,
+                   int64_t *last_seen)
+{
+    struct source_pg *s = from(src);
+    pthread_once(&tls_once, tls_make_key);
+    if (!tls.init) {
+        pawl_batch_init(&tls.b);
+        tls.init = 1;
+        pthread_setspecific(tls_key, &tls); /* frees the batch when the thread exits */
+    }
+    if (max > 100000)
+        max = 100000;
+    int rc = pawl_read(s->store, after, max, &tls.b);
+    if (rc) {
+        char e[512];
+        pawl_store_last_error(s->store, e, sizeof e);
+        set_err(s, e);
+        return rc;
+    }
+    int64_t last = after;
+    for (size_t i = 0; i < tls.b.count && rc == 0; i++) {
+        rc = pawl_event_batch_push(out, &tls.b.events[i]);
+        last = tls.b.events[i].index;
+    }
+    if (last_seen)
+        *last_seen = last;
+    return rc;
+}
+
+static int pg_wait(struct pawl_source *src, int64_t after, int64_t timeout_ms)
+{
+    struct source_pg *s = from(src);
+    int rc = pawl_store_wait(s->store, after, (int)timeout_ms);
+    return rc == 0 ? 0 : rc == PAWL_ESHUTDOWN ? rc : PAWL_ETIMEDOUT;
+}
+
+static int admin_i64(struct source_pg *s, const char *sql, const char *param, int64_t *out)
+{
+    PGconn *c = PQconnectdb(s->dsn);
+    int rc = 0;
+    if (PQstatus(c) != CONNECTION_OK) {
+        set_err(s, PQerrorMessage(c));
+        PQfinish(c);
+        return PAWL_ECONN;
+    }
+    const char *v[1] = {param};
+    PGresult *r = PQexecParams(c, sql, param ? 1 : 0, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        set_err(s, PQerrorMessage(c));
+        rc = PAWL_ESQL;
+    } else {
+        *out = PQgetisnull(r, 0, 0) ? 0 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
+static int pg_head(struct pawl_source *src, int64_t *index)
+{
+    struct source_pg *s = from(src);
+    if (s->dsn == NULL) {
+        *index = pawl_store_last_index(s->store);
+        return 0;
+    }
+    return admin_i64(s, "SELECT pawl_api.last_index()", NULL, index);
+}
+
+/*
+ * Events appended at or after time_us: the log records when each finalization run committed,
+ * and an event is finalized after its append commits, so starting after the last run that
+ * finished before time_us covers every such event (and possibly a few appended just before).
+ */
+static int pg_index_at(struct pawl_source *src, int64_t time_us, int64_t *token)
+{
+    struct source_pg *s = from(src);
+    if (s->dsn == NULL) {
+        set_err(s, "index_at needs a source opened with a DSN");
+        return PAWL_ENOTSUP;
+    }
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)time_us);
+    return admin_i64(s,
+                     "SELECT coalesce(max(last_index), 0) FROM pawl.runs "
+                     "WHERE finalized_at < to_timestamp($1::int8 / 1e6)",
+                     t, token);
+}
+
+static const char *pg_errmsg(struct pawl_source *src)
+{
+    static _Thread_local char copy[512];
+    struct source_pg *s = from(src);
+    pthread_mutex_lock(&s->mu);
+    memcpy(copy, s->err, sizeof copy);
+    pthread_mutex_unlock(&s->mu);
+    return copy;
+}
+
+static void pg_free(struct pawl_source *src)
+{
+    struct source_pg *s = from(src);
+    if (s->owns_store)
+        pawl_store_free(s->store);
+    pawl_free(s->dsn);
+    pthread_mutex_destroy(&s->mu);
+    pawl_free(s);
+}
+
+static const struct pawl_source_ops pg_ops = {
+    .read = pg_read,
+    .wait = pg_wait,
+    .head = pg_head,
+    .index_at = pg_index_at,
+    .errmsg = pg_errmsg,
+    .free = pg_free,
+};
+
+static struct source_pg *alloc_source(void)
+{
+    struct source_pg *s = pawl_calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->base.ops = &pg_ops;
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+int pawl_source_pg_new(struct pawl_source **out, const char *dsn)
+{
+    *out = NULL;
+    if (dsn == NULL)
+        return PAWL_EINVAL;
+    struct source_pg *s = alloc_source();
+    if (s == NULL)
+        return PAWL_ENOMEM;
+    int rc = PAWL_ENOMEM;
+    s->dsn = pawl_strdup(dsn);
+    if (s->dsn == NULL)
+        goto fail;
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    char err[256];
+    rc = pawl_store_new(&s->store, dsn, &o, err, sizeof err);
+    if (rc) {
+        PAWL_ERROR("source", "cannot open the log: %s", err);
+        goto fail;
+    }
+    s->owns_store = 1;
+    *out = &s->base;
+    return 0;
+fail:
+    pawl_free(s->dsn);
+    pthread_mutex_destroy(&s->mu);
+    pawl_free(s);
+    return rc;
+}
+
+int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store, const char *dsn)
+{
+    *out = NULL;
+    if (store == NULL)
+        return PAWL_EINVAL;
+    struct source_pg *s = alloc_source();
+    if (s == NULL)
+        return PAWL_ENOMEM;
+    s->store = store;
+    if (dsn && (s->dsn = pawl_strdup(dsn)) == NULL) {
+        pthread_mutex_destroy(&s->mu);
+        pawl_free(s);
+        return PAWL_ENOMEM;
+    }
+    *out = &s->base;
+    return 0;
+}

@@ -1,0 +1,639 @@
+/*
+ * pg_tokens.c — the PostgreSQL token store (table pawl.tokens, sql/002_tokens.sql).
+ *
+ * Every operation is one request on a small pipelined connection pool (store/pgconn.h): the
+ * statements of a request are sent back to back and end with a Sync, which makes them one
+ * implicit transaction. Callers block on pawl_pgpool_exec while the pool's I/O thread drives
+ * the connections, so the batch commits of many work packages share a few connections in
+ * pipeline mode instead of holding one each.
+ *
+ * A batch transaction buffers the handlers' statements (copies) and sends them at commit,
+ * behind `SELECT pawl.store_token(...)`: that call checks the claim, takes the row lock and
+ * writes the token (never backwards). If the claim was lost it raises PW001, the rest of the
+ * request is skipped and the whole transaction rolls back: PAWL_ECLAIM. A lost connection
+ * during the commit reports PAWL_EINDOUBT; since token and handler writes commit atomically,
+ * the processor's answer (abort, re-claim, redeliver from the stored token) is right either way.
+ *
+ * Threads: every entry point may be called from any thread at once. The text of the last
+ * failure is kept on the object under a mutex; errmsg returns a copy in thread-local storage.
+ */
+#include "common.h"
+#include "pgconn.h"
+
+#include "pawl/processor.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Batch statements kept prepared (the pool allows 128 in all); others go as text. */
+#define PREP_MAX 96
+
+struct tokens_pg {
+    struct pawl_tokens base;
+    struct pawl_pgpool *pool;   /* claims, extensions, listing, administration */
+    struct pawl_pgpool *txpool; /* batch transactions */
+    pthread_mutex_t mu;
+    char err[512];
+    /* Statements of batch transactions prepared on txpool, by text (handlers reuse a few). */
+    pthread_mutex_t pmu;
+    struct {
+        char *sql;
+        int nparams;
+        int id;
+    } prep[PREP_MAX];
+    int nprep;
+    int store_id; /* pawl.store_token, prepared */
+};
+
+static struct tokens_pg *from(struct pawl_tokens *t)
+{
+    return (struct tokens_pg *)t;
+}
+
+static void set_err(struct tokens_pg *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(struct tokens_pg *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&t->mu);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    pthread_mutex_unlock(&t->mu);
+    va_end(ap);
+}
+
+/* The prepared id of sql on the batch pool, preparing it on first use; -1: send as text. */
+static int prepared_id(struct tokens_pg *t, const char *sql, int nparams)
+{
+    int id = -1;
+    pthread_mutex_lock(&t->pmu);
+    for (int i = 0; i < t->nprep; i++) {
+        if (t->prep[i].nparams == nparams && strcmp(t->prep[i].sql, sql) == 0) {
+            id = t->prep[i].id;
+            break;
+        }
+    }
+    if (id < 0 && t->nprep < PREP_MAX) {
+        char *copy = pawl_strdup(sql);
+        int pid = copy ? pawl_pgpool_prepare(t->txpool, sql, nparams, NULL) : PAWL_ENOMEM;
+        if (pid >= 0) {
+            t->prep[t->nprep].sql = copy;
+            t->prep[t->nprep].nparams = nparams;
+            t->prep[t->nprep].id = pid;
+            t->nprep++;
+            id = pid;
+        } else {
+            pawl_free(copy);
+        }
+    }
+    pthread_mutex_unlock(&t->pmu);
+    return id;
+}
+
+static const char *pg_errmsg(struct pawl_tokens *tk)
+{
+    static _Thread_local char copy[512];
+    struct tokens_pg *t = from(tk);
+    pthread_mutex_lock(&t->mu);
+    memcpy(copy, t->err, sizeof copy);
+    pthread_mutex_unlock(&t->mu);
+    return copy;
+}
+
+/* Run a request synchronously on pool and map the server's pawl error codes. */
+static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgstmt *stmts, int n)
+{
+    struct pawl_pgreq req;
+    memset(&req, 0, sizeof req);
+    req.stmts = stmts;
+    req.nstmts = n;
+    int rc = pawl_pgpool_exec(pool, -1, &req);
+    if (rc == 0)
+        return 0;
+    if (rc == PAWL_ESQL) {
+        set_err(t, "%s: %s", req.sqlstate, req.message);
+        if (strcmp(req.sqlstate, "PW001") == 0)
+            return PAWL_ECLAIM;
+        if (strcmp(req.sqlstate, "PW002") == 0)
+            return PAWL_EBUSY;
+        if (strcmp(req.sqlstate, "PW003") == 0)
+            return PAWL_ENOTFOUND;
+        if (strcmp(req.sqlstate, "PW004") == 0)
+            return PAWL_EINVAL;
+        if (strcmp(req.sqlstate, "42P01") == 0 || strcmp(req.sqlstate, "42883") == 0)
+            return PAWL_ESCHEMA;
+        return PAWL_ESQL;
+    }
+    if (req.message[0])
+        set_err(t, "%s", req.message);
+    else
+        set_err(t, "%s", pawl_strerror(rc));
+    return rc;
+}
+
+static int run(struct tokens_pg *t, struct pawl_pgstmt *stmts, int n)
+{
+    return run_on(t, t->pool, stmts, n);
+}
+
+/* ---- result capture (callbacks run on the pool's I/O thread while the caller waits) ---- */
+
+struct rows_cap {
+    struct pawl_segment_status *rows;
+    size_t n, cap;
+    int oom;
+};
+
+static int64_t geti(const PGresult *r, int row, int col, int64_t dflt)
+{
+    return PQgetisnull(r, row, col) ? dflt : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+/* Columns: segment_id, mask, token, high_water, owner, age_ms, mode, merge_id, merge_mask,
+ * merge_token. */
+#define ROW_COLS                                                                                   \
+    "segment_id, mask, token, high_water, coalesce(owner, ''), "                                   \
+    "coalesce((extract(epoch FROM now() - claimed_at) * 1000)::int8, -1), coalesce(mode, -1), "    \
+    "merge_id, merge_mask, merge_token"
+
+static void on_rows(void *ud, const PGresult *r)
+{
+    struct rows_cap *c = ud;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return;
+    int nt = PQntuples(r);
+    for (int i = 0; i < nt; i++) {
+        if (c->n == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 32;
+            struct pawl_segment_status *nr = pawl_realloc(c->rows, cap * sizeof *nr);
+            if (nr == NULL) {
+                c->oom = 1;
+                return;
+            }
+            c->rows = nr;
+            c->cap = cap;
+        }
+        struct pawl_segment_status *s = &c->rows[c->n++];
+        memset(s, 0, sizeof *s);
+        s->seg.id = (uint32_t)geti(r, i, 0, 0);
+        s->seg.mask = (uint32_t)geti(r, i, 1, 0);
+        s->token = geti(r, i, 2, 0);
+        s->high_water = geti(r, i, 3, 0);
+        snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(r, i, 4));
+        s->claim_age_ms = s->owner[0] ? geti(r, i, 5, -1) : -1;
+        s->mode = (int)geti(r, i, 6, -1);
+        s->has_merge = !PQgetisnull(r, i, 9);
+        if (s->has_merge) {
+            s->merge_seg.id = (uint32_t)geti(r, i, 7, 0);
+            s->merge_seg.mask = (uint32_t)geti(r, i, 8, 0);
+            s->merge_token = geti(r, i, 9, 0);
+        }
+    }
+}
+
+struct ints_cap {
+    int64_t v[2];
+    int64_t *list;
+    size_t n, cap;
+    int got;
+};
+
+static void on_ints(void *ud, const PGresult *r)
+{
+    struct ints_cap *c = ud;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1)
+        return;
+    c->got = 1;
+    for (int k = 0; k < 2 && k < PQnfields(r); k++)
+        c->v[k] = geti(r, 0, k, 0);
+    int nt = PQntuples(r);
+    for (int i = 0; i < nt; i++) {
+        if (c->n == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 32;
+            int64_t *nl = pawl_realloc(c->list, cap * sizeof *nl);
+            if (nl == NULL)
+                return;
+            c->list = nl;
+            c->cap = cap;
+        }
+        c->list[c->n++] = geti(r, i, 0, 0);
+    }
+}
+
+#define I64(buf, v) (snprintf(buf, sizeof buf, "%lld", (long long)(v)), buf)
+
+/* ---- operations ---- */
+
+static int pg_init(struct pawl_tokens *tk, const char *proc, uint32_t n, int64_t token)
+{
+    char a[24], b[24];
+    const char *v[3] = {proc, I64(a, n), I64(b, token)};
+    struct pawl_pgstmt s = {.sql = "SELECT pawl.tokens_init($1, $2, $3)", .nparams = 3, .values = v};
+    return run(from(tk), &s, 1);
+}
+
+static int pg_list(struct pawl_tokens *tk, const char *proc, struct pawl_segment_status **rows,
+                   size_t *n)
+{
+    struct rows_cap c = {0};
+    const char *v[1] = {proc};
+    struct pawl_pgstmt s = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens WHERE processor = $1 "
+                                   "ORDER BY mask, segment_id",
+                            .nparams = 1, .values = v, .on_result = on_rows, .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    if (rc == 0 && c.oom)
+        rc = PAWL_ENOMEM;
+    if (rc) {
+        pawl_free(c.rows);
+        return rc;
+    }
+    if (c.rows == NULL && (c.rows = pawl_malloc(sizeof *c.rows)) == NULL)
+        return PAWL_ENOMEM;
+    *rows = c.rows;
+    *n = c.n;
+    return 0;
+}
+
+static int pg_claim(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner,
+                    int64_t timeout_ms, int mode, struct pawl_segment_status *out)
+{
+    struct tokens_pg *t = from(tk);
+    char a[24], b[24], m[24];
+    const char *v[5] = {proc, I64(a, seg_id), owner, I64(b, timeout_ms), I64(m, mode)};
+    struct rows_cap c = {0};
+    struct pawl_pgstmt s = {
+        .sql = "UPDATE pawl.tokens SET owner = $3, claimed_at = now(), mode = $5 "
+               "WHERE processor = $1 AND segment_id = $2 AND (owner IS NULL OR owner = $3 OR "
+               "claimed_at < now() - $4::int8 * interval '1 millisecond') "
+               "RETURNING " ROW_COLS,
+        .nparams = 5,
+        .values = v,
+        .on_result = on_rows,
+        .ud = &c};
+    int rc = run(t, &s, 1);
+    if (rc == 0 && c.oom)
+        rc = PAWL_ENOMEM;
+    if (rc == 0 && c.n == 0) {
+        struct rows_cap d = {0};
+        struct pawl_pgstmt q = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens "
+                                       "WHERE processor = $1 AND segment_id = $2",
+                                .nparams = 2, .values = v, .on_result = on_rows, .ud = &d};
+        rc = run(t, &q, 1);
+        if (rc == 0 && d.n == 0) {
+            set_err(t, "no segment %u in %s", seg_id, proc);
+            rc = PAWL_ENOTFOUND;
+        } else if (rc == 0) {
+            set_err(t, "segment %u of %s is held by %s", seg_id, proc, d.rows[0].owner);
+            rc = PAWL_EBUSY;
+        }
+        pawl_free(d.rows);
+    }
+    if (rc == 0 && out)
+        *out = c.rows[0];
+    pawl_free(c.rows);
+    return rc;
+}
+
+static int pg_extend(struct pawl_tokens *tk, const char *proc, const char *owner,
+                     const uint32_t *ids, size_t n, unsigned char *held)
+{
+    struct tokens_pg *t = from(tk);
+    size_t cap = 4 + n * 11;
+    char *arr = pawl_malloc(cap);
+    if (arr == NULL)
+        return PAWL_ENOMEM;
+    size_t off = 0;
+    arr[off++] = '{';
+    for (size_t i = 0; i < n; i++)
+        off += (size_t)snprintf(arr + off, cap - off, "%s%u", i ? "," : "", ids[i]);
+    arr[off++] = '}';
+    arr[off] = '\0';
+    const char *v[3] = {proc, owner, arr};
+    struct ints_cap c = {0};
+    struct pawl_pgstmt s[2] = {
+        {.sql = "INSERT INTO pawl.processor_nodes (processor, node, seen_at) "
+                "VALUES ($1, $2, now()) ON CONFLICT (processor, node) DO UPDATE SET seen_at = now()",
+         .nparams = 2,
+         .values = v},
+        {.sql = "UPDATE pawl.tokens SET claimed_at = now() WHERE processor = $1 AND owner = $2 "
+                "AND segment_id = ANY ($3::int8[]) RETURNING segment_id",
+         .nparams = 3,
+         .values = v,
+         .on_result = on_ints,
+         .ud = &c},
+    };
+    int rc = run(t, s, n ? 2 : 1);
+    if (rc == 0 && held) {
+        for (size_t i = 0; i < n; i++) {
+            held[i] = 0;
+            for (size_t k = 0; k < c.n; k++)
+                if (c.list[k] == ids[i])
+                    held[i] = 1;
+        }
+    }
+    pawl_free(c.list);
+    pawl_free(arr);
+    return rc;
+}
+
+static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int64_t timeout_ms,
+                   uint32_t *count, uint32_t *rank)
+{
+    char a[24];
+    const char *v[3] = {proc, me, I64(a, timeout_ms)};
+    struct ints_cap c = {0};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT count(*), count(*) FILTER (WHERE node COLLATE \"C\" < $2 COLLATE \"C\") "
+               "FROM pawl.processor_nodes WHERE processor = $1 AND node <> $2 "
+               "AND seen_at > now() - $3::int8 * interval '1 millisecond'",
+        .nparams = 3,
+        .values = v,
+        .on_result = on_ints,
+        .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    pawl_free(c.list);
+    if (rc)
+        return rc;
+    *count = (uint32_t)c.v[0] + 1;
+    *rank = (uint32_t)c.v[1];
+    return 0;
+}
+
+static int pg_leave(struct pawl_tokens *tk, const char *proc, const char *me)
+{
+    const char *v[2] = {proc, me};
+    struct pawl_pgstmt s = {.sql = "DELETE FROM pawl.processor_nodes WHERE processor = $1 AND node = $2",
+                            .nparams = 2, .values = v};
+    return run(from(tk), &s, 1);
+}
+
+static int pg_release(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner)
+{
+    char a[24];
+    const char *v[3] = {proc, I64(a, seg_id), owner};
+    struct pawl_pgstmt s = {.sql = "UPDATE pawl.tokens SET owner = NULL, claimed_at = NULL, "
+                                   "mode = NULL WHERE processor = $1 AND segment_id = $2 "
+                                   "AND owner = $3",
+                            .nparams = 3, .values = v};
+    return run(from(tk), &s, 1);
+}
+
+static int admin_call(struct pawl_tokens *tk, const char *sql, const char *proc, uint32_t seg_id,
+                      const char *owner)
+{
+    char a[24];
+    const char *v[3] = {proc, I64(a, seg_id), owner};
+    struct pawl_pgstmt s = {.sql = sql, .nparams = 3, .values = v};
+    return run(from(tk), &s, 1);
+}
+
+static int pg_split(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner)
+{
+    return admin_call(tk, "SELECT pawl.tokens_split($1, $2, $3)", proc, seg_id, owner);
+}
+
+static int pg_merge(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner)
+{
+    return admin_call(tk, "SELECT pawl.tokens_merge($1, $2, $3)", proc, seg_id, owner);
+}
+
+static int pg_reset(struct pawl_tokens *tk, const char *proc, int64_t token)
+{
+    char a[24];
+    const char *v[2] = {proc, I64(a, token)};
+    struct pawl_pgstmt s = {.sql = "SELECT pawl.tokens_reset($1, $2)", .nparams = 2, .values = v};
+    return run(from(tk), &s, 1);
+}
+
+/* ---- batch transactions ---- */
+
+struct stmt {
+    char *sql;
+    int nparams;
+    char **values;
+};
+
+struct txn_pg {
+    struct pawl_txn base;
+    struct tokens_pg *t;
+    char proc[PAWL_NAME_MAX + 1];
+    char owner[PAWL_OWNER_MAX + 1];
+    uint32_t seg_id;
+    int has_store;
+    int64_t token;
+    struct stmt *stmts;
+    size_t n, cap;
+    int failed;
+};
+
+static void txn_clear(struct txn_pg *x)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        pawl_free(x->stmts[i].sql);
+        for (int k = 0; k < x->stmts[i].nparams; k++)
+            pawl_free(x->stmts[i].values[k]);
+        pawl_free(x->stmts[i].values);
+    }
+    pawl_free(x->stmts);
+    pawl_free(x);
+}
+
+static int txn_exec(struct pawl_txn *tx, const char *sql, int nparams, const char *const *values)
+{
+    struct txn_pg *x = (struct txn_pg *)tx;
+    if (sql == NULL || nparams < 0 || nparams > 65535 || (nparams > 0 && values == NULL))
+        return PAWL_EINVAL;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? x->cap * 2 : 16;
+        struct stmt *s = pawl_realloc(x->stmts, cap * sizeof *s);
+        if (s == NULL) {
+            x->failed = 1;
+            return PAWL_ENOMEM;
+        }
+        x->stmts = s;
+        x->cap = cap;
+    }
+    struct stmt *s = &x->stmts[x->n];
+    memset(s, 0, sizeof *s);
+    s->sql = pawl_strdup(sql);
+    s->values = nparams ? pawl_calloc((size_t)nparams, sizeof(char *)) : NULL;
+    if (s->sql == NULL || (nparams && s->values == NULL)) {
+        pawl_free(s->sql);
+        pawl_free(s->values);
+        x->failed = 1;
+        return PAWL_ENOMEM;
+    }
+    x->n++;
+    s->nparams = nparams;
+    for (int k = 0; k < nparams; k++) {
+        if (values[k] && (s->values[k] = pawl_strdup(values[k])) == NULL) {
+            x->failed = 1;
+            return PAWL_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int txn_store(struct pawl_txn *tx, int64_t token)
+{
+    struct txn_pg *x = (struct txn_pg *)tx;
+    if (!x->has_store || token > x->token)
+        x->token = token;
+    x->has_store = 1;
+    return 0;
+}
+
+static int txn_commit(struct pawl_txn *tx)
+{
+    struct txn_pg *x = (struct txn_pg *)tx;
+    struct tokens_pg *t = x->t;
+    if (x->failed) {
+        set_err(t, "a statement could not be queued (out of memory)");
+        txn_clear(x);
+        return PAWL_ENOMEM;
+    }
+    struct pawl_pgstmt *s = pawl_calloc(x->n + 1, sizeof *s);
+    if (s == NULL) {
+        txn_clear(x);
+        return PAWL_ENOMEM;
+    }
+    char a[24], b[24];
+    const char *v[4] = {x->proc, I64(a, x->seg_id), x->owner,
+                        x->has_store ? I64(b, x->token) : NULL};
+    /* The claim check goes first: a lost claim skips the handlers' statements altogether. */
+    s[0].sql = t->store_id >= 0 ? NULL : "SELECT pawl.store_token($1, $2, $3, $4)";
+    s[0].prepared = t->store_id;
+    s[0].nparams = 4;
+    s[0].values = v;
+    for (size_t i = 0; i < x->n; i++) {
+        int id = prepared_id(t, x->stmts[i].sql, x->stmts[i].nparams);
+        s[i + 1].sql = id >= 0 ? NULL : x->stmts[i].sql;
+        s[i + 1].prepared = id;
+        s[i + 1].nparams = x->stmts[i].nparams;
+        s[i + 1].values = (const char *const *)x->stmts[i].values;
+    }
+    int rc = run_on(t, t->txpool, s, (int)(x->n + 1));
+    pawl_free(s);
+    txn_clear(x);
+    return rc;
+}
+
+static void txn_rollback(struct pawl_txn *tx)
+{
+    /* Nothing reached the server: the statements are only sent at commit. */
+    txn_clear((struct txn_pg *)tx);
+}
+
+static const struct pawl_txn_ops txn_ops = {
+    .exec = txn_exec,
+    .store = txn_store,
+    .commit = txn_commit,
+    .rollback = txn_rollback,
+};
+
+static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner,
+                    struct pawl_txn **out)
+{
+    struct txn_pg *x = pawl_calloc(1, sizeof *x);
+    if (x == NULL)
+        return PAWL_ENOMEM;
+    x->base.ops = &txn_ops;
+    x->t = from(tk);
+    snprintf(x->proc, sizeof x->proc, "%s", proc);
+    snprintf(x->owner, sizeof x->owner, "%s", owner);
+    x->seg_id = seg_id;
+    *out = &x->base;
+    return 0;
+}
+
+static void pg_free(struct pawl_tokens *tk)
+{
+    struct tokens_pg *t = from(tk);
+    pawl_pgpool_free(t->txpool);
+    pawl_pgpool_free(t->pool);
+    for (int i = 0; i < t->nprep; i++)
+        pawl_free(t->prep[i].sql);
+    pthread_mutex_destroy(&t->pmu);
+    pthread_mutex_destroy(&t->mu);
+    pawl_free(t);
+}
+
+static const struct pawl_tokens_ops pg_ops = {
+    .init = pg_init,
+    .list = pg_list,
+    .claim = pg_claim,
+    .extend = pg_extend,
+    .live = pg_live,
+    .leave = pg_leave,
+    .release = pg_release,
+    .begin = pg_begin,
+    .split = pg_split,
+    .merge = pg_merge,
+    .reset = pg_reset,
+    .errmsg = pg_errmsg,
+    .free = pg_free,
+};
+
+int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
+{
+    return pawl_tokens_pg_new_ex(out, dsn, 2);
+}
+
+int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections)
+{
+    *out = NULL;
+    if (dsn == NULL || connections < 1 || connections > 64)
+        return PAWL_EINVAL;
+    struct tokens_pg *t = pawl_calloc(1, sizeof *t);
+    if (t == NULL)
+        return PAWL_ENOMEM;
+    t->base.ops = &pg_ops;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->pmu, NULL);
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.name = "tokens";
+    o.connections = 1;
+    static const char *const session[] = {"SET jit = off", NULL};
+    o.session_sql = session;
+    char err[256];
+    /* Claims get a connection of their own, so an extension never queues behind batch
+     * commits (a claim must not expire because handlers keep the batch connections busy). */
+    int rc = pawl_pgpool_new(&t->pool, dsn, &o, 10000, err, sizeof err);
+    if (rc) {
+        PAWL_ERROR("tokens", "cannot connect: %s", err);
+        goto fail;
+    }
+    o.name = "batches";
+    o.connections = connections;
+    rc = pawl_pgpool_new(&t->txpool, dsn, &o, 10000, err, sizeof err);
+    if (rc) {
+        PAWL_ERROR("tokens", "cannot connect: %s", err);
+        goto fail_pool;
+    }
+    t->store_id = pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
+    struct ints_cap c = {0};
+    struct pawl_pgstmt s = {.sql = "SELECT (to_regclass('pawl.tokens') IS NOT NULL)::int",
+                            .on_result = on_ints, .ud = &c};
+    rc = run(t, &s, 1);
+    pawl_free(c.list);
+    if (rc == 0 && c.v[0] != 1) {
+        PAWL_ERROR("tokens", "table pawl.tokens is missing: migrate the schema first");
+        rc = PAWL_ESCHEMA;
+    }
+    if (rc)
+        goto fail_pool;
+    *out = &t->base;
+    return 0;
+
+fail_pool:
+    pawl_pgpool_free(t->txpool);
+    pawl_pgpool_free(t->pool);
+fail:
+    pthread_mutex_destroy(&t->pmu);
+    pthread_mutex_destroy(&t->mu);
+    pawl_free(t);
+    return rc;
+}

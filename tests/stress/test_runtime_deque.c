@@ -1,0 +1,78 @@
+/*
+ * test_runtime_deque.c (stress) — the Chase–Lev deque under long owner/thief races with small
+ * initial rings (growth while stealing): every item taken exactly once, several rounds.
+ */
+#include "pawl_test.h"
+#include "runtime_test.h"
+
+#include "deque.h"
+
+#include <stdlib.h>
+
+struct race {
+    struct pawl_deque d;
+    struct pawl_task *items;
+    uint32_t *taken;
+    uint64_t done;
+};
+
+static void nop(struct pawl_task *t, int status) {}
+
+static void *thief(void *arg)
+{
+    struct race *r = arg;
+    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+        struct pawl_task *t = pawl_deque_steal(&r->d);
+        if (t == NULL || t == PAWL_DEQUE_ABORT)
+            continue;
+        __atomic_fetch_add(&r->taken[t - r->items], 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void round_(long n, int thieves, int pop_every)
+{
+    struct race r = {0};
+    r.items = calloc((size_t)n, sizeof(*r.items));
+    r.taken = calloc((size_t)n, sizeof(*r.taken));
+    assert_int_equal(pawl_deque_init(&r.d, 2), 0);
+    pthread_t th[4];
+    for (int i = 0; i < thieves; i++)
+        pthread_create(&th[i], NULL, thief, &r);
+    for (long i = 0; i < n; i++) {
+        r.items[i].fn = nop;
+        assert_int_equal(pawl_deque_push(&r.d, &r.items[i]), 0);
+        if (i % pop_every == 0) {
+            struct pawl_task *t = pawl_deque_pop(&r.d);
+            if (t)
+                __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
+        }
+    }
+    struct pawl_task *t;
+    while ((t = pawl_deque_pop(&r.d)) != NULL)
+        __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < thieves; i++)
+        pthread_join(th[i], NULL);
+    for (long i = 0; i < n; i++)
+        if (r.taken[i] != 1)
+            fail_msg("item %ld taken %u times", i, r.taken[i]);
+    pawl_deque_fini(&r.d);
+    free(r.items);
+    free(r.taken);
+}
+
+static void test_rounds(void **state)
+{
+    long n = PAWL_TEST_SCALE(2000000);
+    round_(n, 1, 2);
+    round_(n, 2, 3);
+    round_(n, 3, 1); /* the owner pops after every push: constant last-item races */
+    round_(n, 3, 1000000000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rounds)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,119 @@
+/*
+ * test_runtime_future.c (stress) — futures at volume: a million futures whose continuations are
+ * registered while another thread completes them (no lost wake-up: every continuation runs
+ * exactly once), blocking waits racing completion, and all-of groups with random failures.
+ */
+#include "pawl_test.h"
+#include "runtime_test.h"
+
+#include <stdlib.h>
+
+static struct pawl_pool *pool;
+static uint64_t calls;
+
+static void count_cb(void *arg, struct pawl_future *f)
+{
+    rt_inc(&calls);
+}
+
+struct completer {
+    struct pawl_future **fs;
+    int n;
+};
+
+static void *complete_all(void *arg)
+{
+    struct completer *c = arg;
+    for (int i = 0; i < c->n; i++)
+        pawl_future_complete(c->fs[i], i);
+    return NULL;
+}
+
+static void test_million(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    int total = PAWL_TEST_SCALE(1000000), chunk = 50000;
+    struct pawl_future **fs = calloc((size_t)chunk, sizeof(*fs));
+    calls = 0;
+    for (int done = 0; done < total; done += chunk) {
+        int n = total - done < chunk ? total - done : chunk;
+        for (int i = 0; i < n; i++)
+            fs[i] = pawl_future_new();
+        struct completer c = {fs, n};
+        pthread_t th;
+        pthread_create(&th, NULL, complete_all, &c);
+        for (int i = 0; i < n; i++)
+            pawl_future_on_complete(fs[i], NULL, pool, count_cb, NULL);
+        pthread_join(th, NULL);
+        for (int i = 0; i < n; i++)
+            pawl_future_unref(fs[i]);
+    }
+    assert_true(RT_WAIT_UNTIL(rt_load(&calls) == (uint64_t)total, 120000));
+    free(fs);
+    pawl_pool_free(pool);
+}
+
+static void test_wait_races(void **state)
+{
+    int n = PAWL_TEST_SCALE(200000);
+    struct pawl_future **fs = calloc((size_t)n, sizeof(*fs));
+    for (int i = 0; i < n; i++)
+        fs[i] = pawl_future_new();
+    struct completer c = {fs, n};
+    pthread_t th;
+    pthread_create(&th, NULL, complete_all, &c);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pawl_future_wait(fs[i], 60000), 0);
+        int64_t tok;
+        pawl_future_poll(fs[i], &tok, NULL, NULL);
+        assert_int_equal(tok, i);
+    }
+    pthread_join(th, NULL);
+    for (int i = 0; i < n; i++)
+        pawl_future_unref(fs[i]);
+    free(fs);
+}
+
+static void test_all_of_random(void **state)
+{
+    int groups = PAWL_TEST_SCALE(50000);
+    unsigned seed = 3;
+    for (int g = 0; g < groups; g++) {
+        int n = 1 + rand_r(&seed) % 6, fail_at = rand_r(&seed) % 8; /* >= n: no failure */
+        struct pawl_future *in[6];
+        for (int i = 0; i < n; i++)
+            in[i] = pawl_future_new();
+        struct pawl_future *all = pawl_future_all(in, (size_t)n);
+        int64_t lowest = INT64_MAX;
+        for (int i = n - 1; i >= 0; i--) {
+            if (i == fail_at) {
+                pawl_future_fail(in[i], PAWL_ECHECKPOINT, "x");
+            } else {
+                int64_t tok = rand_r(&seed) % 1000;
+                lowest = tok < lowest ? tok : lowest;
+                pawl_future_complete(in[i], tok);
+            }
+        }
+        int64_t tok;
+        int code;
+        assert_int_equal(pawl_future_poll(all, &tok, &code, NULL), 0);
+        if (fail_at < n)
+            assert_int_equal(code, PAWL_ECHECKPOINT);
+        else
+            assert_int_equal(tok, lowest);
+        pawl_future_unref(all);
+        for (int i = 0; i < n; i++)
+            pawl_future_unref(in[i]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_million),
+        cmocka_unit_test(test_wait_races),
+        cmocka_unit_test(test_all_of_random),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,197 @@
+/*
+ * test_runtime_pool.c (stress) — the pool and serial executors under load: many outside
+ * producers at once with nested fan-out, repeated create/shutdown cycles with work still queued
+ * (every task called exactly once), and serial executors that feed each other, checking order
+ * and mutual exclusion throughout.
+ */
+#include "pawl_test.h"
+#include "runtime_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct node {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    int fan;
+    int status;
+    uint32_t calls;
+    uint64_t *ran, *cancelled;
+    struct node *kids;
+};
+
+static void node_fn(struct pawl_task *t, int status)
+{
+    struct node *n = (struct node *)t;
+    __atomic_fetch_add(&n->calls, 1, __ATOMIC_RELAXED);
+    n->status = status;
+    if (status != 0) {
+        rt_inc(n->cancelled);
+        return;
+    }
+    rt_inc(n->ran);
+    for (int i = 0; i < n->fan; i++)
+        pawl_pool_submit(n->pool, &n->kids[i].task);
+}
+
+struct prod {
+    struct node *nodes;
+    int n;
+};
+
+static void *produce(void *arg)
+{
+    struct prod *p = arg;
+    for (int i = 0; i < p->n; i++)
+        pawl_pool_submit(p->nodes[i].pool, &p->nodes[i].task);
+    return NULL;
+}
+
+/* Each outside task fans out FAN children from a worker; n producers at once. */
+static void run_load(struct pawl_pool *pool, int producers, int per, uint64_t *ran,
+                     uint64_t *cancelled, int wait_all)
+{
+    enum { FAN = 4 };
+    int total = producers * per;
+    struct node *roots = calloc((size_t)total, sizeof(*roots));
+    struct node *kids = calloc((size_t)total * FAN, sizeof(*kids));
+    for (int i = 0; i < total; i++) {
+        roots[i] = (struct node){{node_fn, NULL}, pool, FAN, 0, 0, ran, cancelled, kids + i * FAN};
+        for (int k = 0; k < FAN; k++)
+            kids[i * FAN + k] = (struct node){{node_fn, NULL}, pool, 0, 0, 0, ran, cancelled, NULL};
+    }
+    pthread_t th[8];
+    struct prod pr[8];
+    for (int i = 0; i < producers; i++) {
+        pr[i] = (struct prod){roots + i * per, per};
+        pthread_create(&th[i], NULL, produce, &pr[i]);
+    }
+    for (int i = 0; i < producers; i++)
+        pthread_join(th[i], NULL);
+    if (wait_all) {
+        assert_true(RT_WAIT_UNTIL(rt_load(ran) == (uint64_t)total * (FAN + 1), 120000));
+    } else {
+        pawl_pool_free(pool); /* with work still queued */
+        uint64_t calls = 0;
+        for (int i = 0; i < total; i++) {
+            assert_int_equal(roots[i].calls, 1);
+            /* A root that ran submitted its children: each is then run or cancelled once. */
+            for (int k = 0; k < FAN; k++) {
+                assert_int_equal(kids[i * FAN + k].calls, roots[i].status == 0 ? 1 : 0);
+                calls += kids[i * FAN + k].calls;
+            }
+        }
+        assert_int_equal(*ran + *cancelled, (uint64_t)total + calls);
+    }
+    free(roots);
+    free(kids);
+}
+
+static void test_producers_and_fanout(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 4};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    uint64_t ran = 0, cancelled = 0;
+    run_load(pool, 4, PAWL_TEST_SCALE(100000), &ran, &cancelled, 1);
+    struct pawl_pool_stats st;
+    pawl_pool_stats(pool, &st);
+    print_message("executed %llu, steals %llu, parks %llu, wakeups %llu\n",
+                  (unsigned long long)st.executed, (unsigned long long)st.steals,
+                  (unsigned long long)st.parks, (unsigned long long)st.wakeups);
+    assert_true(st.steals > 0);
+    pawl_pool_free(pool);
+}
+
+static void test_shutdown_cycles(void **state)
+{
+    int cycles = PAWL_TEST_SCALE(200);
+    for (int c = 0; c < cycles; c++) {
+        struct pawl_pool_opts o = {.workers = 1 + c % 3};
+        struct pawl_pool *pool;
+        assert_int_equal(pawl_pool_new(&pool, &o), 0);
+        uint64_t ran = 0, cancelled = 0;
+        run_load(pool, 2, 500, &ran, &cancelled, 0);
+    }
+}
+
+/* Serial executors feeding each other: a task on executor i submits its follow-up to executor
+ * (i + 1) % E; each executor checks that per-origin sequence numbers arrive in order. */
+enum { E = 16, ORIGINS = 4 };
+
+struct sx {
+    struct pawl_serial s;
+    uint32_t inside;
+    int64_t last[ORIGINS];
+    uint64_t bad;
+};
+
+static struct sx execs[E];
+static uint64_t hops_done;
+
+struct msg {
+    struct pawl_task task;
+    int origin;
+    int at;
+    int64_t seq;
+    int hops;
+};
+
+static void msg_fn(struct pawl_task *t, int status)
+{
+    struct msg *m = (struct msg *)t;
+    struct sx *x = &execs[m->at];
+    if (__atomic_exchange_n(&x->inside, 1, __ATOMIC_ACQ_REL))
+        rt_inc(&x->bad);
+    /* Messages of one origin reach executor `at` in the order they were sent, hop by hop. */
+    if (m->seq <= x->last[m->origin])
+        rt_inc(&x->bad);
+    x->last[m->origin] = m->seq;
+    __atomic_store_n(&x->inside, 0, __ATOMIC_RELEASE);
+    if (status == 0 && --m->hops > 0) {
+        m->at = (m->at + 1) % E;
+        pawl_serial_submit(&execs[m->at].s, &m->task);
+    } else {
+        rt_inc(&hops_done);
+    }
+}
+
+static void test_serial_ring(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 3};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    memset(execs, 0, sizeof execs);
+    for (int i = 0; i < E; i++) {
+        pawl_serial_init(&execs[i].s, pool);
+        for (int k = 0; k < ORIGINS; k++)
+            execs[i].last[k] = 0;
+    }
+    int per = PAWL_TEST_SCALE(20000);
+    struct msg *ms = calloc((size_t)per * ORIGINS, sizeof(*ms));
+    hops_done = 0;
+    /* Origin k injects all its messages at executor k, in sequence order. */
+    for (int i = 0; i < per; i++)
+        for (int k = 0; k < ORIGINS; k++) {
+            struct msg *m = &ms[i * ORIGINS + k];
+            *m = (struct msg){{msg_fn, NULL}, k, k, i + 1, 8};
+            pawl_serial_submit(&execs[k].s, &m->task);
+        }
+    assert_true(RT_WAIT_UNTIL(rt_load(&hops_done) == (uint64_t)per * ORIGINS, 120000));
+    for (int i = 0; i < E; i++) {
+        assert_int_equal(execs[i].bad, 0);
+        pawl_serial_fini(&execs[i].s);
+    }
+    pawl_pool_free(pool);
+    free(ms);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_producers_and_fanout),
+        cmocka_unit_test(test_shutdown_cycles),
+        cmocka_unit_test(test_serial_ring),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

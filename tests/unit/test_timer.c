@@ -1,0 +1,334 @@
+/*
+ * test_timer.c — timers on both backends (io_uring and timerfd+epoll), plus the fallback path
+ * (io_uring refusal simulated by option) and require_io_uring. Each case runs once per backend:
+ * firing within a tolerance, cancel before and at expiry, periodic timers, restart from the
+ * callback, thousands of timers at once, and freeing the timers object with timers pending.
+ *
+ * Tolerance: a timer must never fire early; it must fire within +TOL_MS of its deadline (the
+ * machine is shared and loaded, so the bound is generous; typical lateness is printed).
+ */
+#include "pawl_test.h"
+#include "runtime_test.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_MS 250
+
+static struct pawl_pool *pool;
+
+static int setup(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    return pawl_pool_new(&pool, &o);
+}
+
+static int teardown(void **state)
+{
+    pawl_pool_free(pool);
+    return 0;
+}
+
+static struct pawl_timers *make(enum pawl_timer_backend b)
+{
+    struct pawl_timers_opts o;
+    pawl_timers_opts_defaults(&o);
+    o.backend = b;
+    struct pawl_timers *tm = NULL;
+    int rc = pawl_timers_new(&tm, pool, &o);
+    if (rc == PAWL_ENOTSUP && b == PAWL_TIMER_BACKEND_IO_URING)
+        return NULL; /* io_uring refused on this machine: that backend's cases are skipped */
+    assert_int_equal(rc, 0);
+    return tm;
+}
+
+struct rec {
+    struct pawl_timer t;
+    uint64_t fired;
+    uint64_t cancelled;
+    int64_t start_ms;
+    int64_t fired_ms;
+    int64_t expect_ms;
+};
+
+static void rec_cb(struct pawl_timer *t, void *arg, int status)
+{
+    struct rec *r = arg;
+    if (status == 0) {
+        r->fired_ms = rt_now_ms();
+        rt_inc(&r->fired);
+    } else {
+        rt_inc(&r->cancelled);
+    }
+}
+
+#define FOR_EACH_BACKEND(tm)                                                                       \
+    for (int bi_ = 0; bi_ < 2; bi_++)                                                              \
+        for (struct pawl_timers *tm =                                                              \
+                 make(bi_ ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING);               \
+             tm != NULL; pawl_timers_free(tm), tm = NULL)
+
+static void test_backends_and_fallback(void **state)
+{
+    struct pawl_timers *tm = make(PAWL_TIMER_BACKEND_EPOLL);
+    assert_string_equal(pawl_timers_backend(tm), "epoll");
+    pawl_timers_free(tm);
+
+    struct pawl_timers_opts o;
+    pawl_timers_opts_defaults(&o);
+    assert_int_equal(o.backend, PAWL_TIMER_BACKEND_AUTO);
+    assert_int_equal(o.require_io_uring, 0);
+    o.simulate_uring_errno = EPERM; /* what a seccomp profile answers */
+    assert_int_equal(pawl_timers_new(&tm, pool, &o), 0);
+    assert_string_equal(pawl_timers_backend(tm), "epoll");
+    assert_non_null(strstr(pawl_timers_backend_reason(tm), "refused"));
+    print_message("fallback reason: %s\n", pawl_timers_backend_reason(tm));
+    pawl_timers_free(tm);
+
+    o.require_io_uring = 1;
+    assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
+    assert_null(tm);
+    o.simulate_uring_errno = ENOSYS;
+    o.require_io_uring = 0;
+    o.backend = PAWL_TIMER_BACKEND_IO_URING;
+    assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
+
+    o.simulate_uring_errno = 0;
+    o.backend = PAWL_TIMER_BACKEND_AUTO;
+    assert_int_equal(pawl_timers_new(&tm, pool, &o), 0);
+    print_message("auto backend here: %s (%s)\n", pawl_timers_backend(tm),
+                  pawl_timers_backend_reason(tm));
+    pawl_timers_free(tm);
+
+    enum pawl_timer_backend b;
+    assert_int_equal(pawl_timer_backend_parse("io_uring", &b), 0);
+    assert_int_equal(b, PAWL_TIMER_BACKEND_IO_URING);
+    assert_int_equal(pawl_timer_backend_parse("epoll", &b), 0);
+    assert_int_equal(b, PAWL_TIMER_BACKEND_EPOLL);
+    assert_int_equal(pawl_timer_backend_parse("auto", &b), 0);
+    assert_int_equal(pawl_timer_backend_parse("kqueue", &b), PAWL_EINVAL);
+}
+
+static void test_fires_within_tolerance(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        int64_t delays[] = {0, 1, 10, 50, 120};
+        struct rec r[5];
+        for (int i = 0; i < 5; i++) {
+            memset(&r[i], 0, sizeof r[i]);
+            pawl_timer_init(&r[i].t, rec_cb, &r[i]);
+            r[i].start_ms = rt_now_ms();
+            r[i].expect_ms = delays[i];
+            assert_int_equal(pawl_timer_start(tm, &r[i].t, delays[i], 0), 0);
+        }
+        assert_int_equal(pawl_timer_start(tm, &r[4].t, 5, 0), PAWL_EBUSY);
+        for (int i = 0; i < 5; i++) {
+            assert_true(RT_WAIT_UNTIL(rt_load(&r[i].fired) == 1, 10000));
+            assert_true(RT_WAIT_UNTIL(!pawl_timer_busy(&r[i].t), 10000));
+            int64_t late = r[i].fired_ms - r[i].start_ms - r[i].expect_ms;
+            print_message("%s: %lld ms timer fired %lld ms late\n", pawl_timers_backend(tm),
+                          (long long)delays[i], (long long)late);
+            assert_true(late >= -1); /* ms rounding on both clocks */
+            assert_true(late <= TOL_MS);
+            /* After firing: cancel says already, and a restart works. */
+            assert_int_equal(pawl_timer_cancel(tm, &r[i].t), PAWL_EALREADY);
+        }
+        assert_int_equal(pawl_timers_armed(tm), 0);
+    }
+}
+
+static void test_cancel_before_expiry(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        struct rec r = {0};
+        pawl_timer_init(&r.t, rec_cb, &r);
+        assert_int_equal(pawl_timer_cancel(tm, &r.t), PAWL_EALREADY); /* never started */
+        assert_int_equal(pawl_timer_start(tm, &r.t, 100, 0), 0);
+        assert_int_equal(pawl_timer_cancel(tm, &r.t), 0);
+        assert_int_equal(pawl_timer_cancel(tm, &r.t), PAWL_EALREADY);
+        /* Restart right away, cancel again after the backend has armed it. */
+        assert_int_equal(pawl_timer_start(tm, &r.t, 100, 0), 0);
+        usleep(20000);
+        assert_int_equal(pawl_timer_cancel(tm, &r.t), 0);
+        assert_true(RT_WAIT_UNTIL(!pawl_timer_busy(&r.t), 5000));
+        usleep(200000);
+        assert_int_equal(rt_load(&r.fired), 0);
+        assert_int_equal(pawl_timers_armed(tm), 0);
+    }
+}
+
+/* Cancel racing the expiry: either cancel wins (0, never fires) or the timer does (EALREADY,
+ * fires exactly once). */
+static void test_cancel_at_expiry(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        int won = 0, lost = 0;
+        int n = PAWL_TEST_SCALE(300);
+        for (int i = 0; i < n; i++) {
+            struct rec r = {0};
+            pawl_timer_init(&r.t, rec_cb, &r);
+            assert_int_equal(pawl_timer_start(tm, &r.t, 1, 0), 0);
+            int64_t until = pawl_now_ns() + 900000 + (i % 7) * 50000; /* ~0.9-1.2 ms */
+            while (pawl_now_ns() < until)
+                ;
+            int rc = pawl_timer_cancel(tm, &r.t);
+            assert_true(RT_WAIT_UNTIL(!pawl_timer_busy(&r.t), 5000));
+            if (rc == 0) {
+                won++;
+                assert_int_equal(rt_load(&r.fired), 0);
+            } else {
+                assert_int_equal(rc, PAWL_EALREADY);
+                lost++;
+                /* busy drops as a one-shot callback starts: wait for it to finish */
+                assert_true(RT_WAIT_UNTIL(rt_load(&r.fired) == 1, 5000));
+                usleep(1000);
+                assert_int_equal(rt_load(&r.fired), 1);
+            }
+        }
+        print_message("%s: cancel at expiry: cancel won %d, timer won %d\n",
+                      pawl_timers_backend(tm), won, lost);
+    }
+}
+
+static void test_periodic(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        struct rec r = {0};
+        pawl_timer_init(&r.t, rec_cb, &r);
+        assert_int_equal(pawl_timer_start(tm, &r.t, 10, 20), 0);
+        usleep(310000);
+        assert_int_equal(pawl_timer_cancel(tm, &r.t), 0);
+        assert_true(RT_WAIT_UNTIL(!pawl_timer_busy(&r.t), 5000));
+        uint64_t n = rt_load(&r.fired);
+        print_message("%s: periodic 20 ms over 310 ms fired %llu times (expect ~15)\n",
+                      pawl_timers_backend(tm), (unsigned long long)n);
+        assert_true(n >= 5 && n <= 18);
+        usleep(60000);
+        assert_int_equal(rt_load(&r.fired), n); /* nothing after cancel + idle */
+        /* A cancelled periodic timer can be started again, as a one-shot. */
+        assert_int_equal(pawl_timer_start(tm, &r.t, 1, 0), 0);
+        assert_true(RT_WAIT_UNTIL(rt_load(&r.fired) == n + 1, 5000));
+    }
+}
+
+/* A one-shot timer restarted from its own callback, five times, then freed by the last one. */
+struct self {
+    struct pawl_timer t;
+    struct pawl_timers *tm;
+    int left;
+    uint64_t *done;
+};
+
+static void self_cb(struct pawl_timer *t, void *arg, int status)
+{
+    struct self *s = arg;
+    if (--s->left > 0 && status == 0) {
+        assert_int_equal(pawl_timer_start(s->tm, t, 2, 0), 0);
+        return;
+    }
+    uint64_t *done = s->done;
+    free(s); /* a one-shot callback may free its own timer */
+    rt_inc(done);
+}
+
+static void test_restart_from_callback(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        uint64_t done = 0;
+        struct self *s = malloc(sizeof(*s));
+        s->tm = tm;
+        s->left = 5;
+        s->done = &done;
+        pawl_timer_init(&s->t, self_cb, s);
+        assert_int_equal(pawl_timer_start(tm, &s->t, 2, 0), 0);
+        assert_true(RT_WAIT_UNTIL(rt_load(&done) == 1, 5000));
+    }
+}
+
+void timers_many(struct pawl_timers *tm, int n)
+{
+    struct rec *r = calloc((size_t)n, sizeof(*r));
+    unsigned seed = 7;
+    int64_t t0 = rt_now_ms();
+    for (int i = 0; i < n; i++) {
+        pawl_timer_init(&r[i].t, rec_cb, &r[i]);
+        r[i].start_ms = rt_now_ms();
+        r[i].expect_ms = rand_r(&seed) % 200;
+        assert_int_equal(pawl_timer_start(tm, &r[i].t, r[i].expect_ms, 0), 0);
+    }
+    int cancelled = 0;
+    for (int i = 0; i < n; i += 2)
+        if (pawl_timer_cancel(tm, &r[i].t) == 0)
+            cancelled++;
+    int64_t worst = 0;
+    for (int i = 0; i < n; i++) {
+        assert_true(RT_WAIT_UNTIL(!pawl_timer_busy(&r[i].t), 20000));
+        if (i % 2 == 1) {
+            /* Not busy means the callback has started; wait for it to finish. */
+            assert_true(RT_WAIT_UNTIL(rt_load(&r[i].fired) == 1, 20000));
+            int64_t late = r[i].fired_ms - r[i].start_ms - r[i].expect_ms;
+            assert_true(late >= -1);
+            if (late > worst)
+                worst = late;
+        } else {
+            assert_true(rt_load(&r[i].fired) <= 1);
+        }
+    }
+    usleep(20000);
+    for (int i = 0; i < n; i += 2)
+        assert_true(rt_load(&r[i].fired) <= 1);
+    print_message("%s: %d timers (%d cancelled) in %lld ms, worst lateness %lld ms\n",
+                  pawl_timers_backend(tm), n, cancelled, (long long)(rt_now_ms() - t0),
+                  (long long)worst);
+    assert_true(worst <= 2 * TOL_MS);
+    free(r);
+}
+
+static void test_thousands(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        timers_many(tm, PAWL_TEST_SCALE(5000));
+    }
+}
+
+static void test_free_with_pending(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        struct rec r[10];
+        for (int i = 0; i < 10; i++) {
+            memset(&r[i], 0, sizeof r[i]);
+            pawl_timer_init(&r[i].t, rec_cb, &r[i]);
+            assert_int_equal(pawl_timer_start(tm, &r[i].t, 60000, i % 2 ? 1000 : 0), 0);
+        }
+        usleep(5000);
+        pawl_timers_free(tm);
+        for (int i = 0; i < 10; i++) {
+            assert_false(pawl_timer_busy(&r[i].t));
+            assert_int_equal(rt_load(&r[i].fired), 0);
+        }
+        tm = make(bi_ ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backends_and_fallback),
+        cmocka_unit_test(test_fires_within_tolerance),
+        cmocka_unit_test(test_cancel_before_expiry),
+        cmocka_unit_test(test_cancel_at_expiry),
+        cmocka_unit_test(test_periodic),
+        cmocka_unit_test(test_restart_from_callback),
+        cmocka_unit_test(test_thousands),
+        cmocka_unit_test(test_free_with_pending),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

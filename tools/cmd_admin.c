@@ -1,0 +1,323 @@
+/*
+ * cmd_admin.c — `pawl status`, `pawl reset`, `pawl split`, `pawl merge`: the operator's view of
+ * a processor's segments in the token store, and the changes made to them while the processor's
+ * segments are unclaimed. Changes print what they would do unless --execute is given, and are
+ * refused (exit 4, naming the owners) while any segment involved is claimed: moving a claimed
+ * segment's token under a running node would race its next conditional write.
+ */
+#include "progress.h"
+#include "status.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct stores {
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+};
+
+static void stores_close(struct stores *s)
+{
+    pawl_tokens_free(s->tok);
+    pawl_source_free(s->src);
+    memset(s, 0, sizeof *s);
+}
+
+static int stores_open(struct pawl_config *cfg, struct stores *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    int rc = pawl_source_pg_new(&s->src, dsn);
+    if (rc == 0)
+        rc = pawl_tokens_pg_new(&s->tok, dsn);
+    if (rc != 0) {
+        tool_err("cannot open the log and token store at %s: %s", tool_dsn_printable(dsn),
+                 pawl_strerror(rc));
+        stores_close(s);
+        return tool_exit_for(rc) == TOOL_FAILED ? TOOL_NODB : tool_exit_for(rc);
+    }
+    return TOOL_OK;
+}
+
+/* The processor name: --processor, or the one positional argument. */
+static const char *proc_name(struct pawl_config *cfg, int argc, const char *const *argv,
+                             const char *cmd)
+{
+    if (argc > 1) {
+        tool_err("%s: unexpected argument '%s'", cmd, argv[1]);
+        return NULL;
+    }
+    if (argc == 1) {
+        if (cfg->processor.name && strcmp(cfg->processor.name, argv[0]) != 0) {
+            tool_err("%s: two processor names given (%s and --processor %s)", cmd, argv[0],
+                     cfg->processor.name);
+            return NULL;
+        }
+        return argv[0];
+    }
+    if (cfg->processor.name == NULL)
+        tool_err("%s: which processor? give --processor NAME (or PAWL_PROCESSOR)", cmd);
+    return cfg->processor.name;
+}
+
+static void sleep_ms_interruptible(int64_t ms)
+{
+    while (ms > 0 && !tool_stop) {
+        int64_t step = PAWL_MIN(ms, (int64_t)100);
+        struct timespec ts = {0, (long)step * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+}
+
+int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    const char *proc = proc_name(cfg, argc, argv, "status");
+    if (proc == NULL)
+        return TOOL_USAGE;
+    struct stores s;
+    int ex = stores_open(cfg, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    int live = cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json;
+    for (;;) {
+        struct tool_status st;
+        char err[512];
+        int rc = tool_status_collect(s.tok, s.src, proc, TOOL_STATUS_SCAN_LIMIT, &st, err,
+                                     sizeof err);
+        if (rc != 0) {
+            tool_err("status: %s", err);
+            ex = tool_exit_for(rc);
+            break;
+        }
+        if (live)
+            fputs("\033[H\033[2J", stdout); /* home and clear: redraw in place */
+        if (cfg->tool.json) {
+            /* Watching prints one compact document per line (JSON lines). */
+            tool_status_print_json(stdout, &st, cfg->tool.watch_ms == 0);
+        } else {
+            tool_status_print_table(stdout, &st);
+            if (st.rows && !st.rows[0].lag_exact)
+                printf("\n(lag past the first %d events after the lowest token is head - token, "
+                       "an upper bound)\n",
+                       TOOL_STATUS_SCAN_LIMIT);
+        }
+        if (cfg->tool.metrics) {
+            int64_t owned = 0;
+            for (size_t i = 0; i < st.n; i++)
+                owned += st.rows[i].st.owner[0] != '\0';
+            fprintf(cfg->tool.json ? stderr : stdout,
+                    "\nMETRICS  head %" PRId64 "  segments %zu  claimed %" PRId64
+                    "  events scanned for lag %" PRId64 "\n",
+                    st.head, st.n, owned, st.scanned);
+        }
+        fflush(stdout);
+        tool_status_fini(&st);
+        if (cfg->tool.watch_ms == 0 || tool_stop)
+            break;
+        sleep_ms_interruptible(cfg->tool.watch_ms);
+        if (tool_stop)
+            break;
+    }
+    stores_close(&s);
+    return ex;
+}
+
+/* Refuse (exit 4) when any of the rows is claimed, naming the owners. */
+static int refuse_if_claimed(const struct tool_status *st, const char *what)
+{
+    char owners[512];
+    tool_status_owners(st, owners, sizeof owners);
+    if (owners[0] == '\0')
+        return TOOL_OK;
+    tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait for "
+             "their claims to expire) and try again",
+             what, st->proc, owners);
+    return TOOL_REFUSED;
+}
+
+int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    const char *proc = proc_name(cfg, argc, argv, "reset");
+    if (proc == NULL)
+        return TOOL_USAGE;
+    enum pawl_reset_kind kind;
+    int64_t value;
+    char err[512];
+    if (tool_parse_reset_target(cfg->tool.to, pawl_wall_us(), &kind, &value, err, sizeof err)) {
+        tool_err("reset: %s", err);
+        return TOOL_USAGE;
+    }
+    struct stores s;
+    int ex = stores_open(cfg, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct tool_status st;
+    int rc = tool_status_collect(s.tok, s.src, proc, 0, &st, err, sizeof err);
+    if (rc != 0) {
+        tool_err("reset: %s", err);
+        stores_close(&s);
+        return tool_exit_for(rc);
+    }
+    /* The token the reset would set (the store computes it again when executing). */
+    int64_t target = value;
+    if (kind == PAWL_RESET_START)
+        target = PAWL_TOKEN_START;
+    else if (kind == PAWL_RESET_END)
+        target = st.head;
+    else if (kind == PAWL_RESET_TIME && (rc = s.src->ops->index_at(s.src, value, &target)) != 0) {
+        tool_err("reset: cannot find the log position at that time: %s",
+                 s.src->ops->errmsg(s.src));
+        ex = tool_exit_for(rc);
+        goto out;
+    }
+    if (target > st.head)
+        printf("note: token %" PRId64 " is past the head (%" PRId64 "); the processor will "
+               "wait for those events\n",
+               target, st.head);
+    printf("%s %s to token %" PRId64 " (--to %s):\n", cfg->tool.execute ? "resetting" : "would reset",
+           proc, target, cfg->tool.to);
+    for (size_t i = 0; i < st.n; i++) {
+        const struct pawl_segment_status *r = &st.rows[i].st;
+        int64_t d = target - r->token;
+        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64 " indexes)%s%s\n",
+               r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
+               d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "", r->owner);
+    }
+    ex = refuse_if_claimed(&st, "reset");
+    if (ex != TOOL_OK)
+        goto out;
+    if (!cfg->tool.execute) {
+        printf("nothing changed: add --execute to apply\n");
+        goto out;
+    }
+    int64_t set = 0;
+    rc = pawl_processor_reset(s.tok, s.src, proc, kind, value, &set);
+    if (rc != 0) {
+        tool_err("reset failed: %s (%s)", s.tok->ops->errmsg(s.tok), pawl_strerror(rc));
+        ex = tool_exit_for(rc);
+        goto out;
+    }
+    printf("reset %s: every segment at token %" PRId64 ". Events up to each segment's previous "
+           "high-water mark are delivered as replays.\n",
+           proc, set);
+out:
+    tool_status_fini(&st);
+    stores_close(&s);
+    return ex;
+}
+
+static const struct tool_seg_row *find_row(const struct tool_status *st, uint32_t id)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->rows[i].st.seg.id == id)
+            return &st->rows[i];
+    return NULL;
+}
+
+static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *argv, int merge)
+{
+    const char *what = merge ? "merge" : "split";
+    const char *proc = proc_name(cfg, argc, argv, what);
+    if (proc == NULL)
+        return TOOL_USAGE;
+    struct stores s;
+    int ex = stores_open(cfg, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct tool_status st;
+    char err[512];
+    int rc = tool_status_collect(s.tok, s.src, proc, 0, &st, err, sizeof err);
+    if (rc != 0) {
+        tool_err("%s: %s", what, err);
+        stores_close(&s);
+        return tool_exit_for(rc);
+    }
+    uint32_t id = (uint32_t)cfg->tool.segment;
+    const struct tool_seg_row *row = find_row(&st, id);
+    const struct tool_seg_row *sib = NULL;
+    struct tool_status involved = st; /* a view over the rows involved, for the owner check */
+    struct tool_seg_row pair[2];
+    if (row == NULL) {
+        tool_err("%s: %s has no segment %u", what, proc, id);
+        ex = TOOL_NOTFOUND;
+        goto out;
+    }
+    pair[0] = *row;
+    involved.rows = pair;
+    involved.n = 1;
+    if (!merge) {
+        struct pawl_segment lo, hi;
+        if (pawl_segment_split(row->st.seg, &lo, &hi) != 0) {
+            tool_err("split: segment %u cannot be split further", id);
+            ex = TOOL_USAGE;
+            goto out;
+        }
+        printf("%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
+               "%" PRId64 "\n",
+               cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask,
+               row->st.token, lo.id, lo.mask, hi.id, hi.mask, row->st.token);
+    } else {
+        struct pawl_segment sseg, parent;
+        if (pawl_segment_sibling(row->st.seg, &sseg) != 0 ||
+            pawl_segment_parent(row->st.seg, &parent) != 0) {
+            tool_err("merge: segment %u is the only segment; nothing to merge", id);
+            ex = TOOL_USAGE;
+            goto out;
+        }
+        sib = find_row(&st, sseg.id);
+        if (sib == NULL || sib->st.seg.mask != sseg.mask) {
+            tool_err("merge: segment %u/0x%x has no sibling %u/0x%x (it was split further; merge "
+                     "those halves first)",
+                     id, row->st.seg.mask, sseg.id, sseg.mask);
+            ex = TOOL_NOTFOUND;
+            goto out;
+        }
+        pair[1] = *sib;
+        involved.n = 2;
+        if (row->st.has_merge || sib->st.has_merge) {
+            tool_err("merge refused: a previous merge of these segments is still catching up");
+            ex = TOOL_REFUSED;
+            goto out;
+        }
+        printf("%s segments %u/0x%x (token %" PRId64 ") and %u/0x%x (token %" PRId64
+               ") into %u/0x%x at token %" PRId64 "; the faster half's events up to %" PRId64
+               " are not redelivered\n",
+               cfg->tool.execute ? "merging" : "would merge", row->st.seg.id, row->st.seg.mask,
+               row->st.token, sib->st.seg.id, sib->st.seg.mask, sib->st.token, parent.id,
+               parent.mask, PAWL_MIN(row->st.token, sib->st.token),
+               PAWL_MAX(row->st.token, sib->st.token));
+    }
+    ex = refuse_if_claimed(&involved, what);
+    if (ex != TOOL_OK)
+        goto out;
+    if (!cfg->tool.execute) {
+        printf("nothing changed: add --execute to apply\n");
+        goto out;
+    }
+    rc = merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);
+    if (rc != 0) {
+        tool_err("%s failed: %s (%s)", what, s.tok->ops->errmsg(s.tok), pawl_strerror(rc));
+        ex = tool_exit_for(rc);
+        goto out;
+    }
+    printf("done\n");
+out:
+    tool_status_fini(&st);
+    stores_close(&s);
+    return ex;
+}
+
+int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    return split_or_merge(cfg, argc, argv, 0);
+}
+
+int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    return split_or_merge(cfg, argc, argv, 1);
+}

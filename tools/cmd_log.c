@@ -1,0 +1,635 @@
+/*
+ * cmd_log.c — the event-log commands: `pawl init` (schema), `pawl append` (JSON lines from stdin,
+ * or generated load), `pawl tail` (read and follow), `pawl demo` (appenders + a follower with a
+ * live view). Each opens one store (pawl/log.h) with the options from the flag table.
+ */
+#include "httpd.h"
+#include "jsonl.h"
+#include "load.h"
+#include "metrics.h"
+#include "progress.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Open a store; a missing schema is exit 5 with a hint. Returns an exit code. */
+static int open_store(struct pawl_config *cfg, const char *dsn, struct pawl_store **out)
+{
+    char err[512] = "";
+    int rc = pawl_store_new(out, dsn, &cfg->store, err, sizeof err);
+    if (rc == 0)
+        return TOOL_OK;
+    if (rc == PAWL_ESCHEMA) {
+        tool_err("%s (run `pawl init` first)", err);
+        return TOOL_NOTFOUND;
+    }
+    tool_err("cannot open the event log at %s: %s", tool_dsn_printable(dsn),
+             err[0] ? err : pawl_strerror(rc));
+    return rc == PAWL_EINVAL ? TOOL_USAGE : TOOL_NODB;
+}
+
+/* Store figures for the metrics endpoint (the library's own histograms come first). */
+static size_t store_metrics(void *ud, char *buf, size_t cap)
+{
+    struct pawl_store *s = ud;
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    char tmp[2048];
+    int n = snprintf(
+        tmp, sizeof tmp,
+        "# HELP pawl_store_appends_pending Appends committed here and not yet finalized\n"
+        "# TYPE pawl_store_appends_pending gauge\npawl_store_appends_pending %" PRId64 "\n"
+        "# HELP pawl_store_finalize_runs_total Finalization runs of this process that did work\n"
+        "# TYPE pawl_store_finalize_runs_total counter\npawl_store_finalize_runs_total %" PRId64 "\n"
+        "# HELP pawl_store_finalize_busy_total Finalization runs that found the lock held\n"
+        "# TYPE pawl_store_finalize_busy_total counter\npawl_store_finalize_busy_total %" PRId64 "\n"
+        "# HELP pawl_store_events_finalized_total Events finalized by this process\n"
+        "# TYPE pawl_store_events_finalized_total counter\n"
+        "pawl_store_events_finalized_total %" PRId64 "\n"
+        "# HELP pawl_store_last_index Highest final index known here\n"
+        "# TYPE pawl_store_last_index gauge\npawl_store_last_index %" PRId64 "\n"
+        "# HELP pawl_store_finalize_delay_seconds Commit to final index (store's estimate)\n"
+        "# TYPE pawl_store_finalize_delay_seconds summary\n"
+        "pawl_store_finalize_delay_seconds{quantile=\"0.5\"} %.6f\n"
+        "pawl_store_finalize_delay_seconds{quantile=\"0.99\"} %.6f\n"
+        "pawl_store_finalize_delay_seconds_count %" PRId64 "\n",
+        st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized,
+        st.last_index, st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count);
+    size_t len = n > 0 ? (size_t)n : 0;
+    if (buf && cap > len)
+        memcpy(buf, tmp, len + 1);
+    return len;
+}
+
+static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct tool_httpd **h)
+{
+    *h = NULL;
+    if (cfg->metrics_port <= 0)
+        return TOOL_OK;
+    char err[256];
+    if (tool_httpd_start(h, cfg->metrics_port, store_metrics, s, err, sizeof err) != 0) {
+        tool_err("%s", err);
+        return TOOL_FAILED;
+    }
+    fprintf(stderr, "pawl: metrics at http://127.0.0.1:%d/metrics\n", cfg->metrics_port);
+    return TOOL_OK;
+}
+
+/* ---- init ---- */
+
+int cmd_init(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    if (argc > 0) {
+        tool_err("init: unexpected argument '%s'", argv[0]);
+        return TOOL_USAGE;
+    }
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    char err[512] = "";
+    int before = 0, lib = 0;
+    int rc = pawl_schema_version(dsn, &before, &lib, err, sizeof err);
+    if (rc == 0)
+        rc = pawl_schema_migrate(dsn, err, sizeof err);
+    if (rc != 0) {
+        tool_err("init: %s", err[0] ? err : pawl_strerror(rc));
+        return rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
+    }
+    int after = 0;
+    pawl_schema_version(dsn, &after, &lib, err, sizeof err);
+    if (before == after)
+        printf("schema is up to date (version %d) at %s\n", after, tool_dsn_printable(dsn));
+    else
+        printf("schema %s version %d (was %d) at %s\n", before ? "upgraded to" : "created at",
+               after, before, tool_dsn_printable(dsn));
+    return TOOL_OK;
+}
+
+/* ---- append ---- */
+
+static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
+{
+    struct tool_load load;
+    if (tool_load_start(&load, s, cfg) != 0) {
+        tool_err("append: cannot start the appender threads");
+        return TOOL_FAILED;
+    }
+    struct tool_progress prog;
+    tool_progress_init(&prog, cfg);
+    int64_t last = 0, last_ns = pawl_now_ns();
+    while (!tool_stop && !tool_load_done(&load)) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (!tool_progress_due(&prog))
+            continue;
+        int64_t ev = atomic_load(&load.events), now = pawl_now_ns();
+        double rate = (double)(ev - last) * 1e9 / (double)PAWL_MAX(now - last_ns, 1);
+        last = ev;
+        last_ns = now;
+        double remaining = cfg->tool.duration_ms > 0
+                               ? (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - now) / 1e9
+                               : (cfg->tool.count > 0 && rate > 0
+                                      ? (double)(cfg->tool.count - ev) / rate
+                                      : -1);
+        char r[32], d[32], eta[32];
+        tool_progress_show(&prog, "%s events/s  appended %s  errors %" PRId64 "  ETA %s",
+                           tool_fmt_count(rate, r, sizeof r), tool_fmt_count((double)ev, d, sizeof d),
+                           atomic_load(&load.errors), tool_fmt_secs(remaining, eta, sizeof eta));
+    }
+    tool_load_stop(&load);
+    tool_progress_done(&prog);
+    double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
+    int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
+    fprintf(stderr, "pawl: appended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
+                    " failed appends%s%s\n",
+            ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9), errs,
+            errs ? "; first: " : "", errs ? load.first_error : "");
+    return errs ? TOOL_FAILED : TOOL_OK;
+}
+
+/* Lines of stdin collected into one append transaction. */
+struct group {
+    struct tool_jsonl_event *ev;
+    long *line; /* input line of each event */
+    size_t n, cap;
+};
+
+/*
+ * An event may join the group unless the log would refuse the mix: within one append, a stream's
+ * events are all "next position" (seq 0) or all explicit and consecutive.
+ */
+static int group_accepts(const struct group *g, const struct pawl_event *e)
+{
+    for (size_t i = g->n; i-- > 0;) {
+        const struct pawl_event *o = &g->ev[i].ev;
+        if (strcmp(o->stream_id, e->stream_id) != 0)
+            continue;
+        if ((o->stream_seq == 0) != (e->stream_seq == 0))
+            return 0;
+        return e->stream_seq == 0 || e->stream_seq == o->stream_seq + 1;
+    }
+    return 1;
+}
+
+/* Append the group as one transaction; the error names its lines. Empties the group. */
+static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
+{
+    if (g->n == 0)
+        return 0;
+    struct pawl_event *evs = malloc(g->n * sizeof *evs);
+    int rc = PAWL_ENOMEM;
+    struct pawl_append_result res = {.message = "out of memory"};
+    if (evs) {
+        for (size_t i = 0; i < g->n; i++)
+            evs[i] = g->ev[i].ev;
+        int64_t t0 = pawl_now_ns();
+        rc = pawl_append(s, evs, g->n, &res);
+        if (rc == 0)
+            pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, res.committed_ns - t0);
+        free(evs);
+    }
+    if (rc != 0) {
+        pawl_metric_inc(PAWL_M_APPEND_ERRORS);
+        if (g->n == 1)
+            tool_err("append: line %ld: %s: %s", g->line[0], pawl_strerror(rc), res.message);
+        else
+            tool_err("append: lines %ld-%ld (one transaction): %s: %s", g->line[0],
+                     g->line[g->n - 1], pawl_strerror(rc), res.message);
+    } else {
+        pawl_metric_inc(PAWL_M_APPENDS);
+        pawl_metric_add(PAWL_M_EVENTS_APPENDED, g->n);
+        *appended += (int64_t)g->n;
+    }
+    for (size_t i = 0; i < g->n; i++)
+        tool_jsonl_event_fini(&g->ev[i]);
+    g->n = 0;
+    return rc;
+}
+
+/*
+ * A line reader over a file descriptor that can say whether more input is available without
+ * blocking, so a partly filled group of lines is appended as soon as the input pauses (a
+ * `tail -f | pawl append` pipeline must not wait for a full group).
+ */
+struct line_reader {
+    int fd;
+    char *buf;
+    size_t cap, start, end;
+    int eof;
+};
+
+/* Next line (without its newline) into line and len; 1 on success, 0 at end of input, -1 on error.
+ * The line is valid until the next call. */
+static int next_line(struct line_reader *r, const char **line, size_t *len)
+{
+    for (;;) {
+        char *nl = memchr(r->buf + r->start, '\n', r->end - r->start);
+        if (nl || (r->eof && r->end > r->start)) {
+            size_t n = nl ? (size_t)(nl - (r->buf + r->start)) : r->end - r->start;
+            *line = r->buf + r->start;
+            *len = n;
+            r->start += n + (nl ? 1 : 0);
+            return 1;
+        }
+        if (r->eof)
+            return 0;
+        if (r->start > 0) {
+            memmove(r->buf, r->buf + r->start, r->end - r->start);
+            r->end -= r->start;
+            r->start = 0;
+        }
+        if (r->end == r->cap) {
+            size_t ncap = r->cap ? r->cap * 2 : 65536;
+            char *nb = realloc(r->buf, ncap);
+            if (nb == NULL)
+                return -1;
+            r->buf = nb;
+            r->cap = ncap;
+        }
+        ssize_t got = read(r->fd, r->buf + r->end, r->cap - r->end);
+        if (got < 0 && errno == EINTR) {
+            if (tool_stop)
+                return 0;
+            continue;
+        }
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            r->eof = 1;
+        r->end += (size_t)got;
+    }
+}
+
+/* Non-zero when the next line can be had without waiting. */
+static int line_ready(struct line_reader *r)
+{
+    if (r->eof || memchr(r->buf + r->start, '\n', r->end - r->start))
+        return 1;
+    struct pollfd p = {.fd = r->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
+{
+    struct group g = {.cap = (size_t)cfg->tool.events_per_append};
+    g.ev = calloc(g.cap, sizeof *g.ev);
+    g.line = calloc(g.cap, sizeof *g.line);
+    if (g.ev == NULL || g.line == NULL) {
+        free(g.ev);
+        free(g.line);
+        return TOOL_FAILED;
+    }
+    struct stat sb;
+    int64_t total_bytes = fstat(STDIN_FILENO, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1;
+    struct tool_progress prog;
+    tool_progress_init(&prog, cfg);
+    if (isatty(STDIN_FILENO))
+        fprintf(stderr, "pawl: reading JSON lines from the terminal; end with Ctrl-D\n");
+    struct line_reader rd = {.fd = STDIN_FILENO};
+    const char *line = NULL;
+    size_t len = 0;
+    long lineno = 0;
+    int64_t appended = 0, bytes = 0;
+    int ex = TOOL_OK, got = 0, rc = 0;
+    while (!tool_stop && (got = next_line(&rd, &line, &len)) == 1) {
+        lineno++;
+        bytes += (int64_t)len + 1;
+        char err[320];
+        struct tool_jsonl_event cur;
+        int prc = tool_jsonl_parse(line, len, &cur, err, sizeof err);
+        if (prc < 0) {
+            tool_err("append: line %ld: %s", lineno, err);
+            ex = TOOL_BADINPUT;
+            break;
+        }
+        if (prc == 0) {
+            if (g.n == g.cap || !group_accepts(&g, &cur.ev)) {
+                if ((rc = group_flush(s, &g, &appended)) != 0) {
+                    tool_jsonl_event_fini(&cur);
+                    break;
+                }
+            }
+            g.ev[g.n] = cur;
+            g.line[g.n++] = lineno;
+        }
+        if (cfg->tool.count > 0 && appended + (int64_t)g.n >= cfg->tool.count)
+            break;
+        /* A full group goes at once; a partial one as soon as the input pauses. */
+        if ((g.n == g.cap || (g.n > 0 && !line_ready(&rd))) &&
+            (rc = group_flush(s, &g, &appended)) != 0)
+            break;
+        if (tool_progress_due(&prog)) {
+            double secs = (double)(pawl_now_ns() - prog.start_ns) / 1e9;
+            double rate = (double)appended / PAWL_MAX(secs, 1e-3);
+            char r[32], eta[32];
+            double left = total_bytes > 0 && bytes > 0
+                              ? secs * (double)(total_bytes - bytes) / (double)bytes
+                              : -1;
+            tool_progress_show(&prog, "%s events/s  appended %" PRId64 "  line %ld  ETA %s",
+                               tool_fmt_count(rate, r, sizeof r), appended, lineno,
+                               tool_fmt_secs(left, eta, sizeof eta));
+        }
+    }
+    /* Lines before a bad one are appended too (the documented contract). */
+    if (rc == 0)
+        rc = group_flush(s, &g, &appended);
+    if (rc != 0)
+        ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
+    for (size_t i = 0; i < g.n; i++)
+        tool_jsonl_event_fini(&g.ev[i]);
+    free(g.ev);
+    free(g.line);
+    free(rd.buf);
+    if (ex == TOOL_OK && got < 0) {
+        tool_err("append: reading stdin: %s", strerror(errno));
+        ex = TOOL_FAILED;
+    }
+    tool_progress_done(&prog);
+    fprintf(stderr, "pawl: appended %" PRId64 " events from %ld lines%s\n", appended, lineno,
+            ex == TOOL_OK ? "" : "; stopped at the first failure (nothing after it was appended)");
+    return ex;
+}
+
+int cmd_append(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    if (argc > 0) {
+        tool_err("append: unexpected argument '%s' (events come from stdin, or use --generate)",
+                 argv[0]);
+        return TOOL_USAGE;
+    }
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    struct pawl_store *s = NULL;
+    int ex = open_store(cfg, dsn, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct tool_httpd *h = NULL;
+    ex = start_httpd(cfg, s, &h);
+    if (ex == TOOL_OK)
+        ex = cfg->tool.generate ? append_generated(cfg, s) : append_stdin(cfg, s);
+    tool_httpd_stop(h);
+    pawl_store_free(s);
+    return ex;
+}
+
+/* ---- tail ---- */
+
+static void print_event(const struct pawl_config *cfg, const struct pawl_event *e)
+{
+    if (cfg->tool.json) {
+        tool_jsonl_write(stdout, e);
+        return;
+    }
+    char when[32] = "-";
+    if (e->appended_at_us > 0) {
+        time_t t = (time_t)(e->appended_at_us / 1000000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    int shown = (int)PAWL_MIN(e->payload_len, (size_t)120);
+    printf("%-10" PRId64 " %s  %s#%" PRId64 "  %s  %.*s%s\n", e->index, when, e->stream_id,
+           e->stream_seq, e->type, shown, e->payload ? (const char *)e->payload : "",
+           e->payload_len > (size_t)shown ? "..." : "");
+}
+
+int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    if (argc > 0) {
+        tool_err("tail: unexpected argument '%s'", argv[0]);
+        return TOOL_USAGE;
+    }
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    struct pawl_store *s = NULL;
+    int ex = open_store(cfg, dsn, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    int64_t after = cfg->tool.from;
+    if (after < 0) {
+        int64_t last = 0;
+        pawl_finalize_now(s, NULL, NULL, &last);
+        after = PAWL_MAX(last, pawl_store_last_index(s));
+    }
+    struct pawl_batch b;
+    pawl_batch_init(&b);
+    int64_t printed = 0;
+    while (!tool_stop) {
+        size_t want = 1000;
+        if (cfg->tool.count > 0)
+            want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
+        if (want == 0)
+            break;
+        int rc = cfg->tool.follow ? pawl_follow(s, after, want, &b, 500)
+                                  : pawl_read(s, after, want, &b);
+        if (rc == PAWL_ETIMEDOUT)
+            continue;
+        if (rc != 0) {
+            char err[256];
+            pawl_store_last_error(s, err, sizeof err);
+            tool_err("tail: %s (%s)", pawl_strerror(rc), err);
+            ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
+            break;
+        }
+        if (b.count == 0 && !cfg->tool.follow)
+            break;
+        for (size_t i = 0; i < b.count; i++) {
+            print_event(cfg, &b.events[i]);
+            pawl_metric_hist_record(PAWL_H_E2E_LAG,
+                                    (pawl_wall_us() - b.events[i].appended_at_us) * 1000);
+            after = b.events[i].index;
+        }
+        pawl_metric_add(PAWL_M_EVENTS_READ, b.count);
+        printed += (int64_t)b.count;
+        fflush(stdout);
+    }
+    pawl_batch_fini(&b);
+    pawl_store_free(s);
+    return ex;
+}
+
+/* ---- demo ---- */
+
+struct follower {
+    struct pawl_store *s;
+    pthread_t th;
+    _Atomic int stop;
+    _Atomic int64_t read;
+    _Atomic int64_t last_index;
+    int64_t start_after;
+};
+
+static void *follow_main(void *arg)
+{
+    struct follower *f = arg;
+    struct pawl_batch b;
+    pawl_batch_init(&b);
+    int64_t after = f->start_after;
+    /* Relaxed: the stop flag is a request; counters are statistics. */
+    while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+        int rc = pawl_follow(f->s, after, 1000, &b, 200);
+        if (rc == PAWL_ETIMEDOUT)
+            continue;
+        if (rc != 0)
+            break;
+        int64_t now_us = pawl_wall_us();
+        for (size_t i = 0; i < b.count; i++)
+            pawl_metric_hist_record(PAWL_H_E2E_LAG, (now_us - b.events[i].appended_at_us) * 1000);
+        pawl_metric_add(PAWL_M_EVENTS_READ, b.count);
+        if (b.count) {
+            after = b.events[b.count - 1].index;
+            atomic_fetch_add_explicit(&f->read, (int64_t)b.count, memory_order_relaxed);
+            atomic_store_explicit(&f->last_index, after, memory_order_relaxed);
+        }
+    }
+    pawl_batch_fini(&b);
+    return NULL;
+}
+
+int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    if (argc > 0) {
+        tool_err("demo: unexpected argument '%s'", argv[0]);
+        return TOOL_USAGE;
+    }
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    char err[512] = "";
+    if (pawl_schema_migrate(dsn, err, sizeof err) != 0) {
+        tool_err("demo: cannot set up the schema: %s", err);
+        return TOOL_NODB;
+    }
+    struct pawl_store *s = NULL;
+    int ex = open_store(cfg, dsn, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct tool_httpd *h = NULL;
+    if ((ex = start_httpd(cfg, s, &h)) != TOOL_OK) {
+        pawl_store_free(s);
+        return ex;
+    }
+    pawl_metrics_reset();
+    struct pawl_metrics_snapshot *prev = calloc(1, sizeof *prev),
+                                 *now = calloc(1, sizeof *now), *d = calloc(1, sizeof *d);
+    struct follower f;
+    memset(&f, 0, sizeof f);
+    f.s = s;
+    pawl_finalize_now(s, NULL, NULL, &f.start_after);
+    char rate_text[32], dur_text[32];
+    fprintf(stderr,
+            "pawl demo: %d appenders at %s events/s (%d per append, %d-byte payloads, %d streams) "
+            "for %s, one follower; from index %" PRId64 "\n",
+            cfg->tool.appenders,
+            cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, rate_text, sizeof rate_text)
+                               : "max",
+            cfg->tool.events_per_append, cfg->tool.payload_bytes, cfg->tool.streams,
+            tool_fmt_secs((double)cfg->tool.duration_ms / 1e3, dur_text, sizeof dur_text),
+            f.start_after);
+    struct tool_load load;
+    if (prev == NULL || now == NULL || d == NULL ||
+        pthread_create(&f.th, NULL, follow_main, &f) != 0) {
+        tool_err("demo: out of memory or threads");
+        ex = TOOL_FAILED;
+        goto out;
+    }
+    if (tool_load_start(&load, s, cfg) != 0) {
+        tool_err("demo: cannot start the appender threads");
+        atomic_store(&f.stop, 1);
+        pthread_join(f.th, NULL);
+        ex = TOOL_FAILED;
+        goto out;
+    }
+    struct tool_progress prog;
+    tool_progress_init(&prog, cfg);
+    pawl_metrics_snapshot(prev);
+    int64_t prev_read = 0;
+    double worst_fin_p99 = 0;
+    while (!tool_stop && !tool_load_done(&load)) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (!tool_progress_due(&prog))
+            continue;
+        pawl_metrics_snapshot(now);
+        pawl_metrics_diff(d, now, prev);
+        double secs = (double)(now->taken_ns - prev->taken_ns) / 1e9;
+        int64_t read = atomic_load(&f.read);
+        struct pawl_log_stats st;
+        pawl_store_stats(s, &st, 1);
+        worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
+        char a[32], r[32], p50[32], p99[32], eta[32];
+        double left = (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - pawl_now_ns()) / 1e9;
+        tool_progress_show(
+            &prog,
+            "appended %s/s  finalized+read %s/s  pending %" PRId64
+            "  finalize delay p50 %.1fms p99 %.1fms  e2e p50 %s p99 %s  errors %" PRId64
+            "  left %s",
+            tool_fmt_count((double)d->counters[PAWL_M_EVENTS_APPENDED] / secs, a, sizeof a),
+            tool_fmt_count((double)(read - prev_read) / secs, r, sizeof r), st.appends_pending,
+            st.delay_p50_ms, st.delay_p99_ms,
+            tool_fmt_ns(pawl_metrics_quantile_ns(&d->hists[PAWL_H_E2E_LAG], 0.5), p50, sizeof p50),
+            tool_fmt_ns(pawl_metrics_quantile_ns(&d->hists[PAWL_H_E2E_LAG], 0.99), p99, sizeof p99),
+            atomic_load(&load.errors), tool_fmt_secs(cfg->tool.duration_ms ? left : -1, eta, sizeof eta));
+        prev_read = read;
+        struct pawl_metrics_snapshot *t = prev;
+        prev = now;
+        now = t;
+    }
+    tool_load_stop(&load);
+    double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
+    /* Let the follower read what was appended (bounded: 10 s). */
+    int64_t last = 0;
+    pawl_finalize_now(s, NULL, NULL, &last);
+    int64_t wait_until = pawl_now_ns() + 10 * 1000000000LL;
+    while (atomic_load(&f.last_index) < last && pawl_now_ns() < wait_until && tool_stop < 2) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&f.stop, 1);
+    pthread_join(f.th, NULL);
+    tool_progress_done(&prog);
+
+    pawl_metrics_snapshot(now);
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
+    int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
+    const struct pawl_metrics_hist *al = &now->hists[PAWL_H_APPEND_LATENCY];
+    const struct pawl_metrics_hist *e2e = &now->hists[PAWL_H_E2E_LAG];
+    char b0[32], b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+    printf("\npawl demo summary\n"
+           "  appended        %" PRId64 " events in %" PRId64 " appends over %.1fs: %.0f events/s "
+           "(target %s)\n"
+           "  read back       %" PRId64 " events by the follower, up to index %" PRId64 "%s\n"
+           "  append latency  p50 %s  p99 %s  max %s\n"
+           "  end-to-end lag  p50 %s  p99 %s  max %s  (commit to follower)\n"
+           "  finalize delay  worst 1-interval p99 %.1fms\n"
+           "  errors          %" PRId64 "%s%s\n",
+           ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9),
+           cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, b0, sizeof b0) : "max",
+           atomic_load(&f.read), atomic_load(&f.last_index),
+           atomic_load(&f.read) >= ev ? "" : " (fewer: the follower was stopped before it caught up)",
+           tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.5), b1, sizeof b1),
+           tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.99), b2, sizeof b2),
+           tool_fmt_ns((int64_t)al->max_ns, b3, sizeof b3),
+           tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.5), b4, sizeof b4),
+           tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.99), b5, sizeof b5),
+           tool_fmt_ns((int64_t)e2e->max_ns, b6, sizeof b6), worst_fin_p99, errs,
+           errs ? "; first: " : "", errs ? load.first_error : "");
+    ex = errs && ev == 0 ? TOOL_FAILED : TOOL_OK;
+out:
+    free(prev);
+    free(now);
+    free(d);
+    tool_httpd_stop(h);
+    pawl_store_free(s);
+    return ex;
+}

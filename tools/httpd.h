@@ -1,0 +1,24 @@
+/*
+ * httpd.h — the optional metrics endpoint: Prometheus text on http://127.0.0.1:PORT/metrics,
+ * served by libmicrohttpd from its own thread. Bound to loopback only: exposing it further is a
+ * deployment decision (a reverse proxy or a sidecar), not something a flag should do silently.
+ * Start and stop from the main thread.
+ */
+#ifndef PAWL_TOOL_HTTPD_H
+#define PAWL_TOOL_HTTPD_H
+
+#include <stddef.h>
+
+struct tool_httpd;
+
+/*
+ * Serve on 127.0.0.1:port. extra (optional) appends text after the library's metrics on each
+ * scrape (called on the server's thread; it must be thread-safe): it writes at most cap bytes
+ * into buf and returns the length it needed.
+ */
+typedef size_t (*tool_httpd_extra_fn)(void *ud, char *buf, size_t cap);
+int tool_httpd_start(struct tool_httpd **out, int port, tool_httpd_extra_fn extra, void *ud,
+                     char *err, size_t errlen);
+void tool_httpd_stop(struct tool_httpd *h); /* NULL is a no-op */
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * status.c — see status.h. JSON goes out through jansson.
+ */
+#include "status.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void tool_status_fini(struct tool_status *st)
+{
+    if (st == NULL)
+        return;
+    free(st->rows);
+    memset(st, 0, sizeof *st);
+}
+
+/* The event belongs to the row's unhandled events. */
+static int pending_in(const struct tool_seg_row *r, uint32_t h, int64_t index)
+{
+    if (!pawl_segment_contains(r->st.seg, h) || index <= r->st.token)
+        return 0;
+    /* During a merge, the faster half's events up to merge_token are handled already. */
+    if (r->st.has_merge && pawl_segment_contains(r->st.merge_seg, h) && index <= r->st.merge_token)
+        return 0;
+    return 1;
+}
+
+int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
+                        int64_t scan_limit, struct tool_status *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->proc, sizeof out->proc, "%s", proc);
+    struct pawl_segment_status *rows = NULL;
+    size_t n = 0;
+    int rc = tokens->ops->list(tokens, proc, &rows, &n);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot list the segments of %s: %s", proc,
+                 tokens->ops->errmsg(tokens));
+        return rc;
+    }
+    if (n == 0) {
+        pawl_tokens_rows_free(rows);
+        snprintf(err, errlen, "no processor named %s (it has no segments in the token store)",
+                 proc);
+        return PAWL_ENOTFOUND;
+    }
+    out->rows = calloc(n, sizeof *out->rows);
+    if (out->rows == NULL) {
+        pawl_tokens_rows_free(rows);
+        return PAWL_ENOMEM;
+    }
+    out->n = n;
+    int64_t low = INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        out->rows[i].st = rows[i];
+        if (rows[i].token < low)
+            low = rows[i].token;
+    }
+    pawl_tokens_rows_free(rows);
+
+    rc = source->ops->head(source, &out->head);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot read the log's head: %s", source->ops->errmsg(source));
+        tool_status_fini(out);
+        return rc;
+    }
+    out->now_us = pawl_wall_us();
+
+    /* One scan from the lowest token, bucketing events into the segments they belong to. */
+    struct pawl_event_batch b;
+    pawl_event_batch_init(&b);
+    int64_t after = low;
+    int complete = 1;
+    while (after < out->head) {
+        if (out->scanned >= scan_limit) {
+            complete = 0;
+            break;
+        }
+        pawl_event_batch_clear(&b);
+        int64_t seen = after;
+        size_t want = (size_t)PAWL_MIN((int64_t)1000, scan_limit - out->scanned);
+        rc = source->ops->read(source, after, want, &b, &seen);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot read the log: %s", source->ops->errmsg(source));
+            pawl_event_batch_fini(&b);
+            tool_status_fini(out);
+            return rc;
+        }
+        for (size_t e = 0; e < b.n; e++) {
+            const struct pawl_event *ev = &b.events[e];
+            uint32_t h = pawl_stream_hash(ev->stream_id);
+            for (size_t i = 0; i < out->n; i++) {
+                struct tool_seg_row *r = &out->rows[i];
+                if (!pending_in(r, h, ev->index))
+                    continue;
+                if (r->lag_events++ == 0)
+                    r->oldest_us = ev->appended_at_us;
+            }
+        }
+        out->scanned += (int64_t)b.n;
+        if (seen <= after)
+            break; /* nothing more readable (events not finalized yet) */
+        after = seen;
+    }
+    pawl_event_batch_fini(&b);
+    for (size_t i = 0; i < out->n; i++) {
+        struct tool_seg_row *r = &out->rows[i];
+        /* A segment is exact when the scan passed its token and reached the head. */
+        r->lag_exact = complete;
+        if (!complete && r->lag_events == 0)
+            r->lag_events = out->head > r->st.token ? out->head - r->st.token : 0;
+        else if (!complete)
+            r->lag_events = PAWL_MAX(r->lag_events, out->head - r->st.token);
+        if (r->oldest_us > 0 && r->lag_events > 0)
+            r->lag_seconds = PAWL_MAX(0.0, (double)(out->now_us - r->oldest_us) / 1e6);
+    }
+    return 0;
+}
+
+void tool_status_owners(const struct tool_status *st, char *out, size_t outlen)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < st->n; i++) {
+        const char *o = st->rows[i].st.owner;
+        if (o[0] == '\0')
+            continue;
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(st->rows[j].st.owner, o) == 0)
+                dup = 1;
+        if (dup)
+            continue;
+        int k = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "", o);
+        if (k < 0 || (size_t)k >= outlen - used)
+            break;
+        used += (size_t)k;
+    }
+}
+
+static void fmt_age_ms(int64_t ms, char *buf, size_t len)
+{
+    if (ms < 0)
+        snprintf(buf, len, "-");
+    else if (ms < 10000)
+        snprintf(buf, len, "%.1fs", (double)ms / 1000);
+    else
+        snprintf(buf, len, "%" PRId64 "s", ms / 1000);
+}
+
+void tool_status_print_table(FILE *f, const struct tool_status *st)
+{
+    int64_t total = 0;
+    int exact = 1;
+    for (size_t i = 0; i < st->n; i++) {
+        total += st->rows[i].lag_events;
+        exact &= st->rows[i].lag_exact;
+    }
+    fprintf(f, "PROCESSOR %s   HEAD %" PRId64 "   SEGMENTS %zu   LAG %s%" PRId64 " events\n\n",
+            st->proc, st->head, st->n, exact ? "" : "<= ", total);
+    fprintf(f, "%-8s %-10s %-24s %-9s %-12s %-12s %-11s %-9s %-8s %s\n", "SEGMENT", "MASK", "OWNER",
+            "CLAIM-AGE", "TOKEN", "HEAD", "LAG", "LAG-SEC", "MODE", "NOTE");
+    for (size_t i = 0; i < st->n; i++) {
+        const struct tool_seg_row *r = &st->rows[i];
+        char age[32], lag[32], lagsec[32], note[96] = "";
+        fmt_age_ms(r->st.claim_age_ms, age, sizeof age);
+        snprintf(lag, sizeof lag, "%s%" PRId64, r->lag_exact ? "" : "<=", r->lag_events);
+        snprintf(lagsec, sizeof lagsec, "%.1f", r->lag_seconds);
+        if (r->st.high_water > r->st.token)
+            snprintf(note, sizeof note, "replaying to %" PRId64, r->st.high_water);
+        if (r->st.has_merge)
+            snprintf(note + strlen(note), sizeof note - strlen(note), "%smerging %u/%u to %" PRId64,
+                     note[0] ? "; " : "", r->st.merge_seg.id, r->st.merge_seg.mask,
+                     r->st.merge_token);
+        fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
+                r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age,
+                r->st.token, st->head, lag, lagsec, pawl_ckpt_mode_name(r->st.mode), note);
+    }
+}
+
+int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
+{
+    json_t *o = json_object();
+    json_t *segs = json_array();
+    if (o == NULL || segs == NULL) {
+        json_decref(o);
+        json_decref(segs);
+        return PAWL_ENOMEM;
+    }
+    int64_t total = 0;
+    int exact = 1;
+    for (size_t i = 0; i < st->n; i++) {
+        const struct tool_seg_row *r = &st->rows[i];
+        total += r->lag_events;
+        exact &= r->lag_exact;
+        json_t *s = json_object();
+        json_object_set_new(s, "segment", json_integer(r->st.seg.id));
+        json_object_set_new(s, "mask", json_integer(r->st.seg.mask));
+        json_object_set_new(s, "owner", r->st.owner[0] ? json_string(r->st.owner) : json_null());
+        json_object_set_new(s, "claim_age_ms",
+                            r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms) : json_null());
+        json_object_set_new(s, "token", json_integer(r->st.token));
+        json_object_set_new(s, "head", json_integer(st->head));
+        json_object_set_new(s, "lag_events", json_integer(r->lag_events));
+        json_object_set_new(s, "lag_exact", json_boolean(r->lag_exact));
+        json_object_set_new(s, "lag_seconds", json_real(r->lag_seconds));
+        json_object_set_new(s, "mode", json_string(pawl_ckpt_mode_name(r->st.mode)));
+        json_object_set_new(s, "high_water", json_integer(r->st.high_water));
+        json_object_set_new(s, "replaying", json_boolean(r->st.high_water > r->st.token));
+        if (r->st.has_merge) {
+            json_t *m = json_object();
+            json_object_set_new(m, "segment", json_integer(r->st.merge_seg.id));
+            json_object_set_new(m, "mask", json_integer(r->st.merge_seg.mask));
+            json_object_set_new(m, "token", json_integer(r->st.merge_token));
+            json_object_set_new(s, "merge", m);
+        } else {
+            json_object_set_new(s, "merge", json_null());
+        }
+        json_array_append_new(segs, s);
+    }
+    json_object_set_new(o, "processor", json_string(st->proc));
+    json_object_set_new(o, "head", json_integer(st->head));
+    json_object_set_new(o, "lag_events", json_integer(total));
+    json_object_set_new(o, "lag_exact", json_boolean(exact));
+    json_object_set_new(o, "time_us", json_integer(st->now_us));
+    json_object_set_new(o, "segments", segs);
+    int rc = json_dumpf(o, f, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
+    fputc('\n', f);
+    json_decref(o);
+    return rc == 0 ? 0 : PAWL_ESYS;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (no time zone involved). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    const int64_t era = (y >= 0 ? y : y - 399) / 400;
+    const unsigned yoe = (unsigned)(y - era * 400);
+    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static int parse_iso(const char *s, int64_t *us)
+{
+    int y, mo, d, h, mi, sec, n = 0;
+    if (sscanf(s, "%4d-%2d-%2d%*[T ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n == 0)
+        return PAWL_EINVAL;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+        return PAWL_EINVAL;
+    const char *p = s + n;
+    int64_t frac = 0;
+    if (*p == '.') {
+        p++;
+        int digits = 0;
+        while (isdigit((unsigned char)*p)) {
+            if (digits < 6) {
+                frac = frac * 10 + (*p - '0');
+                digits++;
+            }
+            p++;
+        }
+        if (digits == 0)
+            return PAWL_EINVAL;
+        while (digits++ < 6)
+            frac *= 10;
+    }
+    int64_t offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, k = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5)
+            return PAWL_EINVAL;
+        offset_s = (oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+        p += 1 + k;
+    } else {
+        return PAWL_EINVAL; /* a time without a zone is ambiguous: refuse it */
+    }
+    if (*p != '\0')
+        return PAWL_EINVAL;
+    int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 +
+                   sec - offset_s;
+    *us = secs * 1000000 + frac;
+    return 0;
+}
+
+int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind *kind,
+                            int64_t *value, char *err, size_t errlen)
+{
+    *value = 0;
+    if (to == NULL || to[0] == '\0') {
+        snprintf(err, errlen, "--to is required: start, end, an index, or a time");
+        return PAWL_EINVAL;
+    }
+    if (strcmp(to, "start") == 0) {
+        *kind = PAWL_RESET_START;
+        return 0;
+    }
+    if (strcmp(to, "end") == 0) {
+        *kind = PAWL_RESET_END;
+        return 0;
+    }
+    const char *p = to;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (*p == '\0') {
+        char *end;
+        *value = strtoll(to, &end, 10);
+        *kind = PAWL_RESET_INDEX;
+        return 0;
+    }
+    if (to[0] == '-') {
+        int64_t ms = 0;
+        if (pawl_config_parse_duration(to + 1, &ms) != 0 || ms < 0) {
+            snprintf(err, errlen, "--to %s: not a relative time (like -15m or -2h)", to);
+            return PAWL_EINVAL;
+        }
+        *kind = PAWL_RESET_TIME;
+        *value = now_us - ms * 1000;
+        return 0;
+    }
+    if (parse_iso(to, value) == 0) {
+        *kind = PAWL_RESET_TIME;
+        return 0;
+    }
+    snprintf(err, errlen,
+             "--to %s: expected start, end, an index, an ISO 8601 time with a zone "
+             "(2026-11-30T06:00:00Z) or a relative time (-15m)",
+             to);
+    return PAWL_EINVAL;
+}

@@ -1,0 +1,60 @@
+/*
+ * status.h — what `pawl status` shows (in the spirit of `kafka-consumer-groups --describe`), and
+ * the parsing of reset targets. Independent of the tool's main, so tests drive it with the
+ * in-memory token store and log.
+ *
+ * Lag: for every segment, the events after its token that belong to it (stream hash & mask ==
+ * id), counted by one scan of the log from the lowest token to the head. The scan stops after
+ * scan_limit events; segments it could not finish show head - token instead, an upper bound,
+ * marked as not exact. Lag in seconds is the age of the segment's oldest unhandled event (0 when
+ * caught up). Used from one thread.
+ */
+#ifndef PAWL_TOOL_STATUS_H
+#define PAWL_TOOL_STATUS_H
+
+#include "tool.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct tool_seg_row {
+    struct pawl_segment_status st;
+    int64_t lag_events;
+    int lag_exact;         /* 0: lag_events is head - token (an upper bound) */
+    double lag_seconds;    /* age of the oldest unhandled event; 0 when none */
+    int64_t oldest_us;     /* its append time (0: none found) */
+};
+
+struct tool_status {
+    char proc[PAWL_NAME_MAX + 1];
+    int64_t head;
+    int64_t now_us;
+    int64_t scanned; /* events read to compute lag */
+    size_t n;
+    struct tool_seg_row *rows; /* owned */
+};
+
+#define TOOL_STATUS_SCAN_LIMIT 1000000
+
+/*
+ * Gather the status of proc. PAWL_ENOTFOUND when the processor has no segments. On failure err
+ * holds the store's or the log's message.
+ */
+int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
+                        int64_t scan_limit, struct tool_status *out, char *err, size_t errlen);
+void tool_status_fini(struct tool_status *st);
+void tool_status_print_table(FILE *f, const struct tool_status *st);
+int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty);
+
+/* Owners holding a claim on any segment, comma-separated, into out ("" when none). */
+void tool_status_owners(const struct tool_status *st, char *out, size_t outlen);
+
+/*
+ * A reset target: "start", "end", an index (digits), an ISO 8601 UTC time
+ * ("2026-11-30T06:00:00Z", fractional seconds and +hh:mm offsets allowed), or a time relative to
+ * now ("-15m", "-2h", any duration with a leading minus). now_us is "now" for relative times.
+ */
+int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind *kind,
+                            int64_t *value, char *err, size_t errlen);
+
+#endif
