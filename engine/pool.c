@@ -125,7 +125,12 @@ static void notify(struct pawl_pool *pool)
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
          * fence already orders it). */
         __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_RELEASE);
-        pawl_futex_wake(&pool->epoch, 1);
+        if (pawl_futex_wake(&pool->epoch, 1) == 0) {
+            /* Nobody was asleep in the kernel: no worker will leave park() to clear the flag
+             * on our behalf (a sleeper still on its way in sees the new epoch and leaves at
+             * once, clearing it too). Clear it ourselves so later submitters can wake. */
+            __atomic_store_n(&pool->waking, 0, __ATOMIC_RELEASE);
+        }
         /* Relaxed: statistics. */
         __atomic_fetch_add(&pool->wakeups, 1, __ATOMIC_RELAXED);
     }
