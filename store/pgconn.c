@@ -563,7 +563,7 @@ static void dispatch(struct pawl_pgpool *p)
     int got[MAX_CONNS] = {0};
     for (int i = 0; i < p->nconns; i++) {
         struct conn *c = &p->conns[i];
-        while (can_send(c) && c->pinned_head) {
+        while (can_send(c)) {
             struct pawl_pgreq *r = pop_pinned(c);
             if (r == NULL)
                 break;
@@ -1034,8 +1034,13 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
         goto fail;
-    if (pthread_create(&p->thread, NULL, io_main, p) != 0)
+    /* Published before the I/O thread starts: its hooks may read *out (thread creation
+     * orders this store before them). */
+    *out = p;
+    if (pthread_create(&p->thread, NULL, io_main, p) != 0) {
+        *out = NULL;
         goto fail;
+    }
 
     if (wait_ms > 0) {
         int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;
@@ -1068,10 +1073,10 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         pthread_mutex_unlock(&p->mu);
         if (rc != 0) {
             pawl_pgpool_free(p);
+            *out = NULL;
             return rc;
         }
     }
-    *out = p;
     return 0;
 
 fail:

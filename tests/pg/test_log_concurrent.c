@@ -276,7 +276,8 @@ static void *follower_main(void *arg)
             pos = e->index;
             if (pos < MAX_EVENTS)
                 f->hash[pos] = ev_hash(e->stream_id, e->stream_seq);
-            f->received++;
+            /* relaxed: the main thread polls it to know when followers caught up. */
+            __atomic_store_n(&f->received, f->received + 1, __ATOMIC_RELAXED);
         }
     }
 out:
