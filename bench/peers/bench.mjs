@@ -112,31 +112,41 @@ async function prefill(peer, total) {
     log(`prefilled ${total} events in ${((nowMs() - t0) / 1000).toFixed(1)} s`);
 }
 
+// A note that belongs next to the figures (run.sh copies these lines into the .meta file).
+function note(system, msg) {
+    console.error(`NOTE: ${system}: ${msg}`);
+}
+
 async function catchupWorkload(peer, a) {
     await peer.open(8);
     await peer.reset();
     await prefill(peer, a.events);
     let handled = 0;
-    let reached;
-    const finished = new Promise((resolve) => { reached = resolve; });
+    let last = 0;
     const start = nowMs();
-    let end = 0;
     const consumer = peer.consume({
         tuned: a.tuned,
         onEvent: () => {
-            if (++handled === a.events) {
-                end = nowMs();
-                reached();
-            }
+            handled++;
+            last = nowMs();
         },
     });
-    const timer = setTimeout(reached, a.seconds * 1000);
-    await Promise.race([finished, consumer.done]);
-    clearTimeout(timer);
-    if (!end) end = nowMs();
+    // Done when every event was handled, when the time is up, or when the consumer has made no
+    // progress for 3 s (it has read everything it is going to: a consumer that skips events
+    // never reaches the total).
+    const deadline = start + a.seconds * 1000;
+    let stalled = false;
+    for (;;) {
+        await Promise.race([sleep(10), consumer.done]);
+        const now = nowMs();
+        if (handled >= a.events || now >= deadline) break;
+        if (now - Math.max(last, start) > 3000) { stalled = true; break; }
+    }
     const count = handled;
+    const end = handled >= a.events || stalled ? last : nowMs();
     await consumer.stop();
     await peer.close();
+    if (stalled) note(a.system, `catch-up: the consumer stopped after ${count} of ${a.events} events (it skipped ${a.events - count})`);
     return { events: count, seconds: (end - start) / 1000, latencies: null };
 }
 
@@ -194,11 +204,19 @@ async function liveWorkload(peer, a, system) {
     }
     await Promise.all(inflight);
     const appendSeconds = (nowMs() - start) / 1000;
-    if (lagMax > 100) log(`live: appends fell behind the schedule by up to ${lagMax.toFixed(0)} ms`);
+    if (lagMax > 100) note(a.system, `live@${a.rate}: appends fell behind the schedule by up to ${lagMax.toFixed(0)} ms`);
 
-    // Wait for the consumer to handle everything (its poll back-off may be up to a second).
-    const waitUntil = nowMs() + 15000;
-    while (Atomics.load(count, 0) < total && nowMs() < waitUntil) await sleep(20);
+    // Wait for the consumer to handle everything (its poll back-off may be up to a second),
+    // but not for events it skipped: stop once it has made no progress for 3 s.
+    const hardLimit = nowMs() + 15000;
+    let seen = -1, since = nowMs();
+    for (;;) {
+        const c = Atomics.load(count, 0);
+        const now = nowMs();
+        if (c >= total || now >= hardLimit) break;
+        if (c !== seen) { seen = c; since = now; } else if (now - since > 3000) break;
+        await sleep(20);
+    }
     const handled = Atomics.load(count, 0);
     worker.postMessage('stop');
     await workerExit;
@@ -211,7 +229,7 @@ async function liveWorkload(peer, a, system) {
             latencies.push(Math.max(0, handledAt[k] - ackBuf[k]));
         }
     }
-    if (handled < total) log(`live: only ${handled} of ${total} events reached the handler`);
+    if (handled < total) note(a.system, `live: only ${handled} of ${total} events reached the handler`);
     return { events: total, seconds: appendSeconds, latencies };
 }
 

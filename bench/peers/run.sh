@@ -46,10 +46,13 @@ mkdir -p "$(dirname "$out")"
 tmp=$out.tmp
 echo "system,workload,writers,events_per_append,events,seconds,events_per_s,p50_ms,p99_ms,p999_ms,max_ms" >"$tmp"
 
+notes=$out.notes.tmp
+: >"$notes"
 row() {
     echo "run.sh: $*" >&2
     local line
-    line=$(node "$here/bench.mjs" --dsn "$dsn" "$@") || die "workload failed: $*"
+    line=$(node "$here/bench.mjs" --dsn "$dsn" "$@" 2> >(tee -a "$notes" >&2)) ||
+        die "workload failed: $*"
     echo "$line" | tee -a "$tmp"
 }
 
@@ -84,5 +87,7 @@ meta=${out%.csv}.meta
     echo "message-db (npm): $(node -p "require('$here/node_modules/@eventide/message-db/package.json').version")," \
         "schema $(cat "$here/node_modules/@eventide/message-db/database/VERSION.txt")"
     echo "pg (node-postgres): $(node -p "require('$here/node_modules/pg/package.json').version")"
+    grep '^NOTE: ' "$notes" | sed 's/^NOTE: /note: /' || true
 } >"$meta"
+rm -f "$notes"
 echo "run.sh: wrote $out and $meta in $(( $(date +%s) - start )) s" >&2
