@@ -45,6 +45,7 @@ function parseArgs(argv) {
         case '--rate': a.rate = Number(v()); break;
         case '--tuned': a.tuned = true; break;
         case '--header': a.header = true; break;
+        case '-h': case '--help': a.help = true; return a;
         default: throw new Error(`unknown argument ${k}`);
         }
     }
@@ -235,6 +236,13 @@ async function liveWorkload(peer, a, system) {
 
 async function main() {
     const a = parseArgs(process.argv.slice(2));
+    if (a.help) {
+        // The usage is the comment at the top of this file.
+        const { readFileSync } = await import('node:fs');
+        const text = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
+        console.log(text.slice(1).filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n'));
+        return;
+    }
     const peer = makePeer(a.system, a.dsn);
     let r;
     if (a.workload === 'append') r = await appendWorkload(peer, a);

@@ -39,7 +39,7 @@ fi
 if [ $quick = 1 ]; then
     append_s=1.5; catchup_n=10000; catchup_s=3; live_rates="500"; live_s=3; live_w=4; tuned=0
 else
-    append_s=10; catchup_n=200000; catchup_s=30; live_rates="100 1000"; live_s=15; live_w=8; tuned=1
+    append_s=8; catchup_n=100000; catchup_s=20; live_rates="100 1000"; live_s=10; live_w=8; tuned=1
 fi
 
 mkdir -p "$(dirname "$out")"
@@ -57,6 +57,7 @@ row() {
 }
 
 start=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for system in message-db emmett; do
     for writers in 1 8; do
         for batch in 1 100; do
@@ -81,6 +82,7 @@ meta=${out%.csv}.meta
     echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
         "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
     echo "kernel: $(uname -r)"
+    echo "load average (1/5/15 min) at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "postgresql: $(psql "$dsn" -Atqc 'show server_version' 2>/dev/null || echo unknown)"
     echo "node: $(node --version)"
     echo "emmett-postgresql: $(node -p "require('$here/node_modules/@event-driven-io/emmett-postgresql/package.json').version")"
