@@ -11,12 +11,13 @@
 // - The consumer mirrors the Eventide consumer's defaults: get_category_messages with batch
 //   size 1000, a poll interval of 100 ms (an empty read waits out the rest of the 100 ms cycle),
 //   and the consumer's position written to its position stream every 100 messages.
-// - The client connects as the `message_store` role that the install script creates, with the
-//   message_store schema on its search path, as Eventide's clients do.
+// - The client connects as the `message_store` role that the install script creates (LOGIN, no
+//   password), with the message_store schema on its search path, as Eventide's clients do. On
+//   a server where that role cannot log in, PEERS_MESSAGEDB_USER names another one.
 
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
-import { pgConfig, nowMs, sleep } from './common.mjs';
+import { parseDsn, pgConfig, nowMs, sleep } from './common.mjs';
 
 export const DATABASE = 'pawl_peer_messagedb';
 export const CATEGORY = 'bench';
@@ -41,10 +42,10 @@ export class MessageDb {
     }
 
     clientConfig() {
-        // The role the install script creates; trust or password auth as the server allows.
+        const user = process.env.PEERS_MESSAGEDB_USER || 'message_store';
         return pgConfig(this.dsn, DATABASE, {
-            user: 'message_store',
-            password: undefined,
+            user,
+            password: user === 'message_store' ? undefined : parseDsn(this.dsn).password,
             options: '-c search_path=message_store,public',
         });
     }
