@@ -32,8 +32,8 @@
  * appender threads and the finalizer thread touch only their own connection and buffers, plus
  * the signal (mutex + condition variable) and the stop flags below.
  */
-#include "pawl.h"
 #include "common.h"
+#include "pawl.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -103,8 +103,8 @@ struct appender {
     int id;
     struct run *run;
     PGconn *conn;
-    struct vec lat_ms;  /* double per append */
-    struct vec ack_ns;  /* int64 per append */
+    struct vec lat_ms; /* double per append */
+    struct vec ack_ns; /* int64 per append */
     int64_t events;
     int64_t seq[STREAMS_PER_WRITER];
 };
@@ -305,7 +305,8 @@ static void *finalizer_main(void *arg)
         }
 
         struct fin_run fr = {.send_ns = pawl_now_ns()};
-        PGresult *res = PQexec(r->fin_conn, "SELECT renumbered, last_final FROM bl_renumber.finalize()");
+        PGresult *res =
+            PQexec(r->fin_conn, "SELECT renumbered, last_final FROM bl_renumber.finalize()");
         fr.end_ns = pawl_now_ns();
         if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
             PQclear(res);

@@ -147,7 +147,10 @@ async function catchupWorkload(peer, a) {
     const end = handled >= a.events || stalled ? last : nowMs();
     await consumer.stop();
     await peer.close();
-    if (stalled) note(a.system, `catch-up: the consumer stopped after ${count} of ${a.events} events (it skipped ${a.events - count})`);
+    if (stalled) {
+        note(a.system, `catch-up: the consumer stopped after ${count} of ${a.events} events ` +
+            `(it skipped ${a.events - count})`);
+    }
     return { events: count, seconds: (end - start) / 1000, latencies: null };
 }
 
@@ -205,7 +208,10 @@ async function liveWorkload(peer, a, system) {
     }
     await Promise.all(inflight);
     const appendSeconds = (nowMs() - start) / 1000;
-    if (lagMax > 100) note(a.system, `live@${a.rate}: appends fell behind the schedule by up to ${lagMax.toFixed(0)} ms`);
+    if (lagMax > 100) {
+        note(a.system, `live@${a.rate}: appends fell behind the schedule by up to ` +
+            `${lagMax.toFixed(0)} ms`);
+    }
 
     // Wait for the consumer to handle everything (its poll back-off may be up to a second),
     // but not for events it skipped: stop once it has made no progress for 3 s.
@@ -230,7 +236,9 @@ async function liveWorkload(peer, a, system) {
             latencies.push(Math.max(0, handledAt[k] - ackBuf[k]));
         }
     }
-    if (handled < total) note(a.system, `live: only ${handled} of ${total} events reached the handler`);
+    if (handled < total) {
+        note(a.system, `live@${a.rate}: only ${handled} of ${total} events reached the handler`);
+    }
     return { events: total, seconds: appendSeconds, latencies };
 }
 
@@ -240,7 +248,8 @@ async function main() {
         // The usage is the comment at the top of this file.
         const { readFileSync } = await import('node:fs');
         const text = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
-        console.log(text.slice(1).filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n'));
+        const usage = text.slice(1).filter((l) => l.startsWith('//')).map((l) => l.slice(3));
+        console.log(usage.join('\n'));
         return;
     }
     const peer = makePeer(a.system, a.dsn);

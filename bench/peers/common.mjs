@@ -5,8 +5,8 @@
 // process), so a time stamped by an appender on the main thread and one stamped by a consumer in
 // a worker thread can be subtracted.
 
-export const CSV_HEADER =
-    'system,workload,writers,events_per_append,events,seconds,events_per_s,p50_ms,p99_ms,p999_ms,max_ms';
+export const CSV_HEADER = 'system,workload,writers,events_per_append,events,seconds,' +
+    'events_per_s,p50_ms,p99_ms,p999_ms,max_ms';
 
 // Milliseconds on the monotonic clock, as a double (sub-microsecond resolution).
 export function nowMs() {
@@ -20,7 +20,8 @@ export function sleep(ms) {
 // Parse a libpq connection string (keyword=value form or a postgres:// URL) into the parts the
 // drivers need. Only the keywords a benchmark uses are kept; others are ignored.
 export function parseDsn(dsn) {
-    const out = { host: undefined, port: 5432, user: undefined, password: undefined, database: undefined };
+    const out = { host: undefined, port: 5432, user: undefined, password: undefined,
+        database: undefined };
     if (/^postgres(ql)?:\/\//.test(dsn)) {
         const u = new URL(dsn);
         out.host = u.searchParams.get('host') ?? (u.hostname || undefined);
@@ -55,11 +56,13 @@ export function pgConfig(dsn, database, extra = {}) {
 // socket directory travels in the `host` query parameter, which node-postgres understands.
 export function pgUrl(dsn, database) {
     const p = parseDsn(dsn);
-    const auth = p.user ? encodeURIComponent(p.user) + (p.password ? ':' + encodeURIComponent(p.password) : '') + '@' : '';
+    const pass = p.password ? ':' + encodeURIComponent(p.password) : '';
+    const auth = p.user ? encodeURIComponent(p.user) + pass + '@' : '';
+    const db = encodeURIComponent(database);
     if (p.host && p.host.startsWith('/')) {
-        return `postgresql://${auth}localhost:${p.port}/${encodeURIComponent(database)}?host=${encodeURIComponent(p.host)}`;
+        return `postgresql://${auth}localhost:${p.port}/${db}?host=${encodeURIComponent(p.host)}`;
     }
-    return `postgresql://${auth}${p.host ?? 'localhost'}:${p.port}/${encodeURIComponent(database)}`;
+    return `postgresql://${auth}${p.host ?? 'localhost'}:${p.port}/${db}`;
 }
 
 // Percentile (nearest rank) of a sorted Float64Array.

@@ -51,7 +51,8 @@ export class Emmett {
             // every version; clear whichever exist.
             const r = await admin.query(
                 "SELECT string_agg(quote_ident(tablename), ', ') AS t FROM pg_tables " +
-                "WHERE schemaname = 'public' AND tablename IN ('emt_processors', 'emt_subscriptions')");
+                "WHERE schemaname = 'public' " +
+                "AND tablename IN ('emt_processors', 'emt_subscriptions')");
             if (r.rows[0].t) await admin.query(`TRUNCATE ${r.rows[0].t}`);
         } finally {
             await admin.end();
