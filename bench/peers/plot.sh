@@ -39,7 +39,7 @@ trap 'rm -rf "$tmp"' EXIT
 for f in "${files[@]}"; do [ -f "$f" ] || { echo "plot.sh: $f not found" >&2; exit 1; }; done
 for f in "${files[@]}"; do tail -n +2 "$f"; done | grep -v '^$' >"$tmp/all.csv" || true
 
-common='set terminal pngcairo size 1100,560 font ",10"
+common='set terminal pngcairo noenhanced size 1100,560 font ",10"
 set datafile separator "\t"
 set datafile missing "-"
 set style data histogram
@@ -87,7 +87,8 @@ fi
 
 # 3. Live latency.
 awk -F, 'BEGIN { print "run\tp50\tp99\tmax" }
-    $2 ~ /^live/ { printf "%s %s\t%s\t%s\t%s\n", $1, $2, $8, $9, $11 }' "$tmp/all.csv" >"$tmp/live.dat"
+    $2 ~ /^live/ { w = $2; sub(/^live@/, "", w); printf "%s, %s ev/s offered\t%s\t%s\t%s\n", $1, w, $8, $9, $11 }' \
+    "$tmp/all.csv" >"$tmp/live.dat"
 if [ "$(wc -l <"$tmp/live.dat")" -gt 1 ]; then
     gnuplot <<GP
 $common
