@@ -3,7 +3,7 @@
 #
 #   bench/peers/run.sh [--quick] [--dsn DSN] [--out FILE]
 #
-#   --quick   short runs (well under a minute in all); default: the full run (a few minutes)
+#   --quick   short runs (about 30 s in all); default: the full run (a few minutes)
 #   --dsn     the server (its dbname is ignored); default $PAWL_DSN, else the checkout's private
 #             PostgreSQL (started if it is not running)
 #   --out     the CSV file; default bench/results/peers.csv. A description of the run (date,
@@ -37,7 +37,7 @@ fi
 "$here/setup.sh" "$dsn" >&2
 
 if [ $quick = 1 ]; then
-    append_s=1.5; catchup_n=10000; catchup_s=3; live_rates="500"; live_s=3; live_w=4; tuned=0
+    append_s=1; catchup_n=5000; catchup_s=2; live_rates="200"; live_s=2; live_w=4; tuned=0
 else
     append_s=8; catchup_n=100000; catchup_s=20; live_rates="100 1000"; live_s=10; live_w=8; tuned=1
 fi
@@ -58,19 +58,27 @@ row() {
 
 start=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for system in message-db emmett; do
-    for writers in 1 8; do
-        for batch in 1 100; do
-            row --system $system --workload append --writers $writers --batch $batch --seconds $append_s
+# The peers run back to back for each workload, so that the rows being compared saw the same
+# machine (other work on a shared machine drifts over minutes).
+systems="message-db emmett"
+for writers in 1 8; do
+    for batch in 1 100; do
+        for system in $systems; do
+            row --system $system --workload append --writers $writers --batch $batch \
+                --seconds $append_s
         done
     done
+done
+for system in $systems; do
     row --system $system --workload catchup --events $catchup_n --seconds $catchup_s
-    # message-db's consumer only sleeps after an empty read, so a tuned catch-up would measure
-    # the same thing again; Emmett's sleeps after every batch.
-    if [ $tuned = 1 ] && [ $system = emmett ]; then
-        row --system $system --workload catchup --events $catchup_n --seconds $catchup_s --tuned
-    fi
-    for rate in $live_rates; do
+done
+# message-db's consumer only sleeps after an empty read, so a tuned catch-up would measure the
+# same thing again; Emmett's sleeps after every batch.
+if [ $tuned = 1 ]; then
+    row --system emmett --workload catchup --events $catchup_n --seconds $catchup_s --tuned
+fi
+for rate in $live_rates; do
+    for system in $systems; do
         row --system $system --workload live --rate "$rate" --seconds $live_s --writers $live_w
     done
 done
