@@ -78,6 +78,11 @@ static const struct pawl_flag flags[] = {
     {.name = "finalizer-retry", .type = PAWL_FLAG_DURATION, .def = "2ms", .min = 1, .max = 1000,
      .help = "Retry delay when another session holds the finalizer lock", .scope = S_STORE,
      AT(store.finalizer_retry_ms)},
+    {.name = "finalizer-min-interval-us", .type = PAWL_FLAG_INT, .def = "1000", .min = 0,
+     .max = 1000000, .unit = "us",
+     .help = "Finalizer cadence: a run starts at least this long after the previous one, so one "
+             "run covers many appends under load",
+     .scope = S_STORE, AT(store.finalizer_min_interval_us)},
     {.name = "listen", .type = PAWL_FLAG_BOOL, .def = "true",
      .help = "LISTEN for other processes' finalizations (wakes followers)", .scope = S_STORE,
      AT(store.listen)},
@@ -100,9 +105,10 @@ static const struct pawl_flag flags[] = {
 
     /* ---- metrics ---- */
     {.name = "metrics-port", .type = PAWL_FLAG_INT, .def = "0", .min = 0, .max = 65535,
-     .help = "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics; 0: off",
+     .help = "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: off); with status "
+             "--metrics, read them from the pawl process serving on that port",
      .scope = PAWL_SCOPE_RUN | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND |
-              PAWL_SCOPE_TAIL,
+              PAWL_SCOPE_TAIL | PAWL_SCOPE_STATUS,
      AT(metrics_port)},
 
     /* ---- runtime ---- */
@@ -208,7 +214,8 @@ static const struct pawl_flag flags[] = {
      .help = "status: refresh in place at this interval; 0: print once",
      .scope = PAWL_SCOPE_STATUS, AT(tool.watch_ms)},
     {.name = "metrics", .type = PAWL_FLAG_BOOL, .def = "false",
-     .help = "status: also print this process's metrics and the store's figures",
+     .help = "status: also print totals, and with --metrics-port the metrics of the pawl "
+             "process serving there (counters, gauges, p50/p99/p99.9 of each histogram)",
      .scope = PAWL_SCOPE_STATUS, AT(tool.metrics)},
     {.name = "progress", .type = PAWL_FLAG_ENUM, .def = "auto", .choices = progress_modes,
      .help = "Progress display: auto (live line on a terminal, plain lines otherwise), live, "

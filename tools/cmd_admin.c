@@ -6,7 +6,10 @@
  * segment's token under a running node would race its next conditional write.
  */
 #include "progress.h"
+#include "scrape.h"
 #include "status.h"
+
+#include <stdlib.h>
 
 #include <inttypes.h>
 #include <string.h>
@@ -107,13 +110,27 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
                        TOOL_STATUS_SCAN_LIMIT);
         }
         if (cfg->tool.metrics) {
+            /* With --json, stdout stays one JSON document; the summary goes to stderr. */
+            FILE *mf = cfg->tool.json ? stderr : stdout;
             int64_t owned = 0;
             for (size_t i = 0; i < st.n; i++)
                 owned += st.rows[i].st.owner[0] != '\0';
-            fprintf(cfg->tool.json ? stderr : stdout,
-                    "\nMETRICS  head %" PRId64 "  segments %zu  claimed %" PRId64
-                    "  events scanned for lag %" PRId64 "\n",
+            fprintf(mf, "\nTOTALS  head %" PRId64 "  segments %zu  claimed %" PRId64
+                        "  events scanned for lag %" PRId64 "\n",
                     st.head, st.n, owned, st.scanned);
+            if (cfg->metrics_port > 0) {
+                char *body = NULL;
+                if (tool_scrape(cfg->metrics_port, &body, err, sizeof err) == 0) {
+                    fprintf(mf, "\nMETRICS of the pawl process on 127.0.0.1:%d\n",
+                            cfg->metrics_port);
+                    tool_scrape_summary(mf, body);
+                    free(body);
+                } else {
+                    fprintf(mf, "\nMETRICS: %s\n", err);
+                }
+            } else {
+                fprintf(mf, "(add --metrics-port N to read the metrics of a node serving them)\n");
+            }
         }
         fflush(stdout);
         tool_status_fini(&st);

@@ -5,7 +5,11 @@
  */
 #include "pawl_test.h"
 
+#include "metrics.h"
+#include "scrape.h"
 #include "status.h"
+
+#include <math.h>
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -165,9 +169,47 @@ static void test_reset_targets(void **state)
     }
 }
 
+/* status --metrics: quantiles from cumulative buckets, and the summary of real Prometheus text. */
+static void test_scrape_summary(void **state)
+{
+    (void)state;
+    const double le[] = {0.1, 0.2, INFINITY}, cum[] = {10, 20, 20};
+    assert_true(fabs(tool_hist_quantile(le, cum, 3, 0.5) - 0.1) < 1e-9);
+    assert_true(fabs(tool_hist_quantile(le, cum, 3, 0.75) - 0.15) < 1e-9);
+    const double empty[] = {0, 0, 0};
+    assert_true(isnan(tool_hist_quantile(le, empty, 3, 0.5)));
+
+    pawl_metrics_reset();
+    pawl_metric_add(PAWL_M_BATCHES, 3);
+    for (int i = 0; i < 100; i++)
+        pawl_metric_hist_record(PAWL_H_BATCH_TIME, 2000000); /* 2 ms */
+    struct pawl_metrics_snapshot *snap = calloc(1, sizeof *snap);
+    pawl_metrics_snapshot(snap);
+    size_t need = 0;
+    pawl_metrics_format_prometheus(snap, NULL, 0, &need);
+    char *text = malloc(need + 1);
+    assert_int_equal(pawl_metrics_format_prometheus(snap, text, need + 1, NULL), 0);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    tool_scrape_summary(f, text);
+    fclose(f);
+    assert_non_null(strstr(out, "pawl_batches_total"));
+    char *line = strstr(out, "pawl_batch_seconds");
+    assert_non_null(line);
+    assert_non_null(strstr(line, "count 100"));
+    /* 2 ms sits in the (1 ms, 2.5 ms] bucket; interpolation gives a value inside it. */
+    assert_non_null(strstr(line, "p50 1.8ms"));
+    assert_null(strstr(out, "_bucket"));
+    free(out);
+    free(text);
+    free(snap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scrape_summary),
         cmocka_unit_test(test_collect_exact),
         cmocka_unit_test(test_collect_cut_short),
         cmocka_unit_test(test_reset_targets),
