@@ -8,6 +8,7 @@
 
 #include "pawl/common.h"
 #include "pawl/event.h"
+#include "pawl/log.h"
 #include "pawl/runtime.h"
 
 #endif

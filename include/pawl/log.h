@@ -1,0 +1,252 @@
+/*
+ * pawl/log.h — the forward-only event log on PostgreSQL: schema set-up, appends, the
+ * finalizer, readers and followers.
+ *
+ * Model. An append writes one or more events as one transaction. It becomes readable only once
+ * a finalization run has given it final global indexes: positive, unique and contiguous from 1,
+ * in the order the appends were inserted. Finalization runs are serialized across every process
+ * that uses the database; each run commits atomically and notifies channel "pawl_log". Hence a
+ * reader that has read index N never later finds a new event at or below N, and a token (the
+ * last index handled) needs no gap tracking. Per stream, final index order equals stream
+ * sequence order.
+ *
+ * Objects. A store (pawl_store_new) owns a small set of pipelined connections for appends and
+ * reads, one connection for its finalizer and, unless disabled, one listening connection. All
+ * functions on a store are thread-safe. Appends may be in flight in large numbers (async);
+ * each is its own transaction.
+ *
+ * Threads. Async append callbacks run on the store's I/O thread: keep them short, never block,
+ * never call a blocking pawl function (pawl_append, pawl_read, pawl_follow) from them. The
+ * finalizer runs on its own thread. Blocking calls (pawl_append, pawl_read, pawl_follow,
+ * pawl_store_wait) may be called from any other thread.
+ *
+ * Errors. Functions return 0 or a negative PAWL_E* code. The text of the last failure on a
+ * store (with the server's SQLSTATE when there is one) is read with pawl_store_last_error; an
+ * append's own outcome is also reported in its struct pawl_append_result.
+ */
+#ifndef PAWL_LOG_H
+#define PAWL_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pawl/event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pawl_store;
+
+/* Options of a store. Get the defaults with pawl_store_opts_defaults, then change fields. */
+struct pawl_store_opts {
+    /* Connections for appends and reads, pipelined. 1..64, default 2. */
+    int connections;
+    /* Largest event: payload + metadata + stream id + type, in bytes. 1..268435456, default
+     * 1048576 (1 MiB). Larger events are refused with PAWL_ETOOBIG before reaching the server. */
+    size_t max_event_bytes;
+    /* Most events in one append. 1..100000, default 10000 (PAWL_ETOOBIG beyond). */
+    size_t max_append_events;
+    /* Async appends submitted and not completed; beyond it pawl_append_async returns
+     * PAWL_EAGAIN. 1..1000000, default 8192. */
+    int max_inflight_appends;
+    /* 1: run a finalizer in this process (signalled by each committed append); 0: do not
+     * (another process finalizes). Default 1. */
+    int finalizer;
+    /* Safety run period: finalize even without a signal, for appends of processes that died
+     * before finalizing. 10..3600000 ms, default 1000. */
+    int finalizer_safety_interval_ms;
+    /* Appends per finalization run (the rest goes in the next run, at once). 1..100000,
+     * default 2000. */
+    int finalize_batch_max;
+    /* When another session holds the finalizer lock, retry after this long (or sooner, when
+     * its notification arrives). 1..1000 ms, default 2. */
+    int finalizer_retry_ms;
+    /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
+    int listen;
+    /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
+    int reconnect_min_ms;
+    int reconnect_max_ms;
+    /* One connection attempt; 1..600000 ms, default 10000. */
+    int connect_timeout_ms;
+    /* How long pawl_store_new waits for the first connection. 1..600000 ms, default 10000. */
+    int open_timeout_ms;
+    /* A request waiting this long for a connection fails with PAWL_ECONN. 0 (forever) or
+     * 1..3600000 ms, default 10000. */
+    int queue_timeout_ms;
+    /* 1: create or upgrade the schema when opening (pawl_schema_migrate); 0: require it.
+     * Default 0. */
+    int migrate;
+};
+
+void pawl_store_opts_defaults(struct pawl_store_opts *o);
+
+/*
+ * Bring the schema in the database named by dsn to this library's version, idempotently;
+ * concurrent callers serialize on an advisory lock and agree. Returns 0, PAWL_ECONN,
+ * PAWL_ESQL, or PAWL_ESCHEMA when the database's schema is newer than this library (the text,
+ * naming both versions, goes to err). err may be NULL.
+ */
+int pawl_schema_migrate(const char *dsn, char *err, size_t errlen);
+
+/*
+ * The schema version in the database (0 when there is none) and the one this library
+ * brings. Returns 0 or PAWL_ECONN / PAWL_ESQL (text in err).
+ */
+int pawl_schema_version(const char *dsn, int *db_version, int *lib_version, char *err,
+                        size_t errlen);
+
+/*
+ * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_EINVAL (bad options or
+ * DSN), PAWL_ECONN (no connection within open_timeout_ms), PAWL_ESCHEMA (schema missing, older
+ * or newer; run pawl_schema_migrate or `pawl init`), with the reason in err (may be NULL).
+ */
+int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_store_opts *o,
+                   char *err, size_t errlen);
+
+/*
+ * Close: completes outstanding async appends (their callbacks run; an append in flight when
+ * the connections close reports PAWL_EINDOUBT or PAWL_ESHUTDOWN), stops the finalizer after a
+ * last run, wakes blocked followers with PAWL_ESHUTDOWN. Must not run concurrently with other
+ * calls on s, nor from a callback. NULL is a no-op.
+ */
+void pawl_store_free(struct pawl_store *s);
+
+/* The last failure on s: "SQLSTATE: message" or a plain message; "" if none. Copied. */
+void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
+
+/* ---- appending -------------------------------------------------------------------------- */
+
+/*
+ * Optimistic concurrency, per event's stream_seq:
+ *   > 0  explicit: the stream must currently end at stream_seq - 1 (for the first event of that
+ *        stream in this append), and a stream's events in one append must be consecutive.
+ *        Otherwise the append fails with PAWL_ECONFLICT and writes nothing.
+ *   0    PAWL_SEQ_ANY: append at the stream's end, whatever it is (concurrent appends to the
+ *        same stream are retried internally, never interleaved within one append).
+ * One append may mix streams; a stream's events are all explicit or all ANY.
+ */
+#define PAWL_SEQ_ANY ((int64_t)0)
+
+struct pawl_append_result {
+    int rc;             /* 0, or PAWL_ECONFLICT, PAWL_ETOOBIG, PAWL_EINVAL, PAWL_ECONN (did not
+                         * commit), PAWL_EINDOUBT (connection lost during commit: it may or may
+                         * not have committed), PAWL_ESQL, PAWL_ESHUTDOWN */
+    char sqlstate[6];   /* server SQLSTATE, "" if none */
+    char message[256];  /* human-readable reason, "" on success */
+    int64_t committed_ns; /* pawl_now_ns() when the commit was acknowledged (rc == 0) */
+};
+
+/*
+ * Called once per async append, on the store's I/O thread; res is borrowed for the call.
+ */
+typedef void (*pawl_append_fn)(void *ud, const struct pawl_append_result *res);
+
+/*
+ * Append n events (1..max_append_events) as one transaction and wait for the outcome. The
+ * events (and what they point to) are read during the call only. res may be NULL. Returns
+ * res->rc. Events are validated first (PAWL_EINVAL for empty/invalid UTF-8 ids or types,
+ * metadata that is not a JSON object, inconsistent sequences; PAWL_ETOOBIG for oversized
+ * events or batches): nothing reaches the server then.
+ */
+int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                struct pawl_append_result *res);
+
+/*
+ * Asynchronous append: validates and encodes the events (copied; the caller's memory is free
+ * on return), queues the transaction and returns 0; cb runs later with the outcome. Returns
+ * PAWL_EAGAIN when max_inflight_appends are outstanding (nothing queued, cb will not run), or
+ * a validation error (cb will not run).
+ */
+int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                      pawl_append_fn cb, void *ud);
+
+/* Block until every async append submitted before the call has completed. */
+void pawl_store_drain(struct pawl_store *s);
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+/*
+ * A reusable read buffer. events[0..count) are valid until the next read into the batch or
+ * pawl_batch_fini; every pointer in them points into the batch. Embed it (caller storage).
+ */
+struct pawl_batch {
+    struct pawl_event *events;
+    size_t count;
+    /* private */
+    size_t _cap;
+    void *_res;
+};
+
+void pawl_batch_init(struct pawl_batch *b);
+void pawl_batch_fini(struct pawl_batch *b);
+
+/*
+ * Read up to max (1..100000) finalized events with index > after, in index order and without
+ * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error.
+ */
+int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
+
+/*
+ * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
+ * polling) until this process's finalizer or another process's notification reports a higher
+ * index, then read. Returns 0 with count >= 1, PAWL_ETIMEDOUT (count 0) after timeout_ms
+ * (< 0: wait forever), or PAWL_ESHUTDOWN when the store is being freed.
+ */
+int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                int timeout_ms);
+
+/* The highest final index this process knows of (local finalizer runs, notifications). */
+int64_t pawl_store_last_index(struct pawl_store *s);
+
+/*
+ * Block until the known highest index exceeds after (returns 0), timeout_ms passes
+ * (PAWL_ETIMEDOUT; < 0 waits forever) or the store is freed (PAWL_ESHUTDOWN).
+ */
+int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms);
+
+/* ---- finalizer ---------------------------------------------------------------------------- */
+
+/*
+ * Run one finalization now, on the calling thread, through the finalizer's connection (works
+ * with the finalizer disabled too). Reports the appends and events it finalized (-1, -1 when
+ * the lock was held elsewhere) and the highest final index; any pointer may be NULL.
+ */
+int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events,
+                      int64_t *last_index);
+
+/* Counters and latency figures of a store. */
+struct pawl_log_stats {
+    int64_t appends_ok;          /* appends committed through this store */
+    int64_t events_ok;           /* their events */
+    int64_t appends_failed;      /* appends that reported an error */
+    int64_t appends_pending;     /* committed here and not yet covered by a finalization run */
+    int64_t inflight;            /* async appends submitted and not completed */
+    int64_t finalize_runs;       /* runs of this process's finalizer that did work */
+    int64_t finalize_idle_runs;  /* runs that found nothing to finalize */
+    int64_t finalize_busy;       /* runs that found the lock held elsewhere */
+    int64_t finalize_errors;
+    int64_t appends_finalized;   /* by this process's finalizer (any process's appends) */
+    int64_t events_finalized;
+    int64_t last_index;          /* highest final index known here */
+    /*
+     * Finalize delay: from the acknowledged commit of an append made here to the end of the
+     * first finalization run that started after it (an upper bound on commit -> final index).
+     * Over the appends since the last reset.
+     */
+    int64_t delay_count;
+    double delay_p50_ms, delay_p99_ms, delay_max_ms;
+    /* Duration of this process's finalization runs (request to result), since the last reset. */
+    int64_t run_count;
+    double run_p50_ms, run_p99_ms, run_max_ms;
+    /* Append latency (submit to acknowledged commit), since the last reset. */
+    double append_p50_ms, append_p99_ms, append_max_ms;
+};
+
+/* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */
+void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

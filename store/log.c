@@ -1,0 +1,1647 @@
+/*
+ * log.c — the event store: appends, the finalizer, readers and followers (see pawl/log.h and
+ * sql/001_log.sql for the data model and its proofs).
+ *
+ * Pieces and threads:
+ *   - main pool (pgconn): appends and reads, pipelined over `connections` connections; its I/O
+ *     thread runs append completions and user callbacks.
+ *   - finalizer pool (1 connection) and the finalizer thread: waits for a signal (set by every
+ *     committed append), drains all signals, runs pawl.finalize once for everything pending,
+ *     repeats at once when the run was truncated, retries after finalizer_retry_ms (or the
+ *     holder's notification) when another session holds the lock, and runs every
+ *     finalizer_safety_interval_ms regardless (appends of processes that died).
+ *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
+ * All three raise `last_index` and broadcast idx_cond, on which followers block.
+ *
+ * Invariants: `last_index` only grows (updated with a CAS loop under idx_mu). An append op is
+ * owned by the caller until submitted, then by the pool until on_done, then returns to the
+ * free list; the user callback runs before it is recycled. `inflight` counts submitted ops.
+ */
+#include "pawl/log.h"
+
+#include "common.h"
+#include "dsn.h"
+#include "pgconn.h"
+#include "schema.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OID_INT4 23
+#define OID_TEXT_ARRAY 1009
+#define OID_INT8_ARRAY 1016
+#define OID_BYTEA_ARRAY 1001
+#define OID_JSONB_ARRAY 3807
+#define OID_TEXT 25
+#define OID_INT8 20
+#define OID_BYTEA 17
+#define OID_JSONB 3802
+
+#define PG_EPOCH_OFFSET_US 946684800000000LL /* 2000-01-01 - 1970-01-01 in µs */
+#define ANY_RETRIES 16
+#define ACK_RING 65536
+
+/* Stream sequence numbers are computed server-side for ANY; explicit ones are checked there. */
+static const char APPEND_SQL[] =
+    "WITH b AS ("
+    " SELECT (u.o - 1)::int4 AS k, u.s, u.q, u.t, u.p, u.m,"
+    "        row_number() OVER (PARTITION BY u.s ORDER BY u.o) AS r"
+    "   FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[], $5::jsonb[])"
+    "        WITH ORDINALITY AS u(s, q, t, p, m, o)"
+    "), h AS ("
+    " SELECT b.s, min(b.q) AS q0,"
+    "        coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = b.s"
+    "                   ORDER BY e.stream_seq DESC LIMIT 1), 0) AS cur"
+    "   FROM b GROUP BY b.s"
+    ") "
+    "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
+    "SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
+    "       b.s, b.t, b.p, b.m"
+    "  FROM b JOIN h ON h.s = b.s"
+    " WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)";
+
+static const char READ_SQL[] =
+    "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
+    "  FROM pawl_api.read($1::int8, $2::int4)";
+
+static const char FINALIZE_SQL[] =
+    "SELECT appends, events, last_index FROM pawl.finalize($1::int4)";
+
+static const char LAST_INDEX_SQL[] = "SELECT pawl_api.last_index()";
+
+/* ---- latency histogram (log-linear, µs) ------------------------------------------------- */
+
+#define HIST_SUB 16
+#define HIST_BUCKETS (HIST_SUB + 40 * HIST_SUB)
+
+struct hist {
+    atomic_llong n[HIST_BUCKETS];
+    atomic_llong count;
+    atomic_llong max;
+};
+
+static int hist_bucket(int64_t us)
+{
+    if (us < HIST_SUB)
+        return us < 0 ? 0 : (int)us;
+    int e = 63 - __builtin_clzll((unsigned long long)us); /* >= 4 */
+    int sub = (int)((us >> (e - 4)) & (HIST_SUB - 1));
+    int b = HIST_SUB + (e - 4) * HIST_SUB + sub;
+    return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
+}
+
+static int64_t hist_value(int b)
+{
+    if (b < HIST_SUB)
+        return b;
+    int e = (b - HIST_SUB) / HIST_SUB + 4;
+    int sub = (b - HIST_SUB) % HIST_SUB;
+    int64_t lo = ((int64_t)(HIST_SUB + sub)) << (e - 4);
+    int64_t w = (int64_t)1 << (e - 4);
+    return lo + w / 2;
+}
+
+static void hist_add(struct hist *h, int64_t us)
+{
+    /* relaxed: statistics; readers tolerate a torn view across buckets. */
+    atomic_fetch_add_explicit(&h->n[hist_bucket(us)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    long long m = atomic_load_explicit(&h->max, memory_order_relaxed);
+    while (us > m &&
+           !atomic_compare_exchange_weak_explicit(&h->max, &m, us, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+static void hist_read(struct hist *h, int64_t *count, double *p50, double *p99, double *max,
+                      int reset)
+{
+    long long c[HIST_BUCKETS];
+    long long total = 0;
+    for (int i = 0; i < HIST_BUCKETS; i++) {
+        /* relaxed: statistics. */
+        c[i] = reset ? atomic_exchange_explicit(&h->n[i], 0, memory_order_relaxed)
+                     : atomic_load_explicit(&h->n[i], memory_order_relaxed);
+        total += c[i];
+    }
+    long long mx = reset ? atomic_exchange_explicit(&h->max, 0, memory_order_relaxed)
+                         : atomic_load_explicit(&h->max, memory_order_relaxed);
+    if (reset)
+        atomic_store_explicit(&h->count, 0, memory_order_relaxed);
+    *count = total;
+    *p50 = *p99 = 0;
+    *max = (double)mx / 1000.0;
+    if (total == 0)
+        return;
+    long long r50 = (total + 1) / 2, r99 = (total * 99 + 99) / 100, acc = 0;
+    int got50 = 0;
+    for (int i = 0; i < HIST_BUCKETS; i++) {
+        acc += c[i];
+        if (!got50 && acc >= r50) {
+            *p50 = (double)hist_value(i) / 1000.0;
+            got50 = 1;
+        }
+        if (acc >= r99) {
+            *p99 = (double)hist_value(i) / 1000.0;
+            break;
+        }
+    }
+    if (*p99 > *max && mx > 0)
+        *p99 = *max;
+    if (*p50 > *max && mx > 0)
+        *p50 = *max;
+}
+
+/* ---- the store ----------------------------------------------------------------------------- */
+
+struct append_op;
+
+struct ack_slot {
+    atomic_llong seq; /* which ack this slot holds (release after t is written) */
+    atomic_llong t_ns;
+};
+
+struct pawl_store {
+    struct pawl_store_opts o;
+    char *dsn;
+    struct pawl_pgpool *main;
+    struct pawl_pgpool *fin;
+    struct pawl_pgpool *listen;
+    int stmt_append, stmt_read, stmt_last;
+    int fin_stmt;
+
+    pthread_mutex_t err_mu;
+    char last_err[512];
+
+    /* Async appends. */
+    pthread_mutex_t op_mu;
+    pthread_cond_t op_cond; /* signalled when inflight drops to 0 */
+    struct append_op *free_ops;
+    int nfree;
+    atomic_int inflight;
+
+    /* The highest known final index and those who wait for it to grow. */
+    pthread_mutex_t idx_mu;
+    pthread_cond_t idx_cond;
+    atomic_llong last_index;
+    int shutdown;    /* under idx_mu */
+    int waiters;     /* followers inside pawl_store_wait, under idx_mu */
+    pthread_cond_t waiters_cond;
+
+    /* Finalizer. */
+    pthread_t fin_thread;
+    int fin_started;
+    pthread_mutex_t fin_mu;
+    pthread_cond_t fin_cond;
+    atomic_int fin_signal;  /* set by each committed append */
+    atomic_int fin_waiting; /* the finalizer is (about to be) asleep on fin_cond */
+    atomic_int fin_stop;
+    struct pawl_pgreq listen_req;
+    struct pawl_pgstmt listen_stmt;
+    atomic_int listen_req_busy;
+
+    /* Commit acknowledgements, for pending counts and finalize delays. */
+    atomic_llong acked;   /* appends acknowledged so far (also the last ack's sequence) */
+    atomic_llong covered; /* acks covered by a finished finalization run */
+    struct ack_slot *ring;
+
+    /* Statistics. */
+    atomic_llong appends_ok, events_ok, appends_failed;
+    atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events;
+    struct hist delay, run, append_lat;
+};
+
+static void set_err(struct pawl_store *s, const char *sqlstate, const char *msg)
+{
+    pthread_mutex_lock(&s->err_mu);
+    if (sqlstate && sqlstate[0])
+        snprintf(s->last_err, sizeof s->last_err, "%s: %.490s", sqlstate, msg ? msg : "");
+    else
+        snprintf(s->last_err, sizeof s->last_err, "%.500s", msg ? msg : "");
+    pthread_mutex_unlock(&s->err_mu);
+}
+
+void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    if (s == NULL) {
+        buf[0] = '\0';
+        return;
+    }
+    pthread_mutex_lock(&s->err_mu);
+    snprintf(buf, len, "%s", s->last_err);
+    pthread_mutex_unlock(&s->err_mu);
+}
+
+/* Raise the known highest index and wake followers (any thread). */
+static void raise_index(struct pawl_store *s, int64_t idx)
+{
+    /* relaxed: the mutex below orders the update with the waiters' checks. */
+    long long cur = atomic_load_explicit(&s->last_index, memory_order_relaxed);
+    if (idx <= cur)
+        return;
+    pthread_mutex_lock(&s->idx_mu);
+    cur = atomic_load_explicit(&s->last_index, memory_order_relaxed);
+    if (idx > cur) {
+        atomic_store_explicit(&s->last_index, idx, memory_order_relaxed);
+        pthread_cond_broadcast(&s->idx_cond);
+    }
+    pthread_mutex_unlock(&s->idx_mu);
+}
+
+int64_t pawl_store_last_index(struct pawl_store *s)
+{
+    /* relaxed: a snapshot value; pawl_store_wait gives the ordering guarantees. */
+    return atomic_load_explicit(&s->last_index, memory_order_relaxed);
+}
+
+static void timespec_in(struct timespec *ts, int64_t ns_from_now)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ns_from_now / 1000000000;
+    ts->tv_nsec += ns_from_now % 1000000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+}
+
+int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
+{
+    int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    int rc = 0;
+    pthread_mutex_lock(&s->idx_mu);
+    s->waiters++;
+    while (atomic_load_explicit(&s->last_index, memory_order_relaxed) <= after) {
+        if (s->shutdown) {
+            rc = PAWL_ESHUTDOWN;
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&s->idx_cond, &s->idx_mu);
+            continue;
+        }
+        int64_t left = deadline - pawl_now_ns();
+        if (left <= 0) {
+            rc = PAWL_ETIMEDOUT;
+            break;
+        }
+        struct timespec ts;
+        timespec_in(&ts, left);
+        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+    }
+    if (--s->waiters == 0 && s->shutdown)
+        pthread_cond_broadcast(&s->waiters_cond);
+    pthread_mutex_unlock(&s->idx_mu);
+    return rc;
+}
+
+/* ---- options ------------------------------------------------------------------------------- */
+
+void pawl_store_opts_defaults(struct pawl_store_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connections = 2;
+    o->max_event_bytes = 1048576;
+    o->max_append_events = 10000;
+    o->max_inflight_appends = 8192;
+    o->finalizer = 1;
+    o->finalizer_safety_interval_ms = 1000;
+    o->finalize_batch_max = 2000;
+    o->finalizer_retry_ms = 2;
+    o->listen = 1;
+    o->reconnect_min_ms = 100;
+    o->reconnect_max_ms = 5000;
+    o->connect_timeout_ms = 10000;
+    o->open_timeout_ms = 10000;
+    o->queue_timeout_ms = 10000;
+    o->migrate = 0;
+}
+
+static const char *check_opts(const struct pawl_store_opts *o)
+{
+#define RANGE(f, lo, hi)                                                                           \
+    if ((long long)o->f < (long long)(lo) || (long long)o->f > (long long)(hi))                    \
+        return #f " is out of range (" #lo ".." #hi ")";
+    RANGE(connections, 1, 64);
+    RANGE(max_event_bytes, 1, 268435456);
+    RANGE(max_append_events, 1, 100000);
+    RANGE(max_inflight_appends, 1, 1000000);
+    RANGE(finalizer, 0, 1);
+    RANGE(finalizer_safety_interval_ms, 10, 3600000);
+    RANGE(finalize_batch_max, 1, 100000);
+    RANGE(finalizer_retry_ms, 1, 1000);
+    RANGE(listen, 0, 1);
+    RANGE(reconnect_min_ms, 1, 60000);
+    RANGE(reconnect_max_ms, 1, 60000);
+    RANGE(connect_timeout_ms, 1, 600000);
+    RANGE(open_timeout_ms, 1, 600000);
+    RANGE(queue_timeout_ms, 0, 3600000);
+    RANGE(migrate, 0, 1);
+#undef RANGE
+    if (o->reconnect_max_ms < o->reconnect_min_ms)
+        return "reconnect_max_ms is below reconnect_min_ms";
+    return NULL;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+static int utf8_valid(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            if (c == 0)
+                return 0;
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned min;
+        if ((c & 0xE0) == 0xC0) {
+            len = 2;
+            min = 0x80;
+            c &= 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3;
+            min = 0x800;
+            c &= 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4;
+            min = 0x10000;
+            c &= 0x07;
+        } else {
+            return 0;
+        }
+        if (i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+            c = (c << 6) | (p[i + k] & 0x3F);
+        }
+        if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* A small JSON syntax checker (RFC 8259); PostgreSQL's jsonb input is the final judge. */
+struct json {
+    const char *p, *end;
+    int depth;
+};
+
+static void js_ws(struct json *j)
+{
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+static int js_value(struct json *j);
+
+static int js_string(struct json *j)
+{
+    if (j->p >= j->end || *j->p != '"')
+        return 0;
+    j->p++;
+    while (j->p < j->end) {
+        unsigned char c = (unsigned char)*j->p++;
+        if (c == '"')
+            return 1;
+        if (c < 0x20)
+            return 0;
+        if (c == '\\') {
+            if (j->p >= j->end)
+                return 0;
+            char e = *j->p++;
+            if (e == 'u') {
+                for (int k = 0; k < 4; k++, j->p++)
+                    if (j->p >= j->end || !((*j->p >= '0' && *j->p <= '9') ||
+                                            (*j->p >= 'a' && *j->p <= 'f') ||
+                                            (*j->p >= 'A' && *j->p <= 'F')))
+                        return 0;
+            } else if (!strchr("\"\\/bfnrt", e)) {
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
+static int js_number(struct json *j)
+{
+    const char *s = j->p;
+    if (j->p < j->end && *j->p == '-')
+        j->p++;
+    if (j->p >= j->end)
+        return 0;
+    if (*j->p == '0')
+        j->p++;
+    else if (*j->p >= '1' && *j->p <= '9')
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
+            j->p++;
+    else
+        return 0;
+    if (j->p < j->end && *j->p == '.') {
+        j->p++;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
+            return 0;
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        j->p++;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
+            j->p++;
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
+            return 0;
+        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    return j->p > s;
+}
+
+static int js_lit(struct json *j, const char *w)
+{
+    size_t n = strlen(w);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0)
+        return 0;
+    j->p += n;
+    return 1;
+}
+
+static int js_object(struct json *j)
+{
+    if (++j->depth > 128)
+        return 0;
+    j->p++; /* '{' */
+    js_ws(j);
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+        j->depth--;
+        return 1;
+    }
+    for (;;) {
+        js_ws(j);
+        if (!js_string(j))
+            return 0;
+        js_ws(j);
+        if (j->p >= j->end || *j->p++ != ':')
+            return 0;
+        if (!js_value(j))
+            return 0;
+        js_ws(j);
+        if (j->p >= j->end)
+            return 0;
+        char c = *j->p++;
+        if (c == '}')
+            break;
+        if (c != ',')
+            return 0;
+    }
+    j->depth--;
+    return 1;
+}
+
+static int js_array(struct json *j)
+{
+    if (++j->depth > 128)
+        return 0;
+    j->p++; /* '[' */
+    js_ws(j);
+    if (j->p < j->end && *j->p == ']') {
+        j->p++;
+        j->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (!js_value(j))
+            return 0;
+        js_ws(j);
+        if (j->p >= j->end)
+            return 0;
+        char c = *j->p++;
+        if (c == ']')
+            break;
+        if (c != ',')
+            return 0;
+    }
+    j->depth--;
+    return 1;
+}
+
+static int js_value(struct json *j)
+{
+    js_ws(j);
+    if (j->p >= j->end)
+        return 0;
+    switch (*j->p) {
+    case '{':
+        return js_object(j);
+    case '[':
+        return js_array(j);
+    case '"':
+        return js_string(j);
+    case 't':
+        return js_lit(j, "true");
+    case 'f':
+        return js_lit(j, "false");
+    case 'n':
+        return js_lit(j, "null");
+    default:
+        return js_number(j);
+    }
+}
+
+static int json_object_valid(const char *s, size_t n)
+{
+    struct json j = {s, s + n, 0};
+    js_ws(&j);
+    if (j.p >= j.end || *j.p != '{')
+        return 0;
+    if (!js_object(&j))
+        return 0;
+    js_ws(&j);
+    return j.p == j.end;
+}
+
+static int cmp_stream_pos(const void *a, const void *b, void *arg)
+{
+    const struct pawl_event *ev = arg;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    int c = strcmp(ev[x].stream_id, ev[y].stream_id);
+    if (c)
+        return c;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Check events before anything reaches the server. Writes the reason into msg. Returns 0,
+ * PAWL_EINVAL or PAWL_ETOOBIG; *any is set when some stream uses PAWL_SEQ_ANY.
+ */
+static int validate(const struct pawl_store *s, const struct pawl_event *ev, size_t n, int *any,
+                    char *msg, size_t mlen)
+{
+    *any = 0;
+    if (ev == NULL || n == 0) {
+        snprintf(msg, mlen, "an append needs at least one event");
+        return PAWL_EINVAL;
+    }
+    if (n > s->o.max_append_events) {
+        snprintf(msg, mlen, "%zu events in one append, more than max_append_events (%zu)", n,
+                 s->o.max_append_events);
+        return PAWL_ETOOBIG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct pawl_event *e = &ev[i];
+        if (e->stream_id == NULL || e->type == NULL) {
+            snprintf(msg, mlen, "event %zu: stream_id and type are required", i);
+            return PAWL_EINVAL;
+        }
+        size_t ls = strlen(e->stream_id), lt = strlen(e->type);
+        size_t lm = e->metadata ? strlen(e->metadata) : 0;
+        if (ls == 0 || ls > PAWL_STREAM_ID_MAX) {
+            snprintf(msg, mlen, "event %zu: stream_id must have 1..%d bytes (has %zu)", i,
+                     PAWL_STREAM_ID_MAX, ls);
+            return PAWL_EINVAL;
+        }
+        if (lt == 0 || lt > PAWL_EVENT_TYPE_MAX) {
+            snprintf(msg, mlen, "event %zu: type must have 1..%d bytes (has %zu)", i,
+                     PAWL_EVENT_TYPE_MAX, lt);
+            return PAWL_EINVAL;
+        }
+        if (e->payload == NULL && e->payload_len > 0) {
+            snprintf(msg, mlen, "event %zu: payload is NULL with payload_len %zu", i,
+                     e->payload_len);
+            return PAWL_EINVAL;
+        }
+        if (e->payload_len > s->o.max_event_bytes ||
+            ls + lt + lm + e->payload_len > s->o.max_event_bytes) {
+            snprintf(msg, mlen, "event %zu: %zu bytes, more than max_event_bytes (%zu)", i,
+                     ls + lt + lm + e->payload_len, s->o.max_event_bytes);
+            return PAWL_ETOOBIG;
+        }
+        if (!utf8_valid((const unsigned char *)e->stream_id, ls) ||
+            !utf8_valid((const unsigned char *)e->type, lt)) {
+            snprintf(msg, mlen, "event %zu: stream_id or type is not valid UTF-8", i);
+            return PAWL_EINVAL;
+        }
+        if (e->metadata && (!utf8_valid((const unsigned char *)e->metadata, lm) ||
+                            !json_object_valid(e->metadata, lm))) {
+            snprintf(msg, mlen, "event %zu: metadata is not a JSON object", i);
+            return PAWL_EINVAL;
+        }
+        if (e->stream_seq < 0) {
+            snprintf(msg, mlen, "event %zu: stream_seq %lld is negative", i,
+                     (long long)e->stream_seq);
+            return PAWL_EINVAL;
+        }
+        if (e->stream_seq == PAWL_SEQ_ANY)
+            *any = 1;
+    }
+    if (n == 1)
+        return 0;
+    /* Per stream: all ANY or all explicit and consecutive, in batch order. */
+    uint32_t stack[256];
+    uint32_t *ix = n <= 256 ? stack : pawl_malloc(n * sizeof *ix);
+    if (ix == NULL) {
+        snprintf(msg, mlen, "out of memory");
+        return PAWL_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        ix[i] = (uint32_t)i;
+    qsort_r(ix, n, sizeof *ix, cmp_stream_pos, (void *)ev);
+    int rc = 0;
+    for (size_t i = 1; i < n; i++) {
+        const struct pawl_event *a = &ev[ix[i - 1]], *b = &ev[ix[i]];
+        if (strcmp(a->stream_id, b->stream_id) != 0)
+            continue;
+        int bad = (a->stream_seq == 0) != (b->stream_seq == 0) ||
+                  (a->stream_seq != 0 && b->stream_seq != a->stream_seq + 1);
+        if (bad) {
+            snprintf(msg, mlen,
+                     "stream \"%.64s\": events %u and %u must both be ANY or consecutive "
+                     "sequence numbers (%lld, %lld)",
+                     a->stream_id, ix[i - 1], ix[i], (long long)a->stream_seq,
+                     (long long)b->stream_seq);
+            rc = PAWL_EINVAL;
+            break;
+        }
+    }
+    if (ix != stack)
+        pawl_free(ix);
+    return rc;
+}
+
+/* ---- encoding: PostgreSQL binary arrays ------------------------------------------------ */
+
+static char *put32(char *p, uint32_t v)
+{
+    v = __builtin_bswap32(v);
+    memcpy(p, &v, 4);
+    return p + 4;
+}
+
+static char *put64(char *p, uint64_t v)
+{
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+    return p + 8;
+}
+
+static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
+{
+    p = put32(p, 1);
+    p = put32(p, (uint32_t)hasnull);
+    p = put32(p, oid);
+    p = put32(p, (uint32_t)n);
+    return put32(p, 1);
+}
+
+/* ---- append operations --------------------------------------------------------------------- */
+
+struct append_op {
+    struct pawl_store *s;
+    struct pawl_pgreq req;
+    struct pawl_pgstmt stmt;
+    const char *values[6];
+    int lengths[6];
+    int formats[6];
+    char *buf;
+    size_t cap;
+    size_t n;
+    int any;
+    int retries;
+    int64_t rows;
+    int64_t t_submit;
+    pawl_append_fn cb;
+    void *ud;
+    struct append_op *next_free;
+};
+
+static struct append_op *op_get(struct pawl_store *s)
+{
+    pthread_mutex_lock(&s->op_mu);
+    struct append_op *op = s->free_ops;
+    if (op) {
+        s->free_ops = op->next_free;
+        s->nfree--;
+    }
+    pthread_mutex_unlock(&s->op_mu);
+    if (op == NULL) {
+        op = pawl_calloc(1, sizeof *op);
+        if (op == NULL)
+            return NULL;
+        op->s = s;
+    }
+    return op;
+}
+
+static void op_put(struct pawl_store *s, struct append_op *op)
+{
+    /* Keep small buffers for reuse; large ones go back to the allocator. */
+    if (op->cap > (1u << 20)) {
+        pawl_free(op->buf);
+        op->buf = NULL;
+        op->cap = 0;
+    }
+    pthread_mutex_lock(&s->op_mu);
+    if (s->nfree < 1024) {
+        op->next_free = s->free_ops;
+        s->free_ops = op;
+        s->nfree++;
+        op = NULL;
+    }
+    pthread_mutex_unlock(&s->op_mu);
+    if (op) {
+        pawl_free(op->buf);
+        pawl_free(op);
+    }
+}
+
+static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
+{
+    size_t sz_s = 20, sz_q = 20 + n * 12, sz_t = 20, sz_p = 20, sz_m = 20;
+    int mnull = 0;
+    for (size_t i = 0; i < n; i++) {
+        sz_s += 4 + strlen(ev[i].stream_id);
+        sz_t += 4 + strlen(ev[i].type);
+        sz_p += 4 + ev[i].payload_len;
+        if (ev[i].metadata)
+            sz_m += 5 + strlen(ev[i].metadata);
+        else {
+            sz_m += 4;
+            mnull = 1;
+        }
+    }
+    size_t total = sz_s + sz_q + sz_t + sz_p + sz_m + 4;
+    if (total > INT32_MAX)
+        return PAWL_ETOOBIG;
+    if (op->cap < total) {
+        char *nb = pawl_malloc(total);
+        if (nb == NULL)
+            return PAWL_ENOMEM;
+        pawl_free(op->buf);
+        op->buf = nb;
+        op->cap = total;
+    }
+    char *p = op->buf;
+    char *start[6];
+
+    start[0] = p;
+    p = array_header(p, 0, OID_TEXT, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(ev[i].stream_id);
+        p = put32(p, (uint32_t)l);
+        memcpy(p, ev[i].stream_id, l);
+        p += l;
+    }
+    start[1] = p;
+    p = array_header(p, 0, OID_INT8, n);
+    for (size_t i = 0; i < n; i++) {
+        p = put32(p, 8);
+        p = put64(p, (uint64_t)ev[i].stream_seq);
+    }
+    start[2] = p;
+    p = array_header(p, 0, OID_TEXT, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(ev[i].type);
+        p = put32(p, (uint32_t)l);
+        memcpy(p, ev[i].type, l);
+        p += l;
+    }
+    start[3] = p;
+    p = array_header(p, 0, OID_BYTEA, n);
+    for (size_t i = 0; i < n; i++) {
+        p = put32(p, (uint32_t)ev[i].payload_len);
+        if (ev[i].payload_len)
+            memcpy(p, ev[i].payload, ev[i].payload_len);
+        p += ev[i].payload_len;
+    }
+    start[4] = p;
+    p = array_header(p, mnull, OID_JSONB, n);
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].metadata == NULL) {
+            p = put32(p, (uint32_t)-1);
+            continue;
+        }
+        size_t l = strlen(ev[i].metadata);
+        p = put32(p, (uint32_t)(l + 1));
+        *p++ = 1; /* jsonb binary format version */
+        memcpy(p, ev[i].metadata, l);
+        p += l;
+    }
+    start[5] = p;
+    p = put32(p, (uint32_t)n);
+    for (int i = 0; i < 6; i++) {
+        op->values[i] = start[i];
+        op->lengths[i] = (int)((i < 5 ? start[i + 1] : p) - start[i]);
+        op->formats[i] = 1;
+    }
+    op->n = n;
+    return 0;
+}
+
+static void on_insert_result(void *ud, const PGresult *res)
+{
+    struct append_op *op = ud;
+    if (PQresultStatus(res) == PGRES_COMMAND_OK)
+        op->rows = strtoll(PQcmdTuples((PGresult *)res), NULL, 10);
+}
+
+static void signal_finalizer(struct pawl_store *s)
+{
+    /* seq_cst pair with fin_waiting (Dekker): either we see the finalizer waiting and wake
+     * it, or it sees our signal before it sleeps. */
+    atomic_store(&s->fin_signal, 1);
+    if (atomic_load(&s->fin_waiting)) {
+        pthread_mutex_lock(&s->fin_mu);
+        pthread_cond_signal(&s->fin_cond);
+        pthread_mutex_unlock(&s->fin_mu);
+    }
+}
+
+static void record_ack(struct pawl_store *s, int64_t now)
+{
+    /* relaxed: the sequence only needs to be unique; the slot publishes below. */
+    long long seq = atomic_fetch_add_explicit(&s->acked, 1, memory_order_relaxed) + 1;
+    struct ack_slot *sl = &s->ring[seq & (ACK_RING - 1)];
+    atomic_store_explicit(&sl->t_ns, now, memory_order_relaxed);
+    /* release: t_ns is written before a reader that sees this seq reads it. */
+    atomic_store_explicit(&sl->seq, seq, memory_order_release);
+}
+
+static int submit_op(struct pawl_store *s, struct append_op *op);
+
+static void op_done(struct pawl_pgreq *req, int rc)
+{
+    struct append_op *op = req->ud;
+    struct pawl_store *s = op->s;
+    struct pawl_append_result res;
+    memset(&res, 0, sizeof res);
+    int64_t now = pawl_now_ns();
+
+    if (rc == PAWL_ESQL) {
+        int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
+                        strcmp(req->sqlstate, "40001") == 0 ||
+                        (op->any && strcmp(req->sqlstate, "23505") == 0);
+        if (retryable && op->retries < ANY_RETRIES) {
+            op->retries++;
+            if (submit_op(s, op) == 0)
+                return;
+        }
+    }
+    if (rc == 0 && op->rows == (int64_t)op->n) {
+        res.rc = 0;
+        res.committed_ns = now;
+    } else if (rc == 0) {
+        res.rc = PAWL_ECONFLICT;
+        snprintf(res.message, sizeof res.message,
+                 "a stream is not at the expected version (stream_seq - 1 of its first event)");
+    } else if (rc == PAWL_ESQL && strcmp(req->sqlstate, "23505") == 0) {
+        res.rc = PAWL_ECONFLICT;
+        snprintf(res.sqlstate, sizeof res.sqlstate, "%s", req->sqlstate);
+        snprintf(res.message, sizeof res.message, "a stream sequence number is taken: %.200s",
+                 req->message);
+    } else {
+        res.rc = rc;
+        snprintf(res.sqlstate, sizeof res.sqlstate, "%s", req->sqlstate);
+        snprintf(res.message, sizeof res.message, "%s", req->message);
+        if (rc == PAWL_ECONN && res.message[0] == '\0')
+            snprintf(res.message, sizeof res.message, "not committed: no connection");
+    }
+
+    if (res.rc == 0) {
+        /* relaxed: statistics. */
+        atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
+        hist_add(&s->append_lat, (now - op->t_submit) / 1000);
+        record_ack(s, now);
+        signal_finalizer(s);
+    } else {
+        atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
+        set_err(s, res.sqlstate, res.message);
+    }
+
+    pawl_append_fn cb = op->cb;
+    void *ud = op->ud;
+    op_put(s, op);
+    if (cb)
+        cb(ud, &res);
+    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
+    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&s->op_mu);
+        pthread_cond_broadcast(&s->op_cond);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+}
+
+static int submit_op(struct pawl_store *s, struct append_op *op)
+{
+    op->rows = -1;
+    op->stmt = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                    .nparams = 6,
+                                    .values = op->values,
+                                    .lengths = op->lengths,
+                                    .formats = op->formats,
+                                    .on_result = on_insert_result,
+                                    .ud = op};
+    memset(&op->req, 0, sizeof op->req);
+    op->req.stmts = &op->stmt;
+    op->req.nstmts = 1;
+    op->req.on_done = op_done;
+    op->req.ud = op;
+    return pawl_pgpool_submit(s->main, &op->req);
+}
+
+static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size_t n,
+                         pawl_append_fn cb, void *ud, int limit)
+{
+    char msg[256];
+    int any = 0;
+    int rc = validate(s, ev, n, &any, msg, sizeof msg);
+    if (rc != 0) {
+        set_err(s, NULL, msg);
+        return rc;
+    }
+    /* acq_rel: pairs with the decrement in op_done. */
+    int cur = atomic_fetch_add_explicit(&s->inflight, 1, memory_order_acq_rel);
+    if (limit && cur >= s->o.max_inflight_appends) {
+        atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel);
+        return PAWL_EAGAIN;
+    }
+    struct append_op *op = op_get(s);
+    if (op == NULL) {
+        rc = PAWL_ENOMEM;
+        goto undo;
+    }
+    rc = encode(op, ev, n);
+    if (rc != 0) {
+        op_put(s, op);
+        goto undo;
+    }
+    op->any = any;
+    op->retries = 0;
+    op->cb = cb;
+    op->ud = ud;
+    op->t_submit = pawl_now_ns();
+    rc = submit_op(s, op);
+    if (rc != 0) {
+        op_put(s, op);
+        goto undo;
+    }
+    return 0;
+undo:
+    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&s->op_mu);
+        pthread_cond_broadcast(&s->op_cond);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+    set_err(s, NULL, pawl_strerror(rc));
+    return rc;
+}
+
+int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                      pawl_append_fn cb, void *ud)
+{
+    if (s == NULL)
+        return PAWL_EINVAL;
+    return append_submit(s, events, n, cb, ud, 1);
+}
+
+struct sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int done;
+    struct pawl_append_result res;
+};
+
+static void sync_cb(void *ud, const struct pawl_append_result *res)
+{
+    struct sync_wait *w = ud;
+    pthread_mutex_lock(&w->mu);
+    w->res = *res;
+    w->done = 1;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                struct pawl_append_result *res)
+{
+    if (s == NULL)
+        return PAWL_EINVAL;
+    struct sync_wait w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    int rc = append_submit(s, events, n, sync_cb, &w, 0);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = w.res.rc;
+    } else {
+        w.res.rc = rc;
+        pawl_store_last_error(s, w.res.message, sizeof w.res.message);
+    }
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.mu);
+    if (res)
+        *res = w.res;
+    return rc;
+}
+
+void pawl_store_drain(struct pawl_store *s)
+{
+    pthread_mutex_lock(&s->op_mu);
+    /* acquire: pairs with the acq_rel decrement; callbacks' effects are visible after. */
+    while (atomic_load_explicit(&s->inflight, memory_order_acquire) > 0)
+        pthread_cond_wait(&s->op_cond, &s->op_mu);
+    pthread_mutex_unlock(&s->op_mu);
+}
+
+/* ---- the finalizer ------------------------------------------------------------------------- */
+
+struct fin_out {
+    int64_t appends, events, last;
+};
+
+static void on_fin_result(void *ud, const PGresult *res)
+{
+    struct fin_out *o = ud;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        o->appends = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        o->events = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        o->last = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+    }
+}
+
+static int finalize_once(struct pawl_store *s, struct fin_out *out)
+{
+    char lim[16];
+    snprintf(lim, sizeof lim, "%d", s->o.finalize_batch_max);
+    const char *vals[1] = {lim};
+    out->appends = out->events = out->last = -2;
+    struct pawl_pgstmt st = {
+        .prepared = s->fin_stmt, .nparams = 1, .values = vals, .on_result = on_fin_result,
+        .ud = out};
+    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
+    int64_t t0 = pawl_now_ns();
+    int rc = pawl_pgpool_exec(s->fin, 0, &req);
+    if (rc != 0) {
+        set_err(s, req.sqlstate, req.message);
+        return rc;
+    }
+    if (out->appends == -2) {
+        set_err(s, NULL, "pawl.finalize returned no row");
+        return PAWL_ESQL;
+    }
+    hist_add(&s->run, (pawl_now_ns() - t0) / 1000);
+    if (out->last > 0)
+        raise_index(s, out->last);
+    return 0;
+}
+
+int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, int64_t *last)
+{
+    struct fin_out o;
+    int rc = finalize_once(s, &o);
+    if (rc == 0) {
+        if (appends)
+            *appends = o.appends;
+        if (events)
+            *events = o.events;
+        if (last)
+            *last = o.last;
+    }
+    return rc;
+}
+
+/* Record finalize delays of acks (covered, upto] that finished at t_end. */
+static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
+{
+    /* relaxed: only the finalizer thread writes covered. */
+    long long from = atomic_load_explicit(&s->covered, memory_order_relaxed);
+    if (upto <= from)
+        return;
+    if (upto - from > ACK_RING)
+        from = upto - ACK_RING;
+    for (long long q = from + 1; q <= upto; q++) {
+        struct ack_slot *sl = &s->ring[q & (ACK_RING - 1)];
+        /* acquire: pairs with the release in record_ack; t_ns belongs to seq q. */
+        if (atomic_load_explicit(&sl->seq, memory_order_acquire) != q)
+            continue;
+        int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
+        hist_add(&s->delay, (t_end - t) / 1000);
+    }
+    atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
+}
+
+/* Sleep up to ms on fin_cond, returning early on stop (or a signal when wake_on_signal). */
+static void fin_sleep(struct pawl_store *s, int64_t ms)
+{
+    struct timespec ts;
+    timespec_in(&ts, ms * 1000000);
+    pthread_mutex_lock(&s->fin_mu);
+    if (!atomic_load(&s->fin_stop))
+        pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+    pthread_mutex_unlock(&s->fin_mu);
+}
+
+static void *fin_main(void *arg)
+{
+    struct pawl_store *s = arg;
+    int64_t safety_ns = (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
+    int64_t next_safety = pawl_now_ns() + safety_ns;
+    int rerun = 1;
+    int err_backoff_ms = 10;
+    for (;;) {
+        if (!rerun) {
+            pthread_mutex_lock(&s->fin_mu);
+            /* seq_cst: see signal_finalizer. */
+            atomic_store(&s->fin_waiting, 1);
+            while (!atomic_load(&s->fin_stop) && !atomic_load(&s->fin_signal)) {
+                int64_t left = next_safety - pawl_now_ns();
+                if (left <= 0)
+                    break;
+                struct timespec ts;
+                timespec_in(&ts, left);
+                pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+            }
+            atomic_store(&s->fin_waiting, 0);
+            pthread_mutex_unlock(&s->fin_mu);
+        }
+        int stopping = atomic_load(&s->fin_stop);
+        /* Drain every signal: one run covers all appends acknowledged before it starts. */
+        atomic_exchange(&s->fin_signal, 0);
+        /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
+        long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
+        if (stopping && acked == atomic_load_explicit(&s->covered, memory_order_relaxed))
+            break;
+        rerun = 0;
+        struct fin_out o;
+        int rc = finalize_once(s, &o);
+        int64_t now = pawl_now_ns();
+        next_safety = now + safety_ns;
+        if (rc != 0) {
+            atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
+            char e[512];
+            pawl_store_last_error(s, e, sizeof e);
+            PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
+                      pawl_strerror(rc), e, err_backoff_ms);
+            if (stopping)
+                break;
+            fin_sleep(s, err_backoff_ms);
+            err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
+            rerun = 1;
+            continue;
+        }
+        err_backoff_ms = 10;
+        if (o.appends < 0) {
+            /* Another session holds the lock; it may have started before our rows committed.
+             * Try again shortly (its notification wakes followers, not us: a short timer). */
+            atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
+            fin_sleep(s, s->o.finalizer_retry_ms);
+            rerun = 1;
+            continue;
+        }
+        /* relaxed: statistics. */
+        if (o.appends == 0) {
+            atomic_fetch_add_explicit(&s->fin_idle, 1, memory_order_relaxed);
+        } else {
+            atomic_fetch_add_explicit(&s->fin_runs, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_appends, o.appends, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_events, o.events, memory_order_relaxed);
+        }
+        record_delays(s, acked, now);
+        if (o.appends >= s->o.finalize_batch_max)
+            rerun = 1; /* truncated: the rest now */
+        if (stopping && !rerun)
+            break;
+    }
+    return NULL;
+}
+
+/* ---- the listener -------------------------------------------------------------------------- */
+
+static void on_notify(void *ud, const char *channel, const char *payload)
+{
+    struct pawl_store *s = ud;
+    if (strcmp(channel, "pawl_log") != 0 || payload == NULL)
+        return;
+    char *end;
+    long long v = strtoll(payload, &end, 10);
+    if (end != payload && v > 0)
+        raise_index(s, v);
+}
+
+static void on_last_result(void *ud, const PGresult *res)
+{
+    struct pawl_store *s = ud;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        raise_index(s, strtoll(PQgetvalue(res, 0, 0), NULL, 10));
+}
+
+static void listen_req_done(struct pawl_pgreq *req, int rc)
+{
+    struct pawl_store *s = req->ud;
+    (void)rc;
+    /* release: the request struct may be reused after this store. */
+    atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+}
+
+/* After (re)connecting, catch up with notifications missed while disconnected. */
+static void on_listen_connect(void *ud, int conn_index)
+{
+    struct pawl_store *s = ud;
+    int expected = 0;
+    /* acq_rel: only one catch-up query owns listen_req at a time. */
+    if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return;
+    s->listen_stmt = (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result,
+                                          .ud = s};
+    memset(&s->listen_req, 0, sizeof s->listen_req);
+    s->listen_req.stmts = &s->listen_stmt;
+    s->listen_req.nstmts = 1;
+    s->listen_req.flags = PAWL_PGREQ_READONLY;
+    s->listen_req.on_done = listen_req_done;
+    s->listen_req.ud = s;
+    if (pawl_pgpool_submit_on(s->listen, conn_index, &s->listen_req) != 0)
+        atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+}
+
+/* ---- reading ------------------------------------------------------------------------------- */
+
+void pawl_batch_init(struct pawl_batch *b)
+{
+    memset(b, 0, sizeof *b);
+}
+
+void pawl_batch_fini(struct pawl_batch *b)
+{
+    if (b == NULL)
+        return;
+    if (b->_res)
+        PQclear(b->_res);
+    pawl_free(b->events);
+    memset(b, 0, sizeof *b);
+}
+
+static void keep_result(void *ud, const PGresult *res)
+{
+    *(PGresult **)ud = (PGresult *)res;
+}
+
+static int64_t get64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)__builtin_bswap64(v);
+}
+
+int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b)
+{
+    if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
+        return PAWL_EINVAL;
+    if (b->_res) {
+        PQclear(b->_res);
+        b->_res = NULL;
+    }
+    b->count = 0;
+    char after_be[8], max_be[4];
+    put64(after_be, (uint64_t)after);
+    put32(max_be, (uint32_t)max);
+    const char *vals[2] = {after_be, max_be};
+    int lens[2] = {8, 4}, fmts[2] = {1, 1};
+    PGresult *res = NULL;
+    struct pawl_pgstmt st = {.prepared = s->stmt_read,
+                             .nparams = 2,
+                             .values = vals,
+                             .lengths = lens,
+                             .formats = fmts,
+                             .result_binary = 1,
+                             .on_result = keep_result,
+                             .ud = &res,
+                             .keep_result = 1};
+    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+    int rc = pawl_pgpool_exec(s->main, -1, &req);
+    if (rc != 0 || res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (rc == 0)
+            rc = PAWL_ESQL;
+        set_err(s, req.sqlstate, req.message[0] ? req.message : "read failed");
+        if (res)
+            PQclear(res);
+        return rc;
+    }
+    size_t n = (size_t)PQntuples(res);
+    if (n > b->_cap) {
+        struct pawl_event *ne = pawl_malloc(n * sizeof *ne);
+        if (ne == NULL) {
+            PQclear(res);
+            return PAWL_ENOMEM;
+        }
+        pawl_free(b->events);
+        b->events = ne;
+        b->_cap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct pawl_event *e = &b->events[i];
+        int r = (int)i;
+        e->index = get64(PQgetvalue(res, r, 0));
+        e->stream_id = PQgetvalue(res, r, 1);
+        e->stream_seq = get64(PQgetvalue(res, r, 2));
+        e->type = PQgetvalue(res, r, 3);
+        e->payload = PQgetvalue(res, r, 4);
+        e->payload_len = (size_t)PQgetlength(res, r, 4);
+        if (PQgetisnull(res, r, 5) || PQgetlength(res, r, 5) < 1)
+            e->metadata = NULL;
+        else
+            e->metadata = PQgetvalue(res, r, 5) + 1; /* skip the jsonb version byte */
+        e->appended_at_us = get64(PQgetvalue(res, r, 6)) + PG_EPOCH_OFFSET_US;
+        if (e->index != after + 1 + (int64_t)i) {
+            set_err(s, NULL, "the log returned a gap: index order broken");
+            PQclear(res);
+            b->count = 0;
+            return PAWL_ESQL;
+        }
+    }
+    b->count = n;
+    b->_res = res;
+    if (n > 0)
+        raise_index(s, b->events[n - 1].index);
+    return 0;
+}
+
+int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                int timeout_ms)
+{
+    int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    for (;;) {
+        int rc = pawl_read(s, after, max, b);
+        if (rc != 0 || b->count > 0)
+            return rc;
+        int left = -1;
+        if (timeout_ms >= 0) {
+            int64_t l = deadline - pawl_now_ns();
+            if (l <= 0)
+                return PAWL_ETIMEDOUT;
+            left = (int)((l + 999999) / 1000000);
+        }
+        rc = pawl_store_wait(s, after, left);
+        if (rc == PAWL_ESHUTDOWN)
+            return rc;
+        if (rc == PAWL_ETIMEDOUT) {
+            /* One last look: without a listener, notifications from others never arrive. */
+            rc = pawl_read(s, after, max, b);
+            if (rc != 0 || b->count > 0)
+                return rc;
+            return PAWL_ETIMEDOUT;
+        }
+    }
+}
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset)
+{
+    memset(st, 0, sizeof *st);
+    /* relaxed: statistics. */
+#define LD(x) atomic_load_explicit(&s->x, memory_order_relaxed)
+    st->appends_ok = LD(appends_ok);
+    st->events_ok = LD(events_ok);
+    st->appends_failed = LD(appends_failed);
+    st->appends_pending = LD(acked) - LD(covered);
+    st->inflight = LD(inflight);
+    st->finalize_runs = LD(fin_runs);
+    st->finalize_idle_runs = LD(fin_idle);
+    st->finalize_busy = LD(fin_busy);
+    st->finalize_errors = LD(fin_errors);
+    st->appends_finalized = LD(fin_appends);
+    st->events_finalized = LD(fin_events);
+    st->last_index = LD(last_index);
+#undef LD
+    hist_read(&s->delay, &st->delay_count, &st->delay_p50_ms, &st->delay_p99_ms,
+              &st->delay_max_ms, reset);
+    hist_read(&s->run, &st->run_count, &st->run_p50_ms, &st->run_p99_ms, &st->run_max_ms, reset);
+    int64_t c;
+    hist_read(&s->append_lat, &c, &st->append_p50_ms, &st->append_p99_ms, &st->append_max_ms,
+              reset);
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *name, int conns,
+                    const char *const *session, int listen, char *err, size_t errlen)
+{
+    struct pawl_pgpool_opts po;
+    pawl_pgpool_opts_defaults(&po);
+    po.name = name;
+    po.connections = conns;
+    po.reconnect_min_ms = s->o.reconnect_min_ms;
+    po.reconnect_max_ms = s->o.reconnect_max_ms;
+    po.connect_timeout_ms = s->o.connect_timeout_ms;
+    po.queue_timeout_ms = s->o.queue_timeout_ms;
+    po.session_sql = session;
+    if (listen) {
+        po.on_notify = on_notify;
+        po.on_connect = on_listen_connect;
+        po.hook_ud = s;
+    }
+    return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
+}
+
+int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_store_opts *o,
+                   char *err, size_t errlen)
+{
+    struct pawl_store_opts def;
+    if (o == NULL) {
+        pawl_store_opts_defaults(&def);
+        o = &def;
+    }
+    if (err && errlen)
+        err[0] = '\0';
+    if (out == NULL)
+        return PAWL_EINVAL;
+    const char *bad = check_opts(o);
+    if (bad) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", bad);
+        return PAWL_EINVAL;
+    }
+    char e[512];
+    if (pawl_dsn_check(dsn, e, sizeof e) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "invalid DSN: %s", e);
+        return PAWL_EINVAL;
+    }
+    int rc;
+    if (o->migrate) {
+        rc = pawl_schema_migrate(dsn, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    int dbv = 0, libv = 0;
+    rc = pawl_schema_version(dsn, &dbv, &libv, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (dbv != libv) {
+        if (err && errlen) {
+            if (dbv > libv)
+                snprintf(err, errlen,
+                         "the database schema is version %d, newer than this pawl (which knows "
+                         "up to version %d): upgrade pawl",
+                         dbv, libv);
+            else
+                snprintf(err, errlen,
+                         "the database schema is version %d and this pawl needs version %d: "
+                         "run `pawl init` (or set migrate)",
+                         dbv, libv);
+        }
+        return PAWL_ESCHEMA;
+    }
+
+    struct pawl_store *s = pawl_calloc(1, sizeof *s);
+    if (s == NULL)
+        return PAWL_ENOMEM;
+    s->o = *o;
+    pthread_mutex_init(&s->err_mu, NULL);
+    pthread_mutex_init(&s->op_mu, NULL);
+    pthread_cond_init(&s->op_cond, NULL);
+    pthread_mutex_init(&s->idx_mu, NULL);
+    cond_init_mono(&s->idx_cond);
+    pthread_cond_init(&s->waiters_cond, NULL);
+    pthread_mutex_init(&s->fin_mu, NULL);
+    cond_init_mono(&s->fin_cond);
+    rc = PAWL_ENOMEM;
+    s->dsn = pawl_strdup(dsn);
+    s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
+    if (s->dsn == NULL || s->ring == NULL)
+        goto fail;
+
+    static const char *const fin_session[] = {"SET application_name = 'pawl finalizer'", NULL};
+    static const char *const main_session[] = {"SET application_name = 'pawl'", NULL};
+    static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
+                                                 "LISTEN pawl_log", NULL};
+    rc = new_pool(s, &s->main, "log", o->connections, main_session, 0, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 0, err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (o->listen) {
+        rc = new_pool(s, &s->listen, "listener", 1, listen_session, 1, err, errlen);
+        if (rc != 0)
+            goto fail;
+    }
+    static const Oid append_types[6] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_TEXT_ARRAY,
+                                        OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_INT4};
+    static const Oid read_types[2] = {OID_INT8, OID_INT4};
+    s->stmt_append = pawl_pgpool_prepare(s->main, APPEND_SQL, 6, append_types);
+    s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
+    s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
+    s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
+    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0) {
+        rc = PAWL_ENOMEM;
+        goto fail;
+    }
+    {
+        int64_t last = 0;
+        struct pawl_pgstmt st = {.prepared = s->stmt_last, .on_result = on_last_result, .ud = s};
+        struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+        (void)last;
+        rc = pawl_pgpool_exec(s->main, -1, &req);
+        if (rc != 0) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s%s%s", req.sqlstate, req.sqlstate[0] ? ": " : "",
+                         req.message);
+            goto fail;
+        }
+    }
+    if (o->finalizer) {
+        if (pthread_create(&s->fin_thread, NULL, fin_main, s) != 0) {
+            rc = PAWL_ESYS;
+            goto fail;
+        }
+        s->fin_started = 1;
+    }
+    *out = s;
+    return 0;
+
+fail:
+    pawl_pgpool_free(s->listen);
+    pawl_pgpool_free(s->fin);
+    pawl_pgpool_free(s->main);
+    pawl_free(s->ring);
+    pawl_free(s->dsn);
+    pthread_cond_destroy(&s->fin_cond);
+    pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->waiters_cond);
+    pthread_cond_destroy(&s->idx_cond);
+    pthread_mutex_destroy(&s->idx_mu);
+    pthread_cond_destroy(&s->op_cond);
+    pthread_mutex_destroy(&s->op_mu);
+    pthread_mutex_destroy(&s->err_mu);
+    pawl_free(s);
+    return rc;
+}
+
+void pawl_store_free(struct pawl_store *s)
+{
+    if (s == NULL)
+        return;
+    pawl_store_drain(s);
+    if (s->fin_started) {
+        pthread_mutex_lock(&s->fin_mu);
+        atomic_store(&s->fin_stop, 1); /* seq_cst: read by the finalizer under fin_mu */
+        pthread_cond_signal(&s->fin_cond);
+        pthread_mutex_unlock(&s->fin_mu);
+        pthread_join(s->fin_thread, NULL);
+    }
+    pthread_mutex_lock(&s->idx_mu);
+    s->shutdown = 1;
+    pthread_cond_broadcast(&s->idx_cond);
+    while (s->waiters > 0)
+        pthread_cond_wait(&s->waiters_cond, &s->idx_mu);
+    pthread_mutex_unlock(&s->idx_mu);
+    pawl_pgpool_free(s->listen);
+    pawl_pgpool_free(s->fin);
+    pawl_pgpool_free(s->main);
+    while (s->free_ops) {
+        struct append_op *op = s->free_ops;
+        s->free_ops = op->next_free;
+        pawl_free(op->buf);
+        pawl_free(op);
+    }
+    pawl_free(s->ring);
+    pawl_free(s->dsn);
+    pthread_cond_destroy(&s->fin_cond);
+    pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->waiters_cond);
+    pthread_cond_destroy(&s->idx_cond);
+    pthread_mutex_destroy(&s->idx_mu);
+    pthread_cond_destroy(&s->op_cond);
+    pthread_mutex_destroy(&s->op_mu);
+    pthread_mutex_destroy(&s->err_mu);
+    pawl_free(s);
+}

@@ -1,0 +1,1161 @@
+/*
+ * pgconn.c — the pipelined connection pool (see pgconn.h for the contract).
+ *
+ * One I/O thread runs an epoll loop over the pool's sockets and an eventfd that submitters
+ * write to. Each connection is a state machine:
+ *
+ *   DOWN --start--> CONNECTING --PQconnectPoll OK--> SETUP --session Sync--> READY
+ *     ^                 | fail/timeout                  | error                 | socket/libpq error
+ *     +---- BACKOFF <---+-------------------------------+-----------------------+
+ *
+ * Send cursor: requests move from the pool queue (or the connection's pinned queue) to the
+ * connection while it is READY, has fewer than max_inflight requests outstanding, and its
+ * output is drained (PQflush() returned 0). Receive cursor: a FIFO of "expected results"
+ * (session statement, prepare, request statement, Sync) matched one to one, in order, with what
+ * PQgetResult returns. A statement's results end with a NULL from PQgetResult; a Sync's result
+ * (PGRES_PIPELINE_SYNC) is not followed by NULL.
+ *
+ * Input is consumed when epoll reports the socket readable (PQconsumeInput), and results are
+ * taken only while PQisBusy() is false, so the thread never blocks in libpq. A connection in
+ * the middle of a multi-request transaction (a NOSYNC request was its last) takes only pinned
+ * requests, never shared ones, so no one else's statement lands in that transaction.
+ *
+ * Locking: the pool mutex protects the shared queue, the pinned queues and the connection
+ * state flags read by other threads. The I/O thread owns every PGconn and the receive FIFOs.
+ */
+#include "pgconn.h"
+
+#include "common.h"
+#include "dsn.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define MAX_PREPARED 128
+#define MAX_CONNS 64
+
+enum cstate { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_BACKOFF };
+
+enum ekind { E_SETUP, E_PREPARE, E_STMT, E_SYNC };
+
+struct expect {
+    enum ekind kind;
+    int arg; /* statement index (E_STMT), prepared id (E_PREPARE) */
+    struct pawl_pgreq *req;
+};
+
+struct conn {
+    struct pawl_pgpool *pool;
+    int index;
+    PGconn *pg;
+    int fd;            /* registered with epoll, or -1 */
+    uint32_t events;   /* currently registered epoll events */
+    enum cstate state; /* written by the I/O thread; read by others under the pool mutex */
+    PostgresPollingStatusType poll;
+    int64_t deadline_ns; /* connect timeout or end of back-off */
+    int backoff_ms;
+    int want_write;  /* PQflush() returned 1: wait for EPOLLOUT before writing more */
+    int open_txn;    /* last request sent was NOSYNC: only pinned requests may follow */
+    int ninflight;   /* requests handed to libpq, not completed */
+    struct pawl_pgreq *inflight_head, *inflight_tail;
+    struct pawl_pgreq *pinned_head, *pinned_tail; /* under the pool mutex */
+    struct expect *exp;                           /* ring of expected results */
+    size_t exp_cap, exp_head, exp_len;
+    uint8_t prepared[MAX_PREPARED];
+    int aborted; /* an error occurred in the current transaction segment */
+};
+
+struct prepared_stmt {
+    char *name;
+    char *sql;
+    int nparams;
+    Oid *types;
+};
+
+struct pawl_pgpool {
+    struct pawl_pgpool_opts o;
+    char *name;
+    char *dsn;
+    char **session_sql;
+    int nsession;
+
+    pthread_t thread;
+    int epfd;
+    int evfd;
+    atomic_int stop;     /* set by free(); read by the I/O thread after each wakeup */
+    atomic_int woken;    /* 1 while an eventfd wakeup is outstanding (coalesces writes) */
+    atomic_int nready;   /* connections READY; relaxed, informational */
+    atomic_llong pending; /* requests submitted and not completed */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* signalled when a connection becomes READY or fails (for new) */
+    struct pawl_pgreq *q_head, *q_tail; /* shared queue */
+    char last_error[512];
+    int attempts_done; /* connection attempts finished (ok or failed), for pawl_pgpool_new */
+
+    /* Prepared statements: entries are immutable once published through nprepared. */
+    struct prepared_stmt prep[MAX_PREPARED];
+    atomic_int nprepared; /* release on publish, acquire on read */
+
+    int nconns;
+    struct conn conns[];
+};
+
+/* ---------------------------------------------------------------------------------------- */
+
+void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->name = "pg";
+    o->connections = 2;
+    o->reconnect_min_ms = 100;
+    o->reconnect_max_ms = 5000;
+    o->connect_timeout_ms = 10000;
+    o->max_inflight = 512;
+    o->queue_timeout_ms = 10000;
+}
+
+static void wake(struct pawl_pgpool *p)
+{
+    /* acq_rel: the queue writes made under the mutex are visible before the I/O thread runs. */
+    if (atomic_exchange_explicit(&p->woken, 1, memory_order_acq_rel) == 0) {
+        uint64_t one = 1;
+        ssize_t r = write(p->evfd, &one, sizeof one);
+        (void)r;
+    }
+}
+
+static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&p->mu);
+    va_start(ap, fmt);
+    vsnprintf(p->last_error, sizeof p->last_error, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(p->last_error);
+    while (n > 0 && (p->last_error[n - 1] == '\n' || p->last_error[n - 1] == ' '))
+        p->last_error[--n] = '\0';
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void copy_trimmed(char *dst, size_t len, const char *src)
+{
+    snprintf(dst, len, "%s", src ? src : "");
+    size_t n = strlen(dst);
+    while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' '))
+        dst[--n] = '\0';
+}
+
+/* Complete a request: runs its callback on the I/O thread. */
+static void complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
+{
+    /* relaxed: a statistic; completion order is carried by the callback itself. */
+    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
+    r->_next = NULL;
+    r->on_done(r, rc);
+}
+
+/* ---- the receive FIFO -------------------------------------------------------------------- */
+
+static int exp_push(struct conn *c, enum ekind kind, int arg, struct pawl_pgreq *req)
+{
+    if (c->exp_len == c->exp_cap) {
+        size_t ncap = c->exp_cap ? c->exp_cap * 2 : 256;
+        struct expect *n = pawl_malloc(ncap * sizeof *n);
+        if (n == NULL)
+            return PAWL_ENOMEM;
+        for (size_t i = 0; i < c->exp_len; i++)
+            n[i] = c->exp[(c->exp_head + i) % c->exp_cap];
+        pawl_free(c->exp);
+        c->exp = n;
+        c->exp_cap = ncap;
+        c->exp_head = 0;
+    }
+    c->exp[(c->exp_head + c->exp_len) % c->exp_cap] = (struct expect){kind, arg, req};
+    c->exp_len++;
+    return 0;
+}
+
+static struct expect *exp_front(struct conn *c)
+{
+    return c->exp_len ? &c->exp[c->exp_head] : NULL;
+}
+
+static void exp_pop(struct conn *c)
+{
+    c->exp_head = (c->exp_head + 1) % c->exp_cap;
+    c->exp_len--;
+}
+
+/* ---- epoll registration ------------------------------------------------------------------ */
+
+static void reg(struct conn *c, uint32_t events)
+{
+    struct pawl_pgpool *p = c->pool;
+    int fd = c->pg ? PQsocket(c->pg) : -1;
+    if (fd != c->fd) {
+        if (c->fd >= 0)
+            epoll_ctl(p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* may already be closed: ignore */
+        c->fd = -1;
+        c->events = 0;
+        if (fd < 0)
+            return;
+        struct epoll_event ev = {.events = events, .data.ptr = c};
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+            c->fd = fd;
+            c->events = events;
+        }
+        return;
+    }
+    if (fd >= 0 && events != c->events) {
+        struct epoll_event ev = {.events = events, .data.ptr = c};
+        epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev);
+        c->events = events;
+    }
+}
+
+static void unreg(struct conn *c)
+{
+    if (c->fd >= 0)
+        epoll_ctl(c->pool->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    c->fd = -1;
+    c->events = 0;
+}
+
+/* ---- connection life cycle --------------------------------------------------------------- */
+
+static void set_state(struct conn *c, enum cstate s)
+{
+    struct pawl_pgpool *p = c->pool;
+    pthread_mutex_lock(&p->mu);
+    if (c->state == C_READY && s != C_READY)
+        atomic_fetch_sub_explicit(&p->nready, 1, memory_order_relaxed); /* statistic */
+    if (c->state != C_READY && s == C_READY)
+        atomic_fetch_add_explicit(&p->nready, 1, memory_order_relaxed); /* statistic */
+    c->state = s;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void start_connect(struct conn *c);
+
+/*
+ * The connection failed (during connect, setup or while running): fail what was in flight,
+ * close, and schedule a reconnect after back-off.
+ */
+static void conn_break(struct conn *c, const char *why_in)
+{
+    struct pawl_pgpool *p = c->pool;
+    char dsnbuf[256];
+    /* libpq's messages span lines; logs and request messages want one. */
+    char why[512];
+    copy_trimmed(why, sizeof why, why_in ? why_in : "");
+    for (char *q = why; *q; q++)
+        if (*q == '\n' || *q == '\t')
+            *q = ' ';
+    int was_ready = c->state == C_READY || c->state == C_SETUP;
+    if (was_ready)
+        PAWL_WARN("pgconn", "%s[%d]: connection lost: %s", p->name, c->index, why);
+    else
+        PAWL_WARN("pgconn", "%s[%d]: cannot connect to %s: %s", p->name, c->index,
+                  pawl_dsn_redact(p->dsn, dsnbuf, sizeof dsnbuf), why);
+    set_error(p, "%s", why);
+
+    unreg(c);
+    if (c->pg)
+        PQfinish(c->pg);
+    c->pg = NULL;
+
+    /* Requests handed to libpq: committed or not is unknown unless they could not commit. */
+    struct pawl_pgreq *r = c->inflight_head;
+    c->inflight_head = c->inflight_tail = NULL;
+    c->ninflight = 0;
+    c->exp_len = 0;
+    c->exp_head = 0;
+    c->open_txn = 0;
+    c->aborted = 0;
+    c->want_write = 0;
+    memset(c->prepared, 0, sizeof c->prepared);
+    while (r) {
+        struct pawl_pgreq *next = r->_next;
+        int rc;
+        if (r->failed_stmt >= 0)
+            rc = PAWL_ESQL; /* the server already refused it: nothing committed */
+        else if ((r->flags & PAWL_PGREQ_READONLY) || !r->_sync_sent)
+            rc = PAWL_ECONN;
+        else
+            rc = PAWL_EINDOUBT;
+        if (rc != PAWL_ESQL) {
+            snprintf(r->message, sizeof r->message, "%s: %.180s",
+                     rc == PAWL_EINDOUBT ? "connection lost after the commit was sent"
+                                         : "connection lost",
+                     why);
+        }
+        complete(p, r, rc);
+        r = next;
+    }
+
+    /* Pinned requests belong to this connection's session, which is gone. */
+    pthread_mutex_lock(&p->mu);
+    struct pawl_pgreq *pin = c->pinned_head;
+    c->pinned_head = c->pinned_tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    while (pin) {
+        struct pawl_pgreq *next = pin->_next;
+        snprintf(pin->message, sizeof pin->message, "connection lost: %.200s", why);
+        complete(p, pin, PAWL_ECONN);
+        pin = next;
+    }
+
+    if (c->backoff_ms <= 0)
+        c->backoff_ms = p->o.reconnect_min_ms;
+    /* Jitter (±25%) keeps many processes from reconnecting in lock step. */
+    int64_t ms = c->backoff_ms - c->backoff_ms / 4 + (int64_t)(rand() % (c->backoff_ms / 2 + 1));
+    c->deadline_ns = pawl_now_ns() + ms * 1000000;
+    c->backoff_ms = PAWL_MIN(c->backoff_ms * 2, p->o.reconnect_max_ms);
+    set_state(c, C_BACKOFF);
+
+    pthread_mutex_lock(&p->mu);
+    p->attempts_done++;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void start_connect(struct conn *c)
+{
+    struct pawl_pgpool *p = c->pool;
+    c->pg = PQconnectStart(p->dsn);
+    if (c->pg == NULL) {
+        conn_break(c, "out of memory");
+        return;
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+        char msg[512];
+        copy_trimmed(msg, sizeof msg, PQerrorMessage(c->pg));
+        conn_break(c, msg);
+        return;
+    }
+    c->poll = PGRES_POLLING_WRITING;
+    c->deadline_ns = pawl_now_ns() + (int64_t)p->o.connect_timeout_ms * 1000000;
+    set_state(c, C_CONNECTING);
+    reg(c, EPOLLOUT);
+}
+
+/* Send the session statements, then a Sync; the Sync's result makes the connection READY. */
+static void start_setup(struct conn *c)
+{
+    struct pawl_pgpool *p = c->pool;
+    if (PQsetnonblocking(c->pg, 1) != 0 || PQenterPipelineMode(c->pg) != 1) {
+        conn_break(c, PQerrorMessage(c->pg));
+        return;
+    }
+    for (int i = 0; i < p->nsession; i++) {
+        if (!PQsendQueryParams(c->pg, p->session_sql[i], 0, NULL, NULL, NULL, NULL, 0) ||
+            exp_push(c, E_SETUP, i, NULL) != 0) {
+            conn_break(c, PQerrorMessage(c->pg));
+            return;
+        }
+    }
+    if (!PQpipelineSync(c->pg) || exp_push(c, E_SYNC, 0, NULL) != 0) {
+        conn_break(c, PQerrorMessage(c->pg));
+        return;
+    }
+    set_state(c, C_SETUP);
+    int f = PQflush(c->pg);
+    if (f < 0) {
+        conn_break(c, PQerrorMessage(c->pg));
+        return;
+    }
+    c->want_write = f == 1;
+    reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
+}
+
+static void connect_step(struct conn *c)
+{
+    c->poll = PQconnectPoll(c->pg);
+    switch (c->poll) {
+    case PGRES_POLLING_READING:
+        reg(c, EPOLLIN);
+        break;
+    case PGRES_POLLING_WRITING:
+        reg(c, EPOLLOUT);
+        break;
+    case PGRES_POLLING_OK:
+        start_setup(c);
+        break;
+    default: {
+        char msg[512];
+        copy_trimmed(msg, sizeof msg, PQerrorMessage(c->pg));
+        conn_break(c, msg[0] ? msg : "connection failed");
+        break;
+    }
+    }
+}
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+/* Hand one request to libpq. Returns 0, or -1 when the connection broke (request re-queued). */
+static int send_req(struct conn *c, struct pawl_pgreq *r)
+{
+    struct pawl_pgpool *p = c->pool;
+    int nprep = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* entries below */
+    r->failed_stmt = -1;
+    r->sqlstate[0] = '\0';
+    r->message[0] = '\0';
+    r->conn_index = c->index;
+    r->_nsent = 0;
+    r->_nrecv = 0;
+    r->_sync_sent = 0;
+    for (int i = 0; i < r->nstmts; i++) {
+        const struct pawl_pgstmt *s = &r->stmts[i];
+        int ok;
+        if (s->sql != NULL) {
+            ok = PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, s->values, s->lengths,
+                                   s->formats, s->result_binary);
+        } else {
+            (void)nprep; /* ids were checked against it at submit */
+            const struct prepared_stmt *ps = &p->prep[s->prepared];
+            if (!c->prepared[s->prepared]) {
+                if (!PQsendPrepare(c->pg, ps->name, ps->sql, ps->nparams, ps->types))
+                    goto broken;
+                if (exp_push(c, E_PREPARE, s->prepared, NULL) != 0)
+                    goto broken;
+                c->prepared[s->prepared] = 1;
+            }
+            ok = PQsendQueryPrepared(c->pg, ps->name, s->nparams, s->values, s->lengths,
+                                     s->formats, s->result_binary);
+        }
+        if (!ok || exp_push(c, E_STMT, i, r) != 0)
+            goto broken;
+        r->_nsent++;
+    }
+    if (r->flags & PAWL_PGREQ_NOSYNC) {
+        if (!PQsendFlushRequest(c->pg))
+            goto broken;
+        c->open_txn = 1;
+    } else {
+        if (!PQpipelineSync(c->pg) || exp_push(c, E_SYNC, 0, r) != 0)
+            goto broken;
+        r->_sync_sent = 1;
+        c->open_txn = 0;
+    }
+    r->_next = NULL;
+    if (c->inflight_tail)
+        c->inflight_tail->_next = r;
+    else
+        c->inflight_head = r;
+    c->inflight_tail = r;
+    c->ninflight++;
+    return 0;
+
+broken:
+    /* Part of it may be in libpq's buffer: account it as in flight so it fails as such. */
+    r->_next = NULL;
+    if (c->inflight_tail)
+        c->inflight_tail->_next = r;
+    else
+        c->inflight_head = r;
+    c->inflight_tail = r;
+    c->ninflight++;
+    {
+        char msg[512];
+        copy_trimmed(msg, sizeof msg, PQerrorMessage(c->pg));
+        conn_break(c, msg[0] ? msg : "send failed");
+    }
+    return -1;
+}
+
+static struct pawl_pgreq *take_next(struct conn *c)
+{
+    struct pawl_pgpool *p = c->pool;
+    struct pawl_pgreq *r = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (c->pinned_head) {
+        r = c->pinned_head;
+        c->pinned_head = r->_next;
+        if (!c->pinned_head)
+            c->pinned_tail = NULL;
+    } else if (!c->open_txn && p->q_head) {
+        r = p->q_head;
+        p->q_head = r->_next;
+        if (!p->q_head)
+            p->q_tail = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+/* Send as much as the connection may take now; flush. */
+static void pump_send(struct conn *c)
+{
+    struct pawl_pgpool *p = c->pool;
+    if (c->state != C_READY)
+        return;
+    int sent = 0;
+    while (!c->want_write && c->ninflight < p->o.max_inflight) {
+        struct pawl_pgreq *r = take_next(c);
+        if (r == NULL)
+            break;
+        if (send_req(c, r) != 0)
+            return;
+        sent++;
+        /* Flush every few requests so the server starts early on long bursts. */
+        if ((sent & 15) == 0) {
+            int f = PQflush(c->pg);
+            if (f < 0) {
+                conn_break(c, PQerrorMessage(c->pg));
+                return;
+            }
+            c->want_write = f == 1;
+        }
+    }
+    if (sent && !c->want_write) {
+        int f = PQflush(c->pg);
+        if (f < 0) {
+            conn_break(c, PQerrorMessage(c->pg));
+            return;
+        }
+        c->want_write = f == 1;
+    }
+    reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
+}
+
+/* ---- receiving --------------------------------------------------------------------------- */
+
+static void req_error(struct pawl_pgreq *r, int stmt, const PGresult *res, const char *fallback)
+{
+    if (r->failed_stmt >= 0)
+        return;
+    r->failed_stmt = stmt;
+    const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    snprintf(r->sqlstate, sizeof r->sqlstate, "%s", st ? st : "");
+    copy_trimmed(r->message, sizeof r->message, msg ? msg : fallback);
+}
+
+static void remove_inflight(struct conn *c, struct pawl_pgreq *r)
+{
+    /* Requests complete in order, so r is the head. */
+    struct pawl_pgreq **pp = &c->inflight_head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->_next;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = r->_next;
+    if (c->inflight_tail == r)
+        c->inflight_tail = prev;
+    c->ninflight--;
+}
+
+static void finish_req(struct conn *c, struct pawl_pgreq *r)
+{
+    remove_inflight(c, r);
+    complete(c->pool, r, r->failed_stmt >= 0 ? PAWL_ESQL : 0);
+}
+
+/* Handle one non-NULL result for the front expectation. Returns 1 if the item is done. */
+static int on_result(struct conn *c, struct expect *e, PGresult *res)
+{
+    struct pawl_pgpool *p = c->pool;
+    ExecStatusType st = PQresultStatus(res);
+    switch (e->kind) {
+    case E_SETUP:
+        if (st == PGRES_FATAL_ERROR) {
+            PAWL_WARN("pgconn", "%s[%d]: session statement \"%s\" failed: %s", p->name, c->index,
+                      p->session_sql[e->arg], PQresultErrorMessage(res));
+            c->aborted = 1;
+        }
+        return 0;
+    case E_PREPARE:
+        if (st != PGRES_COMMAND_OK) {
+            c->prepared[e->arg] = 0; /* failed or skipped: prepare again next time */
+            if (st == PGRES_FATAL_ERROR)
+                c->aborted = 1;
+        }
+        return 0;
+    case E_STMT: {
+        struct pawl_pgreq *r = e->req;
+        if (st == PGRES_FATAL_ERROR) {
+            req_error(r, e->arg, res, "statement failed");
+            c->aborted = 1;
+        } else if (st == PGRES_PIPELINE_ABORTED) {
+            if (r->failed_stmt < 0) {
+                r->failed_stmt = e->arg;
+                snprintf(r->sqlstate, sizeof r->sqlstate, "25P02");
+                snprintf(r->message, sizeof r->message,
+                         "not run: an earlier statement in this transaction failed");
+            }
+        }
+        if (r->stmts[e->arg].on_result) {
+            r->stmts[e->arg].on_result(r->stmts[e->arg].ud, res);
+            if (r->stmts[e->arg].keep_result)
+                return 2; /* ownership passed: the caller must not clear it */
+        }
+        return 0;
+    }
+    case E_SYNC:
+        if (st != PGRES_PIPELINE_SYNC) {
+            /* Unexpected: the protocol is out of step; treat as a broken connection. */
+            return -1;
+        }
+        c->aborted = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Returns 0, or -1 when the connection broke. */
+static int pump_recv(struct conn *c)
+{
+    struct pawl_pgpool *p = c->pool;
+    for (;;) {
+        struct expect *e = exp_front(c);
+        if (e == NULL)
+            break;
+        if (PQisBusy(c->pg))
+            break;
+        PGresult *res = PQgetResult(c->pg);
+        if (res == NULL) {
+            /* End of one statement's results. */
+            struct expect done = *e;
+            if (done.kind == E_SYNC)
+                break; /* nothing more available yet */
+            exp_pop(c);
+            if (done.kind == E_STMT) {
+                struct pawl_pgreq *r = done.req;
+                r->_nrecv++;
+                /* A NOSYNC request completes with its last statement. */
+                if ((r->flags & PAWL_PGREQ_NOSYNC) && r->_nrecv == r->_nsent)
+                    finish_req(c, r);
+            }
+            continue;
+        }
+        int d = on_result(c, e, res);
+        if (d == 2)
+            d = 0;
+        else
+            PQclear(res);
+        if (d < 0) {
+            conn_break(c, "protocol out of step (unexpected result)");
+            return -1;
+        }
+        if (d == 1) {
+            struct expect done = *e;
+            exp_pop(c);
+            if (done.req == NULL) {
+                /* The session setup finished. */
+                if (c->state == C_SETUP) {
+                    c->backoff_ms = 0;
+                    set_state(c, C_READY);
+                    pthread_mutex_lock(&p->mu);
+                    p->attempts_done++;
+                    pthread_cond_broadcast(&p->cond);
+                    pthread_mutex_unlock(&p->mu);
+                    if (p->o.on_connect)
+                        p->o.on_connect(p->o.hook_ud, c->index);
+                }
+            } else {
+                finish_req(c, done.req);
+            }
+        }
+    }
+    PGnotify *n;
+    while ((n = PQnotifies(c->pg)) != NULL) {
+        if (p->o.on_notify)
+            p->o.on_notify(p->o.hook_ud, n->relname, n->extra);
+        PQfreemem(n);
+    }
+    return 0;
+}
+
+static void on_io(struct conn *c, uint32_t ev)
+{
+    if (c->state == C_CONNECTING) {
+        connect_step(c);
+        return;
+    }
+    if (c->state != C_READY && c->state != C_SETUP)
+        return;
+    if (ev & (EPOLLERR | EPOLLHUP)) {
+        /* Read what is left first: the server's last error message explains the hang-up. */
+        PQconsumeInput(c->pg);
+    }
+    if (ev & EPOLLOUT) {
+        int f = PQflush(c->pg);
+        if (f < 0) {
+            conn_break(c, PQerrorMessage(c->pg));
+            return;
+        }
+        c->want_write = f == 1;
+    }
+    if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        if (!PQconsumeInput(c->pg)) {
+            char msg[512];
+            copy_trimmed(msg, sizeof msg, PQerrorMessage(c->pg));
+            conn_break(c, msg[0] ? msg : "connection closed");
+            return;
+        }
+        if (pump_recv(c) != 0)
+            return;
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+        conn_break(c, PQerrorMessage(c->pg));
+        return;
+    }
+    pump_send(c);
+}
+
+/* ---- the I/O thread ---------------------------------------------------------------------- */
+
+static void expire_queue(struct pawl_pgpool *p, int64_t now)
+{
+    if (p->o.queue_timeout_ms <= 0 || atomic_load_explicit(&p->nready, memory_order_relaxed) > 0)
+        return;
+    int64_t limit = now - (int64_t)p->o.queue_timeout_ms * 1000000;
+    struct pawl_pgreq *expired = NULL, **tail = &expired;
+    pthread_mutex_lock(&p->mu);
+    while (p->q_head && p->q_head->_queued_ns <= limit) {
+        struct pawl_pgreq *r = p->q_head;
+        p->q_head = r->_next;
+        r->_next = NULL;
+        *tail = r;
+        tail = &r->_next;
+    }
+    if (!p->q_head)
+        p->q_tail = NULL;
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        while (c->state != C_READY && c->pinned_head && c->pinned_head->_queued_ns <= limit) {
+            struct pawl_pgreq *r = c->pinned_head;
+            c->pinned_head = r->_next;
+            if (!c->pinned_head)
+                c->pinned_tail = NULL;
+            r->_next = NULL;
+            *tail = r;
+            tail = &r->_next;
+        }
+    }
+    char err[160];
+    copy_trimmed(err, sizeof err, p->last_error);
+    pthread_mutex_unlock(&p->mu);
+    while (expired) {
+        struct pawl_pgreq *next = expired->_next;
+        expired->failed_stmt = -1;
+        expired->sqlstate[0] = '\0';
+        char msg[256];
+        snprintf(msg, sizeof msg, "no database connection within %d ms: %s",
+                 p->o.queue_timeout_ms, err[0] ? err : "still connecting");
+        copy_trimmed(expired->message, sizeof expired->message, msg);
+        complete(p, expired, PAWL_ECONN);
+        expired = next;
+    }
+}
+
+static void fail_all_queued(struct pawl_pgpool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct pawl_pgreq *r = p->q_head;
+    p->q_head = p->q_tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    while (r) {
+        struct pawl_pgreq *next = r->_next;
+        r->failed_stmt = -1;
+        snprintf(r->message, sizeof r->message, "pool shut down");
+        complete(p, r, PAWL_ESHUTDOWN);
+        r = next;
+    }
+}
+
+static void *io_main(void *arg)
+{
+    struct pawl_pgpool *p = arg;
+    for (int i = 0; i < p->nconns; i++)
+        start_connect(&p->conns[i]);
+
+    struct epoll_event evs[64];
+    for (;;) {
+        /* acquire: pairs with the release in pawl_pgpool_free. */
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            break;
+        int64_t now = pawl_now_ns();
+        int64_t next = now + 1000000000LL;
+        for (int i = 0; i < p->nconns; i++) {
+            struct conn *c = &p->conns[i];
+            if (c->state == C_CONNECTING || c->state == C_BACKOFF)
+                next = PAWL_MIN(next, c->deadline_ns);
+        }
+        if (p->o.queue_timeout_ms > 0 && atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
+            next = PAWL_MIN(next, now + 50000000LL);
+        int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
+        int n = epoll_wait(p->epfd, evs, 64, timeout);
+        if (n < 0 && errno != EINTR) {
+            PAWL_ERROR("pgconn", "%s: epoll_wait: %s", p->name, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) {
+                uint64_t v;
+                ssize_t r = read(p->evfd, &v, sizeof v);
+                (void)r;
+                /* release: clear the flag after draining so a later submit writes again. */
+                atomic_store_explicit(&p->woken, 0, memory_order_release);
+                continue;
+            }
+            on_io(evs[i].data.ptr, evs[i].events);
+        }
+        now = pawl_now_ns();
+        for (int i = 0; i < p->nconns; i++) {
+            struct conn *c = &p->conns[i];
+            if (c->state == C_BACKOFF && now >= c->deadline_ns)
+                start_connect(c);
+            else if (c->state == C_CONNECTING && now >= c->deadline_ns)
+                conn_break(c, "connect timeout");
+            else if (c->state == C_READY)
+                pump_send(c);
+        }
+        expire_queue(p, now);
+    }
+
+    /* Shutdown: fail everything. */
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        struct pawl_pgreq *r = c->inflight_head;
+        c->inflight_head = c->inflight_tail = NULL;
+        while (r) {
+            struct pawl_pgreq *next = r->_next;
+            int rc = (r->_sync_sent && !(r->flags & PAWL_PGREQ_READONLY)) ? PAWL_EINDOUBT
+                                                                          : PAWL_ESHUTDOWN;
+            snprintf(r->message, sizeof r->message, "pool shut down with the request in flight");
+            complete(p, r, rc);
+            r = next;
+        }
+        pthread_mutex_lock(&p->mu);
+        r = c->pinned_head;
+        c->pinned_head = c->pinned_tail = NULL;
+        pthread_mutex_unlock(&p->mu);
+        while (r) {
+            struct pawl_pgreq *next = r->_next;
+            snprintf(r->message, sizeof r->message, "pool shut down");
+            complete(p, r, PAWL_ESHUTDOWN);
+            r = next;
+        }
+        unreg(c);
+        if (c->pg)
+            PQfinish(c->pg);
+        c->pg = NULL;
+    }
+    fail_all_queued(p);
+    return NULL;
+}
+
+/* ---- public API -------------------------------------------------------------------------- */
+
+int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
+                    int wait_ms, char *err, size_t errlen)
+{
+    struct pawl_pgpool_opts def;
+    if (o == NULL) {
+        pawl_pgpool_opts_defaults(&def);
+        o = &def;
+    }
+    if (err && errlen)
+        err[0] = '\0';
+    if (out == NULL || o->connections < 1 || o->connections > MAX_CONNS ||
+        o->reconnect_min_ms < 1 || o->reconnect_max_ms < o->reconnect_min_ms ||
+        o->max_inflight < 1 || o->connect_timeout_ms < 1) {
+        if (err && errlen)
+            snprintf(err, errlen, "invalid connection pool options");
+        return PAWL_EINVAL;
+    }
+    if (pawl_dsn_check(dsn, err, errlen) != 0)
+        return PAWL_EINVAL;
+
+    struct pawl_pgpool *p = pawl_calloc(1, sizeof *p + (size_t)o->connections * sizeof(struct conn));
+    if (p == NULL)
+        return PAWL_ENOMEM;
+    p->o = *o;
+    p->epfd = -1;
+    p->evfd = -1;
+    p->nconns = o->connections;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->name = pawl_strdup(o->name ? o->name : "pg");
+    p->dsn = pawl_strdup(dsn);
+    if (p->name == NULL || p->dsn == NULL)
+        goto fail;
+    if (o->session_sql) {
+        while (o->session_sql[p->nsession])
+            p->nsession++;
+        p->session_sql = pawl_calloc((size_t)p->nsession + 1, sizeof(char *));
+        if (p->session_sql == NULL)
+            goto fail;
+        for (int i = 0; i < p->nsession; i++)
+            if ((p->session_sql[i] = pawl_strdup(o->session_sql[i])) == NULL)
+                goto fail;
+    }
+    p->o.name = p->name;
+    p->o.session_sql = NULL;
+    for (int i = 0; i < p->nconns; i++) {
+        p->conns[i].pool = p;
+        p->conns[i].index = i;
+        p->conns[i].fd = -1;
+        p->conns[i].state = C_DOWN;
+    }
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (p->epfd < 0 || p->evfd < 0)
+        goto fail;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
+        goto fail;
+    if (pthread_create(&p->thread, NULL, io_main, p) != 0)
+        goto fail;
+
+    if (wait_ms > 0) {
+        int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;
+        int rc = 0;
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->nready, memory_order_relaxed) == 0) {
+            if (p->attempts_done >= p->nconns) {
+                rc = PAWL_ECONN;
+                break;
+            }
+            int64_t now = pawl_now_ns();
+            if (now >= until) {
+                rc = PAWL_ECONN;
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            int64_t add = PAWL_MIN(until - now, 50000000LL);
+            ts.tv_nsec += add % 1000000000;
+            ts.tv_sec += add / 1000000000 + ts.tv_nsec / 1000000000;
+            ts.tv_nsec %= 1000000000;
+            pthread_cond_timedwait(&p->cond, &p->mu, &ts);
+        }
+        if (rc != 0 && err && errlen) {
+            char d[256];
+            snprintf(err, errlen, "cannot connect to %s: %s",
+                     pawl_dsn_redact(dsn, d, sizeof d),
+                     p->last_error[0] ? p->last_error : "timed out");
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (rc != 0) {
+            pawl_pgpool_free(p);
+            return rc;
+        }
+    }
+    *out = p;
+    return 0;
+
+fail:
+    if (p->epfd >= 0)
+        close(p->epfd);
+    if (p->evfd >= 0)
+        close(p->evfd);
+    if (p->session_sql) {
+        for (int i = 0; i < p->nsession; i++)
+            pawl_free(p->session_sql[i]);
+        pawl_free(p->session_sql);
+    }
+    pawl_free(p->dsn);
+    pawl_free(p->name);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->mu);
+    pawl_free(p);
+    return PAWL_ENOMEM;
+}
+
+void pawl_pgpool_free(struct pawl_pgpool *p)
+{
+    if (p == NULL)
+        return;
+    /* release: the I/O thread sees stop after its next wakeup. */
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
+    uint64_t one = 1;
+    ssize_t w = write(p->evfd, &one, sizeof one);
+    (void)w;
+    pthread_join(p->thread, NULL);
+    close(p->epfd);
+    close(p->evfd);
+    for (int i = 0; i < p->nconns; i++)
+        pawl_free(p->conns[i].exp);
+    int np = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* all published */
+    for (int i = 0; i < np; i++) {
+        pawl_free(p->prep[i].name);
+        pawl_free(p->prep[i].sql);
+        pawl_free(p->prep[i].types);
+    }
+    for (int i = 0; i < p->nsession; i++)
+        pawl_free(p->session_sql[i]);
+    pawl_free(p->session_sql);
+    pawl_free(p->dsn);
+    pawl_free(p->name);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->mu);
+    pawl_free(p);
+}
+
+int pawl_pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types)
+{
+    if (p == NULL || sql == NULL || nparams < 0)
+        return PAWL_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    int id = atomic_load_explicit(&p->nprepared, memory_order_relaxed);
+    if (id >= MAX_PREPARED) {
+        pthread_mutex_unlock(&p->mu);
+        return PAWL_ENOMEM;
+    }
+    struct prepared_stmt *ps = &p->prep[id];
+    char name[32];
+    snprintf(name, sizeof name, "pawl_%d", id);
+    ps->name = pawl_strdup(name);
+    ps->sql = pawl_strdup(sql);
+    ps->nparams = nparams;
+    ps->types = NULL;
+    if (types && nparams > 0) {
+        ps->types = pawl_malloc((size_t)nparams * sizeof(Oid));
+        if (ps->types)
+            memcpy(ps->types, types, (size_t)nparams * sizeof(Oid));
+    }
+    if (ps->name == NULL || ps->sql == NULL || (types && nparams > 0 && ps->types == NULL)) {
+        pawl_free(ps->name);
+        pawl_free(ps->sql);
+        pawl_free(ps->types);
+        pthread_mutex_unlock(&p->mu);
+        return PAWL_ENOMEM;
+    }
+    /* release: the entry's fields are visible before an I/O thread sees the new count. */
+    atomic_store_explicit(&p->nprepared, id + 1, memory_order_release);
+    pthread_mutex_unlock(&p->mu);
+    return id;
+}
+
+static int submit(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
+{
+    if (p == NULL || req == NULL || req->on_done == NULL || req->nstmts < 1 || req->stmts == NULL)
+        return PAWL_EINVAL;
+    if (conn_index >= p->nconns)
+        return PAWL_EINVAL;
+    if ((req->flags & PAWL_PGREQ_NOSYNC) && conn_index < 0)
+        return PAWL_EINVAL;
+    int nprep = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* published ids */
+    for (int i = 0; i < req->nstmts; i++)
+        if (req->stmts[i].sql == NULL &&
+            (req->stmts[i].prepared < 0 || req->stmts[i].prepared >= nprep))
+            return PAWL_EINVAL;
+    /* acquire: pairs with the release in pawl_pgpool_free. */
+    if (atomic_load_explicit(&p->stop, memory_order_acquire))
+        return PAWL_ESHUTDOWN;
+    req->_next = NULL;
+    req->failed_stmt = -1;
+    req->sqlstate[0] = '\0';
+    req->message[0] = '\0';
+    req->conn_index = conn_index;
+    req->_pinned = conn_index >= 0;
+    req->_queued_ns = pawl_now_ns();
+    /* relaxed: a statistic. */
+    atomic_fetch_add_explicit(&p->pending, 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    if (conn_index >= 0) {
+        struct conn *c = &p->conns[conn_index];
+        if (c->pinned_tail)
+            c->pinned_tail->_next = req;
+        else
+            c->pinned_head = req;
+        c->pinned_tail = req;
+    } else {
+        if (p->q_tail)
+            p->q_tail->_next = req;
+        else
+            p->q_head = req;
+        p->q_tail = req;
+    }
+    pthread_mutex_unlock(&p->mu);
+    wake(p);
+    return 0;
+}
+
+int pawl_pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req)
+{
+    return submit(p, -1, req);
+}
+
+int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
+{
+    if (conn_index < 0)
+        return PAWL_EINVAL;
+    return submit(p, conn_index, req);
+}
+
+int pawl_pgpool_size(const struct pawl_pgpool *p)
+{
+    return p->nconns;
+}
+
+int pawl_pgpool_ready(const struct pawl_pgpool *p)
+{
+    /* relaxed: informational. */
+    return atomic_load_explicit(&((struct pawl_pgpool *)p)->nready, memory_order_relaxed);
+}
+
+void pawl_pgpool_last_error(struct pawl_pgpool *p, char *buf, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    snprintf(buf, len, "%s", p->last_error);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int64_t pawl_pgpool_pending(const struct pawl_pgpool *p)
+{
+    /* relaxed: informational. */
+    return atomic_load_explicit(&((struct pawl_pgpool *)p)->pending, memory_order_relaxed);
+}
+
+struct exec_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int done;
+    int rc;
+};
+
+static void exec_done(struct pawl_pgreq *req, int rc)
+{
+    struct exec_wait *w = req->ud;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    w->rc = rc;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
+{
+    struct exec_wait w = {.done = 0, .rc = 0};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    req->on_done = exec_done;
+    req->ud = &w;
+    int rc = submit(p, conn_index, req);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = w.rc;
+    }
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
+}

@@ -1,0 +1,197 @@
+/*
+ * schema.c — pawl_schema_migrate and pawl_schema_version (see pawl/log.h, schema.h).
+ *
+ * Migration is a one-off administrative step, so it uses a plain blocking libpq connection.
+ * Concurrent migrators serialize on a session advisory lock (class 'pawl', key 2) taken before
+ * reading the version, so they agree: the first applies what is missing, the others find
+ * nothing left to do. A database newer than this library is never touched.
+ */
+#include "schema.h"
+
+#include "common.h"
+#include "dsn.h"
+#include "pawl/log.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIGRATE_LOCK "SELECT pg_advisory_lock(1885435756, 2)"
+#define MIGRATE_UNLOCK "SELECT pg_advisory_unlock(1885435756, 2)"
+
+int pawl_schema_lib_version(void)
+{
+    int v = 0;
+    for (int i = 0; i < pawl_migrations_count; i++)
+        if (pawl_migrations[i].version > v)
+            v = pawl_migrations[i].version;
+    return v;
+}
+
+static void put_err(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void put_err(char *err, size_t len, const char *fmt, ...)
+{
+    if (err == NULL || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(err);
+    while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' '))
+        err[--n] = '\0';
+}
+
+static int open_conn(const char *dsn, PGconn **out, char *err, size_t errlen)
+{
+    char e[256];
+    if (pawl_dsn_check(dsn, e, sizeof e) != 0) {
+        put_err(err, errlen, "invalid DSN: %s", e);
+        return PAWL_EINVAL;
+    }
+    PGconn *c = PQconnectdb(dsn);
+    if (PQstatus(c) != CONNECTION_OK) {
+        char d[256];
+        put_err(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),
+                PQerrorMessage(c));
+        PQfinish(c);
+        return PAWL_ECONN;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Run sql; on failure write "SQLSTATE: message" into err and return PAWL_ESQL/PAWL_ECONN. */
+static int run(PGconn *c, const char *sql, PGresult **keep, char *err, size_t errlen)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        put_err(err, errlen, "%s%s%s", ss ? ss : "", ss ? ": " : "", PQerrorMessage(c));
+        PQclear(r);
+        return PQstatus(c) == CONNECTION_OK ? PAWL_ESQL : PAWL_ECONN;
+    }
+    if (keep)
+        *keep = r;
+    else
+        PQclear(r);
+    return 0;
+}
+
+/* The database's version, 0 when pawl.schema_version does not exist. */
+static int db_version(PGconn *c, int *v, char *err, size_t errlen)
+{
+    PGresult *r = NULL;
+    int rc = run(c, "SELECT to_regclass('pawl.schema_version') IS NOT NULL", &r, err, errlen);
+    if (rc != 0)
+        return rc;
+    int exists = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    *v = 0;
+    if (!exists)
+        return 0;
+    rc = run(c, "SELECT coalesce(max(version), 0) FROM pawl.schema_version", &r, err, errlen);
+    if (rc != 0)
+        return rc;
+    *v = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
+int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    PGconn *c = NULL;
+    int rc = open_conn(dsn, &c, err, errlen);
+    if (rc != 0)
+        return rc;
+    int v = 0;
+    rc = db_version(c, &v, err, errlen);
+    PQfinish(c);
+    if (rc == 0) {
+        if (dbv)
+            *dbv = v;
+        if (libv)
+            *libv = pawl_schema_lib_version();
+    }
+    return rc;
+}
+
+int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    PGconn *c = NULL;
+    int rc = open_conn(dsn, &c, err, errlen);
+    if (rc != 0)
+        return rc;
+    /* Quiet NOTICEs from IF NOT EXISTS. */
+    PQclear(PQexec(c, "SET client_min_messages = warning"));
+    rc = run(c, MIGRATE_LOCK, NULL, err, errlen);
+    if (rc != 0)
+        goto out;
+    rc = run(c,
+             "CREATE SCHEMA IF NOT EXISTS pawl; "
+             "CREATE TABLE IF NOT EXISTS pawl.schema_version ("
+             " version int4 PRIMARY KEY, name text NOT NULL,"
+             " applied_at timestamptz NOT NULL DEFAULT now())",
+             NULL, err, errlen);
+    if (rc != 0)
+        goto unlock;
+    int v = 0;
+    rc = db_version(c, &v, err, errlen);
+    if (rc != 0)
+        goto unlock;
+    int lib = pawl_schema_lib_version();
+    if (v > lib) {
+        put_err(err, errlen,
+                "the database schema is version %d, newer than this pawl (which knows up to "
+                "version %d): upgrade pawl",
+                v, lib);
+        rc = PAWL_ESCHEMA;
+        goto unlock;
+    }
+    for (int i = 0; i < pawl_migrations_count; i++) {
+        const struct pawl_migration *m = &pawl_migrations[i];
+        if (m->version <= v)
+            continue;
+        if ((rc = run(c, "BEGIN", NULL, err, errlen)) != 0)
+            goto unlock;
+        char e[512];
+        rc = run(c, m->sql, NULL, e, sizeof e);
+        if (rc == 0) {
+            const char *vals[2];
+            char vb[16];
+            snprintf(vb, sizeof vb, "%d", m->version);
+            vals[0] = vb;
+            vals[1] = m->name;
+            PGresult *r = PQexecParams(c,
+                                       "INSERT INTO pawl.schema_version (version, name) "
+                                       "VALUES ($1::int4, $2)",
+                                       2, NULL, vals, NULL, NULL, 0);
+            if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                snprintf(e, sizeof e, "%s", PQerrorMessage(c));
+                rc = PAWL_ESQL;
+            }
+            PQclear(r);
+        }
+        if (rc != 0) {
+            PQclear(PQexec(c, "ROLLBACK"));
+            put_err(err, errlen, "migration %s failed: %s", m->name, e);
+            goto unlock;
+        }
+        if ((rc = run(c, "COMMIT", NULL, err, errlen)) != 0)
+            goto unlock;
+        PAWL_INFO("schema", "applied migration %s", m->name);
+    }
+    rc = 0;
+unlock:
+    PQclear(PQexec(c, MIGRATE_UNLOCK));
+out:
+    PQfinish(c);
+    return rc;
+}

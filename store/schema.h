@@ -1,0 +1,25 @@
+/*
+ * schema.h — the SQL migrations embedded in the library (generated from sql/NNN_*.sql by
+ * sql/embed.cmake) and the migration runner behind pawl_schema_migrate.
+ *
+ * Versions are the numbers the files start with; they only ever grow. A database at version V
+ * has had every migration <= V applied, each in its own transaction together with the row that
+ * records it in pawl.schema_version.
+ */
+#ifndef PAWL_STORE_SCHEMA_H
+#define PAWL_STORE_SCHEMA_H
+
+struct pawl_migration {
+    int version;
+    const char *name;
+    const char *sql;
+};
+
+/* Sorted by version; terminated by an entry with version 0. */
+extern const struct pawl_migration pawl_migrations[];
+extern const int pawl_migrations_count;
+
+/* The highest version this library knows. */
+int pawl_schema_lib_version(void);
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * test_log_basic.c — the event log end to end on one store: schema migration (idempotent,
+ * concurrent, newer-schema error), appends (one, batch, several streams, ANY), the documented
+ * errors (conflict, oversized, malformed, bad DSN), reading and following, and the SQL face
+ * returning exactly what the C reader returns (issue 2, tests 5 and 6).
+ */
+#include "pawl_test.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *dsn;
+
+static struct pawl_store *open_store(int finalizer)
+{
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.finalizer = finalizer;
+    o.max_event_bytes = 4096;
+    struct pawl_store *s = NULL;
+    char err[512];
+    int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
+    if (rc != 0)
+        fail_msg("store: %s: %s", pawl_strerror(rc), err);
+    return s;
+}
+
+static struct pawl_event ev(const char *stream, int64_t seq, const char *type, const char *payload)
+{
+    struct pawl_event e = {0};
+    e.stream_id = stream;
+    e.stream_seq = seq;
+    e.type = type;
+    e.payload = payload;
+    e.payload_len = payload ? strlen(payload) : 0;
+    return e;
+}
+
+static void *migrate_thread(void *arg)
+{
+    char err[256];
+    intptr_t rc = pawl_schema_migrate((const char *)arg, err, sizeof err);
+    return (void *)rc;
+}
+
+static void test_schema(void **state)
+{
+    (void)state;
+    char err[512];
+    int dbv = -1, libv = -1;
+    assert_int_equal(pawl_schema_version(dsn, &dbv, &libv, err, sizeof err), 0);
+    assert_int_equal(dbv, 0);
+    assert_true(libv >= 1);
+    /* A store refuses a database without the schema. */
+    struct pawl_store *s = NULL;
+    assert_int_equal(pawl_store_new(&s, dsn, NULL, err, sizeof err), PAWL_ESCHEMA);
+    assert_non_null(strstr(err, "pawl init"));
+    /* Four concurrent migrators agree; running it again is harmless. */
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, migrate_thread, (void *)dsn);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        pthread_join(t[i], &rc);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    assert_int_equal(pawl_schema_migrate(dsn, err, sizeof err), 0);
+    assert_int_equal(pawl_schema_version(dsn, &dbv, NULL, err, sizeof err), 0);
+    assert_int_equal(dbv, libv);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"),
+                     libv);
+}
+
+static void test_newer_schema(void **state)
+{
+    (void)state;
+    const char *d2 = NULL;
+    char err[512];
+    /* A second database whose schema claims a future version. */
+    static char dsn2[1024];
+    snprintf(dsn2, sizeof dsn2, "%s", dsn);
+    char *db = NULL;
+    for (char *q = strstr(dsn2, "dbname="); q; q = strstr(q + 1, "dbname="))
+        db = q;
+    assert_non_null(db);
+    char sql[256], name[128];
+    snprintf(name, sizeof name, "%s", db + 7);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s_f", name);
+    pawl_test_exec(dsn, sql);
+    strcat(dsn2, "_f");
+    d2 = dsn2;
+    assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), 0);
+    pawl_test_exec(d2, "INSERT INTO pawl.schema_version VALUES (999, '999_future.sql')");
+    assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), PAWL_ESCHEMA);
+    assert_non_null(strstr(err, "999"));
+    struct pawl_store *s = NULL;
+    assert_int_equal(pawl_store_new(&s, d2, NULL, err, sizeof err), PAWL_ESCHEMA);
+    assert_non_null(strstr(err, "999"));
+    snprintf(sql, sizeof sql, "DROP DATABASE %s_f WITH (FORCE)", name);
+    pawl_test_exec(dsn, sql);
+}
+
+static void test_append_read(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(1);
+    struct pawl_append_result r;
+    struct pawl_event one = ev("order-1", 1, "created", "{\"n\":1}");
+    one.metadata = "{\"who\": \"test\", \"n\": [1, 2.5e3, true, null]}";
+    assert_int_equal(pawl_append(s, &one, 1, &r), 0);
+    assert_int_equal(r.rc, 0);
+    /* A batch over two streams, explicit and ANY. */
+    struct pawl_event b[4] = {ev("order-1", 2, "paid", "x"), ev("order-2", 0, "created", ""),
+                              ev("order-1", 3, "shipped", NULL), ev("order-2", 0, "paid", "yy")};
+    assert_int_equal(pawl_append(s, b, 4, &r), 0);
+    /* Conflicts write nothing. */
+    struct pawl_event dup = ev("order-1", 3, "again", "z");
+    assert_int_equal(pawl_append(s, &dup, 1, &r), PAWL_ECONFLICT);
+    assert_int_equal(r.rc, PAWL_ECONFLICT);
+    struct pawl_event gap = ev("order-1", 9, "gap", "z");
+    assert_int_equal(pawl_append(s, &gap, 1, &r), PAWL_ECONFLICT);
+    struct pawl_event mixed[2] = {ev("order-3", 1, "a", ""), ev("order-1", 5, "b", "")};
+    assert_int_equal(pawl_append(s, mixed, 2, &r), PAWL_ECONFLICT);
+    /* Refused before the server: oversized, malformed. */
+    char big[5000];
+    memset(big, 'x', sizeof big);
+    struct pawl_event huge = ev("order-9", 0, "big", NULL);
+    huge.payload = big;
+    huge.payload_len = sizeof big;
+    assert_int_equal(pawl_append(s, &huge, 1, &r), PAWL_ETOOBIG);
+    struct pawl_event badmeta = ev("order-9", 0, "t", "");
+    badmeta.metadata = "{\"a\": }";
+    assert_int_equal(pawl_append(s, &badmeta, 1, &r), PAWL_EINVAL);
+    badmeta.metadata = "[1]";
+    assert_int_equal(pawl_append(s, &badmeta, 1, &r), PAWL_EINVAL);
+    struct pawl_event badutf = ev("order-\xff", 0, "t", "");
+    assert_int_equal(pawl_append(s, &badutf, 1, &r), PAWL_EINVAL);
+    struct pawl_event empty = ev("", 0, "t", "");
+    assert_int_equal(pawl_append(s, &empty, 1, &r), PAWL_EINVAL);
+    struct pawl_event noncons[2] = {ev("order-4", 1, "a", ""), ev("order-4", 3, "b", "")};
+    assert_int_equal(pawl_append(s, noncons, 2, &r), PAWL_EINVAL);
+    assert_int_equal(pawl_append(s, NULL, 0, &r), PAWL_EINVAL);
+
+    /* Exactly the committed events are in the log. */
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events"), 5);
+    /* Follow until all 5 are final. */
+    struct pawl_batch bt;
+    pawl_batch_init(&bt);
+    int64_t pos = 0;
+    int64_t seen = 0;
+    while (seen < 5) {
+        int rc = pawl_follow(s, pos, 100, &bt, 5000);
+        assert_int_equal(rc, 0);
+        for (size_t i = 0; i < bt.count; i++) {
+            assert_int_equal(bt.events[i].index, pos + 1);
+            pos = bt.events[i].index;
+            seen++;
+        }
+    }
+    assert_int_equal(pos, 5);
+    assert_int_equal(pawl_read(s, 0, 10, &bt), 0);
+    assert_int_equal(bt.count, 5);
+    assert_string_equal(bt.events[0].stream_id, "order-1");
+    assert_int_equal(bt.events[0].stream_seq, 1);
+    assert_string_equal(bt.events[0].type, "created");
+    assert_int_equal(bt.events[0].payload_len, 7);
+    assert_memory_equal(bt.events[0].payload, "{\"n\":1}", 7);
+    assert_non_null(bt.events[0].metadata);
+    assert_non_null(strstr(bt.events[0].metadata, "\"who\""));
+    assert_true(bt.events[0].appended_at_us > 1600000000000000LL);
+    assert_string_equal(bt.events[2].stream_id, "order-2");
+    assert_int_equal(bt.events[2].stream_seq, 1);
+    assert_int_equal(bt.events[4].stream_seq, 2);
+    assert_null(bt.events[3].metadata);
+    assert_int_equal(bt.events[3].payload_len, 0);
+    /* A timeout when nothing new comes. */
+    double t0 = pawl_test_now_ms();
+    assert_int_equal(pawl_follow(s, 5, 10, &bt, 200), PAWL_ETIMEDOUT);
+    assert_true(pawl_test_now_ms() - t0 >= 150);
+    pawl_batch_fini(&bt);
+
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    assert_int_equal(st.appends_ok, 2);
+    assert_int_equal(st.events_ok, 5);
+    assert_true(st.last_index >= 5);
+    pawl_store_free(s);
+}
+
+/* Issue test 6: the C reader and the SQL face agree, for every position and batch size. */
+static void test_sql_face_equal(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(1);
+    /* Appends of mixed sizes so batches cross append and run boundaries. */
+    for (int i = 0; i < 40; i++) {
+        struct pawl_event e[7];
+        char sid[32];
+        snprintf(sid, sizeof sid, "face-%d", i % 5);
+        int n = 1 + i % 7;
+        for (int k = 0; k < n; k++)
+            e[k] = ev(sid, 0, k % 2 ? "odd" : "even", "payload\x01\x02");
+        e[0].metadata = "{\"i\": 1}";
+        assert_int_equal(pawl_append(s, e, (size_t)n, NULL), 0);
+        if (i % 9 == 0)
+            pawl_finalize_now(s, NULL, NULL, NULL);
+    }
+    int64_t a, evs, last = 0;
+    while (pawl_store_last_index(s) < pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events"))
+        assert_int_equal(pawl_finalize_now(s, &a, &evs, &last), 0);
+    int64_t total = pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events");
+    assert_int_equal(pawl_store_last_index(s), total);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl_api.events"), total);
+
+    PGconn *c = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    struct pawl_batch b;
+    pawl_batch_init(&b);
+    int sizes[] = {1, 3, 10, 1000};
+    for (int si = 0; si < 4; si++) {
+        for (int64_t after = 0; after <= total; after += (si == 3 ? 17 : 1)) {
+            assert_int_equal(pawl_read(s, after, (size_t)sizes[si], &b), 0);
+            char q[256];
+            snprintf(q, sizeof q,
+                     "SELECT global_index, stream_id, stream_seq, type, encode(payload, 'hex'), "
+                     "metadata::text, (extract(epoch from appended_at) * 1000000)::int8 "
+                     "FROM pawl_api.read(%lld, %d)",
+                     (long long)after, sizes[si]);
+            PGresult *r = PQexec(c, q);
+            assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+            assert_int_equal((size_t)PQntuples(r), b.count);
+            for (size_t i = 0; i < b.count; i++) {
+                const struct pawl_event *e = &b.events[i];
+                assert_int_equal(e->index, strtoll(PQgetvalue(r, (int)i, 0), NULL, 10));
+                assert_string_equal(e->stream_id, PQgetvalue(r, (int)i, 1));
+                assert_int_equal(e->stream_seq, strtoll(PQgetvalue(r, (int)i, 2), NULL, 10));
+                assert_string_equal(e->type, PQgetvalue(r, (int)i, 3));
+                char hex[64] = {0};
+                for (size_t k = 0; k < e->payload_len && k < 31; k++)
+                    sprintf(hex + 2 * k, "%02x", ((const unsigned char *)e->payload)[k]);
+                assert_string_equal(hex, PQgetvalue(r, (int)i, 4));
+                if (PQgetisnull(r, (int)i, 5))
+                    assert_null(e->metadata);
+                else
+                    assert_string_equal(e->metadata, PQgetvalue(r, (int)i, 5));
+                assert_int_equal(e->appended_at_us, strtoll(PQgetvalue(r, (int)i, 6), NULL, 10));
+            }
+            PQclear(r);
+            /* And the view holds the same rows for that range. */
+            snprintf(q, sizeof q,
+                     "SELECT count(*) FROM pawl_api.events WHERE global_index > %lld AND "
+                     "global_index <= %lld",
+                     (long long)after, (long long)(after + sizes[si]));
+            r = PQexec(c, q);
+            assert_int_equal(strtoll(PQgetvalue(r, 0, 0), NULL, 10), (long long)b.count);
+            PQclear(r);
+        }
+    }
+    pawl_batch_fini(&b);
+    PQfinish(c);
+    pawl_store_free(s);
+}
+
+static void test_bad_dsn(void **state)
+{
+    (void)state;
+    struct pawl_store *s = NULL;
+    char err[512];
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.open_timeout_ms = 2000;
+    int rc = pawl_store_new(&s, "host=/nonexistent dbname=x user=u password=hunter2", &o, err,
+                            sizeof err);
+    assert_int_equal(rc, PAWL_ECONN);
+    assert_null(strstr(err, "hunter2"));
+    rc = pawl_store_new(&s, "not a = = dsn", &o, err, sizeof err);
+    assert_int_equal(rc, PAWL_EINVAL);
+    o.connections = 0;
+    rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
+    assert_int_equal(rc, PAWL_EINVAL);
+    assert_non_null(strstr(err, "connections"));
+}
+
+int main(void)
+{
+    dsn = pawl_test_db_create("log_basic");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schema),        cmocka_unit_test(test_newer_schema),
+        cmocka_unit_test(test_append_read),   cmocka_unit_test(test_sql_face_equal),
+        cmocka_unit_test(test_bad_dsn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,209 @@
+/*
+ * test_log_pgconn.c — the pipelined connection pool against the private PostgreSQL: text and
+ * prepared statements, implicit transactions and their errors, a transaction spanning several
+ * pinned requests, many requests in flight, a killed backend (reconnect, in-doubt reporting)
+ * and a DSN that cannot connect.
+ */
+#include "pawl_test.h"
+
+#include "pgconn.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *dsn;
+
+static struct pawl_pgpool *new_pool(int conns)
+{
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.name = "test";
+    o.connections = conns;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    struct pawl_pgpool *p = NULL;
+    char err[256];
+    int rc = pawl_pgpool_new(&p, dsn, &o, 10000, err, sizeof err);
+    if (rc != 0)
+        fail_msg("pool: %s (%s)", pawl_strerror(rc), err);
+    return p;
+}
+
+static void grab_i64(void *ud, const PGresult *res)
+{
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0)
+        *(int64_t *)ud = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+}
+
+static int exec1(struct pawl_pgpool *p, const char *sql, int64_t *out)
+{
+    struct pawl_pgstmt s = {.sql = sql, .on_result = out ? grab_i64 : NULL, .ud = out};
+    struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
+    return pawl_pgpool_exec(p, -1, &r);
+}
+
+static void test_basic(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(2);
+    int64_t v = 0;
+    assert_int_equal(exec1(p, "SELECT 41 + 1", &v), 0);
+    assert_int_equal(v, 42);
+
+    /* Prepared with a binary int8 parameter. */
+    Oid types[1] = {20};
+    int id = pawl_pgpool_prepare(p, "SELECT $1::int8 * 2", 1, types);
+    assert_true(id >= 0);
+    uint64_t be = __builtin_bswap64(21);
+    const char *vals[1] = {(const char *)&be};
+    int lens[1] = {8}, fmts[1] = {1};
+    struct pawl_pgstmt s = {.prepared = id, .nparams = 1, .values = vals, .lengths = lens,
+                            .formats = fmts, .on_result = grab_i64, .ud = &v};
+    struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
+    for (int i = 0; i < 3; i++) {
+        v = 0;
+        assert_int_equal(pawl_pgpool_exec(p, -1, &r), 0);
+        assert_int_equal(v, 42);
+    }
+
+    /* An error in an implicit transaction: nothing of it commits; SQLSTATE and message. */
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pc(x int primary key)", NULL), 0);
+    struct pawl_pgstmt st[3] = {{.sql = "INSERT INTO pc VALUES (1)"},
+                                {.sql = "INSERT INTO pc VALUES (1)"},
+                                {.sql = "INSERT INTO pc VALUES (2)"}};
+    struct pawl_pgreq r2 = {.stmts = st, .nstmts = 3};
+    assert_int_equal(pawl_pgpool_exec(p, -1, &r2), PAWL_ESQL);
+    assert_int_equal(r2.failed_stmt, 1);
+    assert_string_equal(r2.sqlstate, "23505");
+    assert_non_null(strstr(r2.message, "duplicate key"));
+    assert_int_equal(exec1(p, "SELECT count(*) FROM pc", &v), 0);
+    assert_int_equal(v, 0);
+    /* The connection is usable afterwards. */
+    assert_int_equal(exec1(p, "SELECT 7", &v), 0);
+    assert_int_equal(v, 7);
+    pawl_pgpool_free(p);
+}
+
+static void test_pinned_transaction(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(2);
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pt(x int)", NULL), 0);
+    struct pawl_pgstmt a[2] = {{.sql = "BEGIN"}, {.sql = "INSERT INTO pt VALUES (1)"}};
+    struct pawl_pgreq ra = {.stmts = a, .nstmts = 2, .flags = PAWL_PGREQ_NOSYNC};
+    assert_int_equal(pawl_pgpool_exec(p, 1, &ra), 0);
+    /* Meanwhile other requests run on the other connection and do not see the row. */
+    int64_t v = -1;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(exec1(p, "SELECT count(*) FROM pt", &v), 0);
+        assert_int_equal(v, 0);
+    }
+    struct pawl_pgstmt b[2] = {{.sql = "INSERT INTO pt VALUES (2)"}, {.sql = "COMMIT"}};
+    struct pawl_pgreq rb = {.stmts = b, .nstmts = 2};
+    assert_int_equal(pawl_pgpool_exec(p, 1, &rb), 0);
+    assert_int_equal(exec1(p, "SELECT count(*) FROM pt", &v), 0);
+    assert_int_equal(v, 2);
+    pawl_pgpool_free(p);
+}
+
+struct many {
+    atomic_int done;
+    atomic_int ok;
+};
+
+static void many_done(struct pawl_pgreq *r, int rc)
+{
+    struct many *m = r->ud;
+    if (rc == 0)
+        atomic_fetch_add(&m->ok, 1);
+    atomic_fetch_add(&m->done, 1);
+}
+
+static void test_many_in_flight(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(2);
+    enum { N = 5000 };
+    struct pawl_pgstmt *s = calloc(N, sizeof *s);
+    struct pawl_pgreq *r = calloc(N, sizeof *r);
+    struct many m = {0};
+    for (int i = 0; i < N; i++) {
+        s[i].sql = "SELECT 1";
+        r[i].stmts = &s[i];
+        r[i].nstmts = 1;
+        r[i].on_done = many_done;
+        r[i].ud = &m;
+        assert_int_equal(pawl_pgpool_submit(p, &r[i]), 0);
+    }
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(&m.done) < N && pawl_test_now_ms() - t0 < 60000)
+        usleep(1000);
+    assert_int_equal(atomic_load(&m.ok), N);
+    assert_int_equal(pawl_pgpool_pending(p), 0);
+    pawl_pgpool_free(p);
+    free(s);
+    free(r);
+}
+
+static void test_killed_backend(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(1);
+    int64_t pid = 0;
+    assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid), 0);
+    /* A long statement in flight when its backend is terminated. */
+    struct pawl_pgstmt s = {.sql = "SELECT pg_sleep(5)"};
+    struct pawl_pgreq r = {.stmts = &s, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+    struct many m = {0};
+    r.on_done = many_done;
+    r.ud = &m;
+    assert_int_equal(pawl_pgpool_submit(p, &r), 0);
+    usleep(200000);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
+    pawl_test_exec(dsn, sql);
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(&m.done) == 0 && pawl_test_now_ms() - t0 < 10000)
+        usleep(1000);
+    assert_int_equal(atomic_load(&m.done), 1);
+    assert_int_equal(atomic_load(&m.ok), 0);
+    /* The pool reconnects by itself. */
+    int64_t pid2 = 0;
+    assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid2), 0);
+    assert_true(pid2 != 0 && pid2 != pid);
+    pawl_pgpool_free(p);
+}
+
+static void test_bad_dsn(void **state)
+{
+    (void)state;
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.connections = 1;
+    struct pawl_pgpool *p = NULL;
+    char err[512];
+    int rc = pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret",
+                             &o, 3000, err, sizeof err);
+    assert_int_equal(rc, PAWL_ECONN);
+    assert_null(strstr(err, "secret"));
+    assert_non_null(strstr(err, "***"));
+    rc = pawl_pgpool_new(&p, "this is = not a dsn ===", &o, 3000, err, sizeof err);
+    assert_int_equal(rc, PAWL_EINVAL);
+}
+
+int main(void)
+{
+    dsn = pawl_test_db_create("pgconn");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_pinned_transaction),
+        cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_killed_backend),
+        cmocka_unit_test(test_bad_dsn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
