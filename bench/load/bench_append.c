@@ -4,8 +4,9 @@
  *
  * Cells: connections {1, 4} x events per append {1, 100} x finalizer {off, on}, each a closed
  * loop keeping `inflight` async appends outstanding per connection for --seconds, after a short
- * warm-up. Then a rate-limited cell (--rate events/s, 1-event appends, 4 connections,
- * finalizer on) for the delay at a steady load. With --baseline, the same closed-loop cells
+ * warm-up. Then a rate-limited cell (--rate events/s in --rate-batch-event appends, default
+ * 10000 events/s as 1000 appends of 10, 4 connections, finalizer on) for the delay at a steady
+ * load. With --baseline, the same closed-loop cells
  * also run against the per-event design (sql/bench/per_event.sql: every event row renumbered
  * by the finalizer), which is what the per-run design is measured against.
  *
@@ -40,6 +41,8 @@ static int inflight_per_conn = 64;
 static int baseline;
 static int min_interval_us = -1;
 static int rounds = 3;
+static int rate_batch = 10;
+static int piggyback = -1;
 
 struct cell {
     const char *design; /* "per-run" or "per-event" */
@@ -114,6 +117,10 @@ static void run_store_cell(struct cell *c)
     o.max_inflight_appends = 100000;
     if (min_interval_us >= 0)
         o.finalizer_min_interval_us = min_interval_us;
+    if (piggyback >= 0)
+        o.append_finalizes = c->finalizer ? piggyback : 0;
+    else if (!c->finalizer)
+        o.append_finalizes = 0; /* "off" means no finalization at all */
     struct pawl_store *s = NULL;
     char err[512];
     int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
@@ -405,9 +412,11 @@ int main(int argc, char **argv)
                                        {"quick", no_argument, 0, 'q'},
                                        {"min-interval-us", required_argument, 0, 'm'},
                                        {"rounds", required_argument, 0, 'R'},
+                                       {"rate-batch", required_argument, 0, 'B'},
+                                       {"piggyback", required_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -432,6 +441,12 @@ int main(int argc, char **argv)
             break;
         case 'm':
             min_interval_us = atoi(optarg);
+            break;
+        case 'P':
+            piggyback = atoi(optarg) ? 1 : 0;
+            break;
+        case 'B':
+            rate_batch = atoi(optarg) >= 1 && atoi(optarg) <= 100 ? atoi(optarg) : 10;
             break;
         case 'R':
             rounds = atoi(optarg) > 0 ? atoi(optarg) : 1;
@@ -466,7 +481,7 @@ int main(int argc, char **argv)
             for (int f = 0; f < 2; f++)
                 cells[nc++] = (struct cell){.design = "per-run", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
         }
-    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = 1, .finalizer = 1, .target_rate = rate};
+    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = rate_batch, .finalizer = 1, .target_rate = rate};
     if (baseline)
         for (int ci = 0; ci < 2; ci++)
             for (int bi = 0; bi < 2; bi++) {
@@ -541,9 +556,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)
             fprintf(stderr,
-                    "\nrate-limited %d ev/s (1-event appends, 4 conns, finalizer on): %.0f ev/s, "
+                    "\nrate-limited %d ev/s (%d-event appends, 4 conns, finalizer on): %.0f ev/s, "
                     "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-                    cells[i].target_rate, cells[i].ev_s, cells[i].p50, cells[i].p99,
-                    cells[i].max);
+                    cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50,
+                    cells[i].p99, cells[i].max);
     return 0;
 }

@@ -286,11 +286,12 @@ out:
     return NULL;
 }
 
-static struct pawl_store *open_store(int conns)
+static struct pawl_store *open_store(int conns, int piggyback)
 {
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.connections = conns;
+    o.append_finalizes = piggyback;
     o.finalizer_safety_interval_ms = 200;
     o.finalize_batch_max = 300; /* small: exercises truncated runs */
     struct pawl_store *s = NULL;
@@ -306,8 +307,9 @@ static void test_concurrent(void **state)
     (void)state;
     char err[512];
     assert_int_equal(pawl_schema_migrate(dsn, err, sizeof err), 0);
-    struct pawl_store *sa = open_store(2);
-    struct pawl_store *sb = open_store(1);
+    /* Store A's appends also piggyback finalization runs (the experimental mode). */
+    struct pawl_store *sa = open_store(2, 1);
+    struct pawl_store *sb = open_store(1, 0);
 
     struct follower fol[FOLLOWERS];
     pthread_t tf[FOLLOWERS], ts[STORE_APPENDERS], tr[RAW_APPENDERS], tfin, tkill;

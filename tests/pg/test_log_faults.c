@@ -26,6 +26,7 @@ static struct pawl_store *open_store(int finalizer, int safety_ms)
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.finalizer = finalizer;
+    o.append_finalizes = 0; /* the victim must not finalize anything itself */
     o.finalizer_safety_interval_ms = safety_ms;
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 200;
