@@ -215,12 +215,25 @@ struct pe {
     int64_t runs;
 };
 
+/* The same 52-byte payload as the per-run cells, as a bytea array element. */
+static char pe_payload_literal[160];
+
+static void init_pe_payload(void)
+{
+    static const char payload[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
+    char *p = pe_payload_literal;
+    p += sprintf(p, "\"\\\\x");
+    for (size_t i = 0; i < sizeof payload - 1; i++)
+        p += sprintf(p, "%02x", (unsigned char)payload[i]);
+    sprintf(p, "\"");
+}
+
 struct pe_op {
     struct pe *pe;
     struct pawl_pgreq req;
     struct pawl_pgstmt st;
     const char *vals[5];
-    char a[5][4096];
+    char a[3][16384];
 };
 
 static void pe_done(struct pawl_pgreq *r, int rc)
@@ -334,7 +347,8 @@ static void run_pe_cell(struct cell *c)
             snprintf(one, sizeof one, "%ss-%u", k ? "," : "", rand_r(&seed) % 100000);
             strcat(sa, one);
             strcat(ta, k ? ",bench" : "bench");
-            strcat(pa, k ? ",\"\\\\x7b7d\"" : "\"\\\\x7b7d\"");
+            strcat(pa, k ? "," : "");
+            strcat(pa, pe_payload_literal);
         }
         strcat(sa, "}");
         strcat(ta, "}");
@@ -468,8 +482,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "migrate: %s\n", err);
         return 1;
     }
-    if (baseline)
+    if (baseline) {
         setup_baseline();
+        init_pe_payload();
+    }
 
     struct cell cells[32];
     int nc = 0;
