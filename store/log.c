@@ -122,9 +122,8 @@ static void hist_add(struct hist *h, int64_t us)
     atomic_fetch_add_explicit(&h->n[hist_bucket(us)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
     long long m = atomic_load_explicit(&h->max, memory_order_relaxed);
-    while (us > m &&
-           !atomic_compare_exchange_weak_explicit(&h->max, &m, us, memory_order_relaxed,
-                                                  memory_order_relaxed))
+    while (us > m && !atomic_compare_exchange_weak_explicit(&h->max, &m, us, memory_order_relaxed,
+                                                            memory_order_relaxed))
         ;
 }
 
@@ -201,8 +200,8 @@ struct pawl_store {
     pthread_mutex_t idx_mu;
     pthread_cond_t idx_cond;
     atomic_llong last_index;
-    int shutdown;    /* under idx_mu */
-    int waiters;     /* followers inside pawl_store_wait, under idx_mu */
+    int shutdown; /* under idx_mu */
+    int waiters;  /* followers inside pawl_store_wait, under idx_mu */
     pthread_cond_t waiters_cond;
 
     /* Finalizer. */
@@ -451,9 +450,9 @@ static int js_string(struct json *j)
             char e = *j->p++;
             if (e == 'u') {
                 for (int k = 0; k < 4; k++, j->p++)
-                    if (j->p >= j->end || !((*j->p >= '0' && *j->p <= '9') ||
-                                            (*j->p >= 'a' && *j->p <= 'f') ||
-                                            (*j->p >= 'A' && *j->p <= 'F')))
+                    if (j->p >= j->end ||
+                        !((*j->p >= '0' && *j->p <= '9') || (*j->p >= 'a' && *j->p <= 'f') ||
+                          (*j->p >= 'A' && *j->p <= 'F')))
                         return 0;
             } else if (!strchr("\"\\/bfnrt", e)) {
                 return 0;
@@ -748,9 +747,9 @@ struct append_op {
     struct pawl_pgstmt stmt[2]; /* the append (+ piggybacked finalization), or the check */
     struct fin_out fin;         /* the piggybacked finalization's result */
     const char *fin_vals[1];
-    long long acked_at_submit;  /* this store's acks before the request was sent */
-    char xid[24];               /* the append's transaction, "" until its result arrived */
-    char xact_status[16];       /* pg_xact_status() when resolving an in-doubt commit */
+    long long acked_at_submit; /* this store's acks before the request was sent */
+    char xid[24];              /* the append's transaction, "" until its result arrived */
+    char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
     const char *resolve_vals[1];
     const char *values[6];
@@ -991,8 +990,8 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     struct append_op *op = req->ud;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 && ++op->resolve_tries < RESOLVE_TRIES &&
-        start_resolve(op) == 0)
+    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 &&
+        ++op->resolve_tries < RESOLVE_TRIES && start_resolve(op) == 0)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
@@ -1235,9 +1234,11 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
     snprintf(lim, sizeof lim, "%d", s->o.finalize_batch_max);
     const char *vals[1] = {lim};
     out->appends = out->events = out->last = -2;
-    struct pawl_pgstmt st = {
-        .prepared = s->fin_stmt, .nparams = 1, .values = vals, .on_result = on_fin_result,
-        .ud = out};
+    struct pawl_pgstmt st = {.prepared = s->fin_stmt,
+                             .nparams = 1,
+                             .values = vals,
+                             .on_result = on_fin_result,
+                             .ud = out};
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
     int64_t t0 = pawl_now_ns();
     int rc = pawl_pgpool_exec(s->fin, 0, &req);
@@ -1444,8 +1445,8 @@ static void on_listen_connect(void *ud, int conn_index)
     if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
                                                  memory_order_acq_rel, memory_order_relaxed))
         return;
-    s->listen_stmt = (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result,
-                                          .ud = s};
+    s->listen_stmt =
+        (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result, .ud = s};
     memset(&s->listen_req, 0, sizeof s->listen_req);
     s->listen_req.stmts = &s->listen_stmt;
     s->listen_req.nstmts = 1;
@@ -1608,8 +1609,8 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->events_finalized = LD(fin_events);
     st->last_index = LD(last_index);
 #undef LD
-    hist_read(&s->delay, &st->delay_count, &st->delay_p50_ms, &st->delay_p99_ms,
-              &st->delay_max_ms, reset);
+    hist_read(&s->delay, &st->delay_count, &st->delay_p50_ms, &st->delay_p99_ms, &st->delay_max_ms,
+              reset);
     hist_read(&s->run, &st->run_count, &st->run_p50_ms, &st->run_p99_ms, &st->run_max_ms, reset);
     int64_t c;
     hist_read(&s->append_lat, &c, &st->append_p50_ms, &st->append_p99_ms, &st->append_max_ms,
@@ -1722,7 +1723,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         if (rc != 0)
             goto fail;
     }
-    static const Oid append_types[6] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_TEXT_ARRAY,
+    static const Oid append_types[6] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY,  OID_TEXT_ARRAY,
                                         OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_INT4};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);

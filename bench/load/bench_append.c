@@ -417,18 +417,13 @@ int main(int argc, char **argv)
     const char *csv_path = NULL;
     int quick = 0;
     dsn = getenv("PAWL_DSN");
-    static const struct option lo[] = {{"dsn", required_argument, 0, 'd'},
-                                       {"seconds", required_argument, 0, 's'},
-                                       {"rate", required_argument, 0, 'r'},
-                                       {"inflight", required_argument, 0, 'i'},
-                                       {"csv", required_argument, 0, 'c'},
-                                       {"baseline", no_argument, 0, 'b'},
-                                       {"quick", no_argument, 0, 'q'},
-                                       {"min-interval-us", required_argument, 0, 'm'},
-                                       {"rounds", required_argument, 0, 'R'},
-                                       {"rate-batch", required_argument, 0, 'B'},
-                                       {"piggyback", required_argument, 0, 'P'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"dsn", required_argument, 0, 'd'},       {"seconds", required_argument, 0, 's'},
+        {"rate", required_argument, 0, 'r'},      {"inflight", required_argument, 0, 'i'},
+        {"csv", required_argument, 0, 'c'},       {"baseline", no_argument, 0, 'b'},
+        {"quick", no_argument, 0, 'q'},           {"min-interval-us", required_argument, 0, 'm'},
+        {"rounds", required_argument, 0, 'R'},    {"rate-batch", required_argument, 0, 'B'},
+        {"piggyback", required_argument, 0, 'P'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:", lo, NULL)) != -1) {
         switch (ch) {
@@ -466,8 +461,9 @@ int main(int argc, char **argv)
             rounds = atoi(optarg) > 0 ? atoi(optarg) : 1;
             break;
         default:
-            fprintf(stderr, "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
-                            "[--csv FILE] [--baseline] [--quick]\n",
+            fprintf(stderr,
+                    "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
+                    "[--csv FILE] [--baseline] [--quick]\n",
                     argv[0]);
             return 2;
         }
@@ -495,16 +491,21 @@ int main(int argc, char **argv)
             if (quick && ci == 0)
                 continue;
             for (int f = 0; f < 2; f++)
-                cells[nc++] = (struct cell){.design = "per-run", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
+                cells[nc++] = (struct cell){
+                    .design = "per-run", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
         }
-    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = rate_batch, .finalizer = 1, .target_rate = rate};
+    cells[nc++] = (struct cell){
+        .design = "per-run", .conns = 4, .batch = rate_batch, .finalizer = 1, .target_rate = rate};
     if (baseline)
         for (int ci = 0; ci < 2; ci++)
             for (int bi = 0; bi < 2; bi++) {
                 if (quick && ci == 0)
                     continue;
                 for (int f = 0; f < 2; f++)
-                    cells[nc++] = (struct cell){.design = "per-event", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
+                    cells[nc++] = (struct cell){.design = "per-event",
+                                                .conns = conns[ci],
+                                                .batch = batches[bi],
+                                                .finalizer = f};
             }
 
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
@@ -549,8 +550,8 @@ int main(int argc, char **argv)
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
             fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f\n", c->design, c->conns,
-                    c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50,
-                    c->p99, c->max, (long long)c->delay_count, c->fin_runs_s);
+                    c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50, c->p99,
+                    c->max, (long long)c->delay_count, c->fin_runs_s);
             fflush(csv);
         }
         i += width - 1;
@@ -574,7 +575,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "\nrate-limited %d ev/s (%d-event appends, 4 conns, finalizer on): %.0f ev/s, "
                     "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-                    cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50,
-                    cells[i].p99, cells[i].max);
+                    cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50, cells[i].p99,
+                    cells[i].max);
     return 0;
 }

@@ -268,8 +268,8 @@ static void *follower_main(void *arg)
         for (size_t i = 0; i < b.count; i++) {
             const struct pawl_event *e = &b.events[i];
             if (e->index != pos + 1) {
-                snprintf(f->fail, sizeof f->fail, "got index %lld after %lld",
-                         (long long)e->index, (long long)pos);
+                snprintf(f->fail, sizeof f->fail, "got index %lld after %lld", (long long)e->index,
+                         (long long)pos);
                 f->ok = 0;
                 goto out;
             }
@@ -364,22 +364,21 @@ static void test_concurrent(void **state)
     assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(DISTINCT global_index) FROM "
                                               "pawl_api.events"),
                      total);
-    assert_int_equal(pawl_test_query_i64(dsn, "SELECT min(global_index) FROM pawl_api.events"),
-                     1);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT min(global_index) FROM pawl_api.events"), 1);
     assert_int_equal(pawl_test_query_i64(dsn, "SELECT max(global_index) FROM pawl_api.events"),
                      total);
     /* The ledger is seamless: each run starts where the previous ended. */
-    assert_int_equal(pawl_test_query_i64(dsn,
-                                         "SELECT count(*) FROM (SELECT first_index, lag(last_index) "
-                                         "OVER (ORDER BY last_index) AS prev FROM pawl.runs) r "
-                                         "WHERE prev IS NOT NULL AND first_index <> prev + 1"),
-                     0);
+    assert_int_equal(
+        pawl_test_query_i64(dsn, "SELECT count(*) FROM (SELECT first_index, lag(last_index) "
+                                 "OVER (ORDER BY last_index) AS prev FROM pawl.runs) r "
+                                 "WHERE prev IS NOT NULL AND first_index <> prev + 1"),
+        0);
     /* Per stream, index order is sequence order, and sequences are 1..n without holes. */
-    assert_int_equal(pawl_test_query_i64(dsn,
-                                         "SELECT count(*) FROM (SELECT global_index, lag(global_index) "
-                                         "OVER (PARTITION BY stream_id ORDER BY stream_seq) AS p "
-                                         "FROM pawl_api.events) x WHERE p > global_index"),
-                     0);
+    assert_int_equal(
+        pawl_test_query_i64(dsn, "SELECT count(*) FROM (SELECT global_index, lag(global_index) "
+                                 "OVER (PARTITION BY stream_id ORDER BY stream_seq) AS p "
+                                 "FROM pawl_api.events) x WHERE p > global_index"),
+        0);
     assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM (SELECT stream_id, "
                                               "max(stream_seq) m, count(*) c FROM pawl.events "
                                               "GROUP BY stream_id) x WHERE m <> c"),
