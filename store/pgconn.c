@@ -1275,6 +1275,8 @@ int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *r
         pthread_mutex_unlock(&w.mu);
         rc = w.rc;
     }
+    /* The request has completed: do not leave it pointing at this frame. */
+    req->ud = NULL;
     pthread_cond_destroy(&w.cond);
     pthread_mutex_destroy(&w.mu);
     return rc;
