@@ -557,6 +557,53 @@ static void test_split_merge_under_load(void **state)
     free(h);
 }
 
+
+/* Lost connections: every backend of the database is terminated while batches run. The batches
+ * in flight roll back (or are in doubt), the packages abort and re-claim after the back-off,
+ * and the projection ends exact. */
+static void test_connection_loss(void **state)
+{
+    (void)state;
+    reset_proj();
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    open_pg(&src, &tok);
+    struct hctx *h = calloc(1, sizeof *h);
+    h->fail_index = -1;
+    atomic_store(&h->sleep_us, 500);
+    struct pawl_handler hd = {"proj", h, handle, NULL};
+    struct pawl_processor_opts o;
+    opts_fast(&o, "connloss");
+    o.segments = 4;
+    o.batch_size = 20;
+    o.initial_token = q64("SELECT pawl_api.last_index()");
+    int64_t base = appended;
+    append_n(1000);
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, src, tok, &hd, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    usleep(300000);
+    for (int i = 0; i < 2; i++) {
+        pawl_test_exec(dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+        usleep(400000);
+    }
+    atomic_store(&h->sleep_us, 0);
+    append_n(200);
+    assert_true(wait_proj(appended - base, 60000));
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    print_message("batch failures %llu, claims %llu, source errors %llu\n",
+                  (unsigned long long)st.batch_failures, (unsigned long long)st.claims,
+                  (unsigned long long)st.source_errors);
+    assert_true(st.batch_failures + st.source_errors >= 1);
+    pawl_processor_free(p);
+    assert_proj_exact(appended - base);
+    pawl_tokens_free(tok);
+    pawl_source_free(src);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_stolen_claim),
         cmocka_unit_test(test_failure_backoff),
         cmocka_unit_test(test_split_merge_under_load),
+        cmocka_unit_test(test_connection_loss),
     };
     if (getenv("PAWL_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PAWL_TEST_FILTER"));
