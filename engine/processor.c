@@ -10,9 +10,15 @@
  *   - The extender thread refreshes this node's claims every claim_extend_interval_ms on its
  *     own, so a pool busy with slow handlers never lets a claim expire; a claim it finds taken
  *     marks the package lost.
- *   - Worker threads run package steps. One step handles one batch in one transaction; a
- *     package is queued at most once at a time, so a segment's batches never overlap and its
- *     events stay in index order.
+ *   - Worker threads (opts.threads) run package steps from one FIFO run queue. One step handles
+ *     one batch in one transaction; a package is queued at most once at a time and re-queues
+ *     itself at the back after each batch, so a segment's batches never overlap, its events
+ *     stay in index order, and every segment with work gets its turn. (Steps are long: they run
+ *     handlers, which may block, and wait for a commit. The runtime's work-stealing pool runs
+ *     an owner's own resubmissions LIFO, which would let a busy segment starve the others on
+ *     its worker; so it only runs the checkpoint futures' continuations and timers here.)
+ *   - Claim extension has its own thread rather than a runtime timer: timer callbacks run as
+ *     pool tasks, and an extension must not wait for a free worker.
  *
  * Reading. The shared reader keeps position R: every attached package has received all of its
  * events up to R. A package's inbox holds at most read_ahead events; when the reader finds it
@@ -26,8 +32,15 @@
  * transaction, conditional on this node still owning the claim. Any failure (handler error,
  * lost claim, store error, source error) rolls the batch back, aborts the package, releases the
  * claim and keeps the segment away from this node for a back-off that starts at backoff_min_ms,
- * doubles up to backoff_max_ms and resets after the next successful batch. The commit cycle is
- * one function (commit_cycle) so that the checkpoint protocol can take it over.
+ * doubles up to backoff_max_ms and resets after the next successful batch.
+ *
+ * Checkpoint protocol (pawl/checkpoint.h). The mode follows from the handlers. In auto and
+ * deferred mode each claim gets a trigger and a reconciler (engine/reconcile.h); the commit
+ * cycle asks the units, and while their futures are pending the package is parked with its
+ * batch transaction open (no thread waits; the reconciler's wake queues the next step). A
+ * release (stop, rebalancing, split/merge, abort) makes the trigger inert, reconciles the
+ * units' release reports and stores the result while the claim is still held. Claim extension
+ * never writes a token, so a deferred token only moves on a reconciled request.
  *
  * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu, then the run
  * queue's qmu. The package list changes only on the coordinator thread, under p->mu; the
