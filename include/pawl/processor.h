@@ -93,7 +93,9 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  * pawl/checkpoint.h) and the processor's checkpoint mode follows: no unit -> the token is
  * stored every batch; every handler a unit -> fully deferred; a mix -> auto. The processor
  * waits for the units' futures without a time-out: a future that never completes stalls its
- * segment only, and keeps that batch's transaction (and its connection's pipeline) open.
+ * segment only, and keeps that batch's transaction open. (The PostgreSQL store buffers a
+ * batch's statements and sends them with the token write at commit, so an open batch holds no
+ * server transaction, row lock or connection while it waits.)
  */
 struct pawl_handler {
     const char *name;
