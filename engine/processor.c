@@ -189,6 +189,11 @@ struct pawl_processor {
     pthread_cond_t ecv;
 
     struct pawl_event_batch readbuf; /* coordinator's */
+    /* Coordinator: packages by the low bits of the stream hash, rebuilt when the list changes. */
+    struct pkg **lut;
+    uint32_t lut_mask;
+    int lut_partial; /* some segment is finer than the table: scan when a slot misses */
+    uint64_t lut_version, pkgs_version;
 
     _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
         st_source_errors;
@@ -998,6 +1003,7 @@ static void reap_locked(struct pawl_processor *p)
                 break;
             }
         }
+        p->pkgs_version++;
         atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
         pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
@@ -1006,6 +1012,55 @@ static void reap_locked(struct pawl_processor *p)
             backoff_fail(p, k->seg.id, k->had_success);
         pkg_free(k);
     }
+}
+
+/* Coordinator: rebuild the lookup table (segments are disjoint, so a slot has one owner). */
+static void lut_rebuild(struct pawl_processor *p)
+{
+    uint32_t maxmask = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        maxmask = PAWL_MAX(maxmask, k->seg.mask);
+    uint32_t tmask = PAWL_MIN(maxmask, 0xffffu);
+    if (p->lut == NULL || tmask != p->lut_mask) {
+        struct pkg **t = pawl_realloc(p->lut, ((size_t)tmask + 1) * sizeof *t);
+        if (t == NULL) {
+            pawl_free(p->lut);
+            p->lut = NULL; /* lookups scan instead */
+            p->lut_version = p->pkgs_version;
+            return;
+        }
+        p->lut = t;
+        p->lut_mask = tmask;
+    }
+    memset(p->lut, 0, ((size_t)tmask + 1) * sizeof *p->lut);
+    p->lut_partial = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        if (k->seg.mask > tmask) {
+            p->lut_partial = 1;
+            continue;
+        }
+        for (uint64_t j = k->seg.id; j <= tmask; j += (uint64_t)k->seg.mask + 1)
+            p->lut[j] = k;
+    }
+    p->lut_version = p->pkgs_version;
+}
+
+/* Coordinator: the package whose segment holds stream hash h, or NULL. */
+static struct pkg *lookup(struct pawl_processor *p, uint32_t h)
+{
+    if (p->lut_version != p->pkgs_version)
+        lut_rebuild(p);
+    if (p->lut) {
+        struct pkg *k = p->lut[h & p->lut_mask];
+        if (k && pawl_segment_contains(k->seg, h))
+            return k;
+        if (!p->lut_partial)
+            return NULL;
+    }
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        if (pawl_segment_contains(k->seg, h))
+            return k;
+    return NULL;
 }
 
 static struct pkg *find_pkg(struct pawl_processor *p, uint32_t seg_id)
@@ -1122,6 +1177,7 @@ static void claim_cycle(struct pawl_processor *p)
         k->gen = ++p->gen;
         k->next = p->pkgs;
         p->pkgs = k;
+        p->pkgs_version++;
         mine++;
         atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
@@ -1196,24 +1252,21 @@ static int coord_read(struct pawl_processor *p)
     pthread_mutex_lock(&p->dispatch_mu);
     for (size_t i = 0; i < p->readbuf.n; i++) {
         const struct pawl_event *e = &p->readbuf.events[i];
-        uint32_t h = pawl_stream_hash(e->stream_id);
-        for (struct pkg *k = p->pkgs; k; k = k->next) {
-            if (!pawl_segment_contains(k->seg, h))
-                continue;
-            pthread_mutex_lock(&k->mu);
-            if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
-                if (k->inbox.n >= p->o.read_ahead) {
-                    /* Full: this package catches up on its own reads from here. */
-                    k->attached = 0;
-                    k->queued_pos = e->index - 1;
-                } else if (pawl_event_batch_push(&k->inbox, e) != 0) {
-                    k->attached = 0;
-                    k->queued_pos = e->index - 1;
-                }
+        struct pkg *k = lookup(p, pawl_stream_hash(e->stream_id));
+        if (k == NULL)
+            continue; /* a segment nobody here holds */
+        pthread_mutex_lock(&k->mu);
+        if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
+            if (k->inbox.n >= p->o.read_ahead) {
+                /* Full: this package catches up on its own reads from here. */
+                k->attached = 0;
+                k->queued_pos = e->index - 1;
+            } else if (pawl_event_batch_push(&k->inbox, e) != 0) {
+                k->attached = 0;
+                k->queued_pos = e->index - 1;
             }
-            pthread_mutex_unlock(&k->mu);
-            break;
         }
+        pthread_mutex_unlock(&k->mu);
     }
     for (struct pkg *k = p->pkgs; k; k = k->next) {
         pthread_mutex_lock(&k->mu);
@@ -1622,6 +1675,7 @@ void pawl_processor_free(struct pawl_processor *p)
     pawl_processor_stop(p);
     pawl_free(p->workers);
     pawl_free(p->backoffs);
+    pawl_free(p->lut);
     pawl_event_batch_fini(&p->readbuf);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);
