@@ -83,8 +83,7 @@ struct pawl_checkpointing {
      * Fail only when the unit genuinely cannot take the segment, not for transient conditions a
      * later trigger request would handle.
      */
-    int (*on_segment_claimed)(void *self, struct pawl_segment seg,
-                              struct pawl_trigger *trigger);
+    int (*on_segment_claimed)(void *self, struct pawl_segment seg, struct pawl_trigger *trigger);
 
     /*
      * Required. Called on the segment's worker when a checkpoint must cover `requested` (the
@@ -130,8 +129,7 @@ struct pawl_checkpointing {
      *
      * After this call the trigger is inert.
      */
-    struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg,
-                                               int64_t up_to);
+    struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg, int64_t up_to);
 };
 
 /*
