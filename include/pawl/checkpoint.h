@@ -48,6 +48,10 @@
  * Threads: the three callbacks run on the segment's worker (a pool thread, one segment step at a
  * time); the futures they return may be completed from any thread. The trigger functions may be
  * called from any thread and never block.
+ *
+ * Shutdown order: pawl_processor_stop() (every segment is released through the units and every
+ * future has completed), then stop the threads that complete your futures (one may still be
+ * returning from pawl_future_complete), then pawl_processor_free().
  */
 #ifndef PAWL_CHECKPOINT_H
 #define PAWL_CHECKPOINT_H
