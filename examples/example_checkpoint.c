@@ -114,8 +114,11 @@ static int run_projection(int argc, char **argv)
     }
     while (!stop)
         usleep(20000);
-    pawl_processor_free(p); /* stops: every segment is released through the units */
+    /* Stop first (every segment is released through the units), then stop the unit's own
+     * thread (it may still be returning from completing the last future), then free. */
+    pawl_processor_stop(p);
     ex_projection_free(proj);
+    pawl_processor_free(p);
     pawl_tokens_free(tok);
     pawl_source_free(src);
     return 0;
@@ -174,6 +177,14 @@ static int run_demo(void)
     printf("handled: projection %llu, sink %llu (delivered %lld) of %d events; mode %s\n",
            (unsigned long long)a.events, (unsigned long long)b.events,
            (long long)ex_async_delivered(sink), EVENTS, pawl_ckpt_mode_name(a.mode));
+    /* Stop the processors, then the units' threads, then free the processors: a unit's
+     * thread may still be inside pawl_future_complete() for the last release's future. */
+    pawl_processor_stop(pp);
+    pawl_processor_stop(ps);
+    ex_projection_free(proj);
+    ex_async_free(sink);
+    proj = NULL;
+    sink = NULL;
     pawl_processor_free(pp);
     pawl_processor_free(ps);
 

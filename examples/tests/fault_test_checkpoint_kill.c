@@ -17,10 +17,10 @@
 
 #include <libpq-fe.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,8 +187,11 @@ static int setup(void **state)
         char ids[100][16];
         for (int k = 0; k < 100; k++) {
             snprintf(ids[k], sizeof ids[k], "acct-%d", (i + k) % 53);
-            ev[k] = (struct pawl_event){.stream_id = ids[k], .stream_seq = PAWL_SEQ_ANY,
-                                        .type = "T", .payload = "x", .payload_len = 1};
+            ev[k] = (struct pawl_event){.stream_id = ids[k],
+                                        .stream_seq = PAWL_SEQ_ANY,
+                                        .type = "T",
+                                        .payload = "x",
+                                        .payload_len = 1};
         }
         struct pawl_append_result res;
         if (pawl_append(store, ev, 100, &res) != 0)
