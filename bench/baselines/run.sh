@@ -7,7 +7,8 @@
 #             and 8 connections (about 2.5 minutes)
 #   --dsn     the database to use (schemas bl_ascending / bl_renumber are dropped and recreated
 #             there); default $PAWL_DSN, else the checkout's private PostgreSQL
-#   --out     default bench/results/baselines.csv
+#   --out     default bench/results/baselines.csv (a description of the run goes next to it,
+#             in baselines.meta)
 #
 # Needs the built benchmark: $PAWL_BIN/bench_baselines, default build/bin/bench_baselines.
 set -euo pipefail
@@ -15,6 +16,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "run.sh: $*" >&2; exit 1; }
+# The command as run, for the run's description; a DSN may hold a password, so it is not copied.
+command_line="bench/baselines/run.sh"
+prev=
+for a in "$@"; do
+    if [ "$prev" = --dsn ]; then a=DSN; fi
+    command_line+=" $a"
+    prev=$a
+done
 
 args=()
 dsn=${PAWL_DSN:-}
@@ -38,6 +47,21 @@ if [ -z "$dsn" ]; then
 fi
 
 mkdir -p "$(dirname "$out")"
-"$bin" --dsn "$dsn" --sql-dir "$here" --header "${args[@]}" | tee "$out.tmp"
+start=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+"$bin" --dsn "$dsn" --sql-dir "$here" --header "${args[@]}" 2>"$out.notes.tmp" | tee "$out.tmp"
+cat "$out.notes.tmp" >&2
 mv "$out.tmp" "$out"
-echo "run.sh: wrote $out" >&2
+meta=${out%.csv}.meta
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "command: $command_line"
+    echo "elapsed_s: $(( $(date +%s) - start ))"
+    echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+        "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+    echo "load average (1/5/15 min) at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "postgresql: $(psql "$dsn" -Atqc 'show server_version' 2>/dev/null || echo unknown)"
+    sed 's/^bench_baselines: /note: /' "$out.notes.tmp"
+} >"$meta"
+rm -f "$out.notes.tmp"
+echo "run.sh: wrote $out and $meta" >&2

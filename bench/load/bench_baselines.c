@@ -45,10 +45,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef PAWL_BENCH_DIR
-#define PAWL_BENCH_DIR "bench"
-#endif
-
 #define MAX_BATCH 1000
 #define STREAMS_PER_WRITER 100
 #define PAYLOAD_LEN 100
@@ -586,7 +582,8 @@ static void usage(FILE *f)
             "usage: bench_baselines [--dsn DSN] [--design ascending,renumber] [--conns 1,4,8]\n"
             "                       [--batch 1,100] [--seconds S] [--drain-s S] [--safety-ms MS]\n"
             "                       [--min-interval-ms MS] [--sql-dir DIR] [--quick] [--header]\n"
-            "  DSN defaults to $PAWL_DSN. Each configuration drops and recreates the schemas\n"
+            "  DSN defaults to $PAWL_DSN; DIR to bench/baselines in the source tree. Each\n"
+            "  configuration drops and recreates the schemas\n"
             "  bl_ascending / bl_renumber in that database. --quick: 2 s runs at 1 and 4\n"
             "  connections. The finalizer runs as soon as an append signals it, at most once\n"
             "  per --min-interval-ms (default 0: no cadence), and at least every --safety-ms.\n"
@@ -597,7 +594,7 @@ int main(int argc, char **argv)
 {
     struct opts o = {
         .dsn = getenv("PAWL_DSN"),
-        .sql_dir = PAWL_BENCH_DIR "/baselines",
+        .sql_dir = NULL,
         .design = {true, true},
         .conns = {1, 4, 8},
         .n_conns = 3,
@@ -656,6 +653,18 @@ int main(int argc, char **argv)
         }
         if (takes)
             i++;
+    }
+    char sql_dir[4096];
+    if (!o.sql_dir) {
+        /* The SQL files sit in the source tree next to this file's folder: bench/baselines. The
+         * build passes the source's full path, so __FILE__ finds them from any directory. */
+        snprintf(sql_dir, sizeof sql_dir, "%s", __FILE__);
+        char *slash = strrchr(sql_dir, '/');
+        if (slash)
+            snprintf(slash, sizeof sql_dir - (size_t)(slash - sql_dir), "/../baselines");
+        else
+            snprintf(sql_dir, sizeof sql_dir, "../baselines");
+        o.sql_dir = sql_dir;
     }
     if (!o.dsn) {
         fprintf(stderr, "bench_baselines: no database: pass --dsn or set PAWL_DSN\n");

@@ -15,6 +15,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "run.sh: $*" >&2; exit 1; }
+# The command as run, for the run's description; a DSN may hold a password, so it is not copied.
+command_line="bench/peers/run.sh"
+prev=
+for a in "$@"; do
+    if [ "$prev" = --dsn ]; then a=DSN; fi
+    command_line+=" $a"
+    prev=$a
+done
 
 quick=0
 dsn=${PAWL_DSN:-}
@@ -51,8 +59,11 @@ notes=$out.notes.tmp
 row() {
     echo "run.sh: $*" >&2
     local line
-    line=$(node "$here/bench.mjs" --dsn "$dsn" "$@" 2> >(tee -a "$notes" >&2)) ||
-        die "workload failed: $*"
+    local rc=0
+    line=$(node "$here/bench.mjs" --dsn "$dsn" "$@" 2>"$notes.row") || rc=$?
+    cat "$notes.row" >&2
+    cat "$notes.row" >>"$notes"
+    [ $rc = 0 ] || die "workload failed: $*"
     echo "$line" | tee -a "$tmp"
 }
 
@@ -87,7 +98,7 @@ mv "$tmp" "$out"
 meta=${out%.csv}.meta
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "command: bench/peers/run.sh$([ $quick = 1 ] && echo ' --quick')"
+    echo "command: $command_line"
     echo "elapsed_s: $(( $(date +%s) - start ))"
     echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
         "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
@@ -101,5 +112,5 @@ meta=${out%.csv}.meta
     echo "pg (node-postgres): $(node -p "require('$here/node_modules/pg/package.json').version")"
     grep '^NOTE: ' "$notes" | sed 's/^NOTE: /note: /' || true
 } >"$meta"
-rm -f "$notes"
+rm -f "$notes" "$notes.row"
 echo "run.sh: wrote $out and $meta in $(( $(date +%s) - start )) s" >&2

@@ -3,7 +3,8 @@
 #
 #   bench/peers/setup.sh [DSN]        DSN: the PostgreSQL server to use (its dbname is ignored);
 #                                     default $PAWL_DSN, else the checkout's private PostgreSQL
-#   options (environment): PEERS_RESET=1 drops and recreates the peers' databases.
+#   options (environment): PEERS_RESET=1 drops and recreates the peers' databases;
+#                          PEERS_OFFLINE=1 never runs npm (uses what node_modules holds).
 #
 # 1. npm ci: the exact versions pinned in package.json / package-lock.json, into
 #    bench/peers/node_modules (never committed).
@@ -29,8 +30,13 @@ command -v psql >/dev/null || die "psql is required (postgresql-client)"
 # 1. Packages. npm ci runs again only when the lock file changed since the last install.
 lock_sum=$(sha256sum "$here/package-lock.json" | cut -c1-64)
 if [ "$(cat "$here/node_modules/.pawl-lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
-    (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
-    echo "$lock_sum" >"$here/node_modules/.pawl-lock-sum"
+    if [ "${PEERS_OFFLINE:-0}" = 1 ]; then
+        [ -d "$here/node_modules/@eventide/message-db" ] || die "packages not installed (offline)"
+        echo "setup.sh: offline: keeping the installed packages" >&2
+    else
+        (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    [ "${PEERS_OFFLINE:-0}" = 1 ] || echo "$lock_sum" >"$here/node_modules/.pawl-lock-sum"
 fi
 
 # libpq environment for psql and message-db's scripts: the same server, whatever the DSN form.

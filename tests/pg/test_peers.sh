@@ -14,6 +14,7 @@ command -v node >/dev/null || { echo "node not installed: skipped"; exit 77; }
     { echo "peer packages not installed (run bench/peers/setup.sh): skipped"; exit 77; }
 [ -n "${PAWL_TEST_DSN:-}" ] || { echo "no PAWL_TEST_DSN: skipped"; exit 77; }
 
+export PEERS_OFFLINE=1 # tests never reach the registry
 "$peers/setup.sh" "$PAWL_TEST_DSN"
 "$peers/setup.sh" "$PAWL_TEST_DSN" # a second run changes nothing and succeeds
 
