@@ -68,17 +68,17 @@ enum pawl_config_source {
 
 /* One entry of the table. Static and immutable; pointers stay valid for the process. */
 struct pawl_flag {
-    const char *name;          /* "batch-size" */
+    const char *name; /* "batch-size" */
     enum pawl_flag_type type;
-    const char *def;           /* the default, as text (parsed by pawl_config_defaults) */
-    int64_t min, max;          /* INT and DURATION (ms) range; STRING: max length (0: none) */
-    double dmin, dmax;         /* DOUBLE range */
+    const char *def;            /* the default, as text (parsed by pawl_config_defaults) */
+    int64_t min, max;           /* INT and DURATION (ms) range; STRING: max length (0: none) */
+    double dmin, dmax;          /* DOUBLE range */
     const char *const *choices; /* ENUM: NULL-terminated names; value = index */
-    const char *help;          /* one line */
-    unsigned scope;            /* enum pawl_scope bits */
-    size_t offset;             /* of the field in struct pawl_config */
-    size_t size;               /* of that field: 1, 2, 4, 8 (integers), 8 (double), pointer */
-    const char *unit;          /* for help: "events/s", "ms", ... or NULL */
+    const char *help;           /* one line */
+    unsigned scope;             /* enum pawl_scope bits */
+    size_t offset;              /* of the field in struct pawl_config */
+    size_t size;                /* of that field: 1, 2, 4, 8 (integers), 8 (double), pointer */
+    const char *unit;           /* for help: "events/s", "ms", ... or NULL */
 };
 
 /* The `pawl` tool's own settings; embedders can ignore them. */
