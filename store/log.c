@@ -122,9 +122,8 @@ static void hist_add(struct hist *h, int64_t us)
     atomic_fetch_add_explicit(&h->n[hist_bucket(us)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
     long long m = atomic_load_explicit(&h->max, memory_order_relaxed);
-    while (us > m &&
-           !atomic_compare_exchange_weak_explicit(&h->max, &m, us, memory_order_relaxed,
-                                                  memory_order_relaxed))
+    while (us > m && !atomic_compare_exchange_weak_explicit(&h->max, &m, us, memory_order_relaxed,
+                                                            memory_order_relaxed))
         ;
 }
 
@@ -182,7 +181,9 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
-    int stmt_append, stmt_read, stmt_last, stmt_resolve;
+    int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
+    char fin_batch_text[16];
+    pthread_mutex_t cov_mu; /* record_delays: covered and the delay histogram */
     int fin_stmt;
 
     pthread_mutex_t err_mu;
@@ -199,8 +200,8 @@ struct pawl_store {
     pthread_mutex_t idx_mu;
     pthread_cond_t idx_cond;
     atomic_llong last_index;
-    int shutdown;    /* under idx_mu */
-    int waiters;     /* followers inside pawl_store_wait, under idx_mu */
+    int shutdown; /* under idx_mu */
+    int waiters;  /* followers inside pawl_store_wait, under idx_mu */
     pthread_cond_t waiters_cond;
 
     /* Finalizer. */
@@ -222,7 +223,8 @@ struct pawl_store {
 
     /* Statistics. */
     atomic_llong appends_ok, events_ok, appends_failed;
-    atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events;
+    atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events, fin_piggy;
+    atomic_llong fin_skipped;
     struct hist delay, run, append_lat;
 };
 
@@ -335,6 +337,7 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalize_batch_max = 2000;
     o->finalizer_retry_ms = 2;
     o->finalizer_min_interval_us = 1000;
+    o->append_finalizes = 0;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -358,6 +361,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalize_batch_max, 1, 100000);
     RANGE(finalizer_retry_ms, 1, 1000);
     RANGE(finalizer_min_interval_us, 0, 1000000);
+    RANGE(append_finalizes, 0, 1);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -446,9 +450,9 @@ static int js_string(struct json *j)
             char e = *j->p++;
             if (e == 'u') {
                 for (int k = 0; k < 4; k++, j->p++)
-                    if (j->p >= j->end || !((*j->p >= '0' && *j->p <= '9') ||
-                                            (*j->p >= 'a' && *j->p <= 'f') ||
-                                            (*j->p >= 'A' && *j->p <= 'F')))
+                    if (j->p >= j->end ||
+                        !((*j->p >= '0' && *j->p <= '9') || (*j->p >= 'a' && *j->p <= 'f') ||
+                          (*j->p >= 'A' && *j->p <= 'F')))
                         return 0;
             } else if (!strchr("\"\\/bfnrt", e)) {
                 return 0;
@@ -730,12 +734,22 @@ static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
 
 /* ---- append operations --------------------------------------------------------------------- */
 
+struct fin_out {
+    int64_t appends, events, last;
+};
+
+static void on_fin_result(void *ud, const PGresult *res);
+static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
+
 struct append_op {
     struct pawl_store *s;
     struct pawl_pgreq req;
-    struct pawl_pgstmt stmt[1]; /* the append, or the in-doubt check */
-    char xid[24];               /* the append's transaction, "" until its result arrived */
-    char xact_status[16];       /* pg_xact_status() when resolving an in-doubt commit */
+    struct pawl_pgstmt stmt[2]; /* the append (+ piggybacked finalization), or the check */
+    struct fin_out fin;         /* the piggybacked finalization's result */
+    const char *fin_vals[1];
+    long long acked_at_submit; /* this store's acks before the request was sent */
+    char xid[24];              /* the append's transaction, "" until its result arrived */
+    char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
     const char *resolve_vals[1];
     const char *values[6];
@@ -976,8 +990,8 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     struct append_op *op = req->ud;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 && ++op->resolve_tries < RESOLVE_TRIES &&
-        start_resolve(op) == 0)
+    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 &&
+        ++op->resolve_tries < RESOLVE_TRIES && start_resolve(op) == 0)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
@@ -1012,6 +1026,19 @@ static void op_done(struct pawl_pgreq *req, int rc)
             if (submit_op(s, op) == 0)
                 return;
         }
+    }
+    if (rc == 0 && op->fin.appends >= 0) {
+        /* The piggybacked run committed with this transaction. */
+        int64_t now = pawl_now_ns();
+        if (op->fin.appends > 0) {
+            /* relaxed: statistics. */
+            atomic_fetch_add_explicit(&s->fin_piggy, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_appends, op->fin.appends, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_events, op->fin.events, memory_order_relaxed);
+        }
+        if (op->fin.last > 0)
+            raise_index(s, op->fin.last);
+        record_delays(s, op->acked_at_submit, now);
     }
     if (rc == PAWL_EINDOUBT && op->xid[0] != '\0' && op->rows == (int64_t)op->n) {
         op->resolve_tries = 0;
@@ -1057,9 +1084,25 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
                                        .on_result = on_insert_result,
                                        .ud = op,
                                        .flush_after = 1};
+    /*
+     * Piggybacked finalization: in the same transaction, after the insert, finalize what
+     * others committed before (not this append: its own xid is still running in its snapshot).
+     * Its commit then shares the append's WAL flush instead of costing one of its own; when
+     * another session holds the lock it returns at once. See the README ("where the cost
+     * goes").
+     */
+    op->fin.appends = op->fin.events = op->fin.last = -2;
+    op->fin_vals[0] = s->fin_batch_text;
+    op->stmt[1] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                       .nparams = 1,
+                                       .values = op->fin_vals,
+                                       .on_result = on_fin_result,
+                                       .ud = &op->fin};
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    op->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
-    op->req.nstmts = 1;
+    op->req.nstmts = s->o.append_finalizes ? 2 : 1;
     op->req.on_done = op_done;
     op->req.ud = op;
     return pawl_pgpool_submit(s->main, &op->req);
@@ -1175,10 +1218,6 @@ void pawl_store_drain(struct pawl_store *s)
 
 /* ---- the finalizer ------------------------------------------------------------------------- */
 
-struct fin_out {
-    int64_t appends, events, last;
-};
-
 static void on_fin_result(void *ud, const PGresult *res)
 {
     struct fin_out *o = ud;
@@ -1195,9 +1234,11 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
     snprintf(lim, sizeof lim, "%d", s->o.finalize_batch_max);
     const char *vals[1] = {lim};
     out->appends = out->events = out->last = -2;
-    struct pawl_pgstmt st = {
-        .prepared = s->fin_stmt, .nparams = 1, .values = vals, .on_result = on_fin_result,
-        .ud = out};
+    struct pawl_pgstmt st = {.prepared = s->fin_stmt,
+                             .nparams = 1,
+                             .values = vals,
+                             .on_result = on_fin_result,
+                             .ud = out};
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
     int64_t t0 = pawl_now_ns();
     int rc = pawl_pgpool_exec(s->fin, 0, &req);
@@ -1230,24 +1271,28 @@ int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, i
     return rc;
 }
 
-/* Record finalize delays of acks (covered, upto] that finished at t_end. */
+/*
+ * Acks (covered, upto] are final as of t_end: record their finalize delays and advance
+ * covered. Called by the finalizer thread and, for piggybacked runs, the I/O thread.
+ */
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 {
-    /* relaxed: only the finalizer thread writes covered. */
+    pthread_mutex_lock(&s->cov_mu);
+    /* relaxed: covered is written under cov_mu; other readers only want a recent value. */
     long long from = atomic_load_explicit(&s->covered, memory_order_relaxed);
-    if (upto <= from)
-        return;
-    if (upto - from > ACK_RING)
-        from = upto - ACK_RING;
-    for (long long q = from + 1; q <= upto; q++) {
-        struct ack_slot *sl = &s->ring[q & (ACK_RING - 1)];
-        /* acquire: pairs with the release in record_ack; t_ns belongs to seq q. */
-        if (atomic_load_explicit(&sl->seq, memory_order_acquire) != q)
-            continue;
-        int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
-        hist_add(&s->delay, (t_end - t) / 1000);
+    if (upto > from) {
+        long long first = upto - from > ACK_RING ? upto - ACK_RING : from;
+        for (long long q = first + 1; q <= upto; q++) {
+            struct ack_slot *sl = &s->ring[q & (ACK_RING - 1)];
+            /* acquire: pairs with the release in record_ack; t_ns belongs to seq q. */
+            if (atomic_load_explicit(&sl->seq, memory_order_acquire) != q)
+                continue;
+            int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
+            hist_add(&s->delay, (t_end - t) / 1000);
+        }
+        atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
     }
-    atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
+    pthread_mutex_unlock(&s->cov_mu);
 }
 
 /* Sleep up to ns on fin_cond, returning early on stop. */
@@ -1275,6 +1320,7 @@ static void *fin_main(void *arg)
     int err_backoff_ms = 10;
     int64_t min_interval_ns = (int64_t)s->o.finalizer_min_interval_us * 1000;
     int64_t last_start = 0;
+    int busy_ms = s->o.finalizer_retry_ms;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1303,8 +1349,15 @@ static void *fin_main(void *arg)
         atomic_exchange(&s->fin_signal, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
-        if (stopping && acked == atomic_load_explicit(&s->covered, memory_order_relaxed))
+        int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
+        if (stopping && all_covered)
             break;
+        if (!stopping && all_covered && pawl_now_ns() < next_safety) {
+            /* Later appends' piggybacked runs finalized ours already: no run needed. */
+            atomic_fetch_add_explicit(&s->fin_skipped, 1, memory_order_relaxed); /* stat */
+            rerun = 0;
+            continue;
+        }
         rerun = 0;
         struct fin_out o;
         last_start = pawl_now_ns();
@@ -1325,11 +1378,16 @@ static void *fin_main(void *arg)
             continue;
         }
         err_backoff_ms = 10;
+        if (o.appends >= 0)
+            busy_ms = s->o.finalizer_retry_ms;
         if (o.appends < 0) {
             /* Another session holds the lock; it may have started before our rows committed.
              * Try again shortly (its notification wakes followers, not us: a short timer). */
             atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
-            fin_sleep(s, s->o.finalizer_retry_ms);
+            /* Back off while the lock stays busy (appends piggybacking runs hold it through
+             * their commits), up to 8x the retry delay. */
+            fin_sleep(s, busy_ms);
+            busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
             rerun = 1;
             continue;
         }
@@ -1387,8 +1445,8 @@ static void on_listen_connect(void *ud, int conn_index)
     if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
                                                  memory_order_acq_rel, memory_order_relaxed))
         return;
-    s->listen_stmt = (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result,
-                                          .ud = s};
+    s->listen_stmt =
+        (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result, .ud = s};
     memset(&s->listen_req, 0, sizeof s->listen_req);
     s->listen_req.stmts = &s->listen_stmt;
     s->listen_req.nstmts = 1;
@@ -1542,6 +1600,8 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);
+    st->finalize_piggybacked = LD(fin_piggy);
+    st->finalize_skipped = LD(fin_skipped);
     st->finalize_idle_runs = LD(fin_idle);
     st->finalize_busy = LD(fin_busy);
     st->finalize_errors = LD(fin_errors);
@@ -1549,8 +1609,8 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->events_finalized = LD(fin_events);
     st->last_index = LD(last_index);
 #undef LD
-    hist_read(&s->delay, &st->delay_count, &st->delay_p50_ms, &st->delay_p99_ms,
-              &st->delay_max_ms, reset);
+    hist_read(&s->delay, &st->delay_count, &st->delay_p50_ms, &st->delay_p99_ms, &st->delay_max_ms,
+              reset);
     hist_read(&s->run, &st->run_count, &st->run_p50_ms, &st->run_p99_ms, &st->run_max_ms, reset);
     int64_t c;
     hist_read(&s->append_lat, &c, &st->append_p50_ms, &st->append_p99_ms, &st->append_max_ms,
@@ -1634,6 +1694,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         return PAWL_ENOMEM;
     s->o = *o;
     pthread_mutex_init(&s->err_mu, NULL);
+    pthread_mutex_init(&s->cov_mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_cond_init(&s->op_cond, NULL);
     pthread_mutex_init(&s->idx_mu, NULL);
@@ -1662,16 +1723,18 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         if (rc != 0)
             goto fail;
     }
-    static const Oid append_types[6] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_TEXT_ARRAY,
+    static const Oid append_types[6] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY,  OID_TEXT_ARRAY,
                                         OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_INT4};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     s->stmt_resolve = pawl_pgpool_prepare(s->main, RESOLVE_SQL, 1, NULL);
+    s->stmt_fin_main = pawl_pgpool_prepare(s->main, FINALIZE_SQL, 1, NULL);
+    snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
     if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0 ||
-        s->stmt_resolve < 0) {
+        s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }
@@ -1712,6 +1775,7 @@ fail:
     pthread_cond_destroy(&s->op_cond);
     pthread_mutex_destroy(&s->op_mu);
     pthread_mutex_destroy(&s->err_mu);
+    pthread_mutex_destroy(&s->cov_mu);
     pawl_free(s);
     return rc;
 }
@@ -1753,5 +1817,6 @@ void pawl_store_free(struct pawl_store *s)
     pthread_cond_destroy(&s->op_cond);
     pthread_mutex_destroy(&s->op_mu);
     pthread_mutex_destroy(&s->err_mu);
+    pthread_mutex_destroy(&s->cov_mu);
     pawl_free(s);
 }

@@ -5,7 +5,8 @@
  * write to. Each connection is a state machine:
  *
  *   DOWN --start--> CONNECTING --PQconnectPoll OK--> SETUP --session Sync--> READY
- *     ^                 | fail/timeout                  | error                 | socket/libpq error
+ *     ^                 | fail/timeout                  | error                 | socket/libpq
+ * error
  *     +---- BACKOFF <---+-------------------------------+-----------------------+
  *
  * Send cursor: requests move from the pool queue (or the connection's pinned queue) to the
@@ -61,9 +62,9 @@ struct conn {
     PostgresPollingStatusType poll;
     int64_t deadline_ns; /* connect timeout or end of back-off */
     int backoff_ms;
-    int want_write;  /* PQflush() returned 1: wait for EPOLLOUT before writing more */
-    int open_txn;    /* last request sent was NOSYNC: only pinned requests may follow */
-    int ninflight;   /* requests handed to libpq, not completed */
+    int want_write; /* PQflush() returned 1: wait for EPOLLOUT before writing more */
+    int open_txn;   /* last request sent was NOSYNC: only pinned requests may follow */
+    int ninflight;  /* requests handed to libpq, not completed */
     struct pawl_pgreq *inflight_head, *inflight_tail;
     struct pawl_pgreq *pinned_head, *pinned_tail; /* under the pool mutex */
     struct expect *exp;                           /* ring of expected results */
@@ -95,9 +96,9 @@ struct pawl_pgpool {
     pthread_t thread;
     int epfd;
     int evfd;
-    atomic_int stop;     /* set by free(); read by the I/O thread after each wakeup */
-    atomic_int woken;    /* 1 while an eventfd wakeup is outstanding (coalesces writes) */
-    atomic_int nready;   /* connections READY; relaxed, informational */
+    atomic_int stop;      /* set by free(); read by the I/O thread after each wakeup */
+    atomic_int woken;     /* 1 while an eventfd wakeup is outstanding (coalesces writes) */
+    atomic_int nready;    /* connections READY; relaxed, informational */
     atomic_llong pending; /* requests submitted and not completed */
 
     pthread_mutex_t mu;
@@ -476,8 +477,8 @@ static int send_req(struct conn *c, struct pawl_pgreq *r)
                     goto broken;
                 c->prepared[s->prepared] = 1;
             }
-            ok = PQsendQueryPrepared(c->pg, ps->name, s->nparams, s->values, s->lengths,
-                                     s->formats, s->result_binary);
+            ok = PQsendQueryPrepared(c->pg, ps->name, s->nparams, s->values, s->lengths, s->formats,
+                                     s->result_binary);
         }
         if (!ok || exp_push(c, E_STMT, i, r) != 0)
             goto broken;
@@ -563,7 +564,7 @@ static void dispatch(struct pawl_pgpool *p)
     int got[MAX_CONNS] = {0};
     for (int i = 0; i < p->nconns; i++) {
         struct conn *c = &p->conns[i];
-        while (can_send(c) && c->pinned_head) {
+        while (can_send(c)) {
             struct pawl_pgreq *r = pop_pinned(c);
             if (r == NULL)
                 break;
@@ -652,8 +653,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     case E_SETUP:
         if (st == PGRES_FATAL_ERROR) {
             PAWL_WARN("pgconn", "%s[%d]: session statement \"%s\" failed: %s", p->name, c->index,
-                      e->arg >= 0 ? p->session_sql[e->arg] : "ROLLBACK",
-                      PQresultErrorMessage(res));
+                      e->arg >= 0 ? p->session_sql[e->arg] : "ROLLBACK", PQresultErrorMessage(res));
             c->aborted = 1;
         }
         return 0;
@@ -682,8 +682,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         if (st == PGRES_FATAL_ERROR) {
             req_error(r, e->arg, res, "statement failed");
             c->aborted = 1;
-        } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ||
-                   st == PGRES_SINGLE_TUPLE) {
+        } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE) {
             r->_ok_upto = e->arg + 1;
         } else if (st == PGRES_PIPELINE_ABORTED) {
             if (r->failed_stmt < 0) {
@@ -870,8 +869,8 @@ static void expire_queue(struct pawl_pgpool *p, int64_t now)
         expired->failed_stmt = -1;
         expired->sqlstate[0] = '\0';
         char msg[256];
-        snprintf(msg, sizeof msg, "no database connection within %d ms: %s",
-                 p->o.queue_timeout_ms, err[0] ? err : "still connecting");
+        snprintf(msg, sizeof msg, "no database connection within %d ms: %s", p->o.queue_timeout_ms,
+                 err[0] ? err : "still connecting");
         copy_trimmed(expired->message, sizeof expired->message, msg);
         complete(p, expired, PAWL_ECONN);
         expired = next;
@@ -911,7 +910,8 @@ static void *io_main(void *arg)
             if (c->state == C_CONNECTING || c->state == C_BACKOFF)
                 next = PAWL_MIN(next, c->deadline_ns);
         }
-        if (p->o.queue_timeout_ms > 0 && atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
+        if (p->o.queue_timeout_ms > 0 &&
+            atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
             next = PAWL_MIN(next, now + 50000000LL);
         int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
         int n = epoll_wait(p->epfd, evs, 64, timeout);
@@ -996,7 +996,8 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     if (pawl_dsn_check(dsn, err, errlen) != 0)
         return PAWL_EINVAL;
 
-    struct pawl_pgpool *p = pawl_calloc(1, sizeof *p + (size_t)o->connections * sizeof(struct conn));
+    struct pawl_pgpool *p =
+        pawl_calloc(1, sizeof *p + (size_t)o->connections * sizeof(struct conn));
     if (p == NULL)
         return PAWL_ENOMEM;
     p->o = *o;
@@ -1034,8 +1035,13 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
         goto fail;
-    if (pthread_create(&p->thread, NULL, io_main, p) != 0)
+    /* Published before the I/O thread starts: its hooks may read *out (thread creation
+     * orders this store before them). */
+    *out = p;
+    if (pthread_create(&p->thread, NULL, io_main, p) != 0) {
+        *out = NULL;
         goto fail;
+    }
 
     if (wait_ms > 0) {
         int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;
@@ -1061,17 +1067,16 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         }
         if (rc != 0 && err && errlen) {
             char d[256];
-            snprintf(err, errlen, "cannot connect to %s: %s",
-                     pawl_dsn_redact(dsn, d, sizeof d),
+            snprintf(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),
                      p->last_error[0] ? p->last_error : "timed out");
         }
         pthread_mutex_unlock(&p->mu);
         if (rc != 0) {
             pawl_pgpool_free(p);
+            *out = NULL;
             return rc;
         }
     }
-    *out = p;
     return 0;
 
 fail:
@@ -1270,6 +1275,8 @@ int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *r
         pthread_mutex_unlock(&w.mu);
         rc = w.rc;
     }
+    /* The request has completed: do not leave it pointing at this frame. */
+    req->ud = NULL;
     pthread_cond_destroy(&w.cond);
     pthread_mutex_destroy(&w.mu);
     return rc;

@@ -27,9 +27,10 @@
  * A lost connection fails every request that was handed to libpq and not completed:
  * PAWL_EINDOUBT when the request ended a transaction that may have committed (its Sync was sent
  * but not answered), PAWL_ECONN when it cannot have committed (flagged PAWL_PGREQ_READONLY, no
- * Sync, or never executed: the server announced the end of the session before reaching it). Requests not yet handed to libpq stay queued and go out on the next
- * connection (the pool reconnects with exponential back-off between reconnect_min_ms and
- * reconnect_max_ms). A pinned request whose connection is down fails with PAWL_ECONN.
+ * Sync, or never executed: the server announced the end of the session before reaching it).
+ * Requests not yet handed to libpq stay queued and go out on the next connection (the pool
+ * reconnects with exponential back-off between reconnect_min_ms and reconnect_max_ms). A pinned
+ * request whose connection is down fails with PAWL_ECONN.
  *
  * Threads. pawl_pgpool_submit*, pawl_pgpool_prepare and pawl_pgpool_stats may be called from
  * any thread at any time. Every callback (statement result, request completion, notification,
@@ -54,14 +55,14 @@ struct pawl_pgpool;
 typedef void (*pawl_pgresult_fn)(void *ud, const PGresult *res);
 
 struct pawl_pgstmt {
-    const char *sql;              /* text of the statement, or NULL to use `prepared` */
-    int prepared;                 /* id returned by pawl_pgpool_prepare (when sql == NULL) */
-    int nparams;                  /* 0..65535 */
-    const char *const *values;    /* nparams values (NULL entry = SQL NULL) */
-    const int *lengths;           /* byte lengths for binary values; may be NULL if all text */
-    const int *formats;           /* 0 text, 1 binary, per parameter; NULL = all text */
-    int result_binary;            /* 1 to receive results in binary format */
-    pawl_pgresult_fn on_result;   /* may be NULL */
+    const char *sql;            /* text of the statement, or NULL to use `prepared` */
+    int prepared;               /* id returned by pawl_pgpool_prepare (when sql == NULL) */
+    int nparams;                /* 0..65535 */
+    const char *const *values;  /* nparams values (NULL entry = SQL NULL) */
+    const int *lengths;         /* byte lengths for binary values; may be NULL if all text */
+    const int *formats;         /* 0 text, 1 binary, per parameter; NULL = all text */
+    int result_binary;          /* 1 to receive results in binary format */
+    pawl_pgresult_fn on_result; /* may be NULL */
     void *ud;
     /*
      * 1: on_result takes ownership of the PGresult it is given (cast away const and PQclear
@@ -97,7 +98,7 @@ struct pawl_pgreq {
     int failed_stmt;  /* index of the failing statement, or -1 */
     char sqlstate[6]; /* "" when not a server error */
     char message[256];
-    int conn_index;   /* connection it ran on */
+    int conn_index; /* connection it ran on */
 
     /* Private to the pool. */
     struct pawl_pgreq *_next;
@@ -110,12 +111,12 @@ struct pawl_pgreq {
 };
 
 struct pawl_pgpool_opts {
-    const char *name;           /* used in logs, e.g. "append"; default "pg" */
-    int connections;            /* 1..64; default 2 */
-    int reconnect_min_ms;       /* first back-off after a failure; 1..60000, default 100 */
-    int reconnect_max_ms;       /* back-off doubles up to this; default 5000 */
-    int connect_timeout_ms;     /* give up one connection attempt after this; default 10000 */
-    int max_inflight;           /* requests sent and not yet answered per connection; default 512 */
+    const char *name;       /* used in logs, e.g. "append"; default "pg" */
+    int connections;        /* 1..64; default 2 */
+    int reconnect_min_ms;   /* first back-off after a failure; 1..60000, default 100 */
+    int reconnect_max_ms;   /* back-off doubles up to this; default 5000 */
+    int connect_timeout_ms; /* give up one connection attempt after this; default 10000 */
+    int max_inflight;       /* requests sent and not yet answered per connection; default 512 */
     /*
      * A request still waiting for a connection after this long (no connection READY) fails
      * with PAWL_ECONN; 0 waits forever. Default 10000.

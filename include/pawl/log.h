@@ -66,6 +66,13 @@ struct pawl_store_opts {
      * load one run (one commit) covers many appends; it bounds the finalize delay from below.
      * 0..1000000 µs, default 1000. */
     int finalizer_min_interval_us;
+    /* Experimental. 1: each append's transaction also runs a finalization (after its
+     * insert, under the same try-lock) for what others committed before it, so that run's
+     * commit shares the append's WAL flush; the background finalizer then mostly finds the
+     * work done. Measured here it raised finalize delays (appends hold the lock through their
+     * commits) without a clear throughput gain, so the default is 0: only the background
+     * finalizer finalizes. */
+    int append_finalizes;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
@@ -133,11 +140,11 @@ void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
 #define PAWL_SEQ_ANY ((int64_t)0)
 
 struct pawl_append_result {
-    int rc;             /* 0, or PAWL_ECONFLICT, PAWL_ETOOBIG, PAWL_EINVAL, PAWL_ECONN (did not
-                         * commit), PAWL_EINDOUBT (connection lost during commit: it may or may
-                         * not have committed), PAWL_ESQL, PAWL_ESHUTDOWN */
-    char sqlstate[6];   /* server SQLSTATE, "" if none */
-    char message[256];  /* human-readable reason, "" on success */
+    int rc;               /* 0, or PAWL_ECONFLICT, PAWL_ETOOBIG, PAWL_EINVAL, PAWL_ECONN (did not
+                           * commit), PAWL_EINDOUBT (connection lost during commit: it may or may
+                           * not have committed), PAWL_ESQL, PAWL_ESHUTDOWN */
+    char sqlstate[6];     /* server SQLSTATE, "" if none */
+    char message[256];    /* human-readable reason, "" on success */
     int64_t committed_ns; /* pawl_now_ns() when the commit was acknowledged (rc == 0) */
 };
 
@@ -216,23 +223,24 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms);
  * with the finalizer disabled too). Reports the appends and events it finalized (-1, -1 when
  * the lock was held elsewhere) and the highest final index; any pointer may be NULL.
  */
-int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events,
-                      int64_t *last_index);
+int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, int64_t *last_index);
 
 /* Counters and latency figures of a store. */
 struct pawl_log_stats {
-    int64_t appends_ok;          /* appends committed through this store */
-    int64_t events_ok;           /* their events */
-    int64_t appends_failed;      /* appends that reported an error */
-    int64_t appends_pending;     /* committed here and not yet covered by a finalization run */
-    int64_t inflight;            /* async appends submitted and not completed */
-    int64_t finalize_runs;       /* runs of this process's finalizer that did work */
-    int64_t finalize_idle_runs;  /* runs that found nothing to finalize */
-    int64_t finalize_busy;       /* runs that found the lock held elsewhere */
+    int64_t appends_ok;           /* appends committed through this store */
+    int64_t events_ok;            /* their events */
+    int64_t appends_failed;       /* appends that reported an error */
+    int64_t appends_pending;      /* committed here and not yet covered by a finalization run */
+    int64_t inflight;             /* async appends submitted and not completed */
+    int64_t finalize_runs;        /* runs of this process's finalizer that did work */
+    int64_t finalize_piggybacked; /* runs inside this process's append transactions */
+    int64_t finalize_skipped;     /* wake-ups with nothing left (piggybacked runs covered it) */
+    int64_t finalize_idle_runs;   /* runs that found nothing to finalize */
+    int64_t finalize_busy;        /* runs that found the lock held elsewhere */
     int64_t finalize_errors;
-    int64_t appends_finalized;   /* by this process's finalizer (any process's appends) */
+    int64_t appends_finalized; /* by this process's finalizer (any process's appends) */
     int64_t events_finalized;
-    int64_t last_index;          /* highest final index known here */
+    int64_t last_index; /* highest final index known here */
     /*
      * Finalize delay: from the acknowledged commit of an append made here to the end of the
      * first finalization run that started after it (an upper bound on commit -> final index).

@@ -71,8 +71,7 @@ static void test_schema(void **state)
     assert_int_equal(pawl_schema_migrate(dsn, err, sizeof err), 0);
     assert_int_equal(pawl_schema_version(dsn, &dbv, NULL, err, sizeof err), 0);
     assert_int_equal(dbv, libv);
-    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"),
-                     libv);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"), libv);
 }
 
 static void test_newer_schema(void **state)
@@ -289,8 +288,8 @@ int main(void)
 {
     dsn = pawl_test_db_create("log_basic");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schema),        cmocka_unit_test(test_newer_schema),
-        cmocka_unit_test(test_append_read),   cmocka_unit_test(test_sql_face_equal),
+        cmocka_unit_test(test_schema),      cmocka_unit_test(test_newer_schema),
+        cmocka_unit_test(test_append_read), cmocka_unit_test(test_sql_face_equal),
         cmocka_unit_test(test_bad_dsn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

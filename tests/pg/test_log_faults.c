@@ -26,6 +26,7 @@ static struct pawl_store *open_store(int finalizer, int safety_ms)
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.finalizer = finalizer;
+    o.append_finalizes = 0; /* the victim must not finalize anything itself */
     o.finalizer_safety_interval_ms = safety_ms;
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 200;
@@ -52,8 +53,7 @@ static void test_killed_appender(void **state)
         for (int i = 0; i < 50; i++) {
             char sid[32];
             snprintf(sid, sizeof sid, "victim-%d", i % 5);
-            struct pawl_event e = {.stream_id = sid, .type = "t", .payload = "x",
-                                   .payload_len = 1};
+            struct pawl_event e = {.stream_id = sid, .type = "t", .payload = "x", .payload_len = 1};
             if (pawl_append(s, &e, 1, NULL) != 0)
                 _exit(3);
         }
@@ -114,8 +114,8 @@ static void test_server_goes_away(void **state)
     int submitted = 0;
     for (int i = 0; i < N_APPENDS; i++) {
         snprintf(sid[i], sizeof sid[i], "away-%d", i);
-        struct pawl_event e = {.stream_id = sid[i], .stream_seq = 1, .type = "t",
-                               .payload = "x", .payload_len = 1};
+        struct pawl_event e = {
+            .stream_id = sid[i], .stream_seq = 1, .type = "t", .payload = "x", .payload_len = 1};
         if (i == N_APPENDS / 4) {
             /* Drop every connection of this store while appends are in flight. */
             pawl_test_exec(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -158,15 +158,15 @@ static void test_server_goes_away(void **state)
             fprintf(stderr, "append %d: %s\n", i, pawl_errname(rc));
         }
     }
-    printf("after the connections dropped: %d committed, %d not committed, %d in doubt\n", ok,
-           lost, doubt);
+    printf("after the connections dropped: %d committed, %d not committed, %d in doubt\n", ok, lost,
+           doubt);
     assert_int_equal(other, 0);
     assert_true(ok > 0);
     char err[256];
     pawl_store_last_error(s, err, sizeof err);
     /* The store reconnected: a new append works and everything committed becomes final. */
-    struct pawl_event e = {.stream_id = "away-after", .type = "t", .payload = "y",
-                           .payload_len = 1};
+    struct pawl_event e = {
+        .stream_id = "away-after", .type = "t", .payload = "y", .payload_len = 1};
     assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
     int64_t total = pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events");
     assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);

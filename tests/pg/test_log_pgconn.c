@@ -61,8 +61,13 @@ static void test_basic(void **state)
     uint64_t be = __builtin_bswap64(21);
     const char *vals[1] = {(const char *)&be};
     int lens[1] = {8}, fmts[1] = {1};
-    struct pawl_pgstmt s = {.prepared = id, .nparams = 1, .values = vals, .lengths = lens,
-                            .formats = fmts, .on_result = grab_i64, .ud = &v};
+    struct pawl_pgstmt s = {.prepared = id,
+                            .nparams = 1,
+                            .values = vals,
+                            .lengths = lens,
+                            .formats = fmts,
+                            .on_result = grab_i64,
+                            .ud = &v};
     struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
     for (int i = 0; i < 3; i++) {
         v = 0;
@@ -186,8 +191,8 @@ static void test_bad_dsn(void **state)
     o.connections = 1;
     struct pawl_pgpool *p = NULL;
     char err[512];
-    int rc = pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret",
-                             &o, 3000, err, sizeof err);
+    int rc = pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret", &o,
+                             3000, err, sizeof err);
     assert_int_equal(rc, PAWL_ECONN);
     assert_null(strstr(err, "secret"));
     assert_non_null(strstr(err, "***"));
@@ -199,10 +204,8 @@ int main(void)
 {
     dsn = pawl_test_db_create("pgconn");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),
-        cmocka_unit_test(test_pinned_transaction),
-        cmocka_unit_test(test_many_in_flight),
-        cmocka_unit_test(test_killed_backend),
+        cmocka_unit_test(test_basic),          cmocka_unit_test(test_pinned_transaction),
+        cmocka_unit_test(test_many_in_flight), cmocka_unit_test(test_killed_backend),
         cmocka_unit_test(test_bad_dsn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,8 +69,8 @@ static int64_t load(struct pawl_store *s, int ones, int twenties, int conflicts)
     int64_t appends = 0;
     for (int i = 0; i < ones; i++) {
         snprintf(sid[0], sizeof sid[0], "one-%d", counter++ % 5000);
-        ev[0] = (struct pawl_event){.stream_id = sid[0], .type = "t", .payload = "p",
-                                    .payload_len = 1};
+        ev[0] =
+            (struct pawl_event){.stream_id = sid[0], .type = "t", .payload = "p", .payload_len = 1};
         while (pawl_append_async(s, ev, 1, cb_ignore, NULL) == PAWL_EAGAIN)
             usleep(100);
         appends++;
@@ -78,8 +78,8 @@ static int64_t load(struct pawl_store *s, int ones, int twenties, int conflicts)
     for (int i = 0; i < twenties; i++) {
         for (int k = 0; k < 20; k++) {
             snprintf(sid[k], sizeof sid[k], "batch-%d", (counter++) % 3000);
-            ev[k] = (struct pawl_event){.stream_id = sid[k], .type = "t", .payload = "pp",
-                                        .payload_len = 2};
+            ev[k] = (struct pawl_event){
+                .stream_id = sid[k], .type = "t", .payload = "pp", .payload_len = 2};
         }
         while (pawl_append_async(s, ev, 20, cb_ignore, NULL) == PAWL_EAGAIN)
             usleep(100);
@@ -87,10 +87,13 @@ static int64_t load(struct pawl_store *s, int ones, int twenties, int conflicts)
     }
     for (int i = 0; i < conflicts; i++) {
         /* Explicit sequence 1 on a stream that exists: inserted, then refused: dead tuples. */
-        ev[0] = (struct pawl_event){.stream_id = "one-1", .stream_seq = 1, .type = "t",
-                                    .payload = "p", .payload_len = 1};
-        ev[1] = (struct pawl_event){.stream_id = "fresh-stream", .stream_seq = 0, .type = "t",
-                                    .payload = "p", .payload_len = 1};
+        ev[0] = (struct pawl_event){
+            .stream_id = "one-1", .stream_seq = 1, .type = "t", .payload = "p", .payload_len = 1};
+        ev[1] = (struct pawl_event){.stream_id = "fresh-stream",
+                                    .stream_seq = 0,
+                                    .type = "t",
+                                    .payload = "p",
+                                    .payload_len = 1};
         pawl_append(s, ev, 2, NULL);
     }
     pawl_store_drain(s);
