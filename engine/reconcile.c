@@ -184,8 +184,9 @@ static void settle(struct pawl_reconcile *r, struct pawl_reconcile_slot *s, stru
     } else {
         if (token < s->asked) {
             s->bad = true;
-            set_err(r, "unit '%s' reported %lld for segment %u/%u, which does not cover the "
-                       "requested %lld",
+            set_err(r,
+                    "unit '%s' reported %lld for segment %u/%u, which does not cover the "
+                    "requested %lld",
                     name, (long long)token, r->_seg.id, r->_seg.mask, (long long)s->asked);
             return;
         }
@@ -389,10 +390,9 @@ int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
             const struct pawl_ckpt_unit *v = &r->_units[j];
             if (v->ckpt->on_segment_claimed == NULL)
                 continue;
-            struct pawl_future *f =
-                v->ckpt->on_segment_released
-                    ? v->ckpt->on_segment_released(v->self, seg, stored)
-                    : v->ckpt->on_checkpoint_advanced(v->self, seg, stored);
+            struct pawl_future *f = v->ckpt->on_segment_released
+                                        ? v->ckpt->on_segment_released(v->self, seg, stored)
+                                        : v->ckpt->on_checkpoint_advanced(v->self, seg, stored);
             pawl_future_unref(f);
         }
         return rc;

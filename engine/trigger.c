@@ -145,8 +145,7 @@ bool pawl_trigger_take(struct pawl_trigger *t, int64_t consumed, int64_t *out)
 bool pawl_trigger_has_pending(const struct pawl_trigger *t)
 {
     /* Relaxed: a hint; take() does the ordered exchange. */
-    return atomic_load_explicit(&((struct pawl_trigger *)t)->pending, memory_order_relaxed) !=
-           NONE;
+    return atomic_load_explicit(&((struct pawl_trigger *)t)->pending, memory_order_relaxed) != NONE;
 }
 
 bool pawl_trigger_ready(const struct pawl_trigger *t, int64_t consumed)

@@ -57,7 +57,8 @@ bool pawl_trigger_ready(const struct pawl_trigger *t, int64_t consumed);
 /*
  * Make the trigger inert: later requests return PAWL_ESHUTDOWN and never wake. Waits for wake
  * calls already running (they are a task submission long), so afterwards wake's argument may go.
- * Idempotent. Clears anything pending.
+ * Never call it holding a lock that wake takes (it would wait for itself). Idempotent. Clears
+ * anything pending.
  */
 void pawl_trigger_invalidate(struct pawl_trigger *t);
 

@@ -57,12 +57,12 @@ struct ex_async {
     struct ex_async_opts o;
     int fd;
     pthread_mutex_t mu;
-    pthread_cond_t cv;       /* jobs queued, stop, or resume */
+    pthread_cond_t cv; /* jobs queued, stop, or resume */
     struct job *head, *tail;
     bool stop;
     bool paused;
     bool fail_barriers;
-    struct aseg *segs;       /* live and released */
+    struct aseg *segs; /* live and released */
     pthread_t *threads;
     int nthreads;
     _Atomic int64_t delivered;

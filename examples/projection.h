@@ -29,10 +29,10 @@
 struct ex_projection;
 
 struct ex_proj_state {
-    int64_t pos;    /* complete up to this token */
-    int64_t count;  /* events applied */
-    uint64_t sum;   /* sum of applied indexes */
-    uint64_t hash;  /* order-sensitive hash of applied indexes */
+    int64_t pos;   /* complete up to this token */
+    int64_t count; /* events applied */
+    uint64_t sum;  /* sum of applied indexes */
+    uint64_t hash; /* order-sensitive hash of applied indexes */
 };
 
 /*

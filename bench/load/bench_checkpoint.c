@@ -13,7 +13,11 @@
  * new name, so new segments at token 0) over the same events until every event is committed.
  * Rounds alternate the modes to spread the machine's noise; the table reports the median.
  *
- * Usage: bench_checkpoint [events (default 1000000)] [rounds (default 3)] [csv path]
+ * Usage: bench_checkpoint [events (default 1000000)] [rounds (default 3)] [csv path] [dsn]
+ *
+ * With a DSN (or PAWL_BENCH_DSN), the same runs use the PostgreSQL log and token store instead
+ * (the schema is installed, the events appended and finalized first; use a scratch database).
+ * CPU time then counts this process only, not the server's.
  */
 #include "pawl.h"
 
@@ -153,28 +157,69 @@ int main(int argc, char **argv)
 {
     int64_t events = argc > 1 ? atoll(argv[1]) : 1000000;
     int rounds = argc > 2 ? atoi(argv[2]) : 3;
-    const char *csv = argc > 3 ? argv[3] : NULL;
+    const char *csv = argc > 3 && argv[3][0] ? argv[3] : NULL;
+    const char *dsn = argc > 4 ? argv[4] : getenv("PAWL_BENCH_DSN");
     if (events <= 0 || rounds <= 0 || rounds > 50)
         return 2;
     pawl_log_set_level(PAWL_LOG_WARN);
 
     struct pawl_source *src = NULL;
     struct pawl_tokens *tokens = NULL;
-    if (pawl_source_mem_new(&src) != 0 || pawl_tokens_mem_new(&tokens) != 0)
+    struct pawl_store *store = NULL;
+    if (dsn != NULL) {
+        char err[256];
+        struct pawl_store_opts so;
+        pawl_store_opts_defaults(&so);
+        if (pawl_schema_migrate(dsn, err, sizeof err) != 0 ||
+            pawl_store_new(&store, dsn, &so, err, sizeof err) != 0) {
+            fprintf(stderr, "bench_checkpoint: %s\n", err);
+            return 1;
+        }
+        if (pawl_source_pg_new(&src, dsn) != 0 || pawl_tokens_pg_new(&tokens, dsn) != 0)
+            return 1;
+        int64_t head = 0;
+        if (src->ops->head(src, &head) == 0 && head > 0) {
+            fprintf(stderr, "bench_checkpoint: the log is not empty; use a scratch database\n");
+            return 1;
+        }
+    } else if (pawl_source_mem_new(&src) != 0 || pawl_tokens_mem_new(&tokens) != 0) {
         return 1;
+    }
     /* 1000 streams, so every segment gets a share of the events. */
-    struct pawl_event ev[1000];
-    char ids[1000][16];
+    enum { CHUNK = 100 };
+    struct pawl_event ev[CHUNK];
+    char ids[CHUNK][16];
     static int64_t seqs[1000];
     for (int64_t i = 0; i < events;) {
         size_t k = 0;
-        for (; k < 1000 && i < events; k++, i++) {
+        for (; k < CHUNK && i < events; k++, i++) {
             int s = (int)(i % 1000);
             snprintf(ids[k], sizeof ids[k], "s-%d", s);
-            ev[k] = (struct pawl_event){.stream_id = ids[k], .stream_seq = ++seqs[s], .type = "t"};
+            ev[k] = (struct pawl_event){.stream_id = ids[k],
+                                        .stream_seq = ++seqs[s],
+                                        .type = "t",
+                                        .payload = "x",
+                                        .payload_len = 1};
         }
-        if (pawl_source_mem_append(src, ev, k) != 0)
+        if (store != NULL) {
+            struct pawl_append_result res;
+            if (pawl_append(store, ev, k, &res) != 0) {
+                fprintf(stderr, "bench_checkpoint: append: %s\n", res.message);
+                return 1;
+            }
+        } else if (pawl_source_mem_append(src, ev, k) != 0) {
             return 1;
+        }
+    }
+    if (store != NULL) {
+        int64_t head = 0;
+        for (int i = 0; i < 1000 && head < events; i++) {
+            pawl_finalize_now(store, NULL, NULL, NULL);
+            src->ops->head(src, &head);
+            if (head < events)
+                usleep(10000);
+        }
+        pawl_store_free(store);
     }
 
     double rate[NMODES][50], cpu[NMODES][50];
@@ -191,21 +236,21 @@ int main(int argc, char **argv)
         cmed[m] = cpu[m][rounds / 2];
     }
     printf("checkpoint protocol cost: %lld events, no-op handler, batch 100, 16 segments, "
-           "2 threads, in-memory source and token store, median of %d rounds\n\n",
-           (long long)events, rounds);
+           "2 threads, %s, median of %d rounds\n\n",
+           (long long)events,
+           dsn ? "PostgreSQL log and token store" : "in-memory source and token store", rounds);
     printf("| mode | events/s (median) | min | max | vs baseline | CPU ns/event | vs baseline "
            "| checkpoints (last round) |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int m = 0; m < NMODES; m++) {
         enum mode b = baseline[m];
         if (med[m] == 0) {
-            printf("| %s | not supported by this processor build | | | | | | |\n",
-                   mode_names[m]);
+            printf("| %s | not supported by this processor build | | | | | | |\n", mode_names[m]);
             continue;
         }
         printf("| %s | %.0f | %.0f | %.0f | %+.1f%% | %.0f | %+.1f%% | %lld |\n", mode_names[m],
-               med[m], rate[m][0], rate[m][rounds - 1], 100.0 * (med[m] / med[b] - 1.0),
-               cmed[m], 100.0 * (cmed[m] / cmed[b] - 1.0), (long long)cps[m]);
+               med[m], rate[m][0], rate[m][rounds - 1], 100.0 * (med[m] / med[b] - 1.0), cmed[m],
+               100.0 * (cmed[m] / cmed[b] - 1.0), (long long)cps[m]);
     }
     if (csv != NULL) {
         FILE *f = fopen(csv, "w");

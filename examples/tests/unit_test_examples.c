@@ -191,8 +191,7 @@ static void test_async_failing_barrier_fails_the_future(void **state)
     assert_int_equal(h.ckpt->on_segment_claimed(h.self, SEG0, t), 0);
     feed(&h, 1, 10);
     ex_async_fail_barriers(a, 1);
-    assert_int_equal(await(h.ckpt->on_checkpoint_advanced(h.self, SEG0, 10), 1000),
-                     PAWL_EHANDLER);
+    assert_int_equal(await(h.ckpt->on_checkpoint_advanced(h.self, SEG0, 10), 1000), PAWL_EHANDLER);
     ex_async_free(a);
     pawl_trigger_free(t);
 }

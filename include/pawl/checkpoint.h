@@ -32,7 +32,14 @@
  *
  * There is no built-in time-out. A future that never completes stalls its segment — only its
  * segment; the others keep going — and keeps that batch's transaction open for as long as it
- * waits. Bound a future that might hang with pawl_checkpoint_or_timeout().
+ * waits; a release waits for it too (so a processor's stop does). Bound a future that might hang
+ * with pawl_checkpoint_or_timeout().
+ *
+ * Tokens are global log indexes. A unit never sees a request beyond what its segment has
+ * consumed; a report above the consumed token counts as the consumed token (a unit cannot be
+ * durable past what it was handed). Every unit on the segment must confirm a position before it
+ * is stored: at release, a unit whose future fails (or whose report is ignored) has confirmed
+ * nothing beyond the stored token, so the token does not move.
  *
  * A subscribing processor (handlers run in the appending thread) has no segments and no stored
  * token: it never calls any of these callbacks and no trigger exists there. A unit registered on
@@ -41,6 +48,10 @@
  * Threads: the three callbacks run on the segment's worker (a pool thread, one segment step at a
  * time); the futures they return may be completed from any thread. The trigger functions may be
  * called from any thread and never block.
+ *
+ * Shutdown order: pawl_processor_stop() (every segment is released through the units and every
+ * future has completed), then stop the threads that complete your futures (one may still be
+ * returning from pawl_future_complete), then pawl_processor_free().
  */
 #ifndef PAWL_CHECKPOINT_H
 #define PAWL_CHECKPOINT_H
@@ -76,8 +87,7 @@ struct pawl_checkpointing {
      * Fail only when the unit genuinely cannot take the segment, not for transient conditions a
      * later trigger request would handle.
      */
-    int (*on_segment_claimed)(void *self, struct pawl_segment seg,
-                              struct pawl_trigger *trigger);
+    int (*on_segment_claimed)(void *self, struct pawl_segment seg, struct pawl_trigger *trigger);
 
     /*
      * Required. Called on the segment's worker when a checkpoint must cover `requested` (the
@@ -123,8 +133,7 @@ struct pawl_checkpointing {
      *
      * After this call the trigger is inert.
      */
-    struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg,
-                                               int64_t up_to);
+    struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg, int64_t up_to);
 };
 
 /*
@@ -153,16 +162,21 @@ struct pawl_trigger *pawl_trigger_ref(struct pawl_trigger *t);
 void pawl_trigger_unref(struct pawl_trigger *t);
 
 /*
- * Bound a unit's future with a time-out of `ms` milliseconds on the runtime's timers. Returns a
- * new future that completes like `f` or, if `f` has not completed within `ms`, fails with
- * PAWL_ETIMEDOUT (which fails the checkpoint instead of stalling the segment forever). Takes over
- * the caller's reference of `f` and returns one reference of the result, so it can wrap the
- * return value directly:
+ * Bound a unit's future with a time-out of `ms` milliseconds on the processor's timers (io_uring,
+ * or the timerfd fallback). Returns a new future that completes like `f` or, if `f` has not
+ * completed within `ms`, fails with PAWL_ETIMEDOUT — which fails the checkpoint (rollback,
+ * release, redelivery) instead of stalling the segment forever. Takes over the caller's
+ * reference of `f` and returns one reference of the result, so it wraps the return value:
  *
  *     return pawl_checkpoint_or_timeout(flush_to_store(requested), 30000);
  *
- * If `f` is NULL, returns NULL (which fails the checkpoint). If no timer can be armed, the result
- * fails with that error rather than waiting unbounded.
+ * Call it inside on_checkpoint_advanced / on_segment_released / on_segment_claimed (the timers
+ * are the calling processor's, found through the calling thread). Anywhere else, or when no timer
+ * can be armed, the result is a future that has already failed (PAWL_EINVAL / PAWL_ENOMEM)
+ * rather than an unbounded one. f == NULL gives NULL (which fails the checkpoint).
+ *
+ * The unit should still complete or fail `f` itself eventually: a future that is never completed
+ * keeps what waits on it (the time-out's continuation) allocated.
  */
 struct pawl_future *pawl_checkpoint_or_timeout(struct pawl_future *f, int64_t ms);
 

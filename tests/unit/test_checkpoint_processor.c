@@ -24,7 +24,7 @@ struct unit {
     pthread_mutex_t mu;
     enum behaviour b;
     int64_t plus;
-    int claim_failures_left;  /* fail on_segment_claimed this many times */
+    int claim_failures_left; /* fail on_segment_claimed this many times */
     int claims, claim_failures, releases, checkpoints;
     double claim_times[32];
     int64_t asked[4096];

@@ -233,8 +233,7 @@ static struct seg_h *seg_new(size_t n, const struct pawl_checkpointing *ckpt)
         h->units[i] = (struct pawl_ckpt_unit){names[i], &h->fakes[i], ckpt};
     }
     assert_int_equal(pawl_serial_init(&h->serial, pool), 0);
-    assert_int_equal(
-        pawl_reconcile_init(&h->r, h->units, n, NULL, pool, timers, on_wake, h), 0);
+    assert_int_equal(pawl_reconcile_init(&h->r, h->units, n, NULL, pool, timers, on_wake, h), 0);
     return h;
 }
 
