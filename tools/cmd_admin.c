@@ -38,8 +38,8 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
     if (rc == 0)
         rc = pawl_tokens_pg_new(&s->tok, dsn);
     if (rc != 0) {
-        tool_err("cannot open the log and token store at %s: %s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc));
+        tool_err("cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
+                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
         stores_close(s);
         return tool_exit_for(rc) == TOOL_FAILED ? TOOL_NODB : tool_exit_for(rc);
     }

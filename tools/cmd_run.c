@@ -124,9 +124,9 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         goto out;
     }
     if ((rc = pawl_source_pg_new(&src, dsn)) != 0 || (rc = pawl_tokens_pg_new(&tok, dsn)) != 0) {
-        tool_err("run: cannot open the log and token store at %s: %s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc));
-        ex = TOOL_NODB;
+        tool_err("run: cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
+                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+        ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : TOOL_NODB;
         goto out;
     }
     if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, &h, 1)) != 0) {
