@@ -28,10 +28,8 @@
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
-/* Same order as enum pawl_timer_backend. */
-static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 
-#define S_PROC (PAWL_SCOPE_RUN | PAWL_SCOPE_BENCH)
+#define S_PROC PAWL_SCOPE_RUN
 #define S_STORE                                                                                    \
     (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
 #define S_NAMED                                                                                    \
@@ -206,51 +204,20 @@ static const struct pawl_flag flags[] = {
               PAWL_SCOPE_TAIL | PAWL_SCOPE_STATUS,
      AT(metrics_port)},
 
-    /* ---- runtime ---- */
-    {.name = "workers",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 1024,
-     .help = "Worker threads of the runtime pool; 0: one per online CPU",
-     .scope = S_PROC,
-     AT(pool.workers)},
-    {.name = "timer-backend",
-     .type = PAWL_FLAG_ENUM,
-     .def = "auto",
-     .choices = timer_backends,
-     .help = "Timers: io_uring, timerfd+epoll, or auto (io_uring where the kernel allows it)",
-     .scope = S_PROC,
-     AT(timers.backend)},
-    {.name = "require-io-uring",
-     .type = PAWL_FLAG_BOOL,
-     .def = "false",
-     .help = "Fail instead of falling back to epoll when io_uring is refused",
-     .scope = S_PROC,
-     AT(timers.require_io_uring)},
-    {.name = "timer-ring-entries",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 32768,
-     .help = "io_uring submission queue size of the timer threads; 0: 256",
-     .scope = S_PROC,
-     AT(timers.ring_entries)},
-
     /* ---- processor ---- */
     {.name = "processor",
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = PAWL_NAME_MAX,
      .help = "Processor name (1-63 of A-Z a-z 0-9 _ . : -)",
-     .scope = S_NAMED | PAWL_SCOPE_BENCH,
+     .scope = S_NAMED,
      AT(processor.name)},
     {.name = "node-id",
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = PAWL_OWNER_MAX,
      .help = "This node's owner id in the token store; empty: host:pid:random",
-     .scope = S_PROC | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE,
+     .scope = S_PROC,
      AT(processor.node_id)},
     {.name = "segments",
      .type = PAWL_FLAG_INT,

@@ -1,8 +1,9 @@
 /*
  * pawl/config.h — every tunable of pawl, declared once.
  *
- * struct pawl_config aggregates the option structs of the modules (logging, store, pool,
- * timers, processor) and the `pawl` tool's own settings. One table (engine/config.c) declares each
+ * struct pawl_config aggregates the option structs of the modules (logging, store, processor)
+ * and the `pawl` tool's own settings. (The runtime's pool and timer options join when the
+ * processor takes them: a flag that changes nothing would mislead operators.) One table (engine/config.c) declares each
  * flag once — name, type, default, allowed range, help, the tool subcommands it applies to, and
  * where it lives in struct pawl_config — in the style of nginx's command table and Redis's
  * standardConfig. From that table come: the defaults (pawl_config_defaults), typed parsing with
@@ -28,7 +29,6 @@
 #include "pawl/common.h"
 #include "pawl/log.h"
 #include "pawl/processor.h"
-#include "pawl/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -115,8 +115,6 @@ struct pawl_config {
     const char *dsn;  /* NULL: the tool's embedded default */
     int metrics_port; /* loopback HTTP port for Prometheus text, 0 = off */
     struct pawl_store_opts store;
-    struct pawl_pool_opts pool;
-    struct pawl_timers_opts timers;
     struct pawl_processor_opts processor;
     struct pawl_tool_opts tool;
 
