@@ -342,8 +342,12 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
  */
 struct pawl_processor_opts {
     const char *name;               /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
-    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>" */
-    uint32_t segments;              /* initial segments, power of two 1..65536; default 16 */
+    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>".
+                                       Must be unique among running nodes: a claim held under
+                                       an id is "already ours" for every node using it */
+    uint32_t segments;              /* initial segments, power of two 1..65536; default 16.
+                                       Used only when the processor has no segments yet; later
+                                       changes go through split and merge */
     uint32_t batch_size;            /* events per batch transaction, 1..100000; default 100 */
     uint32_t max_segments_per_node; /* 0 = no limit (default); else 1..65536 */
     uint32_t threads;               /* worker threads, 1..256; default 4 */
