@@ -358,6 +358,8 @@ struct pawl_processor_opts {
     uint32_t backoff_min_ms;        /* first re-claim delay after a failure; 1..3600000; 1000 */
     uint32_t backoff_max_ms;        /* doubling stops here; >= backoff_min_ms; 60000 */
     uint32_t read_ahead;            /* events buffered per segment; 1..1000000; default 1000 */
+    uint64_t read_ahead_bytes;      /* and at most this much of their data (ids, payloads,
+                                       metadata); 4096..2^40; default 16 MiB */
     uint32_t read_batch;            /* events per source read; 1..100000; default 1000 */
     uint32_t idle_wait_ms;          /* longest source wait before re-checking; 10..60000; 1000 */
     int64_t initial_token;          /* token of newly initialised segments; default 0 (start) */
