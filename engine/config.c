@@ -78,6 +78,11 @@ static const struct pawl_flag flags[] = {
     {.name = "finalizer-retry", .type = PAWL_FLAG_DURATION, .def = "2ms", .min = 1, .max = 1000,
      .help = "Retry delay when another session holds the finalizer lock", .scope = S_STORE,
      AT(store.finalizer_retry_ms)},
+    {.name = "finalizer-min-interval-us", .type = PAWL_FLAG_INT, .def = "1000", .min = 0,
+     .max = 1000000, .unit = "us",
+     .help = "Finalizer cadence: a run starts at least this long after the previous one, so one "
+             "run covers many appends under load",
+     .scope = S_STORE, AT(store.finalizer_min_interval_us)},
     {.name = "listen", .type = PAWL_FLAG_BOOL, .def = "true",
      .help = "LISTEN for other processes' finalizations (wakes followers)", .scope = S_STORE,
      AT(store.listen)},

@@ -25,7 +25,8 @@ int pawl_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
     return 0;
 }
 
-void pawl_futex_wake(uint32_t *word, int n)
+int pawl_futex_wake(uint32_t *word, int n)
 {
-    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+    long rc = syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+    return rc > 0 ? (int)rc : 0;
 }

@@ -15,7 +15,7 @@
  * the word differed, PAWL_ETIMEDOUT on timeout. Any thread. */
 int pawl_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns);
 
-/* Wake up to n sleepers on word. Any thread. */
-void pawl_futex_wake(uint32_t *word, int n);
+/* Wake up to n sleepers on word; returns how many were woken. Any thread. */
+int pawl_futex_wake(uint32_t *word, int n);
 
 #endif

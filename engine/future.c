@@ -58,8 +58,16 @@ struct pawl_future {
     int code;
     int64_t token;
     char *msg;
-    struct cont *conts; /* Treiber stack of continuation records, or CLOSED */
+    struct cont *conts;  /* Treiber stack of continuation records, or CLOSED */
+    uint32_t first_used; /* 1 once `first` has been handed to a registration */
+    struct cont first;   /* the first continuation's record: no allocation in the common case */
 };
+
+static void cont_release(struct cont *c)
+{
+    if (c != &c->f->first)
+        pawl_free(c);
+}
 
 struct pawl_future *pawl_future_new(void)
 {
@@ -92,7 +100,7 @@ void pawl_future_unref(struct pawl_future *f)
         struct cont *n = c->next;
         if (c->kind == KIND_INLINE)
             c->cb(c->arg, f);
-        pawl_free(c);
+        cont_release(c);
         c = n;
     }
     pawl_free(f->msg);
@@ -103,9 +111,10 @@ static void run_cont(struct pawl_task *task, int status)
 {
     struct cont *c = (struct cont *)task;
     (void)status; /* cancelled at pool shutdown: still call cb so it can release resources */
-    c->cb(c->arg, c->f);
-    pawl_future_unref(c->f); /* the reference dispatch() took */
-    pawl_free(c);
+    struct pawl_future *f = c->f;
+    c->cb(c->arg, f);
+    cont_release(c);      /* before the unref: an embedded record dies with f */
+    pawl_future_unref(f); /* the reference dispatch() took */
 }
 
 /* The caller holds a reference to c->f (the completer, or the registrant). */
@@ -114,7 +123,7 @@ static void dispatch(struct cont *c)
     switch (c->kind) {
     case KIND_INLINE:
         c->cb(c->arg, c->f);
-        pawl_free(c);
+        cont_release(c);
         break;
     case KIND_SERIAL:
         pawl_future_ref(c->f); /* held while the task is queued */
@@ -206,8 +215,12 @@ int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, con
 static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, struct pawl_pool *pool,
                     pawl_future_cb cb, void *arg)
 {
-    struct cont *c = pawl_malloc(sizeof(*c));
-    if (c == NULL)
+    struct cont *c;
+    /* Relaxed check, then an exchange that hands the embedded record to one registrant. */
+    if (__atomic_load_n(&f->first_used, __ATOMIC_RELAXED) == 0 &&
+        __atomic_exchange_n(&f->first_used, 1, __ATOMIC_RELAXED) == 0)
+        c = &f->first;
+    else if ((c = pawl_malloc(sizeof(*c))) == NULL)
         return PAWL_ENOMEM;
     c->task.fn = run_cont;
     c->task._next = NULL;

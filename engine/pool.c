@@ -14,7 +14,9 @@
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
- * wake-up is lost. A woken worker that finds more work than it takes wakes another.
+ * wake-up is lost. Only one wake-up is in flight at a time (`waking`, see notify()): a burst of
+ * submissions costs one futex call, and the woken worker, once it has found work, wakes the next
+ * if more is waiting — so sleepers are woken in a chain, as fast as they find work.
  *
  * Shutdown (pawl_pool_free): set stop, wake everybody, join; workers finish the task they are
  * running and leave the rest. Then the freeing thread cancels what is queued (deques, injection
@@ -62,8 +64,9 @@ struct pawl_pool {
     char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
+    uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
-    char pad1[PAWL_CACHELINE - 3 * sizeof(uint32_t)];
+    char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t)];
     uint64_t wakeups;
     uint64_t cancelled;
     int nworkers;
@@ -102,18 +105,32 @@ static inline void count(uint64_t *c)
     __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
 }
 
-/* Wake one parked worker if there is one. Called after publishing work. */
+/*
+ * Wake one parked worker if there is one and no wake-up is already on its way. Called after
+ * publishing work. Skipping the wake-up while `waking` is set loses nothing: the worker it
+ * announces clears the flag on its way out of park() and then searches every queue (after a
+ * fence), so it finds the work we published before reading the flag; finding work, it wakes the
+ * next worker if more is left. This keeps a burst of submissions from issuing one futex call
+ * each while the first woken worker is still being scheduled.
+ */
 static void notify(struct pawl_pool *pool)
 {
-    /* Seq_cst fence: orders the publication of the task before the read of sleepers (the
-     * submitter half of the Dekker pattern with park()). */
+    /* Seq_cst fence: orders the publication of the task before the reads of sleepers and
+     * waking (the submitter half of the Dekker pattern with park()). */
     pawl_fence_seq_cst();
-    /* Relaxed: ordered by the fence above. */
-    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0) {
+    /* Relaxed: ordered by the fence above; the exchange decides who issues the wake-up. */
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0 &&
+        __atomic_load_n(&pool->waking, __ATOMIC_RELAXED) == 0 &&
+        __atomic_exchange_n(&pool->waking, 1, __ATOMIC_ACQ_REL) == 0) {
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
          * fence already orders it). */
         __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_RELEASE);
-        pawl_futex_wake(&pool->epoch, 1);
+        if (pawl_futex_wake(&pool->epoch, 1) == 0) {
+            /* Nobody was asleep in the kernel: no worker will leave park() to clear the flag
+             * on our behalf (a sleeper still on its way in sees the new epoch and leaves at
+             * once, clearing it too). Clear it ourselves so later submitters can wake. */
+            __atomic_store_n(&pool->waking, 0, __ATOMIC_RELEASE);
+        }
         /* Relaxed: statistics. */
         __atomic_fetch_add(&pool->wakeups, 1, __ATOMIC_RELAXED);
     }
@@ -184,8 +201,9 @@ static struct pawl_task *take_injected(struct worker *w)
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
     for (int64_t i = 0; i < got; i++)
         count(&w->injected);
-    if (got > 1)
-        notify(pool); /* we moved work into our deque: let a sleeper steal some */
+    /* More work than we took (in our deque or still injected): pass the wake-up on. */
+    if (got > 1 || __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+        notify(pool);
     return first;
 }
 
@@ -247,6 +265,8 @@ static int has_work(struct pawl_pool *pool)
     return 0;
 }
 
+static int has_work(struct pawl_pool *pool);
+
 static void park(struct worker *w)
 {
     struct pawl_pool *pool = w->pool;
@@ -266,6 +286,13 @@ static void park(struct worker *w)
     }
     /* Relaxed: the count only gates whether submitters issue a wake-up. */
     __atomic_fetch_sub(&pool->sleepers, 1, __ATOMIC_RELAXED);
+    /* Whoever leaves park() (woken or not) ends the wake-up in flight, then searches: the
+     * store is ordered before that search by a seq_cst fence (worker half of notify()'s
+     * hand-shake). Clearing it when another worker was the one woken only allows an extra
+     * wake-up, never a lost one. */
+    if (__atomic_load_n(&pool->waking, __ATOMIC_RELAXED))
+        __atomic_store_n(&pool->waking, 0, __ATOMIC_RELEASE);
+    pawl_fence_seq_cst();
 }
 
 static void *worker_main(void *arg)
@@ -273,17 +300,24 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     struct pawl_pool *pool = w->pool;
     tls_worker = w;
+    int woke = 0;
     for (;;) {
         /* Acquire: pairs with the store in pawl_pool_free; stop is checked between tasks. */
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
             break;
         struct pawl_task *t = find_task(w);
         if (t != NULL) {
+            /* Fresh out of park() with work in hand: if more is waiting anywhere, pass the
+             * wake-up on (submitters skipped theirs while ours was in flight). */
+            if (woke && has_work(pool))
+                notify(pool);
+            woke = 0;
             t->fn(t, 0);
             count(&w->executed);
             continue;
         }
         park(w);
+        woke = 1;
     }
     tls_worker = NULL;
     return NULL;

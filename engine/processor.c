@@ -10,9 +10,15 @@
  *   - The extender thread refreshes this node's claims every claim_extend_interval_ms on its
  *     own, so a pool busy with slow handlers never lets a claim expire; a claim it finds taken
  *     marks the package lost.
- *   - Worker threads run package steps. One step handles one batch in one transaction; a
- *     package is queued at most once at a time, so a segment's batches never overlap and its
- *     events stay in index order.
+ *   - Worker threads (opts.threads) run package steps from one FIFO run queue. One step handles
+ *     one batch in one transaction; a package is queued at most once at a time and re-queues
+ *     itself at the back after each batch, so a segment's batches never overlap, its events
+ *     stay in index order, and every segment with work gets its turn. (Steps are long: they run
+ *     handlers, which may block, and wait for a commit. The runtime's work-stealing pool runs
+ *     an owner's own resubmissions LIFO, which would let a busy segment starve the others on
+ *     its worker; so it only runs the checkpoint futures' continuations and timers here.)
+ *   - Claim extension has its own thread rather than a runtime timer: timer callbacks run as
+ *     pool tasks, and an extension must not wait for a free worker.
  *
  * Reading. The shared reader keeps position R: every attached package has received all of its
  * events up to R. A package's inbox holds at most read_ahead events; when the reader finds it
@@ -26,8 +32,15 @@
  * transaction, conditional on this node still owning the claim. Any failure (handler error,
  * lost claim, store error, source error) rolls the batch back, aborts the package, releases the
  * claim and keeps the segment away from this node for a back-off that starts at backoff_min_ms,
- * doubles up to backoff_max_ms and resets after the next successful batch. The commit cycle is
- * one function (commit_cycle) so that the checkpoint protocol can take it over.
+ * doubles up to backoff_max_ms and resets after the next successful batch.
+ *
+ * Checkpoint protocol (pawl/checkpoint.h). The mode follows from the handlers. In auto and
+ * deferred mode each claim gets a trigger and a reconciler (engine/reconcile.h); the commit
+ * cycle asks the units, and while their futures are pending the package is parked with its
+ * batch transaction open (no thread waits; the reconciler's wake queues the next step). A
+ * release (stop, rebalancing, split/merge, abort) makes the trigger inert, reconciles the
+ * units' release reports and stores the result while the claim is still held. Claim extension
+ * never writes a token, so a deferred token only moves on a reconciled request.
  *
  * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu, then the run
  * queue's qmu. The package list changes only on the coordinator thread, under p->mu; the
@@ -176,6 +189,11 @@ struct pawl_processor {
     pthread_cond_t ecv;
 
     struct pawl_event_batch readbuf; /* coordinator's */
+    /* Coordinator: packages by the low bits of the stream hash, rebuilt when the list changes. */
+    struct pkg **lut;
+    uint32_t lut_mask;
+    int lut_partial; /* some segment is finer than the table: scan when a slot misses */
+    uint64_t lut_version, pkgs_version;
 
     _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
         st_source_errors;
@@ -599,6 +617,13 @@ static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
  */
 static int pkg_release(struct pkg *k, int rc_final)
 {
+    if (rc_final == 0) {
+        /* Nothing left to handle: everything up to queued_pos is consumed. */
+        pthread_mutex_lock(&k->mu);
+        if (k->work_pos == k->work.n && k->inbox.n == 0 && k->queued_pos > k->consumed)
+            k->consumed = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+    }
     if (!k->rec_ready) {
         int64_t up = k->p->mode == PAWL_CKPT_PLAIN && rc_final == 0 ? k->consumed
                                                                   : PAWL_RECONCILE_NOTHING;
@@ -978,6 +1003,7 @@ static void reap_locked(struct pawl_processor *p)
                 break;
             }
         }
+        p->pkgs_version++;
         atomic_fetch_add_explicit(&p->st_releases, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
         pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
@@ -986,6 +1012,55 @@ static void reap_locked(struct pawl_processor *p)
             backoff_fail(p, k->seg.id, k->had_success);
         pkg_free(k);
     }
+}
+
+/* Coordinator: rebuild the lookup table (segments are disjoint, so a slot has one owner). */
+static void lut_rebuild(struct pawl_processor *p)
+{
+    uint32_t maxmask = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        maxmask = PAWL_MAX(maxmask, k->seg.mask);
+    uint32_t tmask = PAWL_MIN(maxmask, 0xffffu);
+    if (p->lut == NULL || tmask != p->lut_mask) {
+        struct pkg **t = pawl_realloc(p->lut, ((size_t)tmask + 1) * sizeof *t);
+        if (t == NULL) {
+            pawl_free(p->lut);
+            p->lut = NULL; /* lookups scan instead */
+            p->lut_version = p->pkgs_version;
+            return;
+        }
+        p->lut = t;
+        p->lut_mask = tmask;
+    }
+    memset(p->lut, 0, ((size_t)tmask + 1) * sizeof *p->lut);
+    p->lut_partial = 0;
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        if (k->seg.mask > tmask) {
+            p->lut_partial = 1;
+            continue;
+        }
+        for (uint64_t j = k->seg.id; j <= tmask; j += (uint64_t)k->seg.mask + 1)
+            p->lut[j] = k;
+    }
+    p->lut_version = p->pkgs_version;
+}
+
+/* Coordinator: the package whose segment holds stream hash h, or NULL. */
+static struct pkg *lookup(struct pawl_processor *p, uint32_t h)
+{
+    if (p->lut_version != p->pkgs_version)
+        lut_rebuild(p);
+    if (p->lut) {
+        struct pkg *k = p->lut[h & p->lut_mask];
+        if (k && pawl_segment_contains(k->seg, h))
+            return k;
+        if (!p->lut_partial)
+            return NULL;
+    }
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        if (pawl_segment_contains(k->seg, h))
+            return k;
+    return NULL;
 }
 
 static struct pkg *find_pkg(struct pawl_processor *p, uint32_t seg_id)
@@ -1102,6 +1177,7 @@ static void claim_cycle(struct pawl_processor *p)
         k->gen = ++p->gen;
         k->next = p->pkgs;
         p->pkgs = k;
+        p->pkgs_version++;
         mine++;
         atomic_fetch_add_explicit(&p->st_claims, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->st_owned, 1, memory_order_relaxed);
@@ -1176,24 +1252,21 @@ static int coord_read(struct pawl_processor *p)
     pthread_mutex_lock(&p->dispatch_mu);
     for (size_t i = 0; i < p->readbuf.n; i++) {
         const struct pawl_event *e = &p->readbuf.events[i];
-        uint32_t h = pawl_stream_hash(e->stream_id);
-        for (struct pkg *k = p->pkgs; k; k = k->next) {
-            if (!pawl_segment_contains(k->seg, h))
-                continue;
-            pthread_mutex_lock(&k->mu);
-            if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
-                if (k->inbox.n >= p->o.read_ahead) {
-                    /* Full: this package catches up on its own reads from here. */
-                    k->attached = 0;
-                    k->queued_pos = e->index - 1;
-                } else if (pawl_event_batch_push(&k->inbox, e) != 0) {
-                    k->attached = 0;
-                    k->queued_pos = e->index - 1;
-                }
+        struct pkg *k = lookup(p, pawl_stream_hash(e->stream_id));
+        if (k == NULL)
+            continue; /* a segment nobody here holds */
+        pthread_mutex_lock(&k->mu);
+        if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
+            if (k->inbox.n >= p->o.read_ahead) {
+                /* Full: this package catches up on its own reads from here. */
+                k->attached = 0;
+                k->queued_pos = e->index - 1;
+            } else if (pawl_event_batch_push(&k->inbox, e) != 0) {
+                k->attached = 0;
+                k->queued_pos = e->index - 1;
             }
-            pthread_mutex_unlock(&k->mu);
-            break;
         }
+        pthread_mutex_unlock(&k->mu);
     }
     for (struct pkg *k = p->pkgs; k; k = k->next) {
         pthread_mutex_lock(&k->mu);
@@ -1602,6 +1675,7 @@ void pawl_processor_free(struct pawl_processor *p)
     pawl_processor_stop(p);
     pawl_free(p->workers);
     pawl_free(p->backoffs);
+    pawl_free(p->lut);
     pawl_event_batch_fini(&p->readbuf);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);

@@ -44,9 +44,10 @@ void pawl_serial_fini(struct pawl_serial *s)
     if (s == NULL)
         return;
     /* Acquire: pairs with the drain's final release decrement. */
-    if (__atomic_load_n(&s->_count, __ATOMIC_ACQUIRE) != 0)
+    uint64_t left = __atomic_load_n(&s->_count, __ATOMIC_ACQUIRE);
+    if (left != 0)
         PAWL_ERROR("serial", "pawl_serial_fini with %llu tasks still queued",
-                   (unsigned long long)s->_count);
+                   (unsigned long long)left);
     s->_pool = NULL;
 }
 

@@ -47,7 +47,10 @@
 #include <unistd.h>
 
 enum { ST_IDLE = 0, ST_ARMED = 1, ST_FIRED = 2 };
-enum { OP_NONE = 0, OP_ARMED = 1, OP_REMOVING = 2 };
+/* OP_DUE: io_uring only — the deadline had passed when it was armed, so no kernel timeout was
+ * submitted (expired timeouts cost tens of microseconds each in the kernel); the timer waits on
+ * the owner's due list and is expired at the end of the current loop iteration. */
+enum { OP_NONE = 0, OP_ARMED = 1, OP_REMOVING = 2, OP_DUE = 3 };
 enum { BACKEND_URING = 1, BACKEND_EPOLL = 2 };
 
 #define UD_REMOVE 1ull /* user_data of TIMEOUT_REMOVE requests */
@@ -68,6 +71,8 @@ struct pawl_timers {
     size_t set_len, set_cap;
     struct io_uring ring;
     int ring_ok;
+    struct pawl_timer **due; /* io_uring: timers armed with a deadline already past */
+    size_t due_len, due_cap;
     uint64_t efd_buf;
     int efd_armed;
     int epfd, tfd;
@@ -343,6 +348,21 @@ static int backend_arm(struct pawl_timers *tm, struct pawl_timer *t)
 {
     if (set_reserve(tm) != 0)
         return PAWL_ENOMEM;
+    if (tm->backend == BACKEND_URING && t->_deadline_ns <= pawl_now_ns()) {
+        if (tm->due_len == tm->due_cap) {
+            size_t cap = tm->due_cap ? tm->due_cap * 2 : 64;
+            struct pawl_timer **n = pawl_realloc(tm->due, cap * sizeof(*n));
+            if (n == NULL)
+                goto submit; /* let the kernel expire it after all */
+            tm->due = n;
+            tm->due_cap = cap;
+        }
+        set_add(tm, t);
+        t->_op = OP_DUE;
+        tm->due[tm->due_len++] = t;
+        return 0;
+    }
+submit:
     set_add(tm, t);
     t->_op = OP_ARMED;
     if (tm->backend == BACKEND_URING) {
@@ -391,13 +411,13 @@ static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
                 }
                 return;
             }
-            if (t->_armed_gen == gen || t->_op == OP_REMOVING)
-                return; /* armed for this generation, or the old op's CQE will re-run us */
+            if (t->_armed_gen == gen || t->_op == OP_REMOVING || t->_op == OP_DUE)
+                return; /* armed for this generation, or the old op's end will re-run us */
             backend_remove(tm, t);
             continue; /* epoll removed synchronously: arm the new generation now */
         }
         if (t->_op == OP_ARMED)
-            backend_remove(tm, t);
+            backend_remove(tm, t); /* (an OP_DUE timer is settled by expire_due shortly) */
         return;
     }
 }
@@ -475,6 +495,18 @@ static void process_commands(struct pawl_timers *tm)
     }
 }
 
+/* io_uring: expire the timers whose deadline had passed when armed (see OP_DUE). op_done may
+ * append more (a restarted timer), which this loop picks up too. */
+static void expire_due(struct pawl_timers *tm)
+{
+    for (size_t i = 0; i < tm->due_len; i++) {
+        struct pawl_timer *t = tm->due[i];
+        set_del(tm, t);
+        op_done(tm, t, 1);
+    }
+    tm->due_len = 0;
+}
+
 /* ---- the io_uring loop ---- */
 
 static void *uring_main(void *arg)
@@ -510,6 +542,7 @@ static void *uring_main(void *arg)
         }
         io_uring_cq_advance(&tm->ring, seen);
         process_commands(tm);
+        expire_due(tm);
     }
     return NULL;
 }
@@ -566,7 +599,13 @@ static int uring_probe(struct pawl_timers *tm, unsigned entries, int simulate)
 {
     if (simulate)
         return -simulate;
-    int rc = io_uring_queue_init(entries, &tm->ring, 0);
+    /* A large completion queue: thousands of timers may expire together, and an overflowing
+     * CQ pushes completions onto the kernel's slower overflow list. */
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = entries * 16 > 4096 ? entries * 16 : 4096;
+    int rc = io_uring_queue_init_params(entries, &tm->ring, &p);
     if (rc < 0)
         return rc;
     tm->ring_ok = 1;
@@ -733,6 +772,7 @@ void pawl_timers_free(struct pawl_timers *tm)
     if (tm->epfd >= 0)
         close(tm->epfd);
     close(tm->efd);
+    pawl_free(tm->due);
     pawl_free(tm->set);
     pawl_free(tm);
 }

@@ -59,12 +59,21 @@ const char pawl_log_append_sql[] =
     "        coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = b.s"
     "                   ORDER BY e.stream_seq DESC LIMIT 1), 0) AS cur"
     "   FROM b GROUP BY b.s"
+    "), ins AS ("
+    " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
+    " SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
+    "        b.s, b.t, b.p, b.m"
+    "   FROM b JOIN h ON h.s = b.s"
+    "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)"
+    "  RETURNING 1"
     ") "
-    "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
-    "SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
-    "       b.s, b.t, b.p, b.m"
-    "  FROM b JOIN h ON h.s = b.s"
-    " WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)";
+    "SELECT count(*), pg_current_xact_id_if_assigned()::text FROM ins";
+
+/* While the dying session's transaction is still "in progress", wait a little server-side. */
+static const char RESOLVE_SQL[] =
+    "SELECT pg_xact_status($1::xid8), pg_sleep(CASE WHEN pg_xact_status($1::xid8) = "
+    "'in progress' THEN 0.02 ELSE 0 END)";
+#define RESOLVE_TRIES 100
 
 static const char READ_SQL[] =
     "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
@@ -173,7 +182,9 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
-    int stmt_append, stmt_read, stmt_last;
+    int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
+    char fin_batch_text[16];
+    pthread_mutex_t cov_mu; /* record_delays: covered and the delay histogram */
     int fin_stmt;
 
     pthread_mutex_t err_mu;
@@ -213,7 +224,8 @@ struct pawl_store {
 
     /* Statistics. */
     atomic_llong appends_ok, events_ok, appends_failed;
-    atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events;
+    atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events, fin_piggy;
+    atomic_llong fin_skipped;
     struct hist delay, run, append_lat;
 };
 
@@ -325,6 +337,8 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalizer_safety_interval_ms = 1000;
     o->finalize_batch_max = 2000;
     o->finalizer_retry_ms = 2;
+    o->finalizer_min_interval_us = 1000;
+    o->append_finalizes = 0;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -347,6 +361,8 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalizer_safety_interval_ms, 10, 3600000);
     RANGE(finalize_batch_max, 1, 100000);
     RANGE(finalizer_retry_ms, 1, 1000);
+    RANGE(finalizer_min_interval_us, 0, 1000000);
+    RANGE(append_finalizes, 0, 1);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -719,10 +735,24 @@ static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
 
 /* ---- append operations --------------------------------------------------------------------- */
 
+struct fin_out {
+    int64_t appends, events, last;
+};
+
+static void on_fin_result(void *ud, const PGresult *res);
+static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
+
 struct append_op {
     struct pawl_store *s;
     struct pawl_pgreq req;
-    struct pawl_pgstmt stmt;
+    struct pawl_pgstmt stmt[2]; /* the append (+ piggybacked finalization), or the check */
+    struct fin_out fin;         /* the piggybacked finalization's result */
+    const char *fin_vals[1];
+    long long acked_at_submit;  /* this store's acks before the request was sent */
+    char xid[24];               /* the append's transaction, "" until its result arrived */
+    char xact_status[16];       /* pg_xact_status() when resolving an in-doubt commit */
+    int resolve_tries;
+    const char *resolve_vals[1];
     const char *values[6];
     int lengths[6];
     int formats[6];
@@ -864,8 +894,18 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
 static void on_insert_result(void *ud, const PGresult *res)
 {
     struct append_op *op = ud;
-    if (PQresultStatus(res) == PGRES_COMMAND_OK)
-        op->rows = strtoll(PQcmdTuples((PGresult *)res), NULL, 10);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        op->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        if (!PQgetisnull(res, 0, 1))
+            snprintf(op->xid, sizeof op->xid, "%s", PQgetvalue(res, 0, 1));
+    }
+}
+
+static void on_resolve_result(void *ud, const PGresult *res)
+{
+    struct append_op *op = ud;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        snprintf(op->xact_status, sizeof op->xact_status, "%s", PQgetvalue(res, 0, 0));
 }
 
 static void signal_finalizer(struct pawl_store *s)
@@ -891,6 +931,85 @@ static void record_ack(struct pawl_store *s, int64_t now)
 }
 
 static int submit_op(struct pawl_store *s, struct append_op *op);
+static void resolve_done(struct pawl_pgreq *req, int rc);
+
+/* Deliver the outcome: statistics, finalizer signal, the user's callback, recycling. */
+static void op_finish(struct append_op *op, struct pawl_append_result *res)
+{
+    struct pawl_store *s = op->s;
+    int64_t now = pawl_now_ns();
+    if (res->rc == 0) {
+        res->committed_ns = now;
+        /* relaxed: statistics. */
+        atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
+        hist_add(&s->append_lat, (now - op->t_submit) / 1000);
+        record_ack(s, now);
+        signal_finalizer(s);
+    } else {
+        atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
+        set_err(s, res->sqlstate, res->message);
+    }
+    pawl_append_fn cb = op->cb;
+    void *ud = op->ud;
+    op_put(s, op);
+    if (cb)
+        cb(ud, res);
+    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
+    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&s->op_mu);
+        pthread_cond_broadcast(&s->op_cond);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+}
+
+/*
+ * The connection died after COMMIT was sent. If the append's xid arrived (its result is
+ * flushed before COMMIT runs), ask the server, on a fresh connection, whether it committed.
+ */
+static int start_resolve(struct append_op *op)
+{
+    struct pawl_store *s = op->s;
+    op->xact_status[0] = '\0';
+    op->resolve_vals[0] = op->xid;
+    op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
+                                       .nparams = 1,
+                                       .values = op->resolve_vals,
+                                       .on_result = on_resolve_result,
+                                       .ud = op};
+    memset(&op->req, 0, sizeof op->req);
+    op->req.stmts = op->stmt;
+    op->req.nstmts = 1;
+    op->req.flags = PAWL_PGREQ_READONLY;
+    op->req.on_done = resolve_done;
+    op->req.ud = op;
+    return pawl_pgpool_submit(s->main, &op->req);
+}
+
+static void resolve_done(struct pawl_pgreq *req, int rc)
+{
+    struct append_op *op = req->ud;
+    struct pawl_append_result res;
+    memset(&res, 0, sizeof res);
+    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 && ++op->resolve_tries < RESOLVE_TRIES &&
+        start_resolve(op) == 0)
+        return;
+    if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
+        res.rc = 0;
+    } else if (rc == 0 && strcmp(op->xact_status, "aborted") == 0) {
+        res.rc = PAWL_ECONN;
+        snprintf(res.message, sizeof res.message,
+                 "connection lost during commit; the server reports the transaction aborted: "
+                 "not committed");
+    } else {
+        res.rc = PAWL_EINDOUBT;
+        snprintf(res.message, sizeof res.message,
+                 "connection lost during commit of transaction %s; its outcome could not be "
+                 "checked (%s)",
+                 op->xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
+    }
+    op_finish(op, &res);
+}
 
 static void op_done(struct pawl_pgreq *req, int rc)
 {
@@ -898,7 +1017,6 @@ static void op_done(struct pawl_pgreq *req, int rc)
     struct pawl_store *s = op->s;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    int64_t now = pawl_now_ns();
 
     if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
@@ -910,9 +1028,30 @@ static void op_done(struct pawl_pgreq *req, int rc)
                 return;
         }
     }
+    if (rc == 0 && op->fin.appends >= 0) {
+        /* The piggybacked run committed with this transaction. */
+        int64_t now = pawl_now_ns();
+        if (op->fin.appends > 0) {
+            /* relaxed: statistics. */
+            atomic_fetch_add_explicit(&s->fin_piggy, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_appends, op->fin.appends, memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->fin_events, op->fin.events, memory_order_relaxed);
+        }
+        if (op->fin.last > 0)
+            raise_index(s, op->fin.last);
+        record_delays(s, op->acked_at_submit, now);
+    }
+    if (rc == PAWL_EINDOUBT && op->xid[0] != '\0' && op->rows == (int64_t)op->n) {
+        op->resolve_tries = 0;
+        if (start_resolve(op) == 0)
+            return;
+    }
+    if (rc == PAWL_EINDOUBT && op->xid[0] == '\0' && op->rows >= 0) {
+        /* The append's result arrived without an xid: nothing was written. */
+        rc = 0;
+    }
     if (rc == 0 && op->rows == (int64_t)op->n) {
         res.rc = 0;
-        res.committed_ns = now;
     } else if (rc == 0) {
         res.rc = PAWL_ECONFLICT;
         snprintf(res.message, sizeof res.message,
@@ -929,45 +1068,42 @@ static void op_done(struct pawl_pgreq *req, int rc)
         if (rc == PAWL_ECONN && res.message[0] == '\0')
             snprintf(res.message, sizeof res.message, "not committed: no connection");
     }
-
-    if (res.rc == 0) {
-        /* relaxed: statistics. */
-        atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
-        hist_add(&s->append_lat, (now - op->t_submit) / 1000);
-        record_ack(s, now);
-        signal_finalizer(s);
-    } else {
-        atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
-        set_err(s, res.sqlstate, res.message);
-    }
-
-    pawl_append_fn cb = op->cb;
-    void *ud = op->ud;
-    op_put(s, op);
-    if (cb)
-        cb(ud, &res);
-    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
-    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
-        pthread_mutex_lock(&s->op_mu);
-        pthread_cond_broadcast(&s->op_cond);
-        pthread_mutex_unlock(&s->op_mu);
-    }
+    op_finish(op, &res);
 }
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
 {
     op->rows = -1;
-    op->stmt = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                    .nparams = 6,
-                                    .values = op->values,
-                                    .lengths = op->lengths,
-                                    .formats = op->formats,
-                                    .on_result = on_insert_result,
-                                    .ud = op};
+    op->xid[0] = '\0';
+    /* One statement, an implicit transaction committed at the pipeline Sync; its result
+     * (with the xid) is flushed before the Sync runs the commit. */
+    op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                       .nparams = 6,
+                                       .values = op->values,
+                                       .lengths = op->lengths,
+                                       .formats = op->formats,
+                                       .on_result = on_insert_result,
+                                       .ud = op,
+                                       .flush_after = 1};
+    /*
+     * Piggybacked finalization: in the same transaction, after the insert, finalize what
+     * others committed before (not this append: its own xid is still running in its snapshot).
+     * Its commit then shares the append's WAL flush instead of costing one of its own; when
+     * another session holds the lock it returns at once. See the README ("where the cost
+     * goes").
+     */
+    op->fin.appends = op->fin.events = op->fin.last = -2;
+    op->fin_vals[0] = s->fin_batch_text;
+    op->stmt[1] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                       .nparams = 1,
+                                       .values = op->fin_vals,
+                                       .on_result = on_fin_result,
+                                       .ud = &op->fin};
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    op->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
     memset(&op->req, 0, sizeof op->req);
-    op->req.stmts = &op->stmt;
-    op->req.nstmts = 1;
+    op->req.stmts = op->stmt;
+    op->req.nstmts = s->o.append_finalizes ? 2 : 1;
     op->req.on_done = op_done;
     op->req.ud = op;
     return pawl_pgpool_submit(s->main, &op->req);
@@ -1083,10 +1219,6 @@ void pawl_store_drain(struct pawl_store *s)
 
 /* ---- the finalizer ------------------------------------------------------------------------- */
 
-struct fin_out {
-    int64_t appends, events, last;
-};
-
 static void on_fin_result(void *ud, const PGresult *res)
 {
     struct fin_out *o = ud;
@@ -1138,35 +1270,44 @@ int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, i
     return rc;
 }
 
-/* Record finalize delays of acks (covered, upto] that finished at t_end. */
+/*
+ * Acks (covered, upto] are final as of t_end: record their finalize delays and advance
+ * covered. Called by the finalizer thread and, for piggybacked runs, the I/O thread.
+ */
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 {
-    /* relaxed: only the finalizer thread writes covered. */
+    pthread_mutex_lock(&s->cov_mu);
+    /* relaxed: covered is written under cov_mu; other readers only want a recent value. */
     long long from = atomic_load_explicit(&s->covered, memory_order_relaxed);
-    if (upto <= from)
-        return;
-    if (upto - from > ACK_RING)
-        from = upto - ACK_RING;
-    for (long long q = from + 1; q <= upto; q++) {
-        struct ack_slot *sl = &s->ring[q & (ACK_RING - 1)];
-        /* acquire: pairs with the release in record_ack; t_ns belongs to seq q. */
-        if (atomic_load_explicit(&sl->seq, memory_order_acquire) != q)
-            continue;
-        int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
-        hist_add(&s->delay, (t_end - t) / 1000);
+    if (upto > from) {
+        long long first = upto - from > ACK_RING ? upto - ACK_RING : from;
+        for (long long q = first + 1; q <= upto; q++) {
+            struct ack_slot *sl = &s->ring[q & (ACK_RING - 1)];
+            /* acquire: pairs with the release in record_ack; t_ns belongs to seq q. */
+            if (atomic_load_explicit(&sl->seq, memory_order_acquire) != q)
+                continue;
+            int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
+            hist_add(&s->delay, (t_end - t) / 1000);
+        }
+        atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
     }
-    atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
+    pthread_mutex_unlock(&s->cov_mu);
 }
 
-/* Sleep up to ms on fin_cond, returning early on stop (or a signal when wake_on_signal). */
-static void fin_sleep(struct pawl_store *s, int64_t ms)
+/* Sleep up to ns on fin_cond, returning early on stop. */
+static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
     struct timespec ts;
-    timespec_in(&ts, ms * 1000000);
+    timespec_in(&ts, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
         pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
     pthread_mutex_unlock(&s->fin_mu);
+}
+
+static void fin_sleep(struct pawl_store *s, int64_t ms)
+{
+    fin_sleep_ns(s, ms * 1000000);
 }
 
 static void *fin_main(void *arg)
@@ -1176,6 +1317,9 @@ static void *fin_main(void *arg)
     int64_t next_safety = pawl_now_ns() + safety_ns;
     int rerun = 1;
     int err_backoff_ms = 10;
+    int64_t min_interval_ns = (int64_t)s->o.finalizer_min_interval_us * 1000;
+    int64_t last_start = 0;
+    int busy_ms = s->o.finalizer_retry_ms;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1193,14 +1337,29 @@ static void *fin_main(void *arg)
             pthread_mutex_unlock(&s->fin_mu);
         }
         int stopping = atomic_load(&s->fin_stop);
+        /* Cadence: at most one run per finalizer_min_interval_ms, so that under load one run
+         * (one commit, one WAL flush) covers many appends. */
+        if (!stopping && min_interval_ns > 0) {
+            int64_t wait = last_start + min_interval_ns - pawl_now_ns();
+            if (wait > 0)
+                fin_sleep_ns(s, wait);
+        }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
-        if (stopping && acked == atomic_load_explicit(&s->covered, memory_order_relaxed))
+        int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
+        if (stopping && all_covered)
             break;
+        if (!stopping && all_covered && pawl_now_ns() < next_safety) {
+            /* Later appends' piggybacked runs finalized ours already: no run needed. */
+            atomic_fetch_add_explicit(&s->fin_skipped, 1, memory_order_relaxed); /* stat */
+            rerun = 0;
+            continue;
+        }
         rerun = 0;
         struct fin_out o;
+        last_start = pawl_now_ns();
         int rc = finalize_once(s, &o);
         int64_t now = pawl_now_ns();
         next_safety = now + safety_ns;
@@ -1218,11 +1377,16 @@ static void *fin_main(void *arg)
             continue;
         }
         err_backoff_ms = 10;
+        if (o.appends >= 0)
+            busy_ms = s->o.finalizer_retry_ms;
         if (o.appends < 0) {
             /* Another session holds the lock; it may have started before our rows committed.
              * Try again shortly (its notification wakes followers, not us: a short timer). */
             atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
-            fin_sleep(s, s->o.finalizer_retry_ms);
+            /* Back off while the lock stays busy (appends piggybacking runs hold it through
+             * their commits), up to 8x the retry delay. */
+            fin_sleep(s, busy_ms);
+            busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
             rerun = 1;
             continue;
         }
@@ -1435,6 +1599,8 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);
+    st->finalize_piggybacked = LD(fin_piggy);
+    st->finalize_skipped = LD(fin_skipped);
     st->finalize_idle_runs = LD(fin_idle);
     st->finalize_busy = LD(fin_busy);
     st->finalize_errors = LD(fin_errors);
@@ -1527,6 +1693,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         return PAWL_ENOMEM;
     s->o = *o;
     pthread_mutex_init(&s->err_mu, NULL);
+    pthread_mutex_init(&s->cov_mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_cond_init(&s->op_cond, NULL);
     pthread_mutex_init(&s->idx_mu, NULL);
@@ -1561,8 +1728,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
+    s->stmt_resolve = pawl_pgpool_prepare(s->main, RESOLVE_SQL, 1, NULL);
+    s->stmt_fin_main = pawl_pgpool_prepare(s->main, FINALIZE_SQL, 1, NULL);
+    snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
-    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0) {
+    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0 ||
+        s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }
@@ -1603,6 +1774,7 @@ fail:
     pthread_cond_destroy(&s->op_cond);
     pthread_mutex_destroy(&s->op_mu);
     pthread_mutex_destroy(&s->err_mu);
+    pthread_mutex_destroy(&s->cov_mu);
     pawl_free(s);
     return rc;
 }
@@ -1644,5 +1816,6 @@ void pawl_store_free(struct pawl_store *s)
     pthread_cond_destroy(&s->op_cond);
     pthread_mutex_destroy(&s->op_mu);
     pthread_mutex_destroy(&s->err_mu);
+    pthread_mutex_destroy(&s->cov_mu);
     pawl_free(s);
 }

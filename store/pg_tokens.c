@@ -46,6 +46,8 @@ struct tokens_pg {
     } prep[PREP_MAX];
     int nprep;
     int store_id; /* pawl.store_token, prepared */
+    struct txn_pg *free_txns; /* under pmu */
+    int nfree;
 };
 
 static struct tokens_pg *from(struct pawl_tokens *t)
@@ -407,37 +409,99 @@ static int pg_reset(struct pawl_tokens *tk, const char *proc, int64_t token)
     return run(from(tk), &s, 1);
 }
 
-/* ---- batch transactions ---- */
+/* ---- batch transactions ----
+ *
+ * A transaction object is reused (a free list on the store), and its statements live in one
+ * arena: queuing a statement copies its parameters (and its text, unless it is prepared) into
+ * buffers that only grow, so a warm processor allocates nothing per event. */
+
+#define NO_VALUE SIZE_MAX
 
 struct stmt {
-    char *sql;
+    int prepared;   /* prepared id, or -1: the text is at sql_off */
+    size_t sql_off;
     int nparams;
-    char **values;
+    size_t voff;    /* index of the first parameter in value_offs */
 };
 
 struct txn_pg {
     struct pawl_txn base;
     struct tokens_pg *t;
+    struct txn_pg *next_free;
     char proc[PAWL_NAME_MAX + 1];
     char owner[PAWL_OWNER_MAX + 1];
     uint32_t seg_id;
     int has_store;
     int64_t token;
+    int failed;
     struct stmt *stmts;
     size_t n, cap;
-    int failed;
+    char *arena;
+    size_t used, arena_cap;
+    size_t *value_offs; /* arena offsets of parameter values; NO_VALUE for SQL NULL */
+    size_t nvalues, values_cap;
+    /* Built at commit, reused. */
+    struct pawl_pgstmt *ps;
+    const char **vptrs;
+    size_t ps_cap, vptrs_cap;
 };
 
+static void txn_destroy(struct txn_pg *x)
+{
+    pawl_free(x->stmts);
+    pawl_free(x->arena);
+    pawl_free(x->value_offs);
+    pawl_free(x->ps);
+    pawl_free(x->vptrs);
+    pawl_free(x);
+}
+
+/* Give x back to the store's free list (or free it when the list is long). */
 static void txn_clear(struct txn_pg *x)
 {
-    for (size_t i = 0; i < x->n; i++) {
-        pawl_free(x->stmts[i].sql);
-        for (int k = 0; k < x->stmts[i].nparams; k++)
-            pawl_free(x->stmts[i].values[k]);
-        pawl_free(x->stmts[i].values);
+    struct tokens_pg *t = x->t;
+    x->n = 0;
+    x->used = 0;
+    x->nvalues = 0;
+    x->failed = 0;
+    x->has_store = 0;
+    pthread_mutex_lock(&t->pmu);
+    if (t->nfree < 64) {
+        x->next_free = t->free_txns;
+        t->free_txns = x;
+        t->nfree++;
+        x = NULL;
     }
-    pawl_free(x->stmts);
-    pawl_free(x);
+    pthread_mutex_unlock(&t->pmu);
+    if (x)
+        txn_destroy(x);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = pawl_realloc(*p, c * size);
+    if (q == NULL)
+        return PAWL_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Copy s (with its NUL) into the arena; its offset in *off. */
+static int arena_put(struct txn_pg *x, const char *s, size_t *off)
+{
+    size_t len = strlen(s) + 1;
+    if (grow((void **)&x->arena, &x->arena_cap, x->used + len, 1))
+        return PAWL_ENOMEM;
+    memcpy(x->arena + x->used, s, len);
+    *off = x->used;
+    x->used += len;
+    return 0;
 }
 
 static int txn_exec(struct pawl_txn *tx, const char *sql, int nparams, const char *const *values)
@@ -445,34 +509,30 @@ static int txn_exec(struct pawl_txn *tx, const char *sql, int nparams, const cha
     struct txn_pg *x = (struct txn_pg *)tx;
     if (sql == NULL || nparams < 0 || nparams > 65535 || (nparams > 0 && values == NULL))
         return PAWL_EINVAL;
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 16;
-        struct stmt *s = pawl_realloc(x->stmts, cap * sizeof *s);
-        if (s == NULL) {
-            x->failed = 1;
-            return PAWL_ENOMEM;
-        }
-        x->stmts = s;
-        x->cap = cap;
-    }
-    struct stmt *s = &x->stmts[x->n];
-    memset(s, 0, sizeof *s);
-    s->sql = pawl_strdup(sql);
-    s->values = nparams ? pawl_calloc((size_t)nparams, sizeof(char *)) : NULL;
-    if (s->sql == NULL || (nparams && s->values == NULL)) {
-        pawl_free(s->sql);
-        pawl_free(s->values);
+    if (grow((void **)&x->stmts, &x->cap, x->n + 1, sizeof *x->stmts) ||
+        grow((void **)&x->value_offs, &x->values_cap, x->nvalues + (size_t)nparams,
+             sizeof *x->value_offs)) {
         x->failed = 1;
         return PAWL_ENOMEM;
     }
-    x->n++;
+    struct stmt *s = &x->stmts[x->n];
+    s->prepared = prepared_id(x->t, sql, nparams);
     s->nparams = nparams;
+    s->voff = x->nvalues;
+    if (s->prepared < 0 && arena_put(x, sql, &s->sql_off)) {
+        x->failed = 1;
+        return PAWL_ENOMEM;
+    }
     for (int k = 0; k < nparams; k++) {
-        if (values[k] && (s->values[k] = pawl_strdup(values[k])) == NULL) {
+        size_t off = NO_VALUE;
+        if (values[k] && arena_put(x, values[k], &off)) {
             x->failed = 1;
             return PAWL_ENOMEM;
         }
+        x->value_offs[x->nvalues + (size_t)k] = off;
     }
+    x->nvalues += (size_t)nparams;
+    x->n++;
     return 0;
 }
 
@@ -494,28 +554,32 @@ static int txn_commit(struct pawl_txn *tx)
         txn_clear(x);
         return PAWL_ENOMEM;
     }
-    struct pawl_pgstmt *s = pawl_calloc(x->n + 1, sizeof *s);
-    if (s == NULL) {
+    if (grow((void **)&x->ps, &x->ps_cap, x->n + 1, sizeof *x->ps) ||
+        grow((void **)&x->vptrs, &x->vptrs_cap, x->nvalues + 1, sizeof *x->vptrs)) {
         txn_clear(x);
         return PAWL_ENOMEM;
     }
+    /* The arena no longer moves: turn offsets into pointers. */
+    for (size_t i = 0; i < x->nvalues; i++)
+        x->vptrs[i] = x->value_offs[i] == NO_VALUE ? NULL : x->arena + x->value_offs[i];
     char a[24], b[24];
     const char *v[4] = {x->proc, I64(a, x->seg_id), x->owner,
                         x->has_store ? I64(b, x->token) : NULL};
+    struct pawl_pgstmt *s = x->ps;
+    memset(s, 0, (x->n + 1) * sizeof *s);
     /* The claim check goes first: a lost claim skips the handlers' statements altogether. */
     s[0].sql = t->store_id >= 0 ? NULL : "SELECT pawl.store_token($1, $2, $3, $4)";
     s[0].prepared = t->store_id;
     s[0].nparams = 4;
     s[0].values = v;
     for (size_t i = 0; i < x->n; i++) {
-        int id = prepared_id(t, x->stmts[i].sql, x->stmts[i].nparams);
-        s[i + 1].sql = id >= 0 ? NULL : x->stmts[i].sql;
-        s[i + 1].prepared = id;
-        s[i + 1].nparams = x->stmts[i].nparams;
-        s[i + 1].values = (const char *const *)x->stmts[i].values;
+        const struct stmt *st = &x->stmts[i];
+        s[i + 1].sql = st->prepared >= 0 ? NULL : x->arena + st->sql_off;
+        s[i + 1].prepared = st->prepared;
+        s[i + 1].nparams = st->nparams;
+        s[i + 1].values = x->vptrs + st->voff;
     }
     int rc = run_on(t, t->txpool, s, (int)(x->n + 1));
-    pawl_free(s);
     txn_clear(x);
     return rc;
 }
@@ -536,11 +600,18 @@ static const struct pawl_txn_ops txn_ops = {
 static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner,
                     struct pawl_txn **out)
 {
-    struct txn_pg *x = pawl_calloc(1, sizeof *x);
-    if (x == NULL)
+    struct tokens_pg *t = from(tk);
+    pthread_mutex_lock(&t->pmu);
+    struct txn_pg *x = t->free_txns;
+    if (x) {
+        t->free_txns = x->next_free;
+        t->nfree--;
+    }
+    pthread_mutex_unlock(&t->pmu);
+    if (x == NULL && (x = pawl_calloc(1, sizeof *x)) == NULL)
         return PAWL_ENOMEM;
     x->base.ops = &txn_ops;
-    x->t = from(tk);
+    x->t = t;
     snprintf(x->proc, sizeof x->proc, "%s", proc);
     snprintf(x->owner, sizeof x->owner, "%s", owner);
     x->seg_id = seg_id;
@@ -555,6 +626,11 @@ static void pg_free(struct pawl_tokens *tk)
     pawl_pgpool_free(t->pool);
     for (int i = 0; i < t->nprep; i++)
         pawl_free(t->prep[i].sql);
+    while (t->free_txns) {
+        struct txn_pg *x = t->free_txns;
+        t->free_txns = x->next_free;
+        txn_destroy(x);
+    }
     pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);
     pawl_free(t);

@@ -70,6 +70,12 @@ struct conn {
     size_t exp_cap, exp_head, exp_len;
     uint8_t prepared[MAX_PREPARED];
     int aborted; /* an error occurred in the current transaction segment */
+    /* The request during which the server announced the end of the session (FATAL, class
+     * 57 or 08): nothing after it was executed. */
+    struct pawl_pgreq *fatal_req;
+    /* The server announced the end of the session (a FATAL notice or result): a request
+     * that got no result at all was never executed. */
+    int fatal_idle;
 };
 
 struct prepared_stmt {
@@ -277,6 +283,10 @@ static void conn_break(struct conn *c, const char *why_in)
 
     /* Requests handed to libpq: committed or not is unknown unless they could not commit. */
     struct pawl_pgreq *r = c->inflight_head;
+    struct pawl_pgreq *fatal_req = c->fatal_req;
+    int after_fatal = 0, fatal_idle = c->fatal_idle;
+    c->fatal_req = NULL;
+    c->fatal_idle = 0;
     c->inflight_head = c->inflight_tail = NULL;
     c->ninflight = 0;
     c->exp_len = 0;
@@ -288,12 +298,26 @@ static void conn_break(struct conn *c, const char *why_in)
     while (r) {
         struct pawl_pgreq *next = r->_next;
         int rc;
-        if (r->failed_stmt >= 0)
+        int session_ended = r->failed_stmt >= 0 && (strncmp(r->sqlstate, "57", 2) == 0 ||
+                                                    strncmp(r->sqlstate, "08", 2) == 0);
+        if (session_ended && r->_sync_sent && !(r->flags & PAWL_PGREQ_READONLY) &&
+            r->failed_stmt == r->nstmts - 1)
+            rc = PAWL_EINDOUBT; /* the session ended around the final statement (a COMMIT?) */
+        else if (session_ended)
+            rc = PAWL_ECONN; /* the server ended the session mid-transaction: not committed */
+        else if (r->failed_stmt >= 0)
             rc = PAWL_ESQL; /* the server already refused it: nothing committed */
         else if ((r->flags & PAWL_PGREQ_READONLY) || !r->_sync_sent)
             rc = PAWL_ECONN;
         else
             rc = PAWL_EINDOUBT;
+        if (after_fatal ||
+            (fatal_idle && r->_ok_upto == 0 && r->failed_stmt < 0 && r->_nrecv == 0)) {
+            /* The server ended the session before it read this request. */
+            rc = PAWL_ECONN;
+        }
+        if (r == fatal_req)
+            after_fatal = 1;
         if (rc != PAWL_ESQL) {
             snprintf(r->message, sizeof r->message, "%s: %.180s",
                      rc == PAWL_EINDOUBT ? "connection lost after the commit was sent"
@@ -350,10 +374,30 @@ static void start_connect(struct conn *c)
     reg(c, EPOLLOUT);
 }
 
+/*
+ * Notices: the server's messages outside a statement's result. A FATAL one (class 57 or 08)
+ * means the server is ending the session while it was idle, which tells us that nothing still
+ * unanswered was executed. Others are logged at debug level instead of printed on stderr.
+ */
+static void notice_rx(void *arg, const PGresult *res)
+{
+    struct conn *c = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (sev && strcmp(sev, "FATAL") == 0 && ss &&
+        (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+        c->fatal_idle = 1;
+    PAWL_DEBUG("pgconn", "%s[%d]: server says: %s", c->pool->name, c->index,
+               PQresultErrorMessage(res));
+}
+
 /* Send the session statements, then a Sync; the Sync's result makes the connection READY. */
 static void start_setup(struct conn *c)
 {
     struct pawl_pgpool *p = c->pool;
+    c->fatal_idle = 0;
+    c->fatal_req = NULL;
+    PQsetNoticeReceiver(c->pg, notice_rx, c);
     if (PQsetnonblocking(c->pg, 1) != 0 || PQenterPipelineMode(c->pg) != 1) {
         conn_break(c, PQerrorMessage(c->pg));
         return;
@@ -415,6 +459,7 @@ static int send_req(struct conn *c, struct pawl_pgreq *r)
     r->_nsent = 0;
     r->_nrecv = 0;
     r->_sync_sent = 0;
+    r->_ok_upto = 0;
     for (int i = 0; i < r->nstmts; i++) {
         const struct pawl_pgstmt *s = &r->stmts[i];
         int ok;
@@ -437,6 +482,8 @@ static int send_req(struct conn *c, struct pawl_pgreq *r)
         if (!ok || exp_push(c, E_STMT, i, r) != 0)
             goto broken;
         r->_nsent++;
+        if (s->flush_after && !PQsendFlushRequest(c->pg))
+            goto broken;
     }
     if (r->flags & PAWL_PGREQ_NOSYNC) {
         if (!PQsendFlushRequest(c->pg))
@@ -474,18 +521,25 @@ broken:
     return -1;
 }
 
-static struct pawl_pgreq *take_next(struct conn *c)
+static struct pawl_pgreq *pop_pinned(struct conn *c)
 {
     struct pawl_pgpool *p = c->pool;
-    struct pawl_pgreq *r = NULL;
     pthread_mutex_lock(&p->mu);
-    if (c->pinned_head) {
-        r = c->pinned_head;
+    struct pawl_pgreq *r = c->pinned_head;
+    if (r) {
         c->pinned_head = r->_next;
         if (!c->pinned_head)
             c->pinned_tail = NULL;
-    } else if (!c->open_txn && p->q_head) {
-        r = p->q_head;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+static struct pawl_pgreq *pop_shared(struct pawl_pgpool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct pawl_pgreq *r = p->q_head;
+    if (r) {
         p->q_head = r->_next;
         if (!p->q_head)
             p->q_tail = NULL;
@@ -494,39 +548,59 @@ static struct pawl_pgreq *take_next(struct conn *c)
     return r;
 }
 
-/* Send as much as the connection may take now; flush. */
-static void pump_send(struct conn *c)
+static int can_send(const struct conn *c)
 {
-    struct pawl_pgpool *p = c->pool;
-    if (c->state != C_READY)
-        return;
-    int sent = 0;
-    while (!c->want_write && c->ninflight < p->o.max_inflight) {
-        struct pawl_pgreq *r = take_next(c);
+    return c->state == C_READY && !c->want_write && c->ninflight < c->pool->o.max_inflight;
+}
+
+/*
+ * The send cursor of the whole pool: pinned requests go to their connection; shared ones to
+ * the eligible connection with the fewest requests in flight (so a burst spreads over every
+ * connection instead of filling the first). Then every connection that got work is flushed.
+ */
+static void dispatch(struct pawl_pgpool *p)
+{
+    int got[MAX_CONNS] = {0};
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        while (can_send(c)) {
+            struct pawl_pgreq *r = pop_pinned(c);
+            if (r == NULL)
+                break;
+            if (send_req(c, r) != 0)
+                break;
+            got[i]++;
+        }
+    }
+    for (;;) {
+        struct conn *best = NULL;
+        for (int i = 0; i < p->nconns; i++) {
+            struct conn *c = &p->conns[i];
+            if (can_send(c) && !c->open_txn && (!best || c->ninflight < best->ninflight))
+                best = c;
+        }
+        if (best == NULL)
+            break;
+        struct pawl_pgreq *r = pop_shared(p);
         if (r == NULL)
             break;
-        if (send_req(c, r) != 0)
-            return;
-        sent++;
-        /* Flush every few requests so the server starts early on long bursts. */
-        if ((sent & 15) == 0) {
+        if (send_req(best, r) == 0)
+            got[best->index]++;
+    }
+    for (int i = 0; i < p->nconns; i++) {
+        struct conn *c = &p->conns[i];
+        if (c->state != C_READY)
+            continue;
+        if (got[i] && !c->want_write) {
             int f = PQflush(c->pg);
             if (f < 0) {
                 conn_break(c, PQerrorMessage(c->pg));
-                return;
+                continue;
             }
             c->want_write = f == 1;
         }
+        reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
     }
-    if (sent && !c->want_write) {
-        int f = PQflush(c->pg);
-        if (f < 0) {
-            conn_break(c, PQerrorMessage(c->pg));
-            return;
-        }
-        c->want_write = f == 1;
-    }
-    reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
 }
 
 /* ---- receiving --------------------------------------------------------------------------- */
@@ -569,11 +643,17 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
 {
     struct pawl_pgpool *p = c->pool;
     ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_FATAL_ERROR && e->kind != E_STMT) {
+        const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+            c->fatal_idle = 1; /* the server is ending the session */
+    }
     switch (e->kind) {
     case E_SETUP:
         if (st == PGRES_FATAL_ERROR) {
             PAWL_WARN("pgconn", "%s[%d]: session statement \"%s\" failed: %s", p->name, c->index,
-                      p->session_sql[e->arg], PQresultErrorMessage(res));
+                      e->arg >= 0 ? p->session_sql[e->arg] : "ROLLBACK",
+                      PQresultErrorMessage(res));
             c->aborted = 1;
         }
         return 0;
@@ -587,8 +667,24 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     case E_STMT: {
         struct pawl_pgreq *r = e->req;
         if (st == PGRES_FATAL_ERROR) {
+            const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0)) {
+                c->fatal_req = r;
+                c->fatal_idle = 1;
+            }
+        }
+        if (st == PGRES_FATAL_ERROR && r->_ok_upto > e->arg) {
+            /* The statement had completed; the session ended afterwards (a FATAL sent when
+             * the backend was terminated). Not a failure of the statement. */
+            c->aborted = 1;
+            return 0;
+        }
+        if (st == PGRES_FATAL_ERROR) {
             req_error(r, e->arg, res, "statement failed");
             c->aborted = 1;
+        } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ||
+                   st == PGRES_SINGLE_TUPLE) {
+            r->_ok_upto = e->arg + 1;
         } else if (st == PGRES_PIPELINE_ABORTED) {
             if (r->failed_stmt < 0) {
                 r->failed_stmt = e->arg;
@@ -605,6 +701,11 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         return 0;
     }
     case E_SYNC:
+        if (st == PGRES_FATAL_ERROR && e->req) {
+            const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+                c->fatal_req = e->req;
+        }
         if (st != PGRES_PIPELINE_SYNC) {
             /* Unexpected: the protocol is out of step; treat as a broken connection. */
             return -1;
@@ -666,7 +767,23 @@ static int pump_recv(struct conn *c)
                         p->o.on_connect(p->o.hook_ud, c->index);
                 }
             } else {
-                finish_req(c, done.req);
+                struct pawl_pgreq *r = done.req;
+                finish_req(c, r);
+                /*
+                 * A request that opened a transaction block (BEGIN) and failed leaves the
+                 * session in an aborted block, which a Sync does not end: roll it back so the
+                 * connection stays usable. Requests already pipelined behind it fail (25P02).
+                 */
+                if (PQtransactionStatus(c->pg) == PQTRANS_INERROR && !c->open_txn) {
+                    if (!PQsendQueryParams(c->pg, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) ||
+                        exp_push(c, E_SETUP, -1, NULL) != 0 || !PQpipelineSync(c->pg) ||
+                        exp_push(c, E_SYNC, 0, NULL) != 0) {
+                        conn_break(c, PQerrorMessage(c->pg));
+                        return -1;
+                    }
+                    int f = PQflush(c->pg);
+                    c->want_write = f == 1;
+                }
             }
         }
     }
@@ -713,7 +830,6 @@ static void on_io(struct conn *c, uint32_t ev)
         conn_break(c, PQerrorMessage(c->pg));
         return;
     }
-    pump_send(c);
 }
 
 /* ---- the I/O thread ---------------------------------------------------------------------- */
@@ -821,9 +937,8 @@ static void *io_main(void *arg)
                 start_connect(c);
             else if (c->state == C_CONNECTING && now >= c->deadline_ns)
                 conn_break(c, "connect timeout");
-            else if (c->state == C_READY)
-                pump_send(c);
         }
+        dispatch(p);
         expire_queue(p, now);
     }
 
@@ -919,8 +1034,13 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
         goto fail;
-    if (pthread_create(&p->thread, NULL, io_main, p) != 0)
+    /* Published before the I/O thread starts: its hooks may read *out (thread creation
+     * orders this store before them). */
+    *out = p;
+    if (pthread_create(&p->thread, NULL, io_main, p) != 0) {
+        *out = NULL;
         goto fail;
+    }
 
     if (wait_ms > 0) {
         int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;
@@ -953,10 +1073,10 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         pthread_mutex_unlock(&p->mu);
         if (rc != 0) {
             pawl_pgpool_free(p);
+            *out = NULL;
             return rc;
         }
     }
-    *out = p;
     return 0;
 
 fail:

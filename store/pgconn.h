@@ -6,8 +6,10 @@
  * separate send and receive cursors: requests move from the pool's submission queue onto a
  * connection's send cursor, are written in pipeline mode without waiting for earlier results,
  * and wait on the receive cursor until their results arrive, in order. The socket is
- * non-blocking; PQconsumeInput runs only when PQisBusy says a result is incomplete; a PQflush()
- * result of 1 arms EPOLLOUT and nothing else is written until the socket drains.
+ * non-blocking; input is consumed (PQconsumeInput) when epoll reports it readable, results are
+ * taken only while PQisBusy() is false, and a PQflush() result of 1 arms EPOLLOUT: nothing
+ * else is written to that connection until the socket drains. Shared requests go to the READY
+ * connection with the fewest requests in flight.
  *
  * Requests. A request is a list of statements (text, or a statement prepared through
  * pawl_pgpool_prepare, with parameters in text or binary format) sent back to back. By default
@@ -20,10 +22,12 @@
  *
  * Errors. A statement error fails its request with PAWL_ESQL and the SQLSTATE and server
  * message copied into the request; statements after it in the same transaction are reported as
- * failed with SQLSTATE 25P02. A lost connection fails every request that was handed to libpq and
- * not completed: PAWL_EINDOUBT when the request ended a transaction that may have committed
- * (its Sync was sent but not answered), PAWL_ECONN when it cannot have committed or is flagged
- * PAWL_PGREQ_READONLY. Requests not yet handed to libpq stay queued and go out on the next
+ * failed with SQLSTATE 25P02. A request that opened a transaction block (BEGIN) and failed
+ * leaves the session in an aborted block; the pool rolls it back by itself after the Sync.
+ * A lost connection fails every request that was handed to libpq and not completed:
+ * PAWL_EINDOUBT when the request ended a transaction that may have committed (its Sync was sent
+ * but not answered), PAWL_ECONN when it cannot have committed (flagged PAWL_PGREQ_READONLY, no
+ * Sync, or never executed: the server announced the end of the session before reaching it). Requests not yet handed to libpq stay queued and go out on the next
  * connection (the pool reconnects with exponential back-off between reconnect_min_ms and
  * reconnect_max_ms). A pinned request whose connection is down fails with PAWL_ECONN.
  *
@@ -64,6 +68,12 @@ struct pawl_pgstmt {
      * it when done with it, on any thread); 0: the pool clears it after the call.
      */
     int keep_result;
+    /*
+     * 1: ask the server to send this statement's result at once (a flush request follows it),
+     * before later statements of the request run. Use it to learn something (an xid, say)
+     * before a COMMIT that follows in the same request.
+     */
+    int flush_after;
 };
 
 enum pawl_pgreq_flags {
@@ -94,6 +104,7 @@ struct pawl_pgreq {
     int _nsent;
     int _nrecv;
     int _sync_sent;
+    int _ok_upto; /* statements 0.._ok_upto-1 returned a success result */
     int _pinned;
     int64_t _queued_ns;
 };

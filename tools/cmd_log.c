@@ -229,7 +229,7 @@ struct line_reader {
 static int next_line(struct line_reader *r, const char **line, size_t *len)
 {
     for (;;) {
-        char *nl = memchr(r->buf + r->start, '\n', r->end - r->start);
+        char *nl = r->end > r->start ? memchr(r->buf + r->start, '\n', r->end - r->start) : NULL;
         if (nl || (r->eof && r->end > r->start)) {
             size_t n = nl ? (size_t)(nl - (r->buf + r->start)) : r->end - r->start;
             *line = r->buf + r->start;
@@ -269,7 +269,7 @@ static int next_line(struct line_reader *r, const char **line, size_t *len)
 /* Non-zero when the next line can be had without waiting. */
 static int line_ready(struct line_reader *r)
 {
-    if (r->eof || memchr(r->buf + r->start, '\n', r->end - r->start))
+    if (r->eof || (r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start)))
         return 1;
     struct pollfd p = {.fd = r->fd, .events = POLLIN};
     return poll(&p, 1, 0) > 0;

@@ -113,10 +113,15 @@ static void *appender(void *arg)
         }
         if (pawl_now_ns() >= deadline)
             break;
-        if (t->count > 0 &&
-            atomic_fetch_add_explicit(&l->events, 0, memory_order_relaxed) >= t->count)
-            break;
-        for (int i = 0; i < n; i++) {
+        int take = n;
+        if (t->count > 0) {
+            /* Reserve events before sending them, so appends in flight never overshoot. */
+            int64_t before = atomic_fetch_add_explicit(&l->reserved, n, memory_order_relaxed);
+            if (before >= t->count)
+                break;
+            take = (int)PAWL_MIN((int64_t)n, t->count - before);
+        }
+        for (int i = 0; i < take; i++) {
             snprintf(ids[i], sizeof ids[i], "load-%" PRIu64, xorshift(&rng) % (uint64_t)t->streams);
             evs[i] = (struct pawl_event){.stream_id = ids[i],
                                          .stream_seq = PAWL_SEQ_ANY,
@@ -131,11 +136,11 @@ static void *appender(void *arg)
         struct inflight *ifl = malloc(sizeof *ifl);
         if (ifl == NULL)
             break;
-        *ifl = (struct inflight){.ta = ta, .t0 = pawl_now_ns(), .n = n};
+        *ifl = (struct inflight){.ta = ta, .t0 = pawl_now_ns(), .n = take};
         atomic_fetch_add_explicit(&ta->inflight, 1, memory_order_relaxed);
         int rc;
         /* Back-pressure: when the store has max-inflight-appends outstanding, wait briefly. */
-        while ((rc = pawl_append_async(l->store, evs, (size_t)n, on_appended, ifl)) ==
+        while ((rc = pawl_append_async(l->store, evs, (size_t)take, on_appended, ifl)) ==
                    PAWL_EAGAIN &&
                !atomic_load_explicit(&l->stop, memory_order_relaxed) && !tool_stop)
             sleep_until(pawl_now_ns() + 200000);

@@ -24,7 +24,8 @@ struct tool_load {
     pthread_t *threads;
     struct thread_arg *args;
     _Atomic int stop;
-    _Atomic int64_t events;  /* appended (committed) */
+    _Atomic int64_t events;   /* appended (committed) */
+    _Atomic int64_t reserved; /* handed to appends (for --count) */
     _Atomic int64_t appends;
     _Atomic int64_t errors;
     _Atomic int running;     /* threads still appending */

@@ -59,6 +59,50 @@ static const struct tool_cmd commands[] = {
      "order, one per line (--json: as JSON lines that `pawl append` reads back). With --follow it "
      "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
      cmd_tail, 1},
+    {"run", PAWL_SCOPE_RUN, "--processor NAME [--handler count|print|projection|async]",
+     "Run one node of a processor until interrupted",
+     "Runs the processor NAME against the log with the chosen handler: count (counts events), "
+     "print (prints each event as a JSON line, marking replays), projection (the in-memory "
+     "projection example, snapshotting into ./pawl-projection-NAME) or async (the asynchronous "
+     "sink example). Creates the processor's segments on first use (--segments, "
+     "--initial-token). Several nodes may run the same processor; they share its segments "
+     "through their claims. A progress line shows the handling rate, the segments held, how "
+     "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
+     "stops cleanly: batches finish, progress is stored, claims are released.",
+     cmd_run, 1},
+    {"status", PAWL_SCOPE_STATUS, "[--processor] NAME [--json] [--watch D] [--metrics]",
+     "Show a processor's segments: owner, token, lag",
+     "Prints, per segment of the processor: id and mask, owner and claim age, stored token, the "
+     "log's head, lag in events and in seconds, checkpoint mode, and notes (replaying after a "
+     "reset up to the old position; a merge in progress). Lag counts the events after the "
+     "token that belong to the segment, by one scan of the log (up to 1,000,000 events; beyond "
+     "that it shows head - token, marked <=). Lag in seconds is the age of the oldest unhandled "
+     "event. --json prints the same as one JSON document; --watch refreshes every interval "
+     "(in place on a terminal; one JSON document per line with --json). --metrics adds totals.",
+     cmd_status, 1},
+    {"reset", PAWL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
+     "Move a stopped processor's tokens to a position",
+     "Moves every segment's token to the start of the log, its end, an index, or the position "
+     "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative: -15m). Prints "
+     "what it would do, per segment, and changes nothing unless --execute is given. Refused "
+     "(exit 4, naming the owners) while any segment of the processor is claimed: stop its nodes "
+     "first. After a reset backwards, handlers see the events up to each segment's previous "
+     "position as replays (pawl_ctx_is_replay) until the processor passes it.",
+     cmd_reset, 1},
+    {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
+     "Split a segment in two",
+     "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
+     "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed; "
+     "a running node picks the new segments up through its claim cycle.",
+     cmd_split, 1},
+    {"merge", PAWL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
+     "Merge a segment with its sibling",
+     "Merges segment ID with its sibling (the other half of its parent) into the parent. The "
+     "merged segment starts from the lower of the two tokens and skips the faster half's "
+     "events up to its token, so nothing is delivered twice. Prints what it would do unless "
+     "--execute. Refused (exit 4) while either half is claimed or an earlier merge is still "
+     "catching up.",
+     cmd_merge, 1},
     {"demo", PAWL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
      "Append at a target rate with a follower, and show what happens",
      "Creates the schema if needed, then runs --appenders concurrent appenders at --rate events "
@@ -66,6 +110,15 @@ static const struct tool_cmd commands[] = {
      "appended and read events per second, appends waiting for finalization, the finalize delay "
      "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
      cmd_demo, 1},
+    {"bench", PAWL_SCOPE_BENCH, "[--duration D] [--csv FILE] [--events-per-append N] [--appenders N]",
+     "Measure the append path: rate, latency, finalize delay, lag",
+     "Runs the load generator cell by cell: every combination of --events-per-append 1, 10, 100 "
+     "and --appenders 1, 4 (a dimension given explicitly is held at that value), each for "
+     "--duration, as fast as possible unless --rate is given, with one follower reading the "
+     "log. Prints per cell the events per second, append latency (p50, p99), end-to-end lag "
+     "from commit to follower, the store's finalize delay, and errors. --csv FILE writes the "
+     "same as CSV and, when gnuplot is installed, a chart next to it.",
+     cmd_bench, 1},
 };
 
 static const struct tool_cmd *find_cmd(const char *name)

@@ -142,6 +142,12 @@ void tool_status_owners(const struct tool_status *st, char *out, size_t outlen)
     }
 }
 
+/* The checkpoint mode the owner wrote; unowned rows have none. */
+static const char *mode_text(int mode)
+{
+    return mode < 0 ? "-" : pawl_ckpt_mode_name((enum pawl_ckpt_mode)mode);
+}
+
 static void fmt_age_ms(int64_t ms, char *buf, size_t len)
 {
     if (ms < 0)
@@ -178,7 +184,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
                      r->st.merge_token);
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
                 r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age,
-                r->st.token, st->head, lag, lagsec, pawl_ckpt_mode_name(r->st.mode), note);
+                r->st.token, st->head, lag, lagsec, mode_text(r->st.mode), note);
     }
 }
 
@@ -208,7 +214,8 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
         json_object_set_new(s, "lag_events", json_integer(r->lag_events));
         json_object_set_new(s, "lag_exact", json_boolean(r->lag_exact));
         json_object_set_new(s, "lag_seconds", json_real(r->lag_seconds));
-        json_object_set_new(s, "mode", json_string(pawl_ckpt_mode_name(r->st.mode)));
+        json_object_set_new(s, "mode",
+                            r->st.mode < 0 ? json_null() : json_string(mode_text(r->st.mode)));
         json_object_set_new(s, "high_water", json_integer(r->st.high_water));
         json_object_set_new(s, "replaying", json_boolean(r->st.high_water > r->st.token));
         if (r->st.has_merge) {

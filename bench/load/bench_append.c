@@ -4,16 +4,18 @@
  *
  * Cells: connections {1, 4} x events per append {1, 100} x finalizer {off, on}, each a closed
  * loop keeping `inflight` async appends outstanding per connection for --seconds, after a short
- * warm-up. Then a rate-limited cell (--rate events/s, 1-event appends, 4 connections,
- * finalizer on) for the delay at a steady load. With --baseline, the same closed-loop cells
+ * warm-up. Then a rate-limited cell (--rate events/s in --rate-batch-event appends, default
+ * 10000 events/s as 1000 appends of 10, 4 connections, finalizer on) for the delay at a steady
+ * load. With --baseline, the same closed-loop cells
  * also run against the per-event design (sql/bench/per_event.sql: every event row renumbered
  * by the finalizer), which is what the per-run design is measured against.
  *
  * Between cells, everything appended is finalized (untimed) so each cell starts clean.
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
- * Usage: bench_append --dsn DSN [--seconds 10] [--rate 10000] [--inflight 64] [--csv FILE]
- *                     [--baseline] [--cells quick]
+ * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
+ *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N]
+ * (--quick: only the 4-connection cells; --min-interval-us: the finalizer cadence.)
  */
 #include "pawl.h"
 
@@ -37,6 +39,10 @@ static int warmup_ms = 1500;
 static int rate = 10000;
 static int inflight_per_conn = 64;
 static int baseline;
+static int min_interval_us = -1;
+static int rounds = 3;
+static int rate_batch = 10;
+static int piggyback = -1;
 
 struct cell {
     const char *design; /* "per-run" or "per-event" */
@@ -109,6 +115,12 @@ static void run_store_cell(struct cell *c)
     o.finalizer = c->finalizer;
     o.listen = 0;
     o.max_inflight_appends = 100000;
+    if (min_interval_us >= 0)
+        o.finalizer_min_interval_us = min_interval_us;
+    if (piggyback >= 0)
+        o.append_finalizes = c->finalizer ? piggyback : 0;
+    else if (!c->finalizer)
+        o.append_finalizes = 0; /* "off" means no finalization at all */
     struct pawl_store *s = NULL;
     char err[512];
     int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
@@ -203,12 +215,25 @@ struct pe {
     int64_t runs;
 };
 
+/* The same 52-byte payload as the per-run cells, as a bytea array element. */
+static char pe_payload_literal[160];
+
+static void init_pe_payload(void)
+{
+    static const char payload[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
+    char *p = pe_payload_literal;
+    p += sprintf(p, "\"\\\\x");
+    for (size_t i = 0; i < sizeof payload - 1; i++)
+        p += sprintf(p, "%02x", (unsigned char)payload[i]);
+    sprintf(p, "\"");
+}
+
 struct pe_op {
     struct pe *pe;
     struct pawl_pgreq req;
     struct pawl_pgstmt st;
     const char *vals[5];
-    char a[5][4096];
+    char a[3][16384];
 };
 
 static void pe_done(struct pawl_pgreq *r, int rc)
@@ -322,7 +347,8 @@ static void run_pe_cell(struct cell *c)
             snprintf(one, sizeof one, "%ss-%u", k ? "," : "", rand_r(&seed) % 100000);
             strcat(sa, one);
             strcat(ta, k ? ",bench" : "bench");
-            strcat(pa, k ? ",\"\\\\x7b7d\"" : "\"\\\\x7b7d\"");
+            strcat(pa, k ? "," : "");
+            strcat(pa, pe_payload_literal);
         }
         strcat(sa, "}");
         strcat(ta, "}");
@@ -398,9 +424,13 @@ int main(int argc, char **argv)
                                        {"csv", required_argument, 0, 'c'},
                                        {"baseline", no_argument, 0, 'b'},
                                        {"quick", no_argument, 0, 'q'},
+                                       {"min-interval-us", required_argument, 0, 'm'},
+                                       {"rounds", required_argument, 0, 'R'},
+                                       {"rate-batch", required_argument, 0, 'B'},
+                                       {"piggyback", required_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bq", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -423,6 +453,18 @@ int main(int argc, char **argv)
         case 'q':
             quick = 1;
             break;
+        case 'm':
+            min_interval_us = atoi(optarg);
+            break;
+        case 'P':
+            piggyback = atoi(optarg) ? 1 : 0;
+            break;
+        case 'B':
+            rate_batch = atoi(optarg) >= 1 && atoi(optarg) <= 100 ? atoi(optarg) : 10;
+            break;
+        case 'R':
+            rounds = atoi(optarg) > 0 ? atoi(optarg) : 1;
+            break;
         default:
             fprintf(stderr, "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
                             "[--csv FILE] [--baseline] [--quick]\n",
@@ -440,8 +482,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "migrate: %s\n", err);
         return 1;
     }
-    if (baseline)
+    if (baseline) {
         setup_baseline();
+        init_pe_payload();
+    }
 
     struct cell cells[32];
     int nc = 0;
@@ -453,7 +497,7 @@ int main(int argc, char **argv)
             for (int f = 0; f < 2; f++)
                 cells[nc++] = (struct cell){.design = "per-run", .conns = conns[ci], .batch = batches[bi], .finalizer = f};
         }
-    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = 1, .finalizer = 1, .target_rate = rate};
+    cells[nc++] = (struct cell){.design = "per-run", .conns = 4, .batch = rate_batch, .finalizer = 1, .target_rate = rate};
     if (baseline)
         for (int ci = 0; ci < 2; ci++)
             for (int bi = 0; bi < 2; bi++) {
@@ -467,19 +511,49 @@ int main(int argc, char **argv)
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
                  "delay_samples,finalize_runs_per_s\n");
+    /*
+     * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved
+     * (off, on, off, on, ...), and the figures are the means over rounds (max: the maximum).
+     */
     for (int i = 0; i < nc; i++) {
-        struct cell *c = &cells[i];
-        fprintf(stderr, "running %s conns=%d batch=%d finalizer=%s%s ...\n", c->design,
-                c->conns, c->batch, c->finalizer ? "on" : "off",
-                c->target_rate ? " (rate-limited)" : "");
-        if (strcmp(c->design, "per-run") == 0)
-            run_store_cell(c);
-        else
-            run_pe_cell(c);
-        fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f\n", c->design, c->conns,
-                c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50, c->p99,
-                c->max, (long long)c->delay_count, c->fin_runs_s);
-        fflush(csv);
+        int pair = i + 1 < nc && !cells[i].finalizer && cells[i + 1].finalizer &&
+                   cells[i].conns == cells[i + 1].conns && cells[i].batch == cells[i + 1].batch &&
+                   !cells[i + 1].target_rate && !strcmp(cells[i].design, cells[i + 1].design);
+        int width = pair ? 2 : 1;
+        struct cell acc[2];
+        memset(acc, 0, sizeof acc);
+        for (int r = 0; r < rounds; r++) {
+            for (int w = 0; w < width; w++) {
+                struct cell one = cells[i + w];
+                fprintf(stderr, "round %d/%d: %s conns=%d batch=%d finalizer=%s%s ...\n", r + 1,
+                        rounds, one.design, one.conns, one.batch, one.finalizer ? "on" : "off",
+                        one.target_rate ? " (rate-limited)" : "");
+                if (strcmp(one.design, "per-run") == 0)
+                    run_store_cell(&one);
+                else
+                    run_pe_cell(&one);
+                acc[w].ev_s += one.ev_s / rounds;
+                acc[w].p50 += one.p50 / rounds;
+                acc[w].p99 += one.p99 / rounds;
+                acc[w].max = one.max > acc[w].max ? one.max : acc[w].max;
+                acc[w].delay_count += one.delay_count;
+                acc[w].fin_runs_s += one.fin_runs_s / rounds;
+            }
+        }
+        for (int w = 0; w < width; w++) {
+            struct cell *c = &cells[i + w];
+            c->ev_s = acc[w].ev_s;
+            c->p50 = acc[w].p50;
+            c->p99 = acc[w].p99;
+            c->max = acc[w].max;
+            c->delay_count = acc[w].delay_count;
+            c->fin_runs_s = acc[w].fin_runs_s;
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f\n", c->design, c->conns,
+                    c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50,
+                    c->p99, c->max, (long long)c->delay_count, c->fin_runs_s);
+            fflush(csv);
+        }
+        i += width - 1;
     }
     if (csv != stdout)
         fclose(csv);
@@ -498,9 +572,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)
             fprintf(stderr,
-                    "\nrate-limited %d ev/s (1-event appends, 4 conns, finalizer on): %.0f ev/s, "
+                    "\nrate-limited %d ev/s (%d-event appends, 4 conns, finalizer on): %.0f ev/s, "
                     "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-                    cells[i].target_rate, cells[i].ev_s, cells[i].p50, cells[i].p99,
-                    cells[i].max);
+                    cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50,
+                    cells[i].p99, cells[i].max);
     return 0;
 }

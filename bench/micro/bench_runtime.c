@@ -215,45 +215,88 @@ static void bm_spawn(pawl_bench_state *st, void *arg)
     free(u);
 }
 
+/* Steady-state scheduling: CHAINS tasks, each resubmitting itself STEPS times from inside the
+ * executor (the pattern of segment steps re-queueing themselves). */
+#define CHAINS 64
+#define STEPS 200
+
+struct chain {
+    struct pawl_task task;
+    struct exec *e;
+    int left;
+    uint64_t *done;
+};
+
+static void chain_fn(struct pawl_task *t, int status)
+{
+    struct chain *c = (struct chain *)t;
+    if (--c->left > 0)
+        ex_submit(c->e, &c->task);
+    else
+        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+}
+
+static void bm_chain(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    struct chain c[CHAINS];
+    uint64_t done = 0, want = 0;
+    while (pawl_bench_keep_running(st)) {
+        for (int i = 0; i < CHAINS; i++) {
+            c[i] = (struct chain){{chain_fn, NULL}, &e, STEPS, &done};
+            ex_submit(&e, &c[i].task);
+        }
+        want += CHAINS;
+        wait_count(&done, want);
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_free(&e);
+}
+
 /* ---- steal latency (pool) and hand-off latency (baseline) ---- */
 
 struct steal_probe {
     struct pawl_task parent;
     struct pawl_task child;
     struct exec *e;
+    uint64_t seq;         /* this round */
+    uint64_t child_seq;   /* the round whose child ran */
+    uint64_t parent_done; /* the round whose parent returned */
     int64_t pushed_ns;
     int64_t started_ns;
-    uint64_t child_ran;
 };
 
 static void probe_child(struct pawl_task *t, int status)
 {
     struct steal_probe *p = (struct steal_probe *)((char *)t - offsetof(struct steal_probe, child));
     p->started_ns = now_ns();
-    __atomic_store_n(&p->child_ran, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->child_seq, p->seq, __ATOMIC_RELEASE);
 }
 
 static void probe_parent(struct pawl_task *t, int status)
 {
     struct steal_probe *p = (struct steal_probe *)t;
+    uint64_t seq = p->seq;
     p->pushed_ns = now_ns();
     ex_submit(p->e, &p->child);
     /* Stay busy until another thread took the child: it must be stolen (or handed off). */
-    while (!__atomic_load_n(&p->child_ran, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&p->child_seq, __ATOMIC_ACQUIRE) != seq)
         ;
+    __atomic_store_n(&p->parent_done, seq, __ATOMIC_RELEASE);
 }
 
 static void bm_steal_latency(pawl_bench_state *st, void *arg)
 {
     int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
-    struct steal_probe p = {{probe_parent, NULL}, {probe_child, NULL}, &e, 0, 0, 0};
+    struct steal_probe p = {{probe_parent, NULL}, {probe_child, NULL}, &e, 0, 0, 0, 0, 0};
     double total = 0;
     int64_t n = 0;
     while (pawl_bench_keep_running(st)) {
-        p.child_ran = 0;
+        p.seq++;
         ex_submit(&e, &p.parent);
-        wait_count(&p.child_ran, 1);
+        wait_count(&p.parent_done, p.seq);
         total += (double)(p.started_ns - p.pushed_ns);
         n++;
     }
@@ -366,6 +409,84 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
     ex_free(&e);
 }
 
+/* Future chains: a continuation running on the executor creates the next future, registers
+ * the next continuation and completes it — completion on a worker, continuation queued to the
+ * executor, as when a segment's step completes another segment's future. */
+struct fchain {
+    struct exec *e;
+    int left;
+    uint64_t *done;
+};
+
+static void fchain_step(struct fchain *c);
+
+static void fchain_cont(void *arg, struct pawl_future *f)
+{
+    fchain_step(arg);
+}
+
+static void bchain_run(struct pawl_task *t, int status);
+
+struct bstep {
+    struct bcont c;
+    struct fchain *ch;
+};
+
+static void fchain_step(struct fchain *c)
+{
+    if (c->left-- == 0) {
+        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+        return;
+    }
+    if (c->e->pool) {
+        struct pawl_future *f = pawl_future_new();
+        pawl_future_on_complete(f, NULL, c->e->pool, fchain_cont, c);
+        pawl_future_complete(f, c->left);
+        pawl_future_unref(f);
+    } else {
+        struct bfut *f = malloc(sizeof(*f));
+        pthread_mutex_init(&f->m, NULL);
+        f->done = 0;
+        f->conts = NULL;
+        struct bstep *s = malloc(sizeof(*s));
+        s->c = (struct bcont){{bchain_run, NULL}, NULL, f, c->e->mq, NULL};
+        s->ch = c;
+        pthread_mutex_lock(&f->m);
+        s->c.next = f->conts;
+        f->conts = &s->c;
+        pthread_mutex_unlock(&f->m);
+        bfut_complete(f, c->left);
+    }
+}
+
+static void bchain_run(struct pawl_task *t, int status)
+{
+    struct bstep *s = (struct bstep *)t;
+    struct fchain *ch = s->ch;
+    pthread_mutex_destroy(&s->c.f->m);
+    free(s->c.f);
+    free(s);
+    fchain_step(ch);
+}
+
+static void bm_future_chain(pawl_bench_state *st, void *arg)
+{
+    int baseline = arg != NULL;
+    struct exec e = ex_new(baseline);
+    struct fchain c[CHAINS];
+    uint64_t done = 0, want = 0;
+    while (pawl_bench_keep_running(st)) {
+        for (int i = 0; i < CHAINS; i++) {
+            c[i] = (struct fchain){&e, STEPS, &done};
+            fchain_step(&c[i]); /* the first completion is from outside; the rest inside */
+        }
+        want += CHAINS;
+        wait_count(&done, want);
+    }
+    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_free(&e);
+}
+
 static void bm_future_latency(pawl_bench_state *st, void *arg)
 {
     int baseline = arg != NULL;
@@ -442,6 +563,8 @@ int main(int argc, char **argv)
     pawl_bench_use_real_time(pawl_bench_register("submit_run/inject/mutex_queue", bm_inject, BASE));
     pawl_bench_use_real_time(pawl_bench_register("submit_run/spawn/pawl_pool", bm_spawn, NULL));
     pawl_bench_use_real_time(pawl_bench_register("submit_run/spawn/mutex_queue", bm_spawn, BASE));
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/chain/pawl_pool", bm_chain, NULL));
+    pawl_bench_use_real_time(pawl_bench_register("submit_run/chain/mutex_queue", bm_chain, BASE));
     pawl_bench_unit_ns(pawl_bench_use_real_time(
         pawl_bench_register("steal_latency/pawl_pool", bm_steal_latency, NULL)));
     pawl_bench_unit_ns(pawl_bench_use_real_time(
@@ -450,6 +573,10 @@ int main(int argc, char **argv)
                                                  bm_future_throughput, NULL));
     pawl_bench_use_real_time(pawl_bench_register(
         "future_complete_to_continuation/throughput/mutex_condvar", bm_future_throughput, BASE));
+    pawl_bench_use_real_time(
+        pawl_bench_register("future_complete_to_continuation/chain/pawl", bm_future_chain, NULL));
+    pawl_bench_use_real_time(pawl_bench_register(
+        "future_complete_to_continuation/chain/mutex_condvar", bm_future_chain, BASE));
     pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(
         "future_complete_to_continuation/latency/pawl", bm_future_latency, NULL)));
     pawl_bench_unit_ns(pawl_bench_use_real_time(pawl_bench_register(

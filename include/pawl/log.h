@@ -62,6 +62,17 @@ struct pawl_store_opts {
     /* When another session holds the finalizer lock, retry after this long (or sooner, when
      * its notification arrives). 1..1000 ms, default 2. */
     int finalizer_retry_ms;
+    /* Cadence: a run starts at least this long after the previous one started, so that under
+     * load one run (one commit) covers many appends; it bounds the finalize delay from below.
+     * 0..1000000 µs, default 1000. */
+    int finalizer_min_interval_us;
+    /* Experimental. 1: each append's transaction also runs a finalization (after its
+     * insert, under the same try-lock) for what others committed before it, so that run's
+     * commit shares the append's WAL flush; the background finalizer then mostly finds the
+     * work done. Measured here it raised finalize delays (appends hold the lock through their
+     * commits) without a clear throughput gain, so the default is 0: only the background
+     * finalizer finalizes. */
+    int append_finalizes;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
@@ -223,6 +234,8 @@ struct pawl_log_stats {
     int64_t appends_pending;     /* committed here and not yet covered by a finalization run */
     int64_t inflight;            /* async appends submitted and not completed */
     int64_t finalize_runs;       /* runs of this process's finalizer that did work */
+    int64_t finalize_piggybacked; /* runs inside this process's append transactions */
+    int64_t finalize_skipped;    /* wake-ups with nothing left (piggybacked runs covered it) */
     int64_t finalize_idle_runs;  /* runs that found nothing to finalize */
     int64_t finalize_busy;       /* runs that found the lock held elsewhere */
     int64_t finalize_errors;

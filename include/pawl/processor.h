@@ -91,7 +91,11 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  *
  * ckpt == NULL makes an ordinary handler; otherwise the handler is a checkpointing unit (see
  * pawl/checkpoint.h) and the processor's checkpoint mode follows: no unit -> the token is
- * stored every batch; every handler a unit -> fully deferred; a mix -> auto.
+ * stored every batch; every handler a unit -> fully deferred; a mix -> auto. The processor
+ * waits for the units' futures without a time-out: a future that never completes stalls its
+ * segment only, and keeps that batch's transaction open. (The PostgreSQL store buffers a
+ * batch's statements and sends them with the token write at commit, so an open batch holds no
+ * server transaction, row lock or connection while it waits.)
  */
 struct pawl_handler {
     const char *name;
@@ -113,18 +117,23 @@ int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx);
 /* The batch transaction, for the handler's own statements; borrowed for the call. NULL on a
  * subscribing processor called without a transaction. */
 struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx);
-/* The segment's checkpoint trigger; NULL on a subscribing processor. Borrowed: valid while the
- * segment stays claimed (see pawl/checkpoint.h for its lifetime rules). */
+/* The segment's checkpoint trigger; NULL on a subscribing processor and on a processor without
+ * checkpointing units. Borrowed: valid while the segment stays claimed (see pawl/checkpoint.h
+ * for its lifetime rules). */
 struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx);
 /* The handler's position within the batch (0-based) and the batch's size. */
 size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
 
 /*
  * Queue a statement into the batch transaction. values are text parameters ($1..$n; a NULL
- * element is SQL NULL); sql and values are copied. Statements run in order before the token
- * write and COMMIT, in the same transaction: an error in any of them fails the batch (the
- * token is not stored, the handlers' writes roll back). Returns 0, or PAWL_EINVAL /
- * PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a subscriber without a transaction).
+ * element is SQL NULL); sql and values are copied. The statements are sent when the batch
+ * commits, in order, after the claim check and token write and in the same transaction: an
+ * error in any of them fails the batch (the token is not stored, every handler's writes roll
+ * back). So a handler cannot read a statement's result, and must not send transaction control
+ * (BEGIN, COMMIT, SAVEPOINT). The PostgreSQL store prepares each distinct statement text once
+ * per connection (up to 96), so reuse a fixed text with parameters rather than building SQL
+ * per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a
+ * subscriber without a transaction).
  */
 int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values);
 
@@ -365,8 +374,10 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
 /* Start the worker threads, the coordinator and the claim extender. PAWL_EALREADY if started. */
 int pawl_processor_start(struct pawl_processor *p);
 /*
- * Stop: every work package finishes its current batch, stores its progress, and releases its
- * claim; then the threads exit. Blocks until done. A second stop is a no-op.
+ * Stop: every work package finishes its current batch, stores its progress (with checkpointing
+ * units: reconciles their release reports first), and releases its claim; then the threads
+ * exit. Blocks until done; there is no time-out, so a unit's future that never completes blocks
+ * stop (bound such futures with pawl_checkpoint_or_timeout). A second stop is a no-op.
  */
 int pawl_processor_stop(struct pawl_processor *p);
 /* Stops if needed, then frees. NULL is a no-op. */

@@ -182,7 +182,7 @@ static void *raw_appender(void *arg)
         PQclear(PQexec(c, "BEGIN"));
         PQclear(PQexec(c, sleep_before));
         PGresult *r = PQexecParams(c, pawl_log_append_sql, 6, NULL, vals, NULL, NULL, 0);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK && atoi(PQcmdTuples(r)) == n;
+        int ok = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == n;
         PQclear(r);
         if (!ok) {
             PQclear(PQexec(c, "ROLLBACK"));
@@ -235,7 +235,7 @@ static void *killer(void *arg)
         usleep(150000);
         PGresult *r = PQexec(c, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                 "WHERE application_name = 'victim finalizer' "
-                                "AND backend_xid IS NOT NULL");
+                                "AND backend_xid IS NOT NULL AND datname = current_database()");
         if (PQresultStatus(r) == PGRES_TUPLES_OK)
             atomic_fetch_add(&kills, atoll(PQgetvalue(r, 0, 0)));
         PQclear(r);
@@ -276,7 +276,8 @@ static void *follower_main(void *arg)
             pos = e->index;
             if (pos < MAX_EVENTS)
                 f->hash[pos] = ev_hash(e->stream_id, e->stream_seq);
-            f->received++;
+            /* relaxed: the main thread polls it to know when followers caught up. */
+            __atomic_store_n(&f->received, f->received + 1, __ATOMIC_RELAXED);
         }
     }
 out:
@@ -285,11 +286,12 @@ out:
     return NULL;
 }
 
-static struct pawl_store *open_store(int conns)
+static struct pawl_store *open_store(int conns, int piggyback)
 {
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.connections = conns;
+    o.append_finalizes = piggyback;
     o.finalizer_safety_interval_ms = 200;
     o.finalize_batch_max = 300; /* small: exercises truncated runs */
     struct pawl_store *s = NULL;
@@ -305,8 +307,9 @@ static void test_concurrent(void **state)
     (void)state;
     char err[512];
     assert_int_equal(pawl_schema_migrate(dsn, err, sizeof err), 0);
-    struct pawl_store *sa = open_store(2);
-    struct pawl_store *sb = open_store(1);
+    /* Store A's appends also piggyback finalization runs (the experimental mode). */
+    struct pawl_store *sa = open_store(2, 1);
+    struct pawl_store *sb = open_store(1, 0);
 
     struct follower fol[FOLLOWERS];
     pthread_t tf[FOLLOWERS], ts[STORE_APPENDERS], tr[RAW_APPENDERS], tfin, tkill;

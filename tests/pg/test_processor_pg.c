@@ -557,6 +557,130 @@ static void test_split_merge_under_load(void **state)
     free(h);
 }
 
+
+/* Lost connections: every backend of the database is terminated while batches run. The batches
+ * in flight roll back (or are in doubt), the packages abort and re-claim after the back-off,
+ * and the projection ends exact. */
+static void test_connection_loss(void **state)
+{
+    (void)state;
+    reset_proj();
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    open_pg(&src, &tok);
+    struct hctx *h = calloc(1, sizeof *h);
+    h->fail_index = -1;
+    atomic_store(&h->sleep_us, 500);
+    struct pawl_handler hd = {"proj", h, handle, NULL};
+    struct pawl_processor_opts o;
+    opts_fast(&o, "connloss");
+    o.segments = 4;
+    o.batch_size = 20;
+    o.initial_token = q64("SELECT pawl_api.last_index()");
+    int64_t base = appended;
+    append_n(1000);
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, src, tok, &hd, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    usleep(300000);
+    for (int i = 0; i < 2; i++) {
+        pawl_test_exec(dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+        usleep(400000);
+    }
+    atomic_store(&h->sleep_us, 0);
+    append_n(200);
+    assert_true(wait_proj(appended - base, 60000));
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    print_message("batch failures %llu, claims %llu, source errors %llu\n",
+                  (unsigned long long)st.batch_failures, (unsigned long long)st.claims,
+                  (unsigned long long)st.source_errors);
+    assert_true(st.batch_failures + st.source_errors >= 1);
+    pawl_processor_free(p);
+    assert_proj_exact(appended - base);
+    pawl_tokens_free(tok);
+    pawl_source_free(src);
+    free(h);
+}
+
+
+/* Auto mode against PostgreSQL: an ordinary handler writes the projection in the batch
+ * transaction and a checkpointing unit confirms each batch end; when the unit fails a
+ * checkpoint, the ordinary handler's writes roll back with it (transactional coupling), the
+ * segment is re-claimed and the projection still ends exact. */
+static _Atomic int unit_fail_left;
+static _Atomic int unit_calls;
+
+static struct pawl_future *unit_advanced(void *self, struct pawl_segment seg, int64_t requested)
+{
+    (void)self;
+    (void)seg;
+    atomic_fetch_add(&unit_calls, 1);
+    struct pawl_future *f = pawl_future_new();
+    if (atomic_fetch_sub(&unit_fail_left, 1) > 0)
+        pawl_future_fail(f, PAWL_ECHECKPOINT, "injected durability failure");
+    else
+        pawl_future_complete(f, requested);
+    return f;
+}
+
+static int unit_handle(void *self, struct pawl_event_ctx *ctx)
+{
+    (void)self;
+    (void)ctx;
+    return 0;
+}
+
+static const struct pawl_checkpointing unit_ckpt = {NULL, unit_advanced, NULL};
+
+static void test_auto_mode_coupling(void **state)
+{
+    (void)state;
+    reset_proj();
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    open_pg(&src, &tok);
+    struct hctx *h = calloc(1, sizeof *h);
+    h->fail_index = -1;
+    struct pawl_handler hs[2] = {{"proj", h, handle, NULL}, {"unit", NULL, unit_handle, &unit_ckpt}};
+    struct pawl_processor_opts o;
+    opts_fast(&o, "auto");
+    o.segments = 4;
+    o.initial_token = q64("SELECT pawl_api.last_index()");
+    int64_t base = appended;
+    atomic_store(&unit_fail_left, 3);
+    append_n(600);
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, src, tok, hs, 2), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(wait_proj(appended - base, 60000));
+    int64_t head = q64("SELECT pawl_api.last_index()");
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pawl.tokens WHERE processor = 'auto' AND token < %lld",
+             (long long)head);
+    double t0 = pawl_test_now_ms();
+    while (q64(sql) > 0 && pawl_test_now_ms() - t0 < 20000)
+        usleep(50000);
+    assert_int_equal(q64(sql), 0);
+    assert_int_equal(q64("SELECT count(*) FROM pawl.tokens WHERE processor = 'auto' AND mode = 1"),
+                     4);
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    assert_int_equal(st.mode, PAWL_CKPT_AUTO);
+    print_message("unit calls %d, batch failures %llu, claims %llu\n", atomic_load(&unit_calls),
+                  (unsigned long long)st.batch_failures, (unsigned long long)st.claims);
+    /* Three injected failures: each fails a checkpoint (a batch) or the release reconciliation
+     * that follows an abort (the default release asks on_checkpoint_advanced). */
+    assert_true(st.batch_failures >= 2);
+    pawl_processor_free(p);
+    assert_proj_exact(appended - base);
+    pawl_tokens_free(tok);
+    pawl_source_free(src);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_stolen_claim),
         cmocka_unit_test(test_failure_backoff),
         cmocka_unit_test(test_split_merge_under_load),
+        cmocka_unit_test(test_connection_loss),
+        cmocka_unit_test(test_auto_mode_coupling),
     };
     if (getenv("PAWL_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PAWL_TEST_FILTER"));

@@ -46,14 +46,14 @@ expect_rc "config --json" 0 $?
 [ "$(jq -r '.appenders.source + " " + .appenders.value' "$tmp/cfg.json")" = "flag 3" ] &&
 [ "$(jq -r '.duration.source + " " + .duration.value' "$tmp/cfg.json")" = "default 20s" ]
 check "config: flag > env > default, with sources" $?
-"$PAWL" config | grep -Eq '^--rate +2000 +default$'; check "config table" $?
+"$PAWL" config >"$tmp/cfg.txt"; grep -Eq '^--rate +2000 +default$' "$tmp/cfg.txt"; check "config table" $?
 
 "$PAWL" help >"$tmp/help"; expect_rc "pawl help" 0 $?
 grep -q 'append' "$tmp/help" && grep -q -- '--log-level' "$tmp/help"; check "help lists commands and common flags" $?
 "$PAWL" append --help >"$tmp/help"; expect_rc "pawl append --help" 0 $?
 grep -q 'EXIT STATUS' "$tmp/help" && grep -q -- '--events-per-append' "$tmp/help" &&
     grep -q 'PAWL_EVENTS_PER_APPEND' "$tmp/help"; check "command help: flags, env names, exit codes" $?
-"$PAWL" help --markdown | grep -q '^| `--rate` | `PAWL_RATE` |'; check "markdown flag table" $?
+"$PAWL" help --markdown >"$tmp/md"; grep -q '^| `--rate` | `PAWL_RATE` |' "$tmp/md"; check "markdown flag table" $?
 
 # ---- schema -----------------------------------------------------------------------------------
 "$PAWL" tail 2>"$tmp/err"; expect_rc "tail before init: no schema" 5 $?
@@ -80,7 +80,7 @@ JSON
 [ "$(jq -r 'select(.index == 1) | .metadata.by' "$tmp/tail.jsonl")" = test ] &&
 [ "$(jq -r 'select(.index == 2) | .payload' "$tmp/tail.jsonl")" = "plain text" ]
 check "tail returns the events in order with streams, seqs, payloads" $?
-"$PAWL" tail --from 3 --count 1 | grep -Eq '^4 .* order-1#3 +Shipped'; check "tail --from --count, text form" $?
+"$PAWL" tail --from 3 --count 1 >"$tmp/t.txt"; grep -Eq '^4 .* order-1#3 +Shipped' "$tmp/t.txt"; check "tail --from --count, text form" $?
 
 printf '{"stream":"x","type":"T"}\n{"stream":"x","type":"T"}\n{"stream":"x" "type":"T"}\n{"stream":"x","type":"T"}\n' |
     "$PAWL" append --events-per-append 10 2>"$tmp/err"; expect_rc "invalid line" 6 $?
@@ -100,6 +100,7 @@ bg=$!
 sleep 1
 printf '{"stream":"f","type":"A"}\n{"stream":"f","type":"B"}\n' | "$PAWL" append 2>/dev/null
 for _ in $(seq 1 100); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill "$bg" 2>/dev/null # still waiting after 10 s: a failure, not a hang
 wait "$bg"; rc=$?; bg=
 expect_rc "tail --follow --count 2 ends" 0 $rc
 [ "$(jq -r .type "$tmp/follow.jsonl" | tr '\n' ' ')" = "A B " ]; check "followed the new events" $?
@@ -145,6 +146,8 @@ awk '
 check "Prometheus text parses; histograms consistent" $?
 awk '$1 == "pawl_append_latency_seconds_count" && $2 > 0 { f = 1 } END { exit !f }' "$tmp/metrics.txt"
 check "append latency recorded" $?
+for _ in $(seq 1 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill "$bg" 2>/dev/null
 wait "$bg"; rc=$?; bg=
 expect_rc "append --generate" 0 $rc
 grep -q '^\[[0-9]*s\] .*events/s' "$tmp/gen.err"; check "plain progress lines when not a terminal" $?
@@ -157,7 +160,7 @@ check "embedded default announced once" $?
     --open-timeout 2s 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ]; check "unreachable database: exit 3 (got $rc)" $?
 ! grep -q 's3cretpw' "$tmp/err"; check "password never printed" $?
-"$PAWL" config --dsn "host=/x password=s3cretpw" | grep -q 's3cretpw'; [ $? -ne 0 ]
+"$PAWL" config --dsn "host=/x password=s3cretpw" >"$tmp/cfg.txt"; ! grep -q 's3cretpw' "$tmp/cfg.txt"
 check "config hides the password" $?
 
 # ---- demo ---------------------------------------------------------------------------------
@@ -165,5 +168,13 @@ check "config hides the password" $?
 expect_rc "demo" 0 $?
 grep -q 'pawl demo summary' "$tmp/demo.out" && grep -q 'end-to-end lag' "$tmp/demo.out" &&
     grep -q 'finalize delay p50' "$tmp/demo.err"; check "demo prints progress and a summary" $?
+
+# ---- bench (one short cell) ------------------------------------------------------------------
+"$PAWL" bench --duration 1s --events-per-append 10 --appenders 1 --csv "$tmp/bench.csv" \
+    --progress off >"$tmp/bench.out" 2>/dev/null
+expect_rc "bench" 0 $?
+[ "$(wc -l <"$tmp/bench.csv")" -eq 2 ] && head -1 "$tmp/bench.csv" | grep -q '^events_per_append,appenders,' &&
+    awk -F, 'NR == 2 && $1 == 10 && $2 == 1 && $5 > 0 { ok = 1 } END { exit !ok }' "$tmp/bench.csv"
+check "bench writes one CSV row per cell" $?
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }

@@ -186,12 +186,76 @@ static void test_serial_ring(void **state)
     free(ms);
 }
 
+/* Lost wake-up hunt: submitters hand single tasks to a pool whose workers keep parking; each
+ * task must run promptly (a lost wake-up leaves it queued with every worker asleep). */
+struct ping {
+    struct pawl_task task;
+    uint64_t ran;
+};
+
+static void ping_fn(struct pawl_task *t, int status)
+{
+    rt_inc(&((struct ping *)t)->ran);
+}
+
+struct pinger {
+    struct pawl_pool *pool;
+    int n;
+    int64_t worst_ms;
+};
+
+static void *pinger_main(void *arg)
+{
+    struct pinger *p = arg;
+    struct ping pg = {{ping_fn, NULL}, 0};
+    unsigned seed = (unsigned)(uintptr_t)p;
+    for (int i = 0; i < p->n; i++) {
+        int64_t t0 = rt_now_ms();
+        pawl_pool_submit(p->pool, &pg.task);
+        while (rt_load(&pg.ran) != (uint64_t)i + 1) {
+            if (rt_now_ms() - t0 > 10000)
+                return (void *)1; /* lost */
+            sched_yield();
+        }
+        if (rt_now_ms() - t0 > p->worst_ms)
+            p->worst_ms = rt_now_ms() - t0;
+        if (rand_r(&seed) % 8 == 0)
+            usleep(rand_r(&seed) % 200); /* let workers park now and then */
+    }
+    return NULL;
+}
+
+static void test_no_lost_wakeups(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 3};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    struct pinger pr[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        pr[i] = (struct pinger){pool, PAWL_TEST_SCALE(30000), 0};
+        pthread_create(&th[i], NULL, pinger_main, &pr[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        void *lost;
+        pthread_join(th[i], &lost);
+        assert_null(lost);
+        print_message("pinger %d: worst round trip %lld ms\n", i, (long long)pr[i].worst_ms);
+    }
+    struct pawl_pool_stats st;
+    pawl_pool_stats(pool, &st);
+    print_message("parks %llu, wakeups %llu\n", (unsigned long long)st.parks,
+                  (unsigned long long)st.wakeups);
+    pawl_pool_free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_producers_and_fanout),
         cmocka_unit_test(test_shutdown_cycles),
         cmocka_unit_test(test_serial_ring),
+        cmocka_unit_test(test_no_lost_wakeups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

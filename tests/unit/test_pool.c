@@ -256,9 +256,75 @@ static void test_shutdown_with_queued_work(void **state)
     free(tasks);
 }
 
+/* Allocator hooks: everything the runtime allocates goes through them and is given back. */
+static uint64_t n_alloc, n_free;
+
+static void *count_malloc(size_t n)
+{
+    rt_inc(&n_alloc);
+    return malloc(n);
+}
+
+static void *count_calloc(size_t n, size_t size)
+{
+    rt_inc(&n_alloc);
+    return calloc(n, size);
+}
+
+static void *count_realloc(void *p, size_t n)
+{
+    if (p == NULL)
+        rt_inc(&n_alloc);
+    return realloc(p, n);
+}
+
+static void count_free(void *p)
+{
+    if (p)
+        rt_inc(&n_free);
+    free(p);
+}
+
+static void note_cb(void *arg, struct pawl_future *f)
+{
+    rt_inc(arg);
+}
+
+static void test_allocator_hooks(void **state)
+{
+    struct pawl_allocator a = {count_malloc, count_calloc, count_realloc, count_free};
+    pawl_set_allocator(&a);
+    struct pawl_pool *p;
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct pawl_timers *tm;
+    assert_int_equal(pawl_timers_new(&tm, p, NULL), 0);
+    uint64_t ran = 0;
+    for (int i = 0; i < 100; i++) {
+        struct pawl_future *f = pawl_future_new();
+        struct pawl_future *g = pawl_future_or_timeout(f, tm, i % 2 ? 0 : 1000);
+        pawl_future_on_complete(g, NULL, p, note_cb, &ran);
+        pawl_future_on_complete(g, NULL, p, note_cb, &ran); /* second record: allocated */
+        pawl_future_fail(f, PAWL_EHANDLER, "with a message");
+        pawl_future_unref(f);
+        pawl_future_unref(g);
+    }
+    assert_true(RT_WAIT_UNTIL(rt_load(&ran) == 200, 10000));
+    assert_true(RT_WAIT_UNTIL(pawl_timers_armed(tm) == 0, 10000));
+    pawl_timers_free(tm);
+    pawl_pool_free(p);
+    struct pawl_allocator libc = {malloc, calloc, realloc, free};
+    pawl_set_allocator(&libc);
+    print_message("allocations %llu, frees %llu\n", (unsigned long long)n_alloc,
+                  (unsigned long long)n_free);
+    assert_true(n_alloc > 300);
+    assert_int_equal(n_alloc, n_free);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allocator_hooks),
         cmocka_unit_test(test_defaults_and_current),
         cmocka_unit_test(test_current_worker),
         cmocka_unit_test(test_many_producers),
