@@ -64,8 +64,11 @@ static void append_n(int n)
         int k = 0;
         for (; k < 10 && i + k < n; k++) {
             snprintf(ids[k], sizeof ids[k], "%s-%d", prefix, rr++ % NSTREAMS);
-            ev[k] = (struct pawl_event){.stream_id = ids[k], .stream_seq = PAWL_SEQ_ANY,
-                                        .type = "T", .payload = "x", .payload_len = 1};
+            ev[k] = (struct pawl_event){.stream_id = ids[k],
+                                        .stream_seq = PAWL_SEQ_ANY,
+                                        .type = "T",
+                                        .payload = "x",
+                                        .payload_len = 1};
         }
         struct pawl_append_result res;
         int rc = pawl_append(store, ev, (size_t)k, &res);
@@ -227,8 +230,7 @@ static void test_token_store(void **state)
                      10);
 
     /* Reset refused while claimed, naming the owner. */
-    assert_int_equal(pawl_processor_reset(tk, NULL, "conc", PAWL_RESET_START, 0, NULL),
-                     PAWL_EBUSY);
+    assert_int_equal(pawl_processor_reset(tk, NULL, "conc", PAWL_RESET_START, 0, NULL), PAWL_EBUSY);
     assert_non_null(strstr(tk->ops->errmsg(tk), "n2"));
     /* Split and merge: refused while another node holds the segment. */
     assert_int_equal(tk->ops->split(tk, "conc", 3, "n1"), PAWL_EBUSY);
@@ -281,8 +283,7 @@ static pid_t spawn(const char *proc, const char *node, const char *timeout_ms)
     return pid;
 }
 
-static int wait_owned(const char *proc, const char *const *nodes, int n, int lo, int hi,
-                      double ms)
+static int wait_owned(const char *proc, const char *const *nodes, int n, int lo, int hi, double ms)
 {
     double t0 = pawl_test_now_ms();
     while (pawl_test_now_ms() - t0 < ms) {
@@ -557,7 +558,6 @@ static void test_split_merge_under_load(void **state)
     free(h);
 }
 
-
 /* Lost connections: every backend of the database is terminated while batches run. The batches
  * in flight roll back (or are in doubt), the packages abort and re-claim after the back-off,
  * and the projection ends exact. */
@@ -604,7 +604,6 @@ static void test_connection_loss(void **state)
     free(h);
 }
 
-
 /* Auto mode against PostgreSQL: an ordinary handler writes the projection in the batch
  * transaction and a checkpointing unit confirms each batch end; when the unit fails a
  * checkpoint, the ordinary handler's writes roll back with it (transactional coupling), the
@@ -643,7 +642,8 @@ static void test_auto_mode_coupling(void **state)
     open_pg(&src, &tok);
     struct hctx *h = calloc(1, sizeof *h);
     h->fail_index = -1;
-    struct pawl_handler hs[2] = {{"proj", h, handle, NULL}, {"unit", NULL, unit_handle, &unit_ckpt}};
+    struct pawl_handler hs[2] = {{"proj", h, handle, NULL},
+                                 {"unit", NULL, unit_handle, &unit_ckpt}};
     struct pawl_processor_opts o;
     opts_fast(&o, "auto");
     o.segments = 4;
