@@ -22,6 +22,7 @@
 #include "common.h"
 #include "dsn.h"
 #include "log_int.h"
+#include "metrics.h"
 #include "pgconn.h"
 #include "schema.h"
 
@@ -943,10 +944,14 @@ static void op_finish(struct append_op *op, struct pawl_append_result *res)
         atomic_fetch_add_explicit(&s->appends_ok, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->events_ok, (long long)op->n, memory_order_relaxed);
         hist_add(&s->append_lat, (now - op->t_submit) / 1000);
+        pawl_metric_inc(PAWL_M_APPENDS);
+        pawl_metric_add(PAWL_M_EVENTS_APPENDED, (uint64_t)op->n);
+        pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, now - op->t_submit);
         record_ack(s, now);
         signal_finalizer(s);
     } else {
         atomic_fetch_add_explicit(&s->appends_failed, 1, memory_order_relaxed); /* statistic */
+        pawl_metric_inc(PAWL_M_APPEND_ERRORS);
         set_err(s, res->sqlstate, res->message);
     }
     pawl_append_fn cb = op->cb;
@@ -1250,9 +1255,13 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
         set_err(s, NULL, "pawl.finalize returned no row");
         return PAWL_ESQL;
     }
-    hist_add(&s->run, (pawl_now_ns() - t0) / 1000);
-    if (out->last > 0)
+    int64_t run_ns = pawl_now_ns() - t0;
+    hist_add(&s->run, run_ns / 1000);
+    pawl_metric_hist_record(PAWL_H_FINALIZE_RUN, run_ns);
+    if (out->last > 0) {
         raise_index(s, out->last);
+        pawl_metric_gauge_max(PAWL_G_LAST_FINALIZED_INDEX, out->last);
+    }
     return 0;
 }
 
@@ -1289,6 +1298,7 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
                 continue;
             int64_t t = atomic_load_explicit(&sl->t_ns, memory_order_relaxed);
             hist_add(&s->delay, (t_end - t) / 1000);
+            pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, t_end - t);
         }
         atomic_store_explicit(&s->covered, upto, memory_order_relaxed);
     }
@@ -1384,6 +1394,7 @@ static void *fin_main(void *arg)
             /* Another session holds the lock; it may have started before our rows committed.
              * Try again shortly (its notification wakes followers, not us: a short timer). */
             atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
+            pawl_metric_inc(PAWL_M_FINALIZE_LOCK_BUSY);
             /* Back off while the lock stays busy (appends piggybacking runs hold it through
              * their commits), up to 8x the retry delay. */
             fin_sleep(s, busy_ms);
@@ -1398,6 +1409,8 @@ static void *fin_main(void *arg)
             atomic_fetch_add_explicit(&s->fin_runs, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&s->fin_appends, o.appends, memory_order_relaxed);
             atomic_fetch_add_explicit(&s->fin_events, o.events, memory_order_relaxed);
+            pawl_metric_inc(PAWL_M_FINALIZE_RUNS);
+            pawl_metric_add(PAWL_M_EVENTS_FINALIZED, (uint64_t)o.events);
         }
         record_delays(s, acked, now);
         if (o.appends >= s->o.finalize_batch_max)

@@ -191,22 +191,16 @@ static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
     if (evs) {
         for (size_t i = 0; i < g->n; i++)
             evs[i] = g->ev[i].ev;
-        int64_t t0 = pawl_now_ns();
         rc = pawl_append(s, evs, g->n, &res);
-        if (rc == 0)
-            pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, res.committed_ns - t0);
         free(evs);
     }
     if (rc != 0) {
-        pawl_metric_inc(PAWL_M_APPEND_ERRORS);
         if (g->n == 1)
             tool_err("append: line %ld: %s: %s", g->line[0], pawl_strerror(rc), res.message);
         else
             tool_err("append: lines %ld-%ld (one transaction): %s: %s", g->line[0],
                      g->line[g->n - 1], pawl_strerror(rc), res.message);
     } else {
-        pawl_metric_inc(PAWL_M_APPENDS);
-        pawl_metric_add(PAWL_M_EVENTS_APPENDED, g->n);
         *appended += (int64_t)g->n;
     }
     for (size_t i = 0; i < g->n; i++)

@@ -51,7 +51,6 @@ struct inflight {
 
 static void record_error(struct tool_load *l, int rc, const char *msg)
 {
-    pawl_metric_inc(PAWL_M_APPEND_ERRORS);
     /* Relaxed: a statistic; the mutex orders the message itself. */
     if (atomic_fetch_add_explicit(&l->errors, 1, memory_order_relaxed) == 0) {
         pthread_mutex_lock(&l->err_mu);
@@ -66,9 +65,6 @@ static void on_appended(void *ud, const struct pawl_append_result *res)
     struct inflight *ifl = ud;
     struct tool_load *l = ifl->ta->l;
     if (res->rc == 0) {
-        pawl_metric_hist_record(PAWL_H_APPEND_LATENCY, res->committed_ns - ifl->t0);
-        pawl_metric_inc(PAWL_M_APPENDS);
-        pawl_metric_add(PAWL_M_EVENTS_APPENDED, (uint64_t)ifl->n);
         /* Relaxed: statistics. */
         atomic_fetch_add_explicit(&l->appends, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&l->events, ifl->n, memory_order_relaxed);

@@ -5,8 +5,9 @@
  * (autovacuum off, never analyzed) and dead index entries kept alive by a long-open snapshot
  * (a REPEATABLE READ transaction on another connection while aborted appends leave dead
  * tuples). For each it prints the finalizer's execution time per finalized append (the
- * function call inside an open transaction, so the commit's WAL flush is not counted) and
- * asserts, loosely on this shared machine, that no case costs more than 3x the fresh one.
+ * function call inside an open transaction, so the commit's WAL flush is not counted), median
+ * and mean over the rounds, and asserts, loosely on a shared machine, that no case's median
+ * costs more than 3x the fresh one (a plan change costs 3-10x in every round).
  */
 #include "pawl_test.h"
 
@@ -124,6 +125,12 @@ static void finalize_all(PGconn *c)
 }
 
 enum scenario { FRESH, STALE, NONE, DEAD };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 static const char *names[] = {"fresh statistics", "stale statistics", "no statistics",
                               "dead index entries (long-open snapshot)"};
 
@@ -163,27 +170,34 @@ static double measure(enum scenario sc)
     double total_us = 0;
     int64_t total_appends = 0;
     double worst = 0;
-    for (int round = 0; round < 25; round++) {
+    enum { ROUNDS = 25 };
+    double per_round[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
         load(s, 60, 4, sc == DEAD ? 20 : 0);
         int64_t a;
         double t = timed_finalize(c, &a);
         total_us += t;
         total_appends += a;
+        per_round[round] = a > 0 ? t / (double)a : t;
         if (t > worst)
             worst = t;
     }
+    qsort(per_round, ROUNDS, sizeof per_round[0], cmp_double);
+    /* The median per round: a plan change shifts every round, a descheduled backend on this
+     * shared machine only a few. */
+    double median = per_round[ROUNDS / 2];
     if (holder) {
         PQclear(PQexec(holder, "COMMIT"));
         PQfinish(holder);
     }
     double per = total_us / (double)total_appends;
-    printf("finalizer cost, %-42s %7.2f us per finalized append (%lld appends, worst run "
-           "%.0f us)\n",
-           names[sc], per, (long long)total_appends, worst);
+    printf("finalizer cost, %-42s median %7.2f us, mean %7.2f us per finalized append "
+           "(%lld appends, worst run %.0f us)\n",
+           names[sc], median, per, (long long)total_appends, worst);
     PQfinish(c);
     pawl_store_free(s);
     drop_db(db);
-    return per;
+    return median;
 }
 
 static void test_plan_stability(void **state)
@@ -193,7 +207,7 @@ static void test_plan_stability(void **state)
     double stale = measure(STALE);
     double none = measure(NONE);
     double dead = measure(DEAD);
-    printf("ratios to fresh: stale %.2f, none %.2f, dead entries %.2f (target <= 1.5)\n",
+    printf("ratios of the medians to fresh: stale %.2f, none %.2f, dead entries %.2f (target <= 1.5)\n",
            stale / fresh, none / fresh, dead / fresh);
     /* Loose: timings on a shared 2-core machine are noisy; a plan change costs 3-10x. */
     assert_true(stale < 3.0 * fresh);
