@@ -248,7 +248,9 @@ if [ -s "$allp" ]; then
     echo "the larger log above; the peers catch up over their own pre-filled logs (see peers.meta)."
     echo "Live: pawl's rows are 1-event appends at the same offered rates as the peers'."
     echo
-    [ -s "$out/peers.meta" ] && { echo "Peer notes (from peers.meta):"; echo; sed -n 's/^note: /- /p' "$out/peers.meta"; echo; }
+    if grep -q '^note: ' "$out/peers.meta" 2>/dev/null; then
+        echo "Peer notes (from peers.meta):"; echo; sed -n 's/^note: /- /p' "$out/peers.meta"; echo
+    fi
     echo "![catch-up](peers_catchup.png) ![live](peers_live.png)"
 else
     echo "_Not run._"

@@ -66,7 +66,7 @@ mkdir -p "$out"
 case $mode in
     full)  lat_s=10; rates=1000,10000,50000; live_rates=100,1000; warm=1.5; sizes="1000000 5000000"; grow_s=5; cu_s=5; cu_segs=1,4,16; cu_workers=1,2
            app_s=8; live_s=10; fill_conns=2 ;;
-    quick) lat_s=2; rates=1000,10000,50000; live_rates=100,1000; warm=1; sizes="100000 300000"; grow_s=1.5; cu_s=1.5; cu_segs=1,16; cu_workers=2
+    quick) lat_s=1.5; rates=1000,10000,50000; live_rates=200; warm=1; sizes="100000 300000"; grow_s=1.5; cu_s=1.5; cu_segs=1,16; cu_workers=2
            app_s=1; live_s=2; fill_conns=2 ;;
     tiny)  lat_s=0.5; rates=10000; live_rates=100; warm=0.3; sizes="2000 5000"; grow_s=0.3; cu_s=0.3; cu_segs=1,4; cu_workers=1
            app_s=0.3; live_s=0.5; fill_conns=1 ;;
@@ -87,7 +87,7 @@ step() { echo "run.sh: [$(( $(date +%s) - start )) s] $*" >&2; }
 e2e() { "$bin/bench_e2e" "$@" --dsn "$bdsn"; }
 
 # 1. End-to-end latency on a fresh log: the issue's rates (10-event appends), then the peers'
-#    live workload shape (1-event appends at 100 and 1000 events/s).
+#    live workload shape (1-event appends at the rates bench/peers/run.sh offers the peers).
 step "latency"
 e2e latency --csv "$out/latency.csv" --seconds $lat_s --rates $rates --per-append 10 --warmup $warm
 e2e latency --csv "$out/latency.csv" --seconds $live_s --rates $live_rates --per-append 1 \
