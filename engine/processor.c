@@ -21,7 +21,8 @@
  *     pool tasks, and an extension must not wait for a free worker.
  *
  * Reading. The shared reader keeps position R: every attached package has received all of its
- * events up to R. A package's inbox holds at most read_ahead events; when the reader finds it
+ * events up to R. A package's inbox holds at most read_ahead events (and read_ahead_bytes of
+ * their data); when the reader finds it
  * full it detaches the package instead of waiting, so the slowest segment never stalls the
  * others. A detached package reads the log on its own (its own reads, filtered to its segment)
  * until it reaches R, and re-attaches between two dispatches (both under dispatch_mu, so no
@@ -217,6 +218,7 @@ void pawl_processor_opts_defaults(struct pawl_processor_opts *o)
     o->backoff_min_ms = 1000;
     o->backoff_max_ms = 60000;
     o->read_ahead = 1000;
+    o->read_ahead_bytes = 16u << 20;
     o->read_batch = 1000;
     o->idle_wait_ms = 1000;
     o->initial_token = PAWL_TOKEN_START;
@@ -266,6 +268,7 @@ static int check_opts(const struct pawl_processor_opts *o)
     RANGE_(backoff_min_ms, 1, 3600000)
     RANGE_(backoff_max_ms, o->backoff_min_ms, 3600000)
     RANGE_(read_ahead, 1, 1000000)
+    RANGE_(read_ahead_bytes, 4096, (uint64_t)1 << 40)
     RANGE_(read_batch, 1, 100000)
     RANGE_(idle_wait_ms, 10, 60000)
     RANGE_(initial_token, 0, INT64_MAX)
@@ -341,6 +344,12 @@ static void enqueue(struct pawl_processor *p, struct pkg *k)
     p->qtail = k;
     pthread_cond_signal(&p->qcv);
     pthread_mutex_unlock(&p->qmu);
+}
+
+/* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */
+static int inbox_has_room(const struct pawl_processor *p, const struct pkg *k)
+{
+    return k->inbox.n < p->o.read_ahead / 2 + 1 && k->inbox._used < p->o.read_ahead_bytes / 2;
 }
 
 /* Queue k unless a step is already queued or running. */
@@ -820,7 +829,7 @@ static void pkg_end_step(struct pkg *k, int parked)
     /* A parked package only wakes for its reconciler (or to be told to give up, which it
      * handles once the cycle is over). */
     int more = parked ? k->woken : pkg_more_locked(k);
-    int room = k->inbox.n < p->o.read_ahead / 2 + 1;
+    int room = inbox_has_room(p, k);
     if (!more)
         k->scheduled = 0;
     pthread_mutex_unlock(&k->mu);
@@ -1227,7 +1236,7 @@ static int coord_read(struct pawl_processor *p)
         pthread_mutex_lock(&k->mu);
         if (k->attached && k->state == PKG_RUN) {
             low = PAWL_MIN(low, k->queued_pos);
-            if (k->inbox.n < p->o.read_ahead / 2 + 1)
+            if (inbox_has_room(p, k))
                 want = 1;
         }
         pthread_mutex_unlock(&k->mu);
@@ -1257,7 +1266,7 @@ static int coord_read(struct pawl_processor *p)
             continue; /* a segment nobody here holds */
         pthread_mutex_lock(&k->mu);
         if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
-            if (k->inbox.n >= p->o.read_ahead) {
+            if (k->inbox.n >= p->o.read_ahead || k->inbox._used >= p->o.read_ahead_bytes) {
                 /* Full: this package catches up on its own reads from here. */
                 k->attached = 0;
                 k->queued_pos = e->index - 1;
@@ -1369,7 +1378,7 @@ static void *coord_main(void *arg)
             pthread_mutex_lock(&k->mu);
             if (k->attached) {
                 attached = 1;
-                if (k->inbox.n < p->o.read_ahead / 2 + 1)
+                if (inbox_has_room(p, k))
                     room = 1;
             }
             pthread_mutex_unlock(&k->mu);

@@ -342,8 +342,12 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
  */
 struct pawl_processor_opts {
     const char *name;               /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
-    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>" */
-    uint32_t segments;              /* initial segments, power of two 1..65536; default 16 */
+    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>".
+                                       Must be unique among running nodes: a claim held under
+                                       an id is "already ours" for every node using it */
+    uint32_t segments;              /* initial segments, power of two 1..65536; default 16.
+                                       Used only when the processor has no segments yet; later
+                                       changes go through split and merge */
     uint32_t batch_size;            /* events per batch transaction, 1..100000; default 100 */
     uint32_t max_segments_per_node; /* 0 = no limit (default); else 1..65536 */
     uint32_t threads;               /* worker threads, 1..256; default 4 */
@@ -354,6 +358,8 @@ struct pawl_processor_opts {
     uint32_t backoff_min_ms;        /* first re-claim delay after a failure; 1..3600000; 1000 */
     uint32_t backoff_max_ms;        /* doubling stops here; >= backoff_min_ms; 60000 */
     uint32_t read_ahead;            /* events buffered per segment; 1..1000000; default 1000 */
+    uint64_t read_ahead_bytes;      /* and at most this much of their data (ids, payloads,
+                                       metadata); 4096..2^40; default 16 MiB */
     uint32_t read_batch;            /* events per source read; 1..100000; default 1000 */
     uint32_t idle_wait_ms;          /* longest source wait before re-checking; 10..60000; 1000 */
     int64_t initial_token;          /* token of newly initialised segments; default 0 (start) */

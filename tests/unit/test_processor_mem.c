@@ -688,6 +688,41 @@ static void test_reset_and_subscriber(void **state)
 }
 
 
+/* Big events: the read-ahead is bounded in bytes too; packages detach and catch up on their
+ * own reads, and every event is still handled once, in order. */
+static void test_read_ahead_bytes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    struct seen *seen = calloc(1, sizeof *seen);
+    struct hctx hc = {.seen = seen, .slow_stream = -1, .fail_index = -1};
+    struct pawl_handler h = {"proj", &hc, handle, NULL};
+    static char payload[3000];
+    memset(payload, 'p', sizeof payload);
+    for (int i = 0; i < 2000; i++) {
+        int s = i % NSTREAMS;
+        char id[16];
+        snprintf(id, sizeof id, "s-%d", s);
+        struct pawl_event e = {.stream_id = id, .stream_seq = ++w.seqs[s], .type = "T",
+                               .payload = payload, .payload_len = sizeof payload};
+        assert_int_equal(pawl_source_mem_append(w.src, &e, 1), 0);
+    }
+    struct pawl_processor_opts o;
+    opts_fast(&o, "big", "n1");
+    o.read_ahead_bytes = 16384;
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &h, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(wait_total(&w, 2000, 20000));
+    pawl_processor_free(p);
+    assert_exact(&w);
+    for (int i = 1; i <= 2000; i++)
+        assert_int_equal(seen->n[i], 1);
+    free(seen);
+    world_fini(&w);
+}
+
 /* ---- checkpointing units ---- */
 
 struct unit {
@@ -979,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_merge_keeps_both_positions),
         cmocka_unit_test(test_slow_segment),
         cmocka_unit_test(test_reset_and_subscriber),
+        cmocka_unit_test(test_read_ahead_bytes),
         cmocka_unit_test(test_ckpt_deferred),
         cmocka_unit_test(test_ckpt_auto),
     };
