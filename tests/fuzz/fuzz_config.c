@@ -21,12 +21,12 @@
 static void check_roundtrip(const struct pawl_config *cfg)
 {
     char a[8192], b[8192], err[256];
+    struct pawl_config copy;
+    pawl_config_defaults(&copy);
     for (size_t i = 0; i < pawl_config_flag_count(); i++) {
         const struct pawl_flag *f = pawl_config_flag_at(i);
         if (pawl_config_get(cfg, f->name, a, sizeof a) != 0)
             continue;
-        struct pawl_config copy;
-        pawl_config_defaults(&copy);
         if (pawl_config_set(&copy, f->name, a, err, sizeof err) != 0) {
             fprintf(stderr, "--%s: printed value \"%s\" is refused: %s\n", f->name, a, err);
             abort();
@@ -35,8 +35,8 @@ static void check_roundtrip(const struct pawl_config *cfg)
             fprintf(stderr, "--%s: \"%s\" prints back as \"%s\"\n", f->name, a, b);
             abort();
         }
-        pawl_config_fini(&copy);
     }
+    pawl_config_fini(&copy);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -89,15 +89,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Each word alone as a duration, and as the value of every flag type. */
     static const char *const one_of_each[] = {"dsn", "connections", "finalizer", "claim-timeout",
                                               "rate", "log-level", "to"};
+    pawl_config_defaults(&cfg);
     for (int i = 0; i < n && i < 8; i++) {
         int64_t ms;
         (void)pawl_config_parse_duration(words[i], &ms);
-        pawl_config_defaults(&cfg);
         for (size_t k = 0; k < sizeof one_of_each / sizeof one_of_each[0]; k++)
             (void)pawl_config_set(&cfg, one_of_each[k], words[i], err, sizeof err);
-        check_roundtrip(&cfg);
-        pawl_config_fini(&cfg);
     }
+    check_roundtrip(&cfg);
+    pawl_config_fini(&cfg);
     free(buf);
     return 0;
 }
