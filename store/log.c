@@ -1495,6 +1495,12 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
         b->_res = NULL;
     }
     b->count = 0;
+    /* Nothing can lie beyond INT64_MAX: ask only for what fits, so the last index wanted
+     * (after + max) cannot overflow in the query. */
+    if ((uint64_t)(INT64_MAX - after) < max)
+        max = (size_t)(INT64_MAX - after);
+    if (max == 0)
+        return 0;
     char after_be[8], max_be[4];
     put64(after_be, (uint64_t)after);
     put32(max_be, (uint32_t)max);

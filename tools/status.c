@@ -4,8 +4,10 @@
 #include "status.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -318,7 +320,13 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
         p++;
     if (*p == '\0') {
         char *end;
-        *value = strtoll(to, &end, 10);
+        errno = 0;
+        long long v = strtoll(to, &end, 10);
+        if (errno == ERANGE) {
+            snprintf(err, errlen, "--to %.40s: index out of range (at most %lld)", to, LLONG_MAX);
+            return PAWL_ERANGE;
+        }
+        *value = v;
         *kind = PAWL_RESET_INDEX;
         return 0;
     }
