@@ -248,11 +248,14 @@ struct lat {
     _Atomic int64_t early; /* handler ran before the commit callback recorded the time */
     _Atomic int64_t inflight;
     _Atomic int64_t errors;
+    int64_t cell; /* tags this cell's events */
 };
 
+/* The payload of a latency event: which cell appended it, and its append number. */
 struct tag {
     int64_t append_no;
-    char pad[48];
+    int64_t cell;
+    char pad[40];
 };
 
 struct lat_cb {
@@ -281,11 +284,13 @@ static int lat_handle(void *self, struct pawl_event_ctx *ctx)
     struct lat *L = self;
     int64_t t = pawl_now_ns();
     const struct pawl_event *e = pawl_ctx_event(ctx);
-    if (e->payload_len < sizeof(int64_t))
+    struct tag tg;
+    if (e->payload_len != sizeof tg)
         return 0;
-    int64_t no;
-    memcpy(&no, e->payload, sizeof no);
-    if (no < 0 || no >= L->nappends)
+    memcpy(&tg, e->payload, sizeof tg);
+    int64_t no = tg.append_no;
+    /* Events of an earlier cell that were finalized after this processor's start are not ours. */
+    if (tg.cell != L->cell || no < 0 || no >= L->nappends)
         return 0;
     /* Relaxed: counters, read after the processor stops. */
     atomic_fetch_add_explicit(&L->delivered, 1, memory_order_relaxed);
@@ -337,6 +342,7 @@ static struct pawl_store *open_store(int nconn, int finalizer, int listen)
 static void latency_cell(int rate, int run)
 {
     PGconn *c = db_connect();
+    finalize_all(c);
     int64_t head = log_head(c);
     struct pawl_store *app = open_store(4, 1, 0);
     struct pawl_store *rd = open_store(2, 0, 1);
@@ -356,6 +362,7 @@ static void latency_cell(int rate, int run)
     if (!L.commit_ns || !L.lat_ms || !cb_slots)
         die("latency", "out of memory");
     atomic_store(&L.first_measured, INT64_MAX);
+    L.cell = (int64_t)getpid() * 1000 + run;
 
     char name[64];
     snprintf(name, sizeof name, "e2e-%d-%d-%d", rate, run, (int)getpid());
@@ -403,6 +410,7 @@ static void latency_cell(int rate, int run)
         }
         next += interval;
         tags.append_no = no;
+        tags.cell = L.cell;
         for (int k = 0; k < per_append; k++) {
             snprintf(sids[k], sizeof sids[k], "l-%u", rand_r(&seed) % 100000);
             ev[k] = (struct pawl_event){.stream_id = sids[k],
