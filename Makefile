@@ -17,7 +17,7 @@ DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
 	iproute2 util-linux procps jq
 
 .PHONY: all deps build demo test test-plain test-asan test-tsan fuzz pg-start pg-stop pg-remove \
-	bench soak install clean
+	bench bench-suite soak install clean
 
 all: build
 
@@ -98,6 +98,10 @@ fuzz: deps
 
 bench: build pg-start
 	$(BUILD)/bin/pawl bench $(BENCH_ARGS)
+
+# Every benchmark of the README's table in one run (BENCH_SUITE_ARGS=--quick for a short one).
+bench-suite: build pg-start
+	PAWL_BIN=$(BUILD)/bin bench/run.sh $(BENCH_SUITE_ARGS)
 
 soak: build pg-start
 	@echo "soak: not yet available"; exit 1
