@@ -67,6 +67,7 @@ struct pawl_pool {
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
     char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t)];
+    uint32_t submitters; /* threads inside inject_push; pawl_pool_free waits for them */
     uint64_t wakeups;
     uint64_t cancelled;
     int nworkers;
@@ -138,11 +139,16 @@ static void notify(struct pawl_pool *pool)
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
 {
+    /* Acquire-release: pawl_pool_free frees the pool only after it reads 0 here (acquire), so
+     * every access below, notify() included, happens before the free. */
+    __atomic_fetch_add(&pool->submitters, 1, __ATOMIC_ACQ_REL);
     /* Count before pushing, so the count never falls below what is queued (a consumer may pop
      * t as soon as it is linked). Relaxed: notify() fences before reading sleepers. */
     __atomic_fetch_add(&pool->inject_n, 1, __ATOMIC_RELAXED);
     pawl_mpsc_push(&pool->inject, &t->_next);
     notify(pool);
+    /* Release: our last touch of the pool happens before the free that reads 0. */
+    __atomic_fetch_sub(&pool->submitters, 1, __ATOMIC_RELEASE);
 }
 
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
@@ -412,8 +418,10 @@ void pawl_pool_free(struct pawl_pool *pool)
     for (int i = 0; i < pool->nworkers; i++)
         pthread_join(pool->workers[i].thread, NULL);
 
-    /* Single-threaded from here, except for foreign submitters racing with free (their tasks
-     * are cancelled if they land before we return). Cancel until nothing is left. */
+    /* Single-threaded from here, except for foreign submitters racing with free: one already
+     * inside pawl_pool_submit is waited for and its task cancelled. Submitting after
+     * pawl_pool_free has returned is a use after free (the caller stops its threads first).
+     * Cancel until nothing is left and no submitter is inside. */
     for (int more = 1; more;) {
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {
@@ -433,6 +441,13 @@ void pawl_pool_free(struct pawl_pool *pool)
             }
             __atomic_fetch_sub(&pool->inject_n, 1, __ATOMIC_RELAXED);
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
+            more = 1;
+        }
+        /* A foreign submitter that entered before stop may still be pushing or notifying: wait
+         * for it (its task is then cancelled on the next pass). Acquire: pairs with the
+         * submitter's release decrement. */
+        if (!more && __atomic_load_n(&pool->submitters, __ATOMIC_ACQUIRE) != 0) {
+            sched_yield();
             more = 1;
         }
     }

@@ -73,8 +73,11 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
  * Orderly shutdown: stop taking new work, let every running task finish, join the workers, then
  * call every task still queued with PAWL_ECANCELED, on the calling thread, exactly once —
  * including tasks that cancelled tasks submit (repeated until nothing is queued). Must not be
- * called from a worker of this pool. No thread may submit to the pool after it returns.
- * NULL is a no-op.
+ * called from a worker of this pool. A thread outside the pool that is inside
+ * pawl_pool_submit (or completing a future whose continuation goes to this pool) when shutdown
+ * starts is waited for, and its task cancelled. No thread may start a submission once
+ * pawl_pool_free may have returned: stop the threads that complete futures (a checkpointing
+ * unit's own I/O threads, say) before freeing the pool. NULL is a no-op.
  */
 void pawl_pool_free(struct pawl_pool *pool);
 
