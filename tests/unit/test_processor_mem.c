@@ -56,12 +56,12 @@ struct seen {
 
 struct hctx {
     struct seen *seen;
-    _Atomic int fail_index;      /* fail this event's delivery while fail_left > 0 */
+    _Atomic int fail_index; /* fail this event's delivery while fail_left > 0 */
     _Atomic int fail_left;
     double fail_at_ms[16];
     _Atomic int fail_count;
-    _Atomic int slow_stream;     /* -1: none; else sleep slow_us per event of this stream */
-    _Atomic int slow_us;         /* 0 means 1000 */
+    _Atomic int slow_stream; /* -1: none; else sleep slow_us per event of this stream */
+    _Atomic int slow_us;     /* 0 means 1000 */
     _Atomic uint64_t handled;
 };
 
@@ -687,13 +687,50 @@ static void test_reset_and_subscriber(void **state)
     world_fini(&w);
 }
 
+/* Big events: the read-ahead is bounded in bytes too; packages detach and catch up on their
+ * own reads, and every event is still handled once, in order. */
+static void test_read_ahead_bytes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    struct seen *seen = calloc(1, sizeof *seen);
+    struct hctx hc = {.seen = seen, .slow_stream = -1, .fail_index = -1};
+    struct pawl_handler h = {"proj", &hc, handle, NULL};
+    static char payload[3000];
+    memset(payload, 'p', sizeof payload);
+    for (int i = 0; i < 2000; i++) {
+        int s = i % NSTREAMS;
+        char id[16];
+        snprintf(id, sizeof id, "s-%d", s);
+        struct pawl_event e = {.stream_id = id,
+                               .stream_seq = ++w.seqs[s],
+                               .type = "T",
+                               .payload = payload,
+                               .payload_len = sizeof payload};
+        assert_int_equal(pawl_source_mem_append(w.src, &e, 1), 0);
+    }
+    struct pawl_processor_opts o;
+    opts_fast(&o, "big", "n1");
+    o.read_ahead_bytes = 16384;
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &h, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(wait_total(&w, 2000, 20000));
+    pawl_processor_free(p);
+    assert_exact(&w);
+    for (int i = 1; i <= 2000; i++)
+        assert_int_equal(seen->n[i], 1);
+    free(seen);
+    world_fini(&w);
+}
 
 /* ---- checkpointing units ---- */
 
 struct unit {
-    _Atomic int64_t every;       /* request a checkpoint at events with index % every == 0 */
-    _Atomic int fail_next;       /* fail this many on_checkpoint_advanced futures */
-    _Atomic int claim_fail;      /* refuse this many claims */
+    _Atomic int64_t every;  /* request a checkpoint at events with index % every == 0 */
+    _Atomic int fail_next;  /* fail this many on_checkpoint_advanced futures */
+    _Atomic int claim_fail; /* refuse this many claims */
     _Atomic int advanced_calls;
     _Atomic int released_calls;
     _Atomic int claimed_calls;
@@ -937,7 +974,8 @@ static void test_ckpt_auto(void **state)
     atomic_store(&u.fail_next, 2);
     atomic_store(&u.claim_fail, 2);
     struct hctx hc = {.slow_stream = -1, .fail_index = -1};
-    struct pawl_handler hs[2] = {{"proj", &hc, handle, NULL}, {"unit", &u, unit_handle, &unit_ckpt}};
+    struct pawl_handler hs[2] = {{"proj", &hc, handle, NULL},
+                                 {"unit", &u, unit_handle, &unit_ckpt}};
     struct pawl_processor_opts o;
     opts_fast(&o, "auto", "n1");
     append(&w, 2000, NSTREAMS);
@@ -979,6 +1017,7 @@ int main(void)
         cmocka_unit_test(test_merge_keeps_both_positions),
         cmocka_unit_test(test_slow_segment),
         cmocka_unit_test(test_reset_and_subscriber),
+        cmocka_unit_test(test_read_ahead_bytes),
         cmocka_unit_test(test_ckpt_deferred),
         cmocka_unit_test(test_ckpt_auto),
     };
