@@ -113,9 +113,8 @@ static inline void pawl_metric_gauge_max(enum pawl_metric_gauge id, int64_t v)
     _Atomic int64_t *g = &pawl_metrics_gauges_[id].value;
     /* Relaxed: the gauge publishes nothing; the loop only runs while v is larger. */
     int64_t m = atomic_load_explicit(g, memory_order_relaxed);
-    while (v > m &&
-           !atomic_compare_exchange_weak_explicit(g, &m, v, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while (v > m && !atomic_compare_exchange_weak_explicit(g, &m, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
     }
 }
 

@@ -38,8 +38,8 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
     if (rc == 0)
         rc = pawl_tokens_pg_new(&s->tok, dsn);
     if (rc != 0) {
-        tool_err("cannot open the log and token store at %s: %s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc));
+        tool_err("cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
+                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
         stores_close(s);
         return tool_exit_for(rc) == TOOL_FAILED ? TOOL_NODB : tool_exit_for(rc);
     }
@@ -90,8 +90,8 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     for (;;) {
         struct tool_status st;
         char err[512];
-        int rc = tool_status_collect(s.tok, s.src, proc, TOOL_STATUS_SCAN_LIMIT, &st, err,
-                                     sizeof err);
+        int rc =
+            tool_status_collect(s.tok, s.src, proc, TOOL_STATUS_SCAN_LIMIT, &st, err, sizeof err);
         if (rc != 0) {
             tool_err("status: %s", err);
             ex = tool_exit_for(rc);
@@ -115,8 +115,9 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
             int64_t owned = 0;
             for (size_t i = 0; i < st.n; i++)
                 owned += st.rows[i].st.owner[0] != '\0';
-            fprintf(mf, "\nTOTALS  head %" PRId64 "  segments %zu  claimed %" PRId64
-                        "  events scanned for lag %" PRId64 "\n",
+            fprintf(mf,
+                    "\nTOTALS  head %" PRId64 "  segments %zu  claimed %" PRId64
+                    "  events scanned for lag %" PRId64 "\n",
                     st.head, st.n, owned, st.scanned);
             if (cfg->metrics_port > 0) {
                 char *body = NULL;
@@ -187,8 +188,7 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
     else if (kind == PAWL_RESET_END)
         target = st.head;
     else if (kind == PAWL_RESET_TIME && (rc = s.src->ops->index_at(s.src, value, &target)) != 0) {
-        tool_err("reset: cannot find the log position at that time: %s",
-                 s.src->ops->errmsg(s.src));
+        tool_err("reset: cannot find the log position at that time: %s", s.src->ops->errmsg(s.src));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -196,12 +196,13 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
         printf("note: token %" PRId64 " is past the head (%" PRId64 "); the processor will "
                "wait for those events\n",
                target, st.head);
-    printf("%s %s to token %" PRId64 " (--to %s):\n", cfg->tool.execute ? "resetting" : "would reset",
-           proc, target, cfg->tool.to);
+    printf("%s %s to token %" PRId64 " (--to %s):\n",
+           cfg->tool.execute ? "resetting" : "would reset", proc, target, cfg->tool.to);
     for (size_t i = 0; i < st.n; i++) {
         const struct pawl_segment_status *r = &st.rows[i].st;
         int64_t d = target - r->token;
-        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64 " indexes)%s%s\n",
+        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64
+               " indexes)%s%s\n",
                r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
                d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "", r->owner);
     }
@@ -276,8 +277,8 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
         }
         printf("%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
                "%" PRId64 "\n",
-               cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask,
-               row->st.token, lo.id, lo.mask, hi.id, hi.mask, row->st.token);
+               cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask, row->st.token,
+               lo.id, lo.mask, hi.id, hi.mask, row->st.token);
     } else {
         struct pawl_segment sseg, parent;
         if (pawl_segment_sibling(row->st.seg, &sseg) != 0 ||
@@ -316,7 +317,8 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
         printf("nothing changed: add --execute to apply\n");
         goto out;
     }
-    rc = merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);
+    rc =
+        merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);
     if (rc != 0) {
         tool_err("%s failed: %s (%s)", what, s.tok->ops->errmsg(s.tok), pawl_strerror(rc));
         ex = tool_exit_for(rc);

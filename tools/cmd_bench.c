@@ -77,9 +77,9 @@ static int run_cell(struct pawl_config *cfg, struct pawl_store *s, struct cell_r
             if (tool_progress_due(&prog)) {
                 double el = (double)(pawl_now_ns() - load.start_ns) / 1e9;
                 char a[32];
-                tool_progress_show(&prog, "cell %d x %d: %s events/s so far",
-                                   r->epa, r->appenders,
-                                   tool_fmt_count((double)atomic_load(&load.events) / el, a, sizeof a));
+                tool_progress_show(
+                    &prog, "cell %d x %d: %s events/s so far", r->epa, r->appenders,
+                    tool_fmt_count((double)atomic_load(&load.events) / el, a, sizeof a));
             }
         }
         tool_load_stop(&load);
@@ -118,22 +118,22 @@ static void write_plot(const char *csv)
     if (dot && strchr(dot, '/') == NULL)
         *dot = '\0';
     strncat(png, ".png", sizeof png - strlen(png) - 1);
-    snprintf(script, sizeof script,
-             "set terminal png size 900,500; set output '%s'; set datafile separator ',';"
-             "set style data histogram; set style fill solid 0.8; set boxwidth 0.8;"
-             "set ylabel 'events/s'; set y2label 'p99 ms'; set y2tics; set xtics rotate by -30;"
-             "set key top left autotitle columnhead; set title 'pawl bench: append rate and latency';"
-             "plot '%s' using 5:xtic(stringcolumn(1).'x'.stringcolumn(2)) title 'events/s',"
-             " '' using 0:($8/1e6) axes x1y2 with linespoints title 'append p99 (ms)'",
-             png, csv);
+    snprintf(
+        script, sizeof script,
+        "set terminal png size 900,500; set output '%s'; set datafile separator ',';"
+        "set style data histogram; set style fill solid 0.8; set boxwidth 0.8;"
+        "set ylabel 'events/s'; set y2label 'p99 ms'; set y2tics; set xtics rotate by -30;"
+        "set key top left autotitle columnhead; set title 'pawl bench: append rate and latency';"
+        "plot '%s' using 5:xtic(stringcolumn(1).'x'.stringcolumn(2)) title 'events/s',"
+        " '' using 0:($8/1e6) axes x1y2 with linespoints title 'append p99 (ms)'",
+        png, csv);
     pid_t pid = fork();
     if (pid == 0) {
         execlp("gnuplot", "gnuplot", "-e", script, (char *)NULL);
         _exit(127);
     }
     int status = 0;
-    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-        WEXITSTATUS(status) == 0)
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         fprintf(stderr, "pawl: chart written to %s\n", png);
     else
         fprintf(stderr, "pawl: gnuplot failed; no chart\n");
@@ -210,8 +210,9 @@ int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv)
                    r.fin_p50_ms, r.fin_p99_ms, r.errors);
             fflush(stdout);
             if (csv)
-                fprintf(csv, "%d,%d,%.3f,%" PRId64 ",%.1f,%" PRId64 ",%" PRId64 ",%" PRId64
-                             ",%" PRId64 ",%" PRId64 ",%.3f,%.3f\n",
+                fprintf(csv,
+                        "%d,%d,%.3f,%" PRId64 ",%.1f,%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64
+                        ",%" PRId64 ",%.3f,%.3f\n",
                         r.epa, r.appenders, r.secs, r.events, r.events_per_s, r.errors, r.lat_p50,
                         r.lat_p99, r.e2e_p50, r.e2e_p99, r.fin_p50_ms, r.fin_p99_ms);
             if (r.errors > 0)

@@ -10,8 +10,8 @@
 #include "progress.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -46,9 +46,11 @@ static size_t store_metrics(void *ud, char *buf, size_t cap)
         "# HELP pawl_store_appends_pending Appends committed here and not yet finalized\n"
         "# TYPE pawl_store_appends_pending gauge\npawl_store_appends_pending %" PRId64 "\n"
         "# HELP pawl_store_finalize_runs_total Finalization runs of this process that did work\n"
-        "# TYPE pawl_store_finalize_runs_total counter\npawl_store_finalize_runs_total %" PRId64 "\n"
+        "# TYPE pawl_store_finalize_runs_total counter\npawl_store_finalize_runs_total %" PRId64
+        "\n"
         "# HELP pawl_store_finalize_busy_total Finalization runs that found the lock held\n"
-        "# TYPE pawl_store_finalize_busy_total counter\npawl_store_finalize_busy_total %" PRId64 "\n"
+        "# TYPE pawl_store_finalize_busy_total counter\npawl_store_finalize_busy_total %" PRId64
+        "\n"
         "# HELP pawl_store_events_finalized_total Events finalized by this process\n"
         "# TYPE pawl_store_events_finalized_total counter\n"
         "pawl_store_events_finalized_total %" PRId64 "\n"
@@ -59,8 +61,8 @@ static size_t store_metrics(void *ud, char *buf, size_t cap)
         "pawl_store_finalize_delay_seconds{quantile=\"0.5\"} %.6f\n"
         "pawl_store_finalize_delay_seconds{quantile=\"0.99\"} %.6f\n"
         "pawl_store_finalize_delay_seconds_count %" PRId64 "\n",
-        st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized,
-        st.last_index, st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count);
+        st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized, st.last_index,
+        st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count);
     size_t len = n > 0 ? (size_t)n : 0;
     if (buf && cap > len)
         memcpy(buf, tmp, len + 1);
@@ -132,22 +134,23 @@ static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
         double rate = (double)(ev - last) * 1e9 / (double)PAWL_MAX(now - last_ns, 1);
         last = ev;
         last_ns = now;
-        double remaining = cfg->tool.duration_ms > 0
-                               ? (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - now) / 1e9
-                               : (cfg->tool.count > 0 && rate > 0
-                                      ? (double)(cfg->tool.count - ev) / rate
-                                      : -1);
+        double remaining =
+            cfg->tool.duration_ms > 0
+                ? (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - now) / 1e9
+                : (cfg->tool.count > 0 && rate > 0 ? (double)(cfg->tool.count - ev) / rate : -1);
         char r[32], d[32], eta[32];
         tool_progress_show(&prog, "%s events/s  appended %s  errors %" PRId64 "  ETA %s",
-                           tool_fmt_count(rate, r, sizeof r), tool_fmt_count((double)ev, d, sizeof d),
-                           atomic_load(&load.errors), tool_fmt_secs(remaining, eta, sizeof eta));
+                           tool_fmt_count(rate, r, sizeof r),
+                           tool_fmt_count((double)ev, d, sizeof d), atomic_load(&load.errors),
+                           tool_fmt_secs(remaining, eta, sizeof eta));
     }
     tool_load_stop(&load);
     tool_progress_done(&prog);
     double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
     int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
-    fprintf(stderr, "pawl: appended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
-                    " failed appends%s%s\n",
+    fprintf(stderr,
+            "pawl: appended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
+            " failed appends%s%s\n",
             ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9), errs,
             errs ? "; first: " : "", errs ? load.first_error : "");
     return errs ? TOOL_FAILED : TOOL_OK;
@@ -428,8 +431,8 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
             want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
         if (want == 0)
             break;
-        int rc = cfg->tool.follow ? pawl_follow(s, after, want, &b, 500)
-                                  : pawl_read(s, after, want, &b);
+        int rc =
+            cfg->tool.follow ? pawl_follow(s, after, want, &b, 500) : pawl_read(s, after, want, &b);
         if (rc == PAWL_ETIMEDOUT)
             continue;
         if (rc != 0) {
@@ -518,8 +521,8 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
         return ex;
     }
     pawl_metrics_reset();
-    struct pawl_metrics_snapshot *prev = calloc(1, sizeof *prev),
-                                 *now = calloc(1, sizeof *now), *d = calloc(1, sizeof *d);
+    struct pawl_metrics_snapshot *prev = calloc(1, sizeof *prev), *now = calloc(1, sizeof *now),
+                                 *d = calloc(1, sizeof *d);
     struct follower f;
     memset(&f, 0, sizeof f);
     f.s = s;
@@ -566,7 +569,8 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
         pawl_store_stats(s, &st, 1);
         worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
         char a[32], r[32], p50[32], p99[32], eta[32];
-        double left = (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - pawl_now_ns()) / 1e9;
+        double left =
+            (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - pawl_now_ns()) / 1e9;
         tool_progress_show(
             &prog,
             "appended %s/s  finalized+read %s/s  pending %" PRId64
@@ -577,7 +581,8 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
             st.delay_p50_ms, st.delay_p99_ms,
             tool_fmt_ns(pawl_metrics_quantile_ns(&d->hists[PAWL_H_E2E_LAG], 0.5), p50, sizeof p50),
             tool_fmt_ns(pawl_metrics_quantile_ns(&d->hists[PAWL_H_E2E_LAG], 0.99), p99, sizeof p99),
-            atomic_load(&load.errors), tool_fmt_secs(cfg->tool.duration_ms ? left : -1, eta, sizeof eta));
+            atomic_load(&load.errors),
+            tool_fmt_secs(cfg->tool.duration_ms ? left : -1, eta, sizeof eta));
         prev_read = read;
         struct pawl_metrics_snapshot *t = prev;
         prev = now;
@@ -616,7 +621,8 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
            ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9),
            cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, b0, sizeof b0) : "max",
            atomic_load(&f.read), atomic_load(&f.last_index),
-           atomic_load(&f.read) >= ev ? "" : " (fewer: the follower was stopped before it caught up)",
+           atomic_load(&f.read) >= ev ? ""
+                                      : " (fewer: the follower was stopped before it caught up)",
            tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.5), b1, sizeof b1),
            tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.99), b2, sizeof b2),
            tool_fmt_ns((int64_t)al->max_ns, b3, sizeof b3),

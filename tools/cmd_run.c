@@ -124,14 +124,14 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         goto out;
     }
     if ((rc = pawl_source_pg_new(&src, dsn)) != 0 || (rc = pawl_tokens_pg_new(&tok, dsn)) != 0) {
-        tool_err("run: cannot open the log and token store at %s: %s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc));
-        ex = TOOL_NODB;
+        tool_err("run: cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
+                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+        ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : TOOL_NODB;
         goto out;
     }
     if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, &h, 1)) != 0) {
-        tool_err("run: cannot create processor %s: %s (%s)", cfg->processor.name,
-                 pawl_strerror(rc), tok->ops->errmsg(tok));
+        tool_err("run: cannot create processor %s: %s (%s)", cfg->processor.name, pawl_strerror(rc),
+                 tok->ops->errmsg(tok));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -174,16 +174,17 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
                            "%s events/s  handled %s  segments %u  head %" PRId64
                            "  behind <= %" PRId64 "  ETA %s  failures %" PRIu64,
                            tool_fmt_count(rate, r, sizeof r),
-                           tool_fmt_count((double)ps.events, done, sizeof done),
-                           ps.segments_owned, head, behind, eta, ps.batch_failures);
+                           tool_fmt_count((double)ps.events, done, sizeof done), ps.segments_owned,
+                           head, behind, eta, ps.batch_failures);
     }
     tool_progress_done(&prog);
     fprintf(stderr, "pawl: stopping (finishing batches, storing progress, releasing claims)\n");
     pawl_processor_stop(p);
     struct pawl_processor_stats ps;
     pawl_processor_stats(p, &ps);
-    fprintf(stderr, "pawl: stopped: %" PRIu64 " events in %" PRIu64 " batches, %" PRIu64
-                    " failed batches, %" PRId64 " replayed events\n",
+    fprintf(stderr,
+            "pawl: stopped: %" PRIu64 " events in %" PRIu64 " batches, %" PRIu64
+            " failed batches, %" PRId64 " replayed events\n",
             ps.events, ps.batches, ps.batch_failures,
             atomic_load_explicit(&b.replays, memory_order_relaxed));
 out:

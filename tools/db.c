@@ -85,8 +85,10 @@ const char *tool_dsn(struct pawl_config *cfg)
 {
     static char dsn[2048];
     static int announced;
-    if (cfg->dsn && cfg->dsn[0])
+    if (cfg->dsn && cfg->dsn[0]) {
+        PAWL_DEBUG("tool", "database: %s", tool_dsn_printable(cfg->dsn));
         return cfg->dsn;
+    }
     char script[PATH_MAX + 16];
     find_pg_script(script, sizeof script);
     int started = 0;

@@ -69,7 +69,8 @@ static mhd_result on_request(void *cls, struct MHD_Connection *conn, const char 
             return MHD_NO;
         resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
         if (resp)
-            MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+            MHD_add_response_header(resp, "Content-Type",
+                                    "text/plain; version=0.0.4; charset=utf-8");
         status = MHD_HTTP_OK;
     } else {
         static const char msg[] = "not found: metrics are at /metrics\n";

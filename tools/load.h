@@ -28,7 +28,7 @@ struct tool_load {
     _Atomic int64_t reserved; /* handed to appends (for --count) */
     _Atomic int64_t appends;
     _Atomic int64_t errors;
-    _Atomic int running;     /* threads still appending */
+    _Atomic int running; /* threads still appending */
     pthread_mutex_t err_mu;
     char first_error[320];
     int64_t start_ns;

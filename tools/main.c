@@ -110,7 +110,8 @@ static const struct tool_cmd commands[] = {
      "appended and read events per second, appends waiting for finalization, the finalize delay "
      "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
      cmd_demo, 1},
-    {"bench", PAWL_SCOPE_BENCH, "[--duration D] [--csv FILE] [--events-per-append N] [--appenders N]",
+    {"bench", PAWL_SCOPE_BENCH,
+     "[--duration D] [--csv FILE] [--events-per-append N] [--appenders N]",
      "Measure the append path: rate, latency, finalize delay, lag",
      "Runs the load generator cell by cell: every combination of --events-per-append 1, 10, 100 "
      "and --appenders 1, 4 (a dimension given explicitly is held at that value), each for "
@@ -246,8 +247,8 @@ static void print_markdown(FILE *out)
     fprintf(out, "### Commands\n\n");
     for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
         const struct tool_cmd *c = &commands[i];
-        fprintf(out, "#### `pawl %s`\n\n```\npawl %s %s\n```\n\n%s", c->name, c->name,
-                c->synopsis, c->description);
+        fprintf(out, "#### `pawl %s`\n\n```\npawl %s %s\n```\n\n%s", c->name, c->name, c->synopsis,
+                c->description);
         if (c->needs_db)
             fprintf(out, " %s", DB_NOTE);
         fprintf(out, "\n\n");
@@ -433,6 +434,7 @@ int main(int argc, char **argv)
         return TOOL_USAGE;
     }
     pawl_config_apply_log(&cfg);
+    PAWL_DEBUG("tool", "pawl %s %s", PAWL_VERSION, cmd->name);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

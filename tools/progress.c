@@ -26,8 +26,8 @@ void tool_progress_init(struct tool_progress *p, const struct pawl_config *cfg)
         p->mode = isatty(STDERR_FILENO) ? TOOL_PROGRESS_LIVE : TOOL_PROGRESS_PLAIN;
         break;
     }
-    p->interval_ns = p->mode == TOOL_PROGRESS_LIVE ? LIVE_PERIOD_NS
-                                                   : cfg->tool.progress_ms * 1000000LL;
+    p->interval_ns =
+        p->mode == TOOL_PROGRESS_LIVE ? LIVE_PERIOD_NS : cfg->tool.progress_ms * 1000000LL;
     p->start_ns = p->last_ns = pawl_now_ns();
 }
 

@@ -67,8 +67,8 @@ int tool_scrape(int port, char **body, char *err, size_t errlen)
     }
     buf[len] = '\0';
     char *hdr_end = strstr(buf, "\r\n\r\n");
-    if (rc == 0 && (strncmp(buf, "HTTP/1.", 7) != 0 || strstr(buf, " 200 ") != buf + 8 ||
-                    hdr_end == NULL)) {
+    if (rc == 0 &&
+        (strncmp(buf, "HTTP/1.", 7) != 0 || strstr(buf, " 200 ") != buf + 8 || hdr_end == NULL)) {
         snprintf(err, errlen, "127.0.0.1:%d did not answer 200 with metrics", port);
         rc = PAWL_EINVAL;
     }

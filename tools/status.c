@@ -185,8 +185,8 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
                      note[0] ? "; " : "", r->st.merge_seg.id, r->st.merge_seg.mask,
                      r->st.merge_token);
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
-                r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age,
-                r->st.token, st->head, lag, lagsec, mode_text(r->st.mode), note);
+                r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age, r->st.token,
+                st->head, lag, lagsec, mode_text(r->st.mode), note);
     }
 }
 
@@ -210,7 +210,8 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
         json_object_set_new(s, "mask", json_integer(r->st.seg.mask));
         json_object_set_new(s, "owner", r->st.owner[0] ? json_string(r->st.owner) : json_null());
         json_object_set_new(s, "claim_age_ms",
-                            r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms) : json_null());
+                            r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms)
+                                                    : json_null());
         json_object_set_new(s, "token", json_integer(r->st.token));
         json_object_set_new(s, "head", json_integer(st->head));
         json_object_set_new(s, "lag_events", json_integer(r->lag_events));
@@ -292,8 +293,8 @@ static int parse_iso(const char *s, int64_t *us)
     }
     if (*p != '\0')
         return PAWL_EINVAL;
-    int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 +
-                   sec - offset_s;
+    int64_t secs =
+        days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - offset_s;
     *us = secs * 1000000 + frac;
     return 0;
 }

@@ -20,9 +20,9 @@
 struct tool_seg_row {
     struct pawl_segment_status st;
     int64_t lag_events;
-    int lag_exact;         /* 0: lag_events is head - token (an upper bound) */
-    double lag_seconds;    /* age of the oldest unhandled event; 0 when none */
-    int64_t oldest_us;     /* its append time (0: none found) */
+    int lag_exact;      /* 0: lag_events is head - token (an upper bound) */
+    double lag_seconds; /* age of the oldest unhandled event; 0 when none */
+    int64_t oldest_us;  /* its append time (0: none found) */
 };
 
 struct tool_status {

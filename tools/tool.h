@@ -18,13 +18,13 @@
 
 /* Exit codes; the README's table is generated from tool_exit_codes[]. */
 enum tool_exit {
-    TOOL_OK = 0,          /* success */
-    TOOL_FAILED = 1,      /* the operation failed (database error, I/O error) */
-    TOOL_USAGE = 2,       /* unknown command or flag, a bad value, a missing argument */
-    TOOL_NODB = 3,        /* cannot reach the database (or start the private one) */
-    TOOL_REFUSED = 4,     /* refused: segments are claimed, or a merge is still running */
-    TOOL_NOTFOUND = 5,    /* no such processor or segment; no schema (run `pawl init`) */
-    TOOL_BADINPUT = 6,    /* append: an input line is not a valid event */
+    TOOL_OK = 0,       /* success */
+    TOOL_FAILED = 1,   /* the operation failed (database error, I/O error) */
+    TOOL_USAGE = 2,    /* unknown command or flag, a bad value, a missing argument */
+    TOOL_NODB = 3,     /* cannot reach the database (or start the private one) */
+    TOOL_REFUSED = 4,  /* refused: segments are claimed, or a merge is still running */
+    TOOL_NOTFOUND = 5, /* no such processor or segment; no schema (run `pawl init`) */
+    TOOL_BADINPUT = 6, /* append: an input line is not a valid event */
 };
 
 struct tool_exit_code {
@@ -35,9 +35,9 @@ extern const struct tool_exit_code tool_exit_codes[];
 
 struct tool_cmd {
     const char *name;
-    unsigned scope; /* PAWL_SCOPE_* bit of this command */
-    const char *synopsis; /* after "pawl NAME " */
-    const char *summary;  /* one line */
+    unsigned scope;          /* PAWL_SCOPE_* bit of this command */
+    const char *synopsis;    /* after "pawl NAME " */
+    const char *summary;     /* one line */
     const char *description; /* paragraphs, man style */
     int (*run)(struct pawl_config *cfg, int argc, const char *const *argv);
     int needs_db;

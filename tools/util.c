@@ -49,4 +49,3 @@ int tool_exit_for(int rc)
         return TOOL_FAILED;
     }
 }
-

@@ -1,8 +1,9 @@
 /*
  * pawl/config.h — every tunable of pawl, declared once.
  *
- * struct pawl_config aggregates the option structs of the modules (logging, store, pool,
- * timers, processor) and the `pawl` tool's own settings. One table (engine/config.c) declares each
+ * struct pawl_config aggregates the option structs of the modules (logging, store, processor)
+ * and the `pawl` tool's own settings. (The runtime's pool and timer options join when the
+ * processor takes them: a flag that changes nothing would mislead operators.) One table (engine/config.c) declares each
  * flag once — name, type, default, allowed range, help, the tool subcommands it applies to, and
  * where it lives in struct pawl_config — in the style of nginx's command table and Redis's
  * standardConfig. From that table come: the defaults (pawl_config_defaults), typed parsing with
@@ -28,7 +29,6 @@
 #include "pawl/common.h"
 #include "pawl/log.h"
 #include "pawl/processor.h"
-#include "pawl/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,17 +68,17 @@ enum pawl_config_source {
 
 /* One entry of the table. Static and immutable; pointers stay valid for the process. */
 struct pawl_flag {
-    const char *name;          /* "batch-size" */
+    const char *name; /* "batch-size" */
     enum pawl_flag_type type;
-    const char *def;           /* the default, as text (parsed by pawl_config_defaults) */
-    int64_t min, max;          /* INT and DURATION (ms) range; STRING: max length (0: none) */
-    double dmin, dmax;         /* DOUBLE range */
+    const char *def;            /* the default, as text (parsed by pawl_config_defaults) */
+    int64_t min, max;           /* INT and DURATION (ms) range; STRING: max length (0: none) */
+    double dmin, dmax;          /* DOUBLE range */
     const char *const *choices; /* ENUM: NULL-terminated names; value = index */
-    const char *help;          /* one line */
-    unsigned scope;            /* enum pawl_scope bits */
-    size_t offset;             /* of the field in struct pawl_config */
-    size_t size;               /* of that field: 1, 2, 4, 8 (integers), 8 (double), pointer */
-    const char *unit;          /* for help: "events/s", "ms", ... or NULL */
+    const char *help;           /* one line */
+    unsigned scope;             /* enum pawl_scope bits */
+    size_t offset;              /* of the field in struct pawl_config */
+    size_t size;                /* of that field: 1, 2, 4, 8 (integers), 8 (double), pointer */
+    const char *unit;           /* for help: "events/s", "ms", ... or NULL */
 };
 
 /* The `pawl` tool's own settings; embedders can ignore them. */
@@ -115,8 +115,6 @@ struct pawl_config {
     const char *dsn;  /* NULL: the tool's embedded default */
     int metrics_port; /* loopback HTTP port for Prometheus text, 0 = off */
     struct pawl_store_opts store;
-    struct pawl_pool_opts pool;
-    struct pawl_timers_opts timers;
     struct pawl_processor_opts processor;
     struct pawl_tool_opts tool;
 

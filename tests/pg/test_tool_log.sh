@@ -163,6 +163,15 @@ check "embedded default announced once" $?
 "$PAWL" config --dsn "host=/x password=s3cretpw" >"$tmp/cfg.txt"; ! grep -q 's3cretpw' "$tmp/cfg.txt"
 check "config hides the password" $?
 
+# ---- logging: level and JSON format; no password in log lines ----------------------------------
+"$PAWL" tail --count 1 --log-level debug --log-format json \
+    --dsn "$PAWL_DSN password=s3cretpw" >/dev/null 2>"$tmp/log.jsonl"
+grep -q '^{' "$tmp/log.jsonl" && grep '^{' "$tmp/log.jsonl" | jq -e -s 'length > 0 and all(.[]; .ts and .level and .module and .msg)' >/dev/null &&
+    grep -q '"level":"debug"' "$tmp/log.jsonl" && ! grep -q s3cretpw "$tmp/log.jsonl"
+check "--log-format json: JSON lines at --log-level debug, password redacted" $?
+PAWL_LOG_LEVEL=error "$PAWL" tail --count 1 --log-format json --dsn "$PAWL_DSN" >/dev/null 2>"$tmp/log2"
+! grep -q '"level":"debug"' "$tmp/log2"; check "PAWL_LOG_LEVEL=error silences debug lines" $?
+
 # ---- demo ---------------------------------------------------------------------------------
 "$PAWL" demo --duration 2s --rate 200 --progress plain --progress-interval 500ms >"$tmp/demo.out" 2>"$tmp/demo.err"
 expect_rc "demo" 0 $?

@@ -129,8 +129,7 @@ static void test_every_flag_every_source(void **state)
             char *argv[2];
             if (form == 0 && f->type == PAWL_FLAG_BOOL) {
                 /* A boolean is spelled bare (--name) or negated (--no-name). */
-                snprintf(arg, sizeof arg, "--%s%s", strcmp(printed, "true") ? "no-" : "",
-                         f->name);
+                snprintf(arg, sizeof arg, "--%s%s", strcmp(printed, "true") ? "no-" : "", f->name);
                 argv[0] = arg;
                 argc = 1;
             } else if (form == 0) {
@@ -279,8 +278,8 @@ static void test_args_forms(void **state)
     char err[512];
     pawl_config_defaults(&cfg);
     char *argv1[] = {"myproc", "--json", "--no-metrics", "--watch", "2s", "extra", "--", "--rate"};
-    assert_int_equal(
-        pawl_config_parse_args(&cfg, 8, argv1, PAWL_SCOPE_STATUS, &a, err, sizeof err), 0);
+    assert_int_equal(pawl_config_parse_args(&cfg, 8, argv1, PAWL_SCOPE_STATUS, &a, err, sizeof err),
+                     0);
     assert_int_equal(cfg.tool.json, 1);
     assert_int_equal(cfg.tool.metrics, 0);
     assert_int_equal(cfg.tool.watch_ms, 2000);
@@ -292,16 +291,15 @@ static void test_args_forms(void **state)
 
     /* A bare boolean never eats the next argument; --flag=value sets it explicitly. */
     char *argv2[] = {"--json", "false", "--json=false", "-h"};
-    assert_int_equal(
-        pawl_config_parse_args(&cfg, 4, argv2, PAWL_SCOPE_STATUS, &a, err, sizeof err), 0);
+    assert_int_equal(pawl_config_parse_args(&cfg, 4, argv2, PAWL_SCOPE_STATUS, &a, err, sizeof err),
+                     0);
     assert_int_equal(cfg.tool.json, 0);
     assert_int_equal(a.npositional, 1);
     assert_int_equal(a.help, 1);
 
     char *argv3[] = {"--rate", "5"};
-    assert_int_equal(
-        pawl_config_parse_args(&cfg, 2, argv3, PAWL_SCOPE_STATUS, &a, err, sizeof err),
-        PAWL_EINVAL);
+    assert_int_equal(pawl_config_parse_args(&cfg, 2, argv3, PAWL_SCOPE_STATUS, &a, err, sizeof err),
+                     PAWL_EINVAL);
     assert_non_null(strstr(err, "--rate does not apply"));
 
     char *argv4[] = {"--duration"};
@@ -327,8 +325,8 @@ static void test_args_forms(void **state)
     static const struct {
         const char *text;
         int64_t ms;
-    } d[] = {{"250ms", 250}, {"250", 250}, {"10s", 10000}, {"1.5s", 1500}, {"2m", 120000},
-             {"2min", 120000}, {"1h", 3600000}, {"0", 0}};
+    } d[] = {{"250ms", 250}, {"250", 250},     {"10s", 10000},  {"1.5s", 1500},
+             {"2m", 120000}, {"2min", 120000}, {"1h", 3600000}, {"0", 0}};
     for (size_t i = 0; i < PAWL_ARRAY_LEN(d); i++) {
         assert_int_equal(pawl_config_set(&cfg, "duration", d[i].text, err, sizeof err), 0);
         assert_int_equal(cfg.tool.duration_ms, d[i].ms);
@@ -388,9 +386,12 @@ static void test_apply_log(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_valid),  cmocka_unit_test(test_every_flag_every_source),
-        cmocka_unit_test(test_precedence),      cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_args_forms),      cmocka_unit_test(test_apply_log),
+        cmocka_unit_test(test_defaults_valid),
+        cmocka_unit_test(test_every_flag_every_source),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_args_forms),
+        cmocka_unit_test(test_apply_log),
         cmocka_unit_test(test_defaults_match_modules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,8 +126,8 @@ static void test_prometheus(void **state)
     pawl_metrics_reset();
     pawl_metric_add(PAWL_M_APPENDS, 7);
     pawl_metric_gauge_set(PAWL_G_APPENDS_IN_FLIGHT, 3);
-    pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, 3000000);   /* 3 ms */
-    pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, 200000000); /* 200 ms */
+    pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, 3000000);                   /* 3 ms */
+    pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, 200000000);                 /* 200 ms */
     pawl_metric_hist_record(PAWL_H_FINALIZE_DELAY, (int64_t)120 * 1000000000); /* 2 min */
     struct pawl_metrics_snapshot *s = snap_new();
     pawl_metrics_snapshot(s);
@@ -190,14 +190,16 @@ static void test_names(void **state)
     assert_string_equal(pawl_metrics_hist_name(PAWL_H_CHECKPOINT_WAIT),
                         "pawl_checkpoint_wait_seconds");
     assert_string_equal(pawl_metrics_counter_name((enum pawl_metric_counter)999), "?");
-    assert_string_equal(pawl_metrics_hist_help((enum pawl_metric_hist)-1), "?");
+    assert_string_equal(pawl_metrics_hist_help((enum pawl_metric_hist) - 1), "?");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bucket_geometry),   cmocka_unit_test(test_quantiles),
-        cmocka_unit_test(test_concurrent_recording), cmocka_unit_test(test_prometheus),
+        cmocka_unit_test(test_bucket_geometry),
+        cmocka_unit_test(test_quantiles),
+        cmocka_unit_test(test_concurrent_recording),
+        cmocka_unit_test(test_prometheus),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

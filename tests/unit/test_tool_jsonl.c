@@ -40,9 +40,8 @@ static void test_valid(void **state)
     assert_null(e.ev.metadata);
     assert_int_equal(e.ev.stream_seq, 0);
     tool_jsonl_event_fini(&e);
-    assert_int_equal(parse("{\"type\":\"T\",\"stream\":\"x\",\"metadata\":null}", &e, err,
-                           sizeof err),
-                     0);
+    assert_int_equal(
+        parse("{\"type\":\"T\",\"stream\":\"x\",\"metadata\":null}", &e, err, sizeof err), 0);
     assert_null(e.ev.payload);
     assert_int_equal(e.ev.payload_len, 0);
     tool_jsonl_event_fini(&e);
@@ -65,7 +64,8 @@ static void test_invalid(void **state)
         {"{\"stream\":\"\",\"type\":\"T\"}", "\"stream\" must be 1 to 255 bytes"},
         {"{\"stream\":\"x\",\"type\":\"T\",\"seq\":-1}", "\"seq\" must be an integer"},
         {"{\"stream\":\"x\",\"type\":\"T\",\"seq\":1.5}", "\"seq\" must be an integer"},
-        {"{\"stream\":\"x\",\"type\":\"T\",\"metadata\":[1]}", "\"metadata\" must be a JSON object"},
+        {"{\"stream\":\"x\",\"type\":\"T\",\"metadata\":[1]}",
+         "\"metadata\" must be a JSON object"},
         {"{\"stream\":\"x\",\"type\":\"T\",\"paylaod\":1}", "unknown key \"paylaod\""},
         {"{\"stream\":\"x\",\"stream\":\"y\",\"type\":\"T\"}", "not valid JSON"},
         {"{\"stream\":\"a\\u0000b\",\"type\":\"T\"}", "must not contain NUL"},

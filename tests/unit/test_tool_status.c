@@ -30,15 +30,15 @@ static void setup(struct fixture *f)
     struct pawl_event ev[40];
     for (int i = 0; i < 40; i++) {
         snprintf(ids[i], sizeof ids[i], "s-%d", i % 13);
-        ev[i] = (struct pawl_event){.stream_id = ids[i], .type = "T", .payload = "x",
-                                    .payload_len = 1};
+        ev[i] =
+            (struct pawl_event){.stream_id = ids[i], .type = "T", .payload = "x", .payload_len = 1};
     }
     assert_int_equal(pawl_source_mem_append(f->src, ev, 40), 0);
     assert_int_equal(f->tok->ops->init(f->tok, "proc", 4, 0), 0);
     /* Segment 1 is claimed by node-a and has handled up to index 25. */
     struct pawl_segment_status row;
-    assert_int_equal(
-        f->tok->ops->claim(f->tok, "proc", 1, "node-a", 10000, PAWL_CKPT_PLAIN, &row), 0);
+    assert_int_equal(f->tok->ops->claim(f->tok, "proc", 1, "node-a", 10000, PAWL_CKPT_PLAIN, &row),
+                     0);
     struct pawl_txn *txn;
     assert_int_equal(f->tok->ops->begin(f->tok, "proc", 1, "node-a", &txn), 0);
     assert_int_equal(txn->ops->store(txn, 25), 0);
@@ -160,8 +160,13 @@ static void test_reset_targets(void **state)
     assert_int_equal(tool_parse_reset_target("-15m", now, &k, &v, err, sizeof err), 0);
     assert_int_equal(k, PAWL_RESET_TIME);
     assert_int_equal(v, now - 15 * 60 * 1000000LL);
-    static const char *const bad[] = {"", "begin", "12x", "2025-11-30T07:00:00",
-                                      "2025-13-01T00:00:00Z", "-soon", "2025-11-30T07:00:00Zjunk"};
+    static const char *const bad[] = {"",
+                                      "begin",
+                                      "12x",
+                                      "2025-11-30T07:00:00",
+                                      "2025-13-01T00:00:00Z",
+                                      "-soon",
+                                      "2025-11-30T07:00:00Zjunk"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (tool_parse_reset_target(bad[i], now, &k, &v, err, sizeof err) == 0)
             fail_msg("'%s' was accepted", bad[i]);
