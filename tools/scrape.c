@@ -148,7 +148,8 @@ void tool_scrape_summary(FILE *f, const char *text)
             *bucket = '\0';
             if (strcmp(cur, line) != 0) {
                 flush_hist(f, cur, le, cum, n);
-                snprintf(cur, sizeof cur, "%s", line);
+                /* A name longer than cur is cut (the precision also tells gcc so). */
+                snprintf(cur, sizeof cur, "%.127s", line);
                 n = 0;
             }
             if (n < MAX_BUCKETS) {
