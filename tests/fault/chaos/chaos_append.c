@@ -135,8 +135,9 @@ int main(int argc, char **argv)
         usleep((useconds_t)(rand() % 4000));
     }
     pawl_store_free(s);
-    fprintf(stderr, "chaos_append %d: %llu events acknowledged, %llu in doubt, %llu retries, "
-                    "%llu failures\n",
+    fprintf(stderr,
+            "chaos_append %d: %llu events acknowledged, %llu in doubt, %llu retries, "
+            "%llu failures\n",
             id, acked, doubts, retries, failed);
     return 0;
 }

@@ -108,7 +108,6 @@ static long long load_ids(const char *dir, const char *prefix, const char *table
     return n;
 }
 
-
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -164,8 +163,8 @@ int main(int argc, char **argv)
            "FROM pawl_api.events WINDOW w AS (PARTITION BY stream_id ORDER BY global_index)) x "
            "WHERE d <> 1");
     long long nstreams = q1("SELECT count(DISTINCT stream_id) FROM pawl_api.events");
-    report("stream-order", bad_order == 0,
-           "%lld streams, %lld events out of sequence order", nstreams, bad_order);
+    report("stream-order", bad_order == 0, "%lld streams, %lld events out of sequence order",
+           nstreams, bad_order);
 
     long long proj_bad =
         q1("SELECT count(*) FROM (SELECT stream_id AS stream, count(*) AS n, "
@@ -205,8 +204,8 @@ int main(int argc, char **argv)
         int rc = ex_projection_load(snapdir, seg, &st);
         if (rc != 0 && token > 0) {
             snap_ok = 0;
-            dl += (size_t)snprintf(detail + dl, sizeof detail - dl, " seg %u: no snapshot;",
-                                   seg.id);
+            dl +=
+                (size_t)snprintf(detail + dl, sizeof detail - dl, " seg %u: no snapshot;", seg.id);
             continue;
         }
         for (long long k = 1; k <= st.pos && k <= (long long)n; k++)
@@ -244,7 +243,8 @@ int main(int argc, char **argv)
     int sink_ok = PQntuples(r) > 0;
     long long undelivered = 0, covered = 0;
     for (int i = 0; i < PQntuples(r); i++) {
-        uint32_t id = (uint32_t)atoll(PQgetvalue(r, i, 0)), mask = (uint32_t)atoll(PQgetvalue(r, i, 1));
+        uint32_t id = (uint32_t)atoll(PQgetvalue(r, i, 0));
+        uint32_t mask = (uint32_t)atoll(PQgetvalue(r, i, 1));
         long long token = atoll(PQgetvalue(r, i, 2));
         for (long long k = 1; k <= token && k <= (long long)n; k++)
             if ((hash[k] & mask) == id) {
