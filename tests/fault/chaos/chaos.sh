@@ -37,8 +37,13 @@ cleanup() {
     stopping=1
     for p in "${!role_of[@]}"; do kill -9 "$p" 2>/dev/null; done
     wait 2>/dev/null
-    "$PG" remove >/dev/null 2>&1
-    if [ "${keep:-0}" = 1 ]; then echo "chaos: logs kept in $work"; else rm -rf "$work"; fi
+    if [ "${keep:-0}" = 1 ]; then
+        "$PG" stop >/dev/null 2>&1
+        echo "chaos: logs kept in $work; its stopped cluster in $("$PG" dir) (start it with PAWL_PG_KEY=$work $PG start)"
+    else
+        "$PG" remove >/dev/null 2>&1
+        rm -rf "$work"
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

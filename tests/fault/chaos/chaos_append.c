@@ -108,18 +108,27 @@ int main(int argc, char **argv)
             ev[i].payload_len = strlen(vals[i]);
             ev[i].metadata = meta[i];
         }
+        int retried = 0;
         for (;;) {
             struct pawl_append_result r;
             rc = pawl_append(s, ev, k, &r);
             if (rc == 0) {
+                if (retried)
+                    fprintf(stderr, "chaos_append %d: retry committed: ids %s..%s\n", id,
+                            ids[0], ids[k - 1]);
                 if (write_ids(ack, ids, k) != 0)
                     perror("ack write");
                 acked += k;
             } else if (rc == PAWL_ECONN && !stop) {
                 retries++;
+                fprintf(stderr, "chaos_append %d: not committed (%s), retrying ids %s..%s\n", id,
+                        r.message, ids[0], ids[k - 1]);
                 usleep(50000);
+                retried = 1;
                 continue; /* did not commit: the same events again */
             } else if (rc == PAWL_EINDOUBT) {
+                fprintf(stderr, "chaos_append %d: in doubt (%s): ids %s..%s\n", id, r.message,
+                        ids[0], ids[k - 1]);
                 write_ids(doubt, ids, k);
                 doubts += k;
             } else {

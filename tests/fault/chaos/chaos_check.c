@@ -140,6 +140,15 @@ int main(int argc, char **argv)
     long long missing = q1("SELECT count(*) FROM acks a WHERE NOT EXISTS "
                            "(SELECT 1 FROM logids l WHERE l.id = a.id)");
     long long dup_acks = q1("SELECT count(*) - count(DISTINCT id) FROM acks");
+    if (missing > 0) {
+        PGresult *m = q("SELECT id FROM acks a WHERE NOT EXISTS (SELECT 1 FROM logids l "
+                        "WHERE l.id = a.id) ORDER BY id LIMIT 40");
+        printf("missing acknowledged ids:");
+        for (int i = 0; i < PQntuples(m); i++)
+            printf(" %s", PQgetvalue(m, i, 0));
+        printf("\n");
+        PQclear(m);
+    }
     report("acked", missing == 0 && dup_acks == 0 && nack > 0,
            "%lld acknowledged events, %lld missing from the log, %lld acknowledged twice", nack,
            missing, dup_acks);
