@@ -114,8 +114,8 @@ int main(int argc, char **argv)
             rc = pawl_append(s, ev, k, &r);
             if (rc == 0) {
                 if (retried)
-                    fprintf(stderr, "chaos_append %d: retry committed: ids %s..%s\n", id,
-                            ids[0], ids[k - 1]);
+                    fprintf(stderr, "chaos_append %d: retry committed: ids %s..%s\n", id, ids[0],
+                            ids[k - 1]);
                 if (write_ids(ack, ids, k) != 0)
                     perror("ack write");
                 acked += k;
