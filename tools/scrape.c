@@ -148,8 +148,7 @@ void tool_scrape_summary(FILE *f, const char *text)
             *bucket = '\0';
             if (strcmp(cur, line) != 0) {
                 flush_hist(f, cur, le, cum, n);
-                /* A name longer than cur is cut (the precision also tells gcc so). */
-                snprintf(cur, sizeof cur, "%.127s", line);
+                snprintf(cur, sizeof cur, "%.*s", (int)sizeof cur - 1, line);
                 n = 0;
             }
             if (n < MAX_BUCKETS) {
