@@ -67,7 +67,7 @@ test-asan: deps
 		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -L 'unit|stress|pg'
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -L 'unit|stress|pg|fault'
 
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAWL_SANITIZE=thread \
@@ -103,8 +103,13 @@ bench: build pg-start
 bench-suite: build pg-start
 	PAWL_BIN=$(BUILD)/bin bench/run.sh $(BENCH_SUITE_ARGS)
 
-soak: build pg-start
-	@echo "soak: not yet available"; exit 1
+# The chaos run of the fault suite (tests/fault/chaos/chaos.sh), for DURATION seconds (default
+# 1800): appenders and processors SIGKILLed and restarted, backends terminated, PostgreSQL
+# restarted (fast, then immediate); prints the faults injected and the checks passed.
+DURATION ?= 1800
+soak: build
+	PAWL_BIN=$(CURDIR)/$(BUILD)/bin CHAOS_BIN=$(CURDIR)/$(BUILD)/tests PAWL_PG=$(CURDIR)/$(PG) \
+		bash tests/fault/chaos/chaos.sh $(DURATION)
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

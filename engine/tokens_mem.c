@@ -13,8 +13,8 @@
 #include "segment.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct row {

@@ -46,7 +46,7 @@ struct tokens_pg {
         int id;
     } prep[PREP_MAX];
     int nprep;
-    int store_id; /* pawl.store_token, prepared */
+    int store_id;             /* pawl.store_token, prepared */
     struct txn_pg *free_txns; /* under pmu */
     int nfree;
 };
@@ -56,7 +56,8 @@ static struct tokens_pg *from(struct pawl_tokens *t)
     return (struct tokens_pg *)t;
 }
 
-static void set_err(struct tokens_pg *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(struct tokens_pg *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void set_err(struct tokens_pg *t, const char *fmt, ...)
 {
     va_list ap;
@@ -233,7 +234,8 @@ static int pg_init(struct pawl_tokens *tk, const char *proc, uint32_t n, int64_t
 {
     char a[24], b[24];
     const char *v[3] = {proc, I64(a, n), I64(b, token)};
-    struct pawl_pgstmt s = {.sql = "SELECT pawl.tokens_init($1, $2, $3)", .nparams = 3, .values = v};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT pawl.tokens_init($1, $2, $3)", .nparams = 3, .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -244,7 +246,10 @@ static int pg_list(struct pawl_tokens *tk, const char *proc, struct pawl_segment
     const char *v[1] = {proc};
     struct pawl_pgstmt s = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens WHERE processor = $1 "
                                    "ORDER BY mask, segment_id",
-                            .nparams = 1, .values = v, .on_result = on_rows, .ud = &c};
+                            .nparams = 1,
+                            .values = v,
+                            .on_result = on_rows,
+                            .ud = &c};
     int rc = run(from(tk), &s, 1);
     if (rc == 0 && c.oom)
         rc = PAWL_ENOMEM;
@@ -282,7 +287,10 @@ static int pg_claim(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, c
         struct rows_cap d = {0};
         struct pawl_pgstmt q = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens "
                                        "WHERE processor = $1 AND segment_id = $2",
-                                .nparams = 2, .values = v, .on_result = on_rows, .ud = &d};
+                                .nparams = 2,
+                                .values = v,
+                                .on_result = on_rows,
+                                .ud = &d};
         rc = run(t, &q, 1);
         if (rc == 0 && d.n == 0) {
             set_err(t, "no segment %u in %s", seg_id, proc);
@@ -316,8 +324,9 @@ static int pg_extend(struct pawl_tokens *tk, const char *proc, const char *owner
     const char *v[3] = {proc, owner, arr};
     struct ints_cap c = {0};
     struct pawl_pgstmt s[2] = {
-        {.sql = "INSERT INTO pawl.processor_nodes (processor, node, seen_at) "
-                "VALUES ($1, $2, now()) ON CONFLICT (processor, node) DO UPDATE SET seen_at = now()",
+        {.sql =
+             "INSERT INTO pawl.processor_nodes (processor, node, seen_at) "
+             "VALUES ($1, $2, now()) ON CONFLICT (processor, node) DO UPDATE SET seen_at = now()",
          .nparams = 2,
          .values = v},
         {.sql = "UPDATE pawl.tokens SET claimed_at = now() WHERE processor = $1 AND owner = $2 "
@@ -367,8 +376,10 @@ static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int
 static int pg_leave(struct pawl_tokens *tk, const char *proc, const char *me)
 {
     const char *v[2] = {proc, me};
-    struct pawl_pgstmt s = {.sql = "DELETE FROM pawl.processor_nodes WHERE processor = $1 AND node = $2",
-                            .nparams = 2, .values = v};
+    struct pawl_pgstmt s = {
+        .sql = "DELETE FROM pawl.processor_nodes WHERE processor = $1 AND node = $2",
+        .nparams = 2,
+        .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -379,7 +390,8 @@ static int pg_release(struct pawl_tokens *tk, const char *proc, uint32_t seg_id,
     struct pawl_pgstmt s = {.sql = "UPDATE pawl.tokens SET owner = NULL, claimed_at = NULL, "
                                    "mode = NULL WHERE processor = $1 AND segment_id = $2 "
                                    "AND owner = $3",
-                            .nparams = 3, .values = v};
+                            .nparams = 3,
+                            .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -419,10 +431,10 @@ static int pg_reset(struct pawl_tokens *tk, const char *proc, int64_t token)
 #define NO_VALUE SIZE_MAX
 
 struct stmt {
-    int prepared;   /* prepared id, or -1: the text is at sql_off */
+    int prepared; /* prepared id, or -1: the text is at sql_off */
     size_t sql_off;
     int nparams;
-    size_t voff;    /* index of the first parameter in value_offs */
+    size_t voff; /* index of the first parameter in value_offs */
 };
 
 struct txn_pg {
@@ -690,7 +702,8 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail_pool;
     }
-    t->store_id = pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
+    t->store_id =
+        pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
     /* 0: no token table; 2: a schema newer than this library (refused, like pawl_store_new:
      * its token functions may mean something else); 1: usable. */

@@ -336,6 +336,10 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
             snprintf(err, errlen, "--to %s: not a relative time (like -15m or -2h)", to);
             return PAWL_EINVAL;
         }
+        if (ms > now_us / 1000) { /* before 1970: also keeps ms * 1000 from overflowing */
+            snprintf(err, errlen, "--to %.40s: reaches back before 1970", to);
+            return PAWL_ERANGE;
+        }
         *kind = PAWL_RESET_TIME;
         *value = now_us - ms * 1000;
         return 0;

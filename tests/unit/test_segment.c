@@ -89,8 +89,12 @@ static void test_batch_arena(void **state)
         for (int i = 0; i < 500; i++) {
             char s[32];
             snprintf(s, sizeof s, "s-%d", i);
-            struct pawl_event e = {.index = i + 1, .stream_id = s, .stream_seq = 1, .type = "T",
-                                   .payload = big, .payload_len = (size_t)(i % 7) * 400,
+            struct pawl_event e = {.index = i + 1,
+                                   .stream_id = s,
+                                   .stream_seq = 1,
+                                   .type = "T",
+                                   .payload = big,
+                                   .payload_len = (size_t)(i % 7) * 400,
                                    .metadata = i % 2 ? "{}" : NULL};
             assert_int_equal(pawl_event_batch_push(&b, &e), 0);
         }

@@ -1,0 +1,686 @@
+/*
+ * package.c — work packages: the worker of one claimed segment, the FIFO run queue and worker
+ * threads that run their steps, and the event context handlers see.
+ *
+ * A step is one unit of a package's work: the first step of a claim calls the checkpointing
+ * units' on_segment_claimed; then each step handles one batch in one transaction, or advances
+ * an idle segment's token, or releases the segment. A package is queued at most once at a time
+ * (k->scheduled, under k->mu) and re-queues itself at the back after each step, so a segment's
+ * steps never overlap, its events stay in index order, and every segment with work gets its
+ * turn. In a checkpoint mode a batch's commit cycle may wait for the units' futures: the step
+ * then parks the package with its batch transaction open (phase PH_CKPT) and ends; the
+ * reconciler's wake queues the next step, which resumes the cycle. No worker thread ever waits
+ * on a future.
+ *
+ * Threads: steps run on the processor's worker threads; pawl_pkg_schedule and the wakes may be
+ * called from any thread. The coordinator (processor.c) creates packages, feeds their inboxes
+ * under k->mu and frees them once they are on the done list.
+ */
+#include "processor_int.h"
+
+#include "metrics.h"
+#include "segment.h"
+#include "trigger.h"
+
+#include "pawl/checkpoint.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MOD "processor"
+
+/* ---------------------------------------------------------------------------------------------
+ * Event context and the handlers' transaction
+ * ------------------------------------------------------------------------------------------ */
+
+const struct pawl_event *pawl_ctx_event(const struct pawl_event_ctx *ctx)
+{
+    return ctx->ev;
+}
+
+struct pawl_segment pawl_ctx_segment(const struct pawl_event_ctx *ctx)
+{
+    return ctx->seg;
+}
+
+int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx)
+{
+    return ctx->replay;
+}
+
+struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx)
+{
+    return ctx->txn;
+}
+
+struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx)
+{
+    return ctx->trigger;
+}
+
+size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx)
+{
+    return ctx->pos;
+}
+
+int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values)
+{
+    if (txn == NULL)
+        return PAWL_ENOTSUP;
+    if (sql == NULL || nparams < 0 || (nparams > 0 && values == NULL))
+        return PAWL_EINVAL;
+    return txn->ops->exec(txn, sql, nparams, values);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Run queue: a FIFO of packages served by the worker threads. A package re-queues itself at
+ * the back after each batch, so every segment with work gets its turn.
+ * ------------------------------------------------------------------------------------------ */
+
+static void enqueue(struct pawl_processor *p, struct pkg *k)
+{
+    pthread_mutex_lock(&p->qmu);
+    k->run_next = NULL;
+    if (p->qtail)
+        p->qtail->run_next = k;
+    else
+        p->qhead = k;
+    p->qtail = k;
+    pthread_cond_signal(&p->qcv);
+    pthread_mutex_unlock(&p->qmu);
+}
+
+/* Queue k unless a step is already queued or running. */
+void pawl_pkg_schedule(struct pkg *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int go = !k->scheduled && k->state == PKG_RUN;
+    if (go)
+        k->scheduled = 1;
+    pthread_mutex_unlock(&k->mu);
+    if (go)
+        enqueue(k->p, k);
+}
+
+static void pkg_step(struct pkg *k);
+
+void *pawl_pkg_worker_main(void *arg)
+{
+    struct pawl_processor *p = arg;
+    pthread_mutex_lock(&p->qmu);
+    for (;;) {
+        while (p->qhead == NULL && !p->qstop)
+            pthread_cond_wait(&p->qcv, &p->qmu);
+        if (p->qhead == NULL && p->qstop)
+            break;
+        struct pkg *k = p->qhead;
+        p->qhead = k->run_next;
+        if (p->qhead == NULL)
+            p->qtail = NULL;
+        pthread_mutex_unlock(&p->qmu);
+        pkg_step(k);
+        pthread_mutex_lock(&p->qmu);
+    }
+    pthread_mutex_unlock(&p->qmu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Work packages
+ * ------------------------------------------------------------------------------------------ */
+
+struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row)
+{
+    struct pkg *k = pawl_calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->p = p;
+    k->seg = row->seg;
+    k->token = row->token;
+    k->consumed = row->token;
+    k->high_water = row->high_water;
+    k->has_merge = row->has_merge;
+    k->merge_seg = row->merge_seg;
+    k->merge_token = row->merge_token;
+    k->queued_pos = row->token;
+    k->work_end = row->token;
+    k->last_store_ns = pawl_now_ns();
+    pawl_event_batch_init(&k->work);
+    pawl_event_batch_init(&k->readbuf);
+    pawl_event_batch_init(&k->inbox);
+    pthread_mutex_init(&k->mu, NULL);
+    return k;
+}
+
+void pawl_pkg_free(struct pkg *k)
+{
+    pawl_event_batch_fini(&k->work);
+    pawl_event_batch_fini(&k->readbuf);
+    pawl_event_batch_fini(&k->inbox);
+    pthread_mutex_destroy(&k->mu);
+    pawl_free(k);
+}
+
+/* The trigger's wake (a request arrived): schedule a step (never run it here). */
+static void pkg_trigger_wake(void *arg)
+{
+    pawl_pkg_schedule(arg);
+}
+
+/* The reconciler's wake (every awaited future completed): resume at the next step. */
+static void pkg_wake(void *arg)
+{
+    struct pkg *k = arg;
+    pthread_mutex_lock(&k->mu);
+    k->woken = 1;
+    int go = !k->scheduled && k->state == PKG_RUN;
+    if (go)
+        k->scheduled = 1;
+    pthread_mutex_unlock(&k->mu);
+    if (go)
+        enqueue(k->p, k);
+}
+
+/* Hand the package to the coordinator as finished (rc 0: orderly release). */
+static void pkg_finish(struct pkg *k, int rc)
+{
+    struct pawl_processor *p = k->p;
+    if (k->trigger) {
+        /* Inert first: after this no wake can reach k. */
+        pawl_trigger_invalidate(k->trigger);
+        pawl_trigger_free(k->trigger);
+        k->trigger = NULL;
+    }
+    if (k->rec_ready) {
+        pawl_reconcile_fini(&k->rec);
+        k->rec_ready = 0;
+    }
+    p->tok->ops->release(p->tok, p->name, k->seg.id, p->node);
+    pthread_mutex_lock(&k->mu);
+    k->state = PKG_DONE;
+    k->scheduled = 0;
+    pawl_event_batch_clear(&k->inbox);
+    pthread_mutex_unlock(&k->mu);
+    pthread_mutex_lock(&p->mu);
+    k->failed = rc != 0;
+    k->fail_rc = rc;
+    /* Membership of p->pkgs is the coordinator's; it unlinks k when it reaps the done list. */
+    k->run_next = p->done;
+    p->done = k;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* First step of a claim: the units accept the segment (or the claim fails). */
+static int pkg_claimed(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    k->trigger = pawl_trigger_new(pkg_trigger_wake, k);
+    if (k->trigger == NULL)
+        return PAWL_ENOMEM;
+    int rc =
+        pawl_reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake, k);
+    if (rc)
+        return rc;
+    rc = pawl_reconcile_claimed(&k->rec, k->seg, k->trigger, k->token);
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: claim refused: %s", p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        pawl_reconcile_fini(&k->rec);
+        return rc;
+    }
+    k->rec_ready = 1;
+    return 0;
+}
+
+/* A batch (n events of work, handled of them delivered) committed at end, storing stored. */
+static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, size_t handled)
+{
+    struct pawl_processor *p = k->p;
+    if (stored > k->token) {
+        k->token = stored;
+        if (k->has_merge && k->token >= k->merge_token)
+            k->has_merge = 0;
+        k->last_store_ns = pawl_now_ns();
+        pawl_metric_inc(PAWL_M_CHECKPOINTS);
+    }
+    k->work_pos += n;
+    if (end > k->consumed)
+        k->consumed = end;
+    if (n > 0) {
+        k->had_success = 1;
+        atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->st_batches, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_BATCHES);
+        pawl_metric_hist_record(PAWL_H_BATCH_TIME, pawl_now_ns() - k->batch_start_ns);
+    }
+}
+
+/* The end of a checkpoint cycle: store what the units agreed on (if anything) and commit. */
+static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, int64_t end, size_t n,
+                       size_t handled)
+{
+    int rc = 0;
+    if (to_store != PAWL_RECONCILE_NOTHING && to_store > k->token)
+        rc = txn->ops->store(txn, to_store);
+    if (rc) {
+        txn->ops->rollback(txn);
+        return rc;
+    }
+    rc = txn->ops->commit(txn);
+    if (rc == 0)
+        batch_done(k, end, to_store == PAWL_RECONCILE_NOTHING ? k->token : to_store, n, handled);
+    return rc;
+}
+
+/*
+ * The commit cycle, batch transaction open, for a batch of n events (handled delivered) that
+ * ends at end. Plain mode stores end. Auto mode asks the units to cover max(end, pending
+ * request); deferred mode asks only when a request is pending (else commits without moving
+ * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
+ * transaction stays open), or an error (rolled back).
+ */
+static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t n, size_t handled)
+{
+    struct pawl_processor *p = k->p;
+    if (p->mode == PAWL_CKPT_PLAIN)
+        return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled);
+    int64_t req = PAWL_RECONCILE_NOTHING, pending;
+    if (pawl_trigger_take(k->trigger, end, &pending))
+        req = pending;
+    if (p->mode == PAWL_CKPT_AUTO && end > req)
+        req = end;
+    if (req == PAWL_RECONCILE_NOTHING || req <= k->token)
+        return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled);
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    k->ckpt_start_ns = pawl_now_ns();
+    int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
+    if (rc != PAWL_EAGAIN)
+        pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
+    if (rc == PAWL_EAGAIN) {
+        k->phase = PH_CKPT;
+        k->ptxn = txn;
+        k->pend = end;
+        k->pn = n;
+        k->phandled = handled;
+        return PAWL_EAGAIN;
+    }
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        txn->ops->rollback(txn);
+        return PAWL_ECHECKPOINT;
+    }
+    return ckpt_commit(k, txn, to_store, end, n, handled);
+}
+
+/* Store `token` while the claim is held (release, idle advance in plain mode). */
+static int store_now(struct pkg *k, int64_t token)
+{
+    struct pawl_processor *p = k->p;
+    if (token <= k->token)
+        return 0;
+    struct pawl_txn *txn;
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    rc = txn->ops->store(txn, token);
+    if (rc) {
+        txn->ops->rollback(txn);
+        return rc;
+    }
+    rc = txn->ops->commit(txn);
+    if (rc == 0)
+        batch_done(k, token, token, 0, 0);
+    return rc;
+}
+
+/* The last part of a release: store what the units confirmed, then free the claim. */
+static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
+{
+    struct pawl_processor *p = k->p;
+    if (to_store != PAWL_RECONCILE_NOTHING) {
+        int rc = store_now(k, to_store);
+        if (rc)
+            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed: %s", p->name,
+                      k->seg.id, pawl_strerror(rc));
+    }
+    pkg_finish(k, rc_final);
+}
+
+/*
+ * Release the segment (rc_final 0: orderly; else the failure that aborted the package, whose
+ * batch is already rolled back). Plain mode stores the consumed position; checkpoint modes run
+ * the release reconciliation first. Returns PAWL_EAGAIN when parked on the units' futures.
+ */
+static int pkg_release(struct pkg *k, int rc_final)
+{
+    if (rc_final == 0) {
+        /* Nothing left to handle: everything up to queued_pos is consumed. */
+        pthread_mutex_lock(&k->mu);
+        if (k->work_pos == k->work.n && k->inbox.n == 0 && k->queued_pos > k->consumed)
+            k->consumed = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+    }
+    if (!k->rec_ready) {
+        int64_t up =
+            k->p->mode == PAWL_CKPT_PLAIN && rc_final == 0 ? k->consumed : PAWL_RECONCILE_NOTHING;
+        release_store_finish(k, up, rc_final);
+        return 0;
+    }
+    /* No further requests: the trigger goes inert before the units are asked. */
+    pawl_trigger_invalidate(k->trigger);
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    int rc = pawl_reconcile_release(&k->rec, k->seg, k->consumed, k->token, &to_store);
+    if (rc == PAWL_EAGAIN) {
+        k->phase = PH_RELEASE;
+        k->prc = rc_final;
+        return PAWL_EAGAIN;
+    }
+    if (rc)
+        PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+    release_store_finish(k, to_store, rc_final);
+    return 0;
+}
+
+/*
+ * Make work hold unhandled events: take the inbox, or read the log ourselves when detached.
+ * Returns 0 (work may still be empty when there is nothing to do), or a source error.
+ */
+static int pkg_fill(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    if (k->work_pos < k->work.n)
+        return 0;
+    for (int round = 0; round < 2; round++) {
+        pthread_mutex_lock(&k->mu);
+        struct pawl_event_batch t = k->work;
+        k->work = k->inbox;
+        k->inbox = t;
+        pawl_event_batch_clear(&k->inbox);
+        k->work_pos = 0;
+        k->work_end = k->queued_pos;
+        int attached = k->attached;
+        int64_t from = k->queued_pos;
+        pthread_mutex_unlock(&k->mu);
+        if (k->work.n > 0 || attached || round == 1)
+            return 0;
+
+        /* Detached and drained: catch up on our own read. */
+        int64_t last = from;
+        pawl_event_batch_clear(&k->readbuf);
+        int rc = p->src->ops->read(p->src, from, p->o.read_batch, &k->readbuf, &last);
+        if (rc) {
+            atomic_fetch_add_explicit(&p->st_source_errors, 1, memory_order_relaxed);
+            PAWL_WARN(MOD, "%s: segment %u: read after %lld failed: %s", p->name, k->seg.id,
+                      (long long)from, p->src->ops->errmsg(p->src));
+            return rc;
+        }
+        pawl_metric_add(PAWL_M_EVENTS_READ, k->readbuf.n);
+        pthread_mutex_lock(&k->mu);
+        for (size_t i = 0; i < k->readbuf.n && rc == 0; i++) {
+            const struct pawl_event *e = &k->readbuf.events[i];
+            if (e->index > k->queued_pos &&
+                pawl_segment_contains(k->seg, pawl_stream_hash(e->stream_id)))
+                rc = pawl_event_batch_push(&k->inbox, e);
+        }
+        if (rc == 0 && last > k->queued_pos)
+            k->queued_pos = last;
+        pthread_mutex_unlock(&k->mu);
+        if (rc)
+            return rc;
+        /* Re-attach between two dispatches once we have reached the shared reader. */
+        pthread_mutex_lock(&p->dispatch_mu);
+        pthread_mutex_lock(&k->mu);
+        if (p->R >= 0 && k->queued_pos >= p->R)
+            k->attached = 1;
+        pthread_mutex_unlock(&k->mu);
+        pthread_mutex_unlock(&p->dispatch_mu);
+    }
+    return 0;
+}
+
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_event_ctx ctx = {
+        .ev = e,
+        .seg = k->seg,
+        .replay = e->index <= k->high_water,
+        .txn = txn,
+        .trigger = k->trigger,
+        .pos = pos,
+    };
+    if (e->appended_at_us > 0) {
+        int64_t lag_us = pawl_wall_us() - e->appended_at_us;
+        if (lag_us >= 0)
+            pawl_metric_hist_record(PAWL_H_E2E_LAG, lag_us * 1000);
+    }
+    for (size_t i = 0; i < p->nh; i++) {
+        int rc = p->h[i].handle(p->h[i].self, &ctx);
+        if (rc) {
+            pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
+            PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
+                      k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
+                      e->stream_id, pawl_strerror(rc));
+            return rc < 0 ? rc : PAWL_EHANDLER;
+        }
+    }
+    return 0;
+}
+
+/* Handle up to batch_size events of work in one transaction. 0, PAWL_EAGAIN (parked), error. */
+static int pkg_batch(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    size_t n = PAWL_MIN((size_t)p->o.batch_size, k->work.n - k->work_pos);
+    const struct pawl_event *ev = k->work.events + k->work_pos;
+    /* The batch covers through its last event; when it drains work, also through work_end
+     * (the package had everything up to there). work_end can lag the last event when the
+     * inbox was taken in the middle of a dispatch, hence the max: a token below an event
+     * already handled would redeliver it after a re-claim. */
+    int64_t end = ev[n - 1].index;
+    if (k->work_pos + n == k->work.n && k->work_end > end)
+        end = k->work_end;
+
+    struct pawl_txn *txn;
+    k->batch_start_ns = pawl_now_ns();
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    size_t handled = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct pawl_event *e = &ev[i];
+        /* After a merge, the faster half's events up to its old token were handled already. */
+        if (k->has_merge && e->index <= k->merge_token &&
+            pawl_segment_contains(k->merge_seg, pawl_stream_hash(e->stream_id)))
+            continue;
+        rc = run_handlers(k, txn, e, i);
+        if (rc) {
+            txn->ops->rollback(txn);
+            return rc;
+        }
+        handled++;
+    }
+    pawl_metric_add(PAWL_M_EVENTS_HANDLED, handled);
+    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
+        txn->ops->rollback(txn);
+        return PAWL_ECLAIM;
+    }
+    return commit_cycle(k, txn, end, n, handled);
+}
+
+/* An empty commit cycle at the consumed position (idle segment). 0, PAWL_EAGAIN or error. */
+static int pkg_idle_cycle(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_txn *txn;
+    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    if (rc)
+        return rc;
+    return commit_cycle(k, txn, k->consumed, 0, 0);
+}
+
+/* Abort after a failure: the batch is rolled back; release (reconciling what units confirm). */
+static int pkg_fail(struct pkg *k, int rc)
+{
+    struct pawl_processor *p = k->p;
+    atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
+    pawl_metric_inc(PAWL_M_BATCH_ROLLBACKS);
+    if (rc == PAWL_ECHECKPOINT)
+        pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
+    if (rc == PAWL_ECLAIM) {
+        atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_CLAIMS_LOST);
+    }
+    int store_err = rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN || rc == PAWL_EINDOUBT;
+    PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
+              pawl_strerror(rc), store_err ? ": " : "",
+              store_err ? p->tok->ops->errmsg(p->tok) : "");
+    return pkg_release(k, rc);
+}
+
+/* Under k->mu: does the package have something to do at its next step? */
+static int pkg_more_locked(struct pkg *k)
+{
+    return k->woken || k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
+           atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
+           atomic_load_explicit(&k->lost, memory_order_relaxed) ||
+           (k->trigger && k->phase == PH_NONE && pawl_trigger_ready(k->trigger, k->consumed));
+}
+
+/* End a step: queue the next one if there is work, else go idle. */
+static void pkg_end_step(struct pkg *k, int parked)
+{
+    struct pawl_processor *p = k->p;
+    pthread_mutex_lock(&k->mu);
+    /* A parked package only wakes for its reconciler (or to be told to give up, which it
+     * handles once the cycle is over). */
+    int more = parked ? k->woken : pkg_more_locked(k);
+    int room = pawl_pkg_has_room(p, k);
+    if (!more)
+        k->scheduled = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (room && !parked) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->room) {
+            p->room = 1;
+            pthread_cond_broadcast(&p->cv);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (more)
+        enqueue(p, k);
+}
+
+/* A parked package's step: resume its cycle once the reconciler has woken it. */
+static void pkg_resume(struct pkg *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int woken = k->woken;
+    k->woken = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (!woken) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    int64_t to_store = PAWL_RECONCILE_NOTHING;
+    int rc = pawl_reconcile_resume(&k->rec, &to_store);
+    if (rc == PAWL_EAGAIN) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    if (k->phase == PH_RELEASE) {
+        k->phase = PH_NONE;
+        if (rc)
+            PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
+                      pawl_reconcile_error(&k->rec));
+        release_store_finish(k, to_store, k->prc);
+        return;
+    }
+    /* PH_CKPT */
+    pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
+    struct pawl_txn *txn = k->ptxn;
+    k->ptxn = NULL;
+    k->phase = PH_NONE;
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", k->p->name, k->seg.id,
+                  pawl_reconcile_error(&k->rec));
+        txn->ops->rollback(txn);
+        rc = PAWL_ECHECKPOINT;
+    } else {
+        rc = ckpt_commit(k, txn, to_store, k->pend, k->pn, k->phandled);
+    }
+    if (rc) {
+        if (pkg_fail(k, rc) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    pkg_end_step(k, 0);
+}
+
+static void pkg_step(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    int rc;
+    if (k->phase != PH_NONE) {
+        pkg_resume(k);
+        return;
+    }
+    pthread_mutex_lock(&k->mu);
+    k->woken = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (p->mode != PAWL_CKPT_PLAIN && !k->rec_ready) {
+        rc = pkg_claimed(k);
+        if (rc) {
+            if (k->trigger) {
+                pawl_trigger_invalidate(k->trigger);
+                pawl_trigger_free(k->trigger);
+                k->trigger = NULL;
+            }
+            atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
+            pkg_finish(k, rc);
+            return;
+        }
+    }
+    if (atomic_load_explicit(&k->lost, memory_order_relaxed)) {
+        if (pkg_fail(k, PAWL_ECLAIM) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    if (atomic_load_explicit(&k->release_req, memory_order_relaxed)) {
+        if (pkg_release(k, 0) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    rc = pkg_fill(k);
+    if (rc == 0 && k->work_pos < k->work.n) {
+        rc = pkg_batch(k);
+    } else if (rc == 0) {
+        /* No events of ours: move the token along now and then (plain and auto), and honour a
+         * trigger request (deferred and auto) — never an unconfirmed position in deferred. */
+        k->consumed = PAWL_MAX(k->consumed, k->work_end);
+        int64_t now = pawl_now_ns();
+        int due = k->consumed > k->token &&
+                  (k->consumed - k->token >= (int64_t)p->o.read_batch ||
+                   now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000);
+        if (p->mode == PAWL_CKPT_PLAIN) {
+            if (due)
+                rc = store_now(k, k->consumed);
+        } else if ((due && p->mode == PAWL_CKPT_AUTO) ||
+                   pawl_trigger_ready(k->trigger, k->consumed)) {
+            rc = pkg_idle_cycle(k);
+        }
+    }
+    if (rc == PAWL_EAGAIN) {
+        pkg_end_step(k, 1);
+        return;
+    }
+    if (rc) {
+        if (pkg_fail(k, rc) == PAWL_EAGAIN)
+            pkg_end_step(k, 1);
+        return;
+    }
+    pkg_end_step(k, 0);
+}

@@ -1,0 +1,179 @@
+/*
+ * processor_int.h — private declarations shared by the processor's two files: processor.c (the
+ * coordinator, claims, claim extension, life cycle, administration) and package.c (work
+ * packages, their run queue and worker threads, the event context). Never installed.
+ *
+ * Ownership and locking are described at the top of processor.c; every field below says which
+ * thread may touch it and under which lock.
+ */
+#ifndef PAWL_ENGINE_PROCESSOR_INT_H
+#define PAWL_ENGINE_PROCESSOR_INT_H
+
+#include "common.h"
+#include "reconcile.h"
+
+#include "pawl/processor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum pkg_state { PKG_RUN = 0, PKG_DONE = 1 };
+
+/* What a package is waiting for between steps (checkpoint modes only). */
+enum pkg_phase {
+    PH_NONE = 0,    /* handling events */
+    PH_CKPT = 1,    /* a checkpoint cycle waits for futures; the batch transaction is open */
+    PH_RELEASE = 2, /* a release cycle waits for futures */
+};
+
+struct pkg {
+    struct pawl_processor *p;
+    struct pawl_segment seg;
+
+    /* Worker-only (one step at a time). */
+    int64_t token;      /* stored token */
+    int64_t consumed;   /* everything of the segment up to here has been handled */
+    int64_t high_water; /* at claim time: events at or below it are replays */
+    int has_merge;
+    struct pawl_segment merge_seg;
+    int64_t merge_token;
+    struct pawl_event_batch work;
+    size_t work_pos;
+    int64_t work_end; /* queued_pos when work was taken: complete up to here once drained */
+    struct pawl_event_batch readbuf;
+    int64_t last_store_ns;
+    int had_success;
+
+    /* Checkpoint protocol (worker-only; NULL / unused in plain mode). */
+    struct pawl_trigger *trigger;
+    struct pawl_reconcile rec;
+    int rec_ready;          /* rec initialised and on_segment_claimed accepted */
+    int phase;              /* enum pkg_phase */
+    struct pawl_txn *ptxn;  /* PH_CKPT: the open batch transaction */
+    size_t pn;              /* PH_CKPT: events of the parked batch (to move past on success) */
+    size_t phandled;        /* PH_CKPT: of which handled (not skipped) */
+    int64_t pend;           /* PH_CKPT: the parked batch's end */
+    int prc;                /* PH_RELEASE: the result to finish with */
+    int64_t batch_start_ns; /* the current batch's first handler call */
+    int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */
+
+    /* Shared with the coordinator, under mu. */
+    pthread_mutex_t mu;
+    struct pawl_event_batch inbox;
+    int64_t queued_pos;
+    int attached;
+    int scheduled;
+    int state;
+    int woken; /* the reconciler's wake arrived: resume at the next step */
+
+    /* Set by other threads; read by the worker at each step. */
+    _Atomic int release_req;
+    _Atomic int lost;
+
+    /* Coordinator-only (read by the extender under p->mu). */
+    struct pkg *next;
+    uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
+    int failed;
+    int fail_rc;
+
+    /* Run queue link (under the pool's mutex). */
+    struct pkg *run_next;
+};
+
+struct backoff {
+    uint32_t seg_id;
+    int64_t retry_at_ns;
+    int64_t delay_ms;
+    int armed; /* the package that followed had no successful batch yet */
+};
+
+enum admin_op { ADMIN_NONE = 0, ADMIN_SPLIT = 1, ADMIN_MERGE = 2 };
+
+struct pawl_processor {
+    struct pawl_processor_opts o;
+    char name[PAWL_NAME_MAX + 1];
+    char node[PAWL_OWNER_MAX + 1];
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    struct pawl_handler *h;
+    size_t nh;
+    int mode; /* enum pawl_ckpt_mode */
+    int64_t extend_ms;
+    /* Checkpoint modes: the units, and the runtime pool and timers their continuations and
+     * time-outs run on (package steps themselves run on the FIFO run queue below). */
+    struct pawl_ckpt_unit *units;
+    size_t nunits;
+    struct pawl_pool *pool;
+    struct pawl_timers *timers;
+
+    pthread_mutex_t mu; /* started/stopping, pkgs list membership, done list, admin, backoffs */
+    pthread_cond_t cv;  /* coordinator wake-ups (done packages, admin, room in inboxes) */
+    pthread_cond_t admin_cv;
+    struct pkg *pkgs; /* coordinator's list (membership changes under mu) */
+    struct pkg *done; /* finished packages waiting to be reaped */
+    uint64_t gen;     /* claim generations handed out */
+    int started;
+    int stopping;
+    int stopped;
+    struct backoff *backoffs;
+    size_t nbackoffs, backoffs_cap;
+    int admin_op;
+    uint32_t admin_seg;
+    uint32_t admin_sib;
+    int admin_rc;
+    int admin_done;
+    int room; /* a package drained below half its read-ahead since the coordinator last looked */
+
+    pthread_mutex_t dispatch_mu;
+    int64_t R; /* shared reader position; -1 unset */
+
+    /* Run queue. */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    struct pkg *qhead, *qtail;
+    int qstop;
+
+    pthread_t coord_thread, extend_thread;
+    pthread_t *workers;
+    uint32_t nworkers;
+    pthread_mutex_t emu;
+    pthread_cond_t ecv;
+
+    struct pawl_event_batch readbuf; /* coordinator's */
+    /* Coordinator: packages by the low bits of the stream hash, rebuilt when the list changes. */
+    struct pkg **lut;
+    uint32_t lut_mask;
+    int lut_partial; /* some segment is finer than the table: scan when a slot misses */
+    uint64_t lut_version, pkgs_version;
+
+    _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
+        st_source_errors;
+    _Atomic uint32_t st_owned;
+};
+
+/* What a handler sees (opaque in the API); on the stack of the step or of the subscriber. */
+struct pawl_event_ctx {
+    const struct pawl_event *ev;
+    struct pawl_segment seg;
+    int replay;
+    struct pawl_txn *txn;
+    struct pawl_trigger *trigger;
+    size_t pos;
+};
+
+/* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */
+static inline int pawl_pkg_has_room(const struct pawl_processor *p, const struct pkg *k)
+{
+    return k->inbox.n < p->o.read_ahead / 2 + 1 && k->inbox._used < p->o.read_ahead_bytes / 2;
+}
+
+/* package.c: a package for a freshly claimed row (NULL when out of memory), and its end. */
+struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row);
+void pawl_pkg_free(struct pkg *k);
+/* package.c: queue k's next step unless one is queued or running. Any thread. */
+void pawl_pkg_schedule(struct pkg *k);
+/* package.c: a worker thread's main loop (arg: the processor). */
+void *pawl_pkg_worker_main(void *arg);
+
+#endif
