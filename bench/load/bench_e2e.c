@@ -2,7 +2,7 @@
  * bench_e2e.c — the whole system against PostgreSQL, as users judge it: end-to-end latency,
  * processing throughput against the table's read ceiling, and cost as the log grows.
  *
- * One program, four commands (bench/run.sh runs them in order on one database per run):
+ * One program, five commands (bench/run.sh runs them in order on one database per run):
  *
  *   fill     --to N      grow the log to at least N finalized events. The rows are the ones an
  *                        append writes (one transaction per 100-event append, 1000-way stream
@@ -28,9 +28,13 @@
  *   growth               at the log's current size: append rate (closed loop, 4 connections x
  *                        64 in flight, 10-event appends), its finalize delay, and the read rate
  *                        (pawl_read, 1000 per call, sequential from the middle of the log).
+ *   append   --workers 1,8 --rates 1,100
+ *                        the peers' append workload: W writers, each blocking in pawl_append
+ *                        with E-event appends to its own 100 streams (--rates gives E here).
  *
  * Every command appends CSV rows (header written when the file is new) to --csv:
- *   kind,log_events,cell,param1,param2,events,seconds,events_per_s,p50_ms,p99_ms,p999_ms,max_ms,extra
+ *   kind,log_events,cell,param1,param2,events,seconds,events_per_s,
+ *   p50_ms,p99_ms,p999_ms,max_ms,extra
  * and prints progress to stderr. The database must be a scratch database (the schema is
  * installed if missing; tables pawl_bench.* are created).
  *
@@ -136,7 +140,8 @@ static void csv_row(const char *kind, int64_t log_events, const char *cell, cons
                     double p999, double max, const char *extra)
 {
     double rate = secs > 0 ? (double)events / secs : 0;
-    fprintf(stderr, "  %s %s %s %s: %lld events in %.2f s = %.0f ev/s  p50 %.2f p99 %.2f p999 %.2f "
+    fprintf(stderr,
+            "  %s %s %s %s: %lld events in %.2f s = %.0f ev/s  p50 %.2f p99 %.2f p999 %.2f "
             "max %.2f ms  %s\n",
             kind, cell, p1, p2, (long long)events, secs, rate, p50, p99, p999, max, extra);
     if (csv_path == NULL)
@@ -155,8 +160,8 @@ static void csv_row(const char *kind, int64_t log_events, const char *cell, cons
         fprintf(f, "kind,log_events,cell,param1,param2,events,seconds,events_per_s,p50_ms,p99_ms,"
                    "p999_ms,max_ms,extra\n");
     fprintf(f, "%s,%lld,%s,%s,%s,%lld,%.3f,%.1f,%.3f,%.3f,%.3f,%.3f,%s\n", kind,
-            (long long)log_events, cell, p1, p2, (long long)events, secs, rate, p50, p99, p999,
-            max, note);
+            (long long)log_events, cell, p1, p2, (long long)events, secs, rate, p50, p99, p999, max,
+            note);
     fclose(f);
 }
 
@@ -456,8 +461,8 @@ static void latency_cell(int rate, int run)
             pct(L.lat_ms, n, 0.99), pct(L.lat_ms, n, 0.999), n ? L.lat_ms[n - 1] : 0, extra);
     snprintf(extra, sizeof extra, "samples are appends; p999 n/a; %lld finalize runs",
              (long long)(st.finalize_runs - st0.finalize_runs));
-    csv_row("latency", head, "finalize-delay", p1, p2, st.delay_count, offered_s,
-            st.delay_p50_ms, st.delay_p99_ms, 0, st.delay_max_ms, extra);
+    csv_row("latency", head, "finalize-delay", p1, p2, st.delay_count, offered_s, st.delay_p50_ms,
+            st.delay_p99_ms, 0, st.delay_max_ms, extra);
 
     pawl_tokens_free(tok);
     pawl_source_free(src);
@@ -561,8 +566,7 @@ static int proj_handle(void *self, struct pawl_event_ctx *ctx)
 }
 
 static void catchup_cell(const char *handler, uint32_t batch, uint32_t segs, uint32_t workers,
-                         int64_t head,
-                         struct pawl_source *src, struct pawl_tokens *tok, int run)
+                         int64_t head, struct pawl_source *src, struct pawl_tokens *tok, int run)
 {
     char name[64];
     snprintf(name, sizeof name, "cu-%s-%u-%u-%u-%d-%d", handler, batch, segs, workers, run,
@@ -607,19 +611,22 @@ static void catchup_cell(const char *handler, uint32_t batch, uint32_t segs, uin
     snprintf(cell, sizeof cell, "%s-b%u", handler, batch);
     snprintf(p1, sizeof p1, "%u", segs);
     snprintf(p2, sizeof p2, "%u", workers);
-    snprintf(extra, sizeof extra, "batch %u; read_batch %u; start-up %.2f s; %llu batches; "
-             "%llu failures", po.batch_size, po.read_batch, tm > 0 ? tm - t0 : 0,
-             (unsigned long long)st.batches, (unsigned long long)st.batch_failures);
-    csv_row("catchup", head, cell, p1, p2, tm > 0 ? (int64_t)(e1 - e0) : 0,
-            tm > 0 ? t1 - tm : 0, 0, 0, 0, 0, extra);
+    snprintf(extra, sizeof extra,
+             "batch %u; read_batch %u; start-up %.2f s; %llu batches; "
+             "%llu failures",
+             po.batch_size, po.read_batch, tm > 0 ? tm - t0 : 0, (unsigned long long)st.batches,
+             (unsigned long long)st.batch_failures);
+    csv_row("catchup", head, cell, p1, p2, tm > 0 ? (int64_t)(e1 - e0) : 0, tm > 0 ? t1 - tm : 0, 0,
+            0, 0, 0, extra);
 }
 
 static void cmd_catchup(void)
 {
     PGconn *c = db_connect();
-    db_exec(c, "CREATE SCHEMA IF NOT EXISTS pawl_bench;"
-               "CREATE TABLE IF NOT EXISTS pawl_bench.projection"
-               " (global_index int8 PRIMARY KEY, stream_id text NOT NULL, stream_seq int8 NOT NULL)");
+    db_exec(c,
+            "CREATE SCHEMA IF NOT EXISTS pawl_bench;"
+            "CREATE TABLE IF NOT EXISTS pawl_bench.projection"
+            " (global_index int8 PRIMARY KEY, stream_id text NOT NULL, stream_seq int8 NOT NULL)");
     int64_t head = log_head(c);
     struct pawl_store *rd = open_store(2, 0, 1);
     struct pawl_source *src = NULL;
@@ -641,20 +648,20 @@ static void cmd_catchup(void)
     snprintf(bb, sizeof bb, "%s", batches_arg);
     char *bp = NULL;
     for (char *b = strtok_r(bb, ",", &bp); b; b = strtok_r(NULL, ",", &bp))
-    for (int hi = 0; hi < 2; hi++) {
-        snprintf(sb, sizeof sb, "%s", segs_arg);
-        char *sp = NULL;
-        for (char *s = strtok_r(sb, ",", &sp); s; s = strtok_r(NULL, ",", &sp)) {
-            snprintf(wb, sizeof wb, "%s", workers_arg);
-            char *wp = NULL;
-            for (char *w = strtok_r(wb, ",", &wp); w; w = strtok_r(NULL, ",", &wp)) {
-                catchup_cell(handlers[hi], (uint32_t)atoi(b), (uint32_t)atoi(s), (uint32_t)atoi(w),
-                             head, src, tok, run++);
-                if (hi == 1)
-                    db_exec(c, "TRUNCATE pawl_bench.projection");
+        for (int hi = 0; hi < 2; hi++) {
+            snprintf(sb, sizeof sb, "%s", segs_arg);
+            char *sp = NULL;
+            for (char *s = strtok_r(sb, ",", &sp); s; s = strtok_r(NULL, ",", &sp)) {
+                snprintf(wb, sizeof wb, "%s", workers_arg);
+                char *wp = NULL;
+                for (char *w = strtok_r(wb, ",", &wp); w; w = strtok_r(NULL, ",", &wp)) {
+                    catchup_cell(handlers[hi], (uint32_t)atoi(b), (uint32_t)atoi(s),
+                                 (uint32_t)atoi(w), head, src, tok, run++);
+                    if (hi == 1)
+                        db_exec(c, "TRUNCATE pawl_bench.projection");
+                }
             }
         }
-    }
     /* The ceiling again after the cells: the machine drifts, so the table shows both. */
     dt = ceiling_rate(seconds, &rows);
     csv_row("catchup", head, "ceiling-select", "after", "", rows, dt, 0, 0, 0, 0,
@@ -735,8 +742,9 @@ static void cmd_growth(void)
     usleep(100000);
     pawl_store_stats(s, &st, 0);
     char extra[160];
-    snprintf(extra, sizeof extra, "closed loop 4 conns x 64 in flight; %d-event appends; table %.0f MB",
-             per_append, (double)bytes / 1048576.0);
+    snprintf(extra, sizeof extra,
+             "closed loop 4 conns x 64 in flight; %d-event appends; table %.0f MB", per_append,
+             (double)bytes / 1048576.0);
     csv_row("growth", head, "append", "", "", e1 - e0, dt, st.append_p50_ms, st.append_p99_ms, 0,
             st.append_max_ms, extra);
     csv_row("growth", head, "finalize-delay", "", "", st.delay_count, dt, st.delay_p50_ms,
@@ -863,29 +871,51 @@ int main(int argc, char **argv)
         usage();
     const char *cmd = argv[1];
     static const struct option opts[] = {
-        {"dsn", required_argument, NULL, 'd'},     {"csv", required_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'}, {"to", required_argument, NULL, 't'},
-        {"conns", required_argument, NULL, 'n'},   {"rates", required_argument, NULL, 'r'},
-        {"segments", required_argument, NULL, 'g'}, {"workers", required_argument, NULL, 'w'},
+        {"dsn", required_argument, NULL, 'd'},        {"csv", required_argument, NULL, 'c'},
+        {"seconds", required_argument, NULL, 's'},    {"to", required_argument, NULL, 't'},
+        {"conns", required_argument, NULL, 'n'},      {"rates", required_argument, NULL, 'r'},
+        {"segments", required_argument, NULL, 'g'},   {"workers", required_argument, NULL, 'w'},
         {"per-append", required_argument, NULL, 'p'}, {"batches", required_argument, NULL, 'b'},
-        {"warmup", required_argument, NULL, 'u'},
-        {NULL, 0, NULL, 0}};
+        {"warmup", required_argument, NULL, 'u'},     {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
-        case 'd': dsn = optarg; break;
-        case 'c': csv_path = optarg; break;
-        case 's': seconds = atof(optarg); break;
-        case 't': fill_to = atoll(optarg); break;
-        case 'n': conns = atoi(optarg); break;
-        case 'r': snprintf(rates_arg, sizeof rates_arg, "%s", optarg); break;
-        case 'g': snprintf(segs_arg, sizeof segs_arg, "%s", optarg); break;
-        case 'w': snprintf(workers_arg, sizeof workers_arg, "%s", optarg); break;
-        case 'p': per_append = atoi(optarg); break;
-        case 'u': warmup_s = atof(optarg); break;
-        case 'b': snprintf(batches_arg, sizeof batches_arg, "%s", optarg); break;
-        default: usage();
+        case 'd':
+            dsn = optarg;
+            break;
+        case 'c':
+            csv_path = optarg;
+            break;
+        case 's':
+            seconds = atof(optarg);
+            break;
+        case 't':
+            fill_to = atoll(optarg);
+            break;
+        case 'n':
+            conns = atoi(optarg);
+            break;
+        case 'r':
+            snprintf(rates_arg, sizeof rates_arg, "%s", optarg);
+            break;
+        case 'g':
+            snprintf(segs_arg, sizeof segs_arg, "%s", optarg);
+            break;
+        case 'w':
+            snprintf(workers_arg, sizeof workers_arg, "%s", optarg);
+            break;
+        case 'p':
+            per_append = atoi(optarg);
+            break;
+        case 'u':
+            warmup_s = atof(optarg);
+            break;
+        case 'b':
+            snprintf(batches_arg, sizeof batches_arg, "%s", optarg);
+            break;
+        default:
+            usage();
         }
     }
     if (dsn == NULL || seconds <= 0 || per_append < 1 || per_append > 100)
