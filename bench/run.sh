@@ -119,6 +119,11 @@ if [ $baselines = 1 ]; then
     step "baselines"
     PAWL_BIN=$bin "$root/bench/baselines/run.sh" $qflag --dsn "$dsn" --out "$out/baselines.csv" >/dev/null
 fi
+if [ $peers = 1 ] && ! command -v node >/dev/null; then
+    echo "run.sh: node (Node.js 20) not found: the peers are skipped (apt-get install nodejs npm)" >&2
+    peers=0
+    peers_note="skipped: Node.js not installed"
+fi
 if [ $peers = 1 ]; then
     step "peers"
     "$root/bench/peers/run.sh" $qflag --dsn "$dsn" --out "$out/peers.csv" >/dev/null
@@ -139,6 +144,7 @@ elapsed=$(( $(date +%s) - start ))
     echo "postgresql_settings: $(psql "$dsn" -Atqc "select string_agg(name || '=' || setting || coalesce(unit, ''), ', ' order by name) from pg_settings where name in ('shared_buffers','synchronous_commit','fsync','max_wal_size','wal_level')" 2>/dev/null)"
     echo "load_start: $load_start"
     echo "load_end: $load_end"
+    [ -z "${peers_note:-}" ] || echo "peers: $peers_note"
 } >"$out/run.meta"
 
 step "plots and SUMMARY.md"
