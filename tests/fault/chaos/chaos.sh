@@ -21,6 +21,9 @@
 # chaos_check.c): acknowledged appends exactly once, unique ids, every committed row finalized,
 # contiguous indexes, per-stream order, projection = log, the examples' durable state covers
 # their tokens, no token write went backwards (an audit trigger records every one).
+# The whole script is one brace group, so bash parses all of it before running any: editing
+# the file during a long soak cannot change what the running one does.
+{
 set -uo pipefail
 SECONDS_WANTED=${1:-${CHAOS_SECONDS:-120}}
 PAWL=${PAWL_BIN:?set PAWL_BIN}/pawl
@@ -180,3 +183,5 @@ if [ $rc -ne 0 ] || [ $unexpected -ne 0 ] || [ $caught -ne 0 ]; then
     exit 1
 fi
 echo "chaos: all checks passed"
+exit 0
+}
