@@ -16,8 +16,8 @@ DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
 	libjansson-dev libmicrohttpd-dev postgresql-15 postgresql-client-15 gnuplot-nox \
 	iproute2 util-linux procps jq
 
-.PHONY: all deps build demo test test-plain test-asan test-tsan pg-start pg-stop pg-remove \
-	bench soak install clean
+.PHONY: all deps build demo test test-plain test-asan test-tsan fuzz pg-start pg-stop pg-remove \
+	bench bench-suite soak install clean
 
 all: build
 
@@ -57,6 +57,7 @@ test: deps
 	$(MAKE) test-plain
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) fuzz
 
 test-plain: build
 	cd $(BUILD) && $(CTEST)
@@ -66,7 +67,7 @@ test-asan: deps
 		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -L 'unit|stress|pg'
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -L 'unit|stress|pg|fault'
 
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAWL_SANITIZE=thread \
@@ -74,14 +75,44 @@ test-tsan: deps
 	cmake --build build-tsan -j$(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(CTEST) -L 'unit|stress'
 
+# libFuzzer targets (tests/fuzz/): built with clang, fuzzer + ASan + UBSan, into build-fuzz; each
+# runs FUZZ_SECONDS from its committed seed corpus (new inputs go to build-fuzz/corpus/, crashes to
+# build-fuzz/crashes/). Any crash fails the target; add the input to tests/fuzz/corpus/NAME/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAWL_FUZZ=ON \
+		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_all
+	@mkdir -p build-fuzz/crashes; for t in $(FUZZ_TARGETS); do \
+		mkdir -p build-fuzz/corpus/$$t; \
+		dict=; [ -f tests/fuzz/$$t.dict ] && dict=-dict=tests/fuzz/$$t.dict; \
+		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
+			-rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/crashes/$$t- $$dict \
+			build-fuzz/corpus/$$t tests/fuzz/corpus/$$t 2>build-fuzz/$$t.log \
+			|| { tail -60 build-fuzz/$$t.log; echo "fuzz: $$t FAILED (log: build-fuzz/$$t.log)"; exit 1; }; \
+		grep -E '^(stat::number_of_executed_units|stat::new_units_added|#[0-9]+.*DONE)' build-fuzz/$$t.log | tr '\n' ' '; echo; \
+	done
+
 bench: build pg-start
 	$(BUILD)/bin/pawl bench $(BENCH_ARGS)
 
-soak: build pg-start
-	@echo "soak: not yet available"; exit 1
+# Every benchmark of the README's table in one run (BENCH_SUITE_ARGS=--quick for a short one).
+bench-suite: build pg-start
+	PAWL_BIN=$(BUILD)/bin bench/run.sh $(BENCH_SUITE_ARGS)
+
+# The chaos run of the fault suite (tests/fault/chaos/chaos.sh), for DURATION seconds (default
+# 1800): appenders and processors SIGKILLed and restarted, backends terminated, PostgreSQL
+# restarted (fast, then immediate); prints the faults injected and the checks passed.
+DURATION ?= 1800
+soak: build
+	PAWL_BIN=$(CURDIR)/$(BUILD)/bin CHAOS_BIN=$(CURDIR)/$(BUILD)/tests PAWL_PG=$(CURDIR)/$(PG) \
+		bash tests/fault/chaos/chaos.sh $(DURATION)
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

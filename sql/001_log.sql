@@ -210,7 +210,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     lo := after_index;
-    hi := after_index + max_events;   -- the last index wanted
+    hi := after_index + least(max_events, 9223372036854775807 - after_index); -- last wanted
     RETURN QUERY
     SELECT a.base + e.k, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
            e.appended_at

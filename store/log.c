@@ -70,10 +70,22 @@ const char pawl_log_append_sql[] =
     ") "
     "SELECT count(*), pg_current_xact_id_if_assigned()::text FROM ins";
 
-/* While the dying session's transaction is still "in progress", wait a little server-side. */
+/*
+ * The outcome of an in-doubt append: pg_xact_status of its transaction, waiting a little
+ * server-side while the dying session's transaction is still "in progress". A "committed"
+ * status alone does not prove the append committed: after an immediate shutdown (a crash), a
+ * transaction id that never reached the WAL on disk is handed out again, and the status is then
+ * the new transaction's. So "committed" also needs the append's own first event (same xid, k 0,
+ * event count, stream, type and payload) in the table; without it the answer is "reused" (the
+ * append is gone: not committed). $2..$5 are the append's own parameters.
+ */
 static const char RESOLVE_SQL[] =
-    "SELECT pg_xact_status($1::xid8), pg_sleep(CASE WHEN pg_xact_status($1::xid8) = "
-    "'in progress' THEN 0.02 ELSE 0 END)";
+    "SELECT CASE WHEN x.st = 'committed' AND NOT EXISTS (SELECT 1 FROM pawl.events e"
+    "  WHERE e.xid = $1::xid8 AND e.k = 0 AND e.n = $5 AND e.stream_id = ($2::text[])[1]"
+    "    AND e.type = ($3::text[])[1] AND e.payload = ($4::bytea[])[1])"
+    " THEN 'reused' ELSE x.st END,"
+    " pg_sleep(CASE WHEN x.st = 'in progress' THEN 0.02 ELSE 0 END)"
+    " FROM (SELECT pg_xact_status($1::xid8) AS st) x";
 #define RESOLVE_TRIES 100
 
 static const char READ_SQL[] =
@@ -752,7 +764,9 @@ struct append_op {
     char xid[24];              /* the append's transaction, "" until its result arrived */
     char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
-    const char *resolve_vals[1];
+    const char *resolve_vals[5];
+    int resolve_lens[5];
+    int resolve_fmts[5];
     const char *values[6];
     int lengths[6];
     int formats[6];
@@ -975,10 +989,18 @@ static int start_resolve(struct append_op *op)
 {
     struct pawl_store *s = op->s;
     op->xact_status[0] = '\0';
-    op->resolve_vals[0] = op->xid;
+    /* The xid as text; the append's streams, types, payloads and count as it sent them. */
+    static const int from[5] = {-1, 0, 2, 3, 5};
+    for (int i = 0; i < 5; i++) {
+        op->resolve_vals[i] = i == 0 ? op->xid : op->values[from[i]];
+        op->resolve_lens[i] = i == 0 ? 0 : op->lengths[from[i]];
+        op->resolve_fmts[i] = i == 0 ? 0 : op->formats[from[i]];
+    }
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
-                                       .nparams = 1,
+                                       .nparams = 5,
                                        .values = op->resolve_vals,
+                                       .lengths = op->resolve_lens,
+                                       .formats = op->resolve_fmts,
                                        .on_result = on_resolve_result,
                                        .ud = op};
     memset(&op->req, 0, sizeof op->req);
@@ -1000,6 +1022,12 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
+    } else if (rc == 0 && strcmp(op->xact_status, "reused") == 0) {
+        res.rc = PAWL_ECONN;
+        snprintf(res.message, sizeof res.message,
+                 "connection lost during commit; the server restarted and its transaction %s "
+                 "is another one, this append's rows are not there: not committed",
+                 op->xid);
     } else if (rc == 0 && strcmp(op->xact_status, "aborted") == 0) {
         res.rc = PAWL_ECONN;
         snprintf(res.message, sizeof res.message,
@@ -1508,6 +1536,12 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
         b->_res = NULL;
     }
     b->count = 0;
+    /* Nothing can lie beyond INT64_MAX: ask only for what fits, so the last index wanted
+     * (after + max) cannot overflow in the query. */
+    if ((uint64_t)(INT64_MAX - after) < max)
+        max = (size_t)(INT64_MAX - after);
+    if (max == 0)
+        return 0;
     char after_be[8], max_be[4];
     put64(after_be, (uint64_t)after);
     put32(max_be, (uint32_t)max);
@@ -1742,7 +1776,9 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
-    s->stmt_resolve = pawl_pgpool_prepare(s->main, RESOLVE_SQL, 1, NULL);
+    static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                         OID_INT4};
+    s->stmt_resolve = pawl_pgpool_prepare(s->main, RESOLVE_SQL, 5, resolve_types);
     s->stmt_fin_main = pawl_pgpool_prepare(s->main, FINALIZE_SQL, 1, NULL);
     snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);

@@ -19,6 +19,7 @@
  */
 #include "common.h"
 #include "pgconn.h"
+#include "schema.h"
 
 #include "pawl/processor.h"
 
@@ -704,13 +705,23 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
     t->store_id =
         pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
-    struct pawl_pgstmt s = {.sql = "SELECT (to_regclass('pawl.tokens') IS NOT NULL)::int",
-                            .on_result = on_ints,
-                            .ud = &c};
+    /* 0: no token table; 2: a schema newer than this library (refused, like pawl_store_new:
+     * its token functions may mean something else); 1: usable. */
+    char check[256];
+    snprintf(check, sizeof check,
+             "SELECT CASE WHEN to_regclass('pawl.tokens') IS NULL THEN 0 "
+             "WHEN (SELECT max(version) FROM pawl.schema_version) > %d THEN 2 ELSE 1 END",
+             pawl_schema_lib_version());
+    struct pawl_pgstmt s = {.sql = check, .on_result = on_ints, .ud = &c};
     rc = run(t, &s, 1);
     pawl_free(c.list);
-    if (rc == 0 && c.v[0] != 1) {
+    if (rc == 0 && c.v[0] == 0) {
         PAWL_ERROR("tokens", "table pawl.tokens is missing: migrate the schema first");
+        rc = PAWL_ESCHEMA;
+    } else if (rc == 0 && c.v[0] == 2) {
+        PAWL_ERROR("tokens", "the database's schema is newer than this pawl (version %d): "
+                             "upgrade pawl",
+                   pawl_schema_lib_version());
         rc = PAWL_ESCHEMA;
     }
     if (rc)

@@ -100,6 +100,18 @@ double tool_hist_quantile(const double *le, const double *cum, size_t n, double 
 
 #define MAX_BUCKETS 64
 
+/* A quantile in seconds as text; the body comes from another process, so any double may show
+ * up here, and converting one outside int64's range would be undefined behaviour. */
+static const char *fmt_quantile(double secs, char *buf, size_t len)
+{
+    if (isnan(secs))
+        return "-";
+    double ns = secs * 1e9;
+    if (!(ns > -9.2e18 && ns < 9.2e18))
+        return ns > 0 ? "inf" : "-inf";
+    return tool_fmt_ns((int64_t)ns, buf, len);
+}
+
 static void flush_hist(FILE *f, const char *name, const double *le, const double *cum, size_t n)
 {
     if (n == 0)
@@ -108,9 +120,8 @@ static void flush_hist(FILE *f, const char *name, const double *le, const double
     double p50 = tool_hist_quantile(le, cum, n, 0.5), p99 = tool_hist_quantile(le, cum, n, 0.99),
            p999 = tool_hist_quantile(le, cum, n, 0.999);
     fprintf(f, "  %-40s count %-10.0f p50 %-9s p99 %-9s p99.9 %s\n", name, cum[n - 1],
-            isnan(p50) ? "-" : tool_fmt_ns((int64_t)(p50 * 1e9), a, sizeof a),
-            isnan(p99) ? "-" : tool_fmt_ns((int64_t)(p99 * 1e9), b, sizeof b),
-            isnan(p999) ? "-" : tool_fmt_ns((int64_t)(p999 * 1e9), c, sizeof c));
+            fmt_quantile(p50, a, sizeof a), fmt_quantile(p99, b, sizeof b),
+            fmt_quantile(p999, c, sizeof c));
 }
 
 void tool_scrape_summary(FILE *f, const char *text)

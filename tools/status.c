@@ -4,8 +4,10 @@
 #include "status.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -318,7 +320,13 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
         p++;
     if (*p == '\0') {
         char *end;
-        *value = strtoll(to, &end, 10);
+        errno = 0;
+        long long v = strtoll(to, &end, 10);
+        if (errno == ERANGE) {
+            snprintf(err, errlen, "--to %.40s: index out of range (at most %lld)", to, LLONG_MAX);
+            return PAWL_ERANGE;
+        }
+        *value = v;
         *kind = PAWL_RESET_INDEX;
         return 0;
     }
@@ -327,6 +335,10 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
         if (pawl_config_parse_duration(to + 1, &ms) != 0 || ms < 0) {
             snprintf(err, errlen, "--to %s: not a relative time (like -15m or -2h)", to);
             return PAWL_EINVAL;
+        }
+        if (ms > now_us / 1000) { /* before 1970: also keeps ms * 1000 from overflowing */
+            snprintf(err, errlen, "--to %.40s: reaches back before 1970", to);
+            return PAWL_ERANGE;
         }
         *kind = PAWL_RESET_TIME;
         *value = now_us - ms * 1000;

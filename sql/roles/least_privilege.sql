@@ -1,0 +1,88 @@
+-- least_privilege.sql: roles for running pawl with only the rights each part needs.
+--
+-- Not a migration (it lives outside sql/*.sql, so `pawl init` never applies it). Run it once per
+-- database, after `pawl init`, as the role that owns the pawl schema (the one that ran init):
+--
+--   psql "$OWNER_DSN" -v ON_ERROR_STOP=1 -f sql/roles/least_privilege.sql
+--   CREATE ROLE orders_api LOGIN PASSWORD '...' IN ROLE pawl_appender;
+--   CREATE ROLE orders_projector LOGIN PASSWORD '...' IN ROLE pawl_processor;
+--
+-- and run it again after each `pawl init` that upgrades the schema (new tables and functions
+-- get their grants here, not from defaults). It is idempotent.
+--
+-- Three group roles (NOLOGIN; services log in as members):
+--
+--   owner (not created here) runs `pawl init` / migrations and owns every pawl object. Nothing
+--       else needs DDL rights; keep its credentials out of the services.
+--   pawl_appender: append and read the log (`pawl append`, `pawl tail`, pawl_append). It inserts
+--       event rows and finalizes them (the appending process runs the finalizer), so it may
+--       insert into pawl.runs and execute pawl.finalize. It cannot update or delete events, and
+--       cannot read or write tokens: an appender can never move a processor's checkpoint.
+--   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and claim,
+--       extend and store tokens (pawl.tokens, pawl.processor_nodes, the token functions, which
+--       include reset / split / merge of `pawl reset|split|merge`). It cannot append events:
+--       no INSERT on pawl.events. It may finalize (insert into pawl.runs): the processor's log
+--       source runs a finalizer so that appends of a crashed appender still become readable;
+--       finalizing only orders appends that were already committed, it cannot create events.
+--       Projection tables a processor's handlers write belong to the service: grant those
+--       yourself.
+--
+-- Token functions run with the caller's rights (SECURITY INVOKER), so the table grants are what
+-- enforce the split; EXECUTE on pawl's functions is also revoked from PUBLIC so that a role
+-- outside these groups cannot even call them. Read-only consumers in other languages need only
+-- the SQL face: GRANT pawl_reader (USAGE on pawl_api, SELECT on the view, EXECUTE on its
+-- functions; those read pawl.events and pawl.runs, so SELECT on both as well).
+
+\set ON_ERROR_STOP 1
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pawl_appender') THEN
+        CREATE ROLE pawl_appender NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pawl_processor') THEN
+        CREATE ROLE pawl_processor NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pawl_reader') THEN
+        CREATE ROLE pawl_reader NOLOGIN;
+    END IF;
+EXCEPTION WHEN unique_violation OR duplicate_object THEN
+    NULL; -- another session created them at the same time (roles are cluster-wide)
+END
+$roles$;
+
+-- Nobody but the owner and these groups may call pawl's functions.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pawl FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pawl_api FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA pawl FROM PUBLIC;
+
+-- Every group: the schemas, the schema version (checked when opening), the SQL face.
+GRANT USAGE ON SCHEMA pawl, pawl_api TO pawl_appender, pawl_processor, pawl_reader;
+GRANT SELECT ON pawl.schema_version TO pawl_appender, pawl_processor, pawl_reader;
+GRANT SELECT ON pawl.events, pawl.runs TO pawl_appender, pawl_processor, pawl_reader;
+GRANT SELECT ON ALL TABLES IN SCHEMA pawl_api TO pawl_appender, pawl_processor, pawl_reader;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pawl_api TO pawl_appender, pawl_processor, pawl_reader;
+
+-- Appenders: insert events, finalize.
+GRANT INSERT ON pawl.events TO pawl_appender;
+GRANT INSERT ON pawl.runs TO pawl_appender;
+GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
+
+-- Processors: tokens (rows are replaced by split and merge) and the node registry; finalize
+-- (see above); never events.
+GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.tokens TO pawl_processor; -- DELETE: split, merge
+GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.processor_nodes TO pawl_processor;
+GRANT INSERT ON pawl.runs TO pawl_processor;
+GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
+DO $fns$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+              WHERE p.pronamespace = 'pawl'::regnamespace AND p.proname LIKE 'tokens%'
+                 OR p.pronamespace = 'pawl'::regnamespace AND p.proname = 'store_token'
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pawl_processor', f);
+    END LOOP;
+END
+$fns$;
