@@ -567,6 +567,13 @@ static int txn_commit(struct pawl_txn *tx)
         txn_clear(x);
         return PAWL_ENOMEM;
     }
+    if (!x->has_store && x->n == 0) {
+        /* Nothing to write (a deferred-mode batch with no checkpoint request, say): no round
+         * trip. The claim is still guarded: the extender learns of a lost claim at its next
+         * extension, and the next batch that writes anything checks it again. */
+        txn_clear(x);
+        return 0;
+    }
     if (grow((void **)&x->ps, &x->ps_cap, x->n + 1, sizeof *x->ps) ||
         grow((void **)&x->vptrs, &x->vptrs_cap, x->nvalues + 1, sizeof *x->vptrs)) {
         txn_clear(x);
