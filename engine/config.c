@@ -28,6 +28,8 @@
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
+/* In the order of enum pawl_timer_backend. */
+static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 
 #define S_PROC PAWL_SCOPE_RUN
 #define S_STORE                                                                                    \
@@ -252,6 +254,20 @@ static const struct pawl_flag flags[] = {
      .help = "Processor worker threads",
      .scope = S_PROC,
      AT(processor.threads)},
+    {.name = "timer-backend",
+     .type = PAWL_FLAG_ENUM,
+     .def = "auto",
+     .choices = timer_backends,
+     .help = "Timers that bound checkpoint futures: io_uring, or timerfd + epoll where io_uring "
+             "is refused (auto tries io_uring first and logs which runs)",
+     .scope = S_PROC,
+     AT(processor.timer_backend)},
+    {.name = "require-io-uring",
+     .type = PAWL_FLAG_BOOL,
+     .def = "false",
+     .help = "Fail instead of falling back to timerfd + epoll when io_uring is refused",
+     .scope = S_PROC,
+     AT(processor.require_io_uring)},
     {.name = "claim-timeout",
      .type = PAWL_FLAG_DURATION,
      .def = "10s",

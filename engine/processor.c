@@ -139,6 +139,7 @@ static int check_opts(const struct pawl_processor_opts *o)
     RANGE_(read_batch, 1, 100000)
     RANGE_(idle_wait_ms, 10, 60000)
     RANGE_(initial_token, 0, INT64_MAX)
+    RANGE_(timer_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL)
 #undef RANGE_
     return 0;
 }
@@ -749,7 +750,11 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
         rc = pawl_pool_new(&p->pool, &po);
         if (rc)
             goto fail;
-        rc = pawl_timers_new(&p->timers, p->pool, NULL);
+        struct pawl_timers_opts to;
+        pawl_timers_opts_defaults(&to);
+        to.backend = (enum pawl_timer_backend)opts->timer_backend;
+        to.require_io_uring = opts->require_io_uring;
+        rc = pawl_timers_new(&p->timers, p->pool, &to);
         if (rc)
             goto fail;
     }

@@ -362,6 +362,9 @@ struct pawl_processor_opts {
     uint32_t read_batch;               /* events per source read; 1..100000; default 1000 */
     uint32_t idle_wait_ms;             /* longest source wait before re-checking; 10..60000; 1000 */
     int64_t initial_token;             /* token of newly initialised segments; default 0 (start) */
+    int timer_backend;                 /* enum pawl_timer_backend of the timers that bound
+                                          checkpoint futures: auto (default), io_uring, epoll */
+    int require_io_uring;              /* nonzero: fail instead of falling back to epoll */
 };
 void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
 
