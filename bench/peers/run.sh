@@ -20,6 +20,7 @@ command_line="bench/peers/run.sh"
 prev=
 for a in "$@"; do
     if [ "$prev" = --dsn ]; then a=DSN; fi
+    a=${a#"$root"/} # paths inside the checkout are recorded relative to it
     command_line+=" $a"
     prev=$a
 done
