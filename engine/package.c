@@ -1,6 +1,6 @@
 /*
- * package.c — work packages: the worker of one claimed segment, the FIFO run queue and worker
- * threads that run their steps, and the event context handlers see.
+ * package.c — work packages: the worker of one claimed segment, the scheduling of their steps
+ * on the processor's work-stealing pool, and the event context handlers see.
  *
  * A step is one unit of a package's work: the first step of a claim calls the checkpointing
  * units' on_segment_claimed; then each step handles one batch in one transaction, or advances
@@ -12,13 +12,15 @@
  * reconciler's wake queues the next step, which resumes the cycle. No worker thread ever waits
  * on a future.
  *
- * Threads: steps run on the processor's worker threads; pawl_pkg_schedule and the wakes may be
+ * Threads: steps run on the workers of the processor's pool; pawl_pkg_schedule and the wakes may be
  * called from any thread. The coordinator (processor.c) creates packages, feeds their inboxes
  * under k->mu and frees them once they are on the done list.
  */
 #include "processor_int.h"
 
 #include "metrics.h"
+#include "mpsc.h"
+#include "pool.h"
 #include "segment.h"
 #include "trigger.h"
 
@@ -73,21 +75,31 @@ int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Run queue: a FIFO of packages served by the worker threads. A package re-queues itself at
- * the back after each batch, so every segment with work gets its turn.
+ * Scheduling: each package step is a task of the processor's work-stealing pool (seg_pool),
+ * always submitted through the pool's injection queue, so that a package re-queued after its
+ * batch goes behind the packages already waiting (see processor.c).
  * ------------------------------------------------------------------------------------------ */
+
+static void pkg_step(struct pkg *k);
+
+static void step_task(struct pawl_task *t, int status)
+{
+    struct pkg *k = PAWL_CONTAINER_OF(t, struct pkg, step);
+    if (status != 0) {
+        /* The pool only cancels what is still queued when it is freed, and the processor frees
+         * it after every package has finished; should it happen, the step is simply not run. */
+        pthread_mutex_lock(&k->mu);
+        k->scheduled = 0;
+        pthread_mutex_unlock(&k->mu);
+        return;
+    }
+    pkg_step(k);
+}
 
 static void enqueue(struct pawl_processor *p, struct pkg *k)
 {
-    pthread_mutex_lock(&p->qmu);
-    k->run_next = NULL;
-    if (p->qtail)
-        p->qtail->run_next = k;
-    else
-        p->qhead = k;
-    p->qtail = k;
-    pthread_cond_signal(&p->qcv);
-    pthread_mutex_unlock(&p->qmu);
+    k->step.fn = step_task;
+    pawl_pool_yield(p->seg_pool, &k->step);
 }
 
 /* Queue k unless a step is already queued or running. */
@@ -100,29 +112,6 @@ void pawl_pkg_schedule(struct pkg *k)
     pthread_mutex_unlock(&k->mu);
     if (go)
         enqueue(k->p, k);
-}
-
-static void pkg_step(struct pkg *k);
-
-void *pawl_pkg_worker_main(void *arg)
-{
-    struct pawl_processor *p = arg;
-    pthread_mutex_lock(&p->qmu);
-    for (;;) {
-        while (p->qhead == NULL && !p->qstop)
-            pthread_cond_wait(&p->qcv, &p->qmu);
-        if (p->qhead == NULL && p->qstop)
-            break;
-        struct pkg *k = p->qhead;
-        p->qhead = k->run_next;
-        if (p->qhead == NULL)
-            p->qtail = NULL;
-        pthread_mutex_unlock(&p->qmu);
-        pkg_step(k);
-        pthread_mutex_lock(&p->qmu);
-    }
-    pthread_mutex_unlock(&p->qmu);
-    return NULL;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -11,13 +11,16 @@
  *   - The extender thread refreshes this node's claims every claim_extend_interval_ms on its
  *     own, so a pool busy with slow handlers never lets a claim expire; a claim it finds taken
  *     marks the package lost.
- *   - Worker threads (opts.threads) run package steps from one FIFO run queue. One step handles
- *     one batch in one transaction; a package is queued at most once at a time and re-queues
- *     itself at the back after each batch, so a segment's batches never overlap, its events
- *     stay in index order, and every segment with work gets its turn. (Steps are long: they run
- *     handlers, which may block, and wait for a commit. The runtime's work-stealing pool runs
- *     an owner's own resubmissions LIFO, which would let a busy segment starve the others on
- *     its worker; so it only runs the checkpoint futures' continuations and timers here.)
+ *   - The segment workers are a runtime work-stealing pool of opts.threads workers ("pawl-seg").
+ *     A package step is a pool task. One step handles one batch in one transaction; a package
+ *     is queued at most once at a time and after each batch re-submits itself through the
+ *     pool's injection queue (pawl_pool_yield), not onto its worker's own deque: the deque's
+ *     owner end is LIFO, so a busy segment re-pushed there would run again before the segments
+ *     queued behind it. Through the injection queue a segment's batches never overlap, its
+ *     events stay in index order, every segment with work gets its turn, and a worker that
+ *     takes a run of queued steps leaves them in its deque where an idle worker steals them.
+ *     Checkpoint futures' continuations and timers run on a second, one-worker pool, so they
+ *     never wait behind long steps.
  *   - Claim extension has its own thread rather than a runtime timer: timer callbacks run as
  *     pool tasks, and an extension must not wait for a free worker.
  *
@@ -44,8 +47,7 @@
  * units' release reports and stores the result while the claim is still held. Claim extension
  * never writes a token, so a deferred token only moves on a reconciled request.
  *
- * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu, then the run
- * queue's qmu. The package list changes only on the coordinator thread, under p->mu; the
+ * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu. The package list changes only on the coordinator thread, under p->mu; the
  * coordinator reads it without the lock, other threads under p->mu.
  */
 #include "processor_int.h"
@@ -762,8 +764,6 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->admin_cv, NULL);
     pthread_mutex_init(&p->dispatch_mu, NULL);
-    pthread_mutex_init(&p->qmu, NULL);
-    pthread_cond_init(&p->qcv, NULL);
     pthread_mutex_init(&p->emu, NULL);
     pthread_cond_init(&p->ecv, NULL);
     pawl_event_batch_init(&p->readbuf);
@@ -780,8 +780,6 @@ fail_sync:
     pawl_event_batch_fini(&p->readbuf);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);
-    pthread_cond_destroy(&p->qcv);
-    pthread_mutex_destroy(&p->qmu);
     pthread_mutex_destroy(&p->dispatch_mu);
     pthread_cond_destroy(&p->admin_cv);
     pthread_cond_destroy(&p->cv);
@@ -804,12 +802,12 @@ int pawl_processor_start(struct pawl_processor *p)
     }
     p->started = 1;
     pthread_mutex_unlock(&p->mu);
-    p->workers = pawl_calloc(p->o.threads, sizeof *p->workers);
-    if (p->workers == NULL)
+    struct pawl_pool_opts po;
+    pawl_pool_opts_defaults(&po);
+    po.workers = (int)p->o.threads;
+    po.name = "pawl-seg";
+    if (pawl_pool_new(&p->seg_pool, &po) != 0)
         goto fail;
-    for (p->nworkers = 0; p->nworkers < p->o.threads; p->nworkers++)
-        if (pthread_create(&p->workers[p->nworkers], NULL, pawl_pkg_worker_main, p) != 0)
-            goto fail;
     /* Announce ourselves before the first claim cycle, so fair shares count this node. */
     p->tok->ops->extend(p->tok, p->name, p->node, NULL, 0, NULL);
     if (pthread_create(&p->extend_thread, NULL, extend_main, p) != 0)
@@ -826,15 +824,8 @@ int pawl_processor_start(struct pawl_processor *p)
               p->o.batch_size);
     return 0;
 fail:
-    pthread_mutex_lock(&p->qmu);
-    p->qstop = 1;
-    pthread_cond_broadcast(&p->qcv);
-    pthread_mutex_unlock(&p->qmu);
-    for (uint32_t i = 0; i < p->nworkers; i++)
-        pthread_join(p->workers[i], NULL);
-    pawl_free(p->workers);
-    p->workers = NULL;
-    p->nworkers = 0;
+    pawl_pool_free(p->seg_pool);
+    p->seg_pool = NULL;
     p->stopped = 1;
     return PAWL_ESYS;
 }
@@ -857,12 +848,14 @@ int pawl_processor_stop(struct pawl_processor *p)
     pthread_cond_broadcast(&p->ecv);
     pthread_mutex_unlock(&p->emu);
     pthread_join(p->extend_thread, NULL);
-    pthread_mutex_lock(&p->qmu);
-    p->qstop = 1;
-    pthread_cond_broadcast(&p->qcv);
-    pthread_mutex_unlock(&p->qmu);
-    for (uint32_t i = 0; i < p->nworkers; i++)
-        pthread_join(p->workers[i], NULL);
+    /* Every package has finished (the coordinator waited for their release cycles), so no
+     * step is queued: this joins idle workers. Its counters are kept for pawl_processor_stats. */
+    pthread_mutex_lock(&p->mu);
+    struct pawl_pool *sp = p->seg_pool;
+    pawl_pool_stats(sp, &p->seg_final);
+    p->seg_pool = NULL;
+    pthread_mutex_unlock(&p->mu);
+    pawl_pool_free(sp);
     p->tok->ops->leave(p->tok, p->name, p->node);
     PAWL_INFO(MOD, "%s: stopped; every claim released", p->name);
     return 0;
@@ -873,14 +866,11 @@ void pawl_processor_free(struct pawl_processor *p)
     if (p == NULL)
         return;
     pawl_processor_stop(p);
-    pawl_free(p->workers);
     pawl_free(p->backoffs);
     pawl_free(p->lut);
     pawl_event_batch_fini(&p->readbuf);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);
-    pthread_cond_destroy(&p->qcv);
-    pthread_mutex_destroy(&p->qmu);
     pthread_mutex_destroy(&p->dispatch_mu);
     pthread_cond_destroy(&p->admin_cv);
     pthread_cond_destroy(&p->cv);
@@ -906,6 +896,15 @@ void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats 
     s->source_errors = atomic_load_explicit(&p->st_source_errors, memory_order_relaxed);
     s->segments_owned = atomic_load_explicit(&p->st_owned, memory_order_relaxed);
     s->mode = p->mode;
+    struct pawl_pool_stats ps;
+    pthread_mutex_lock(&p->mu);
+    if (p->seg_pool)
+        pawl_pool_stats(p->seg_pool, &ps);
+    else
+        ps = p->seg_final;
+    pthread_mutex_unlock(&p->mu);
+    s->steps = ps.executed;
+    s->steps_stolen = ps.steals;
 }
 
 const char *pawl_processor_node_id(const struct pawl_processor *p)

@@ -1,7 +1,7 @@
 /*
  * processor_int.h — private declarations shared by the processor's two files: processor.c (the
  * coordinator, claims, claim extension, life cycle, administration) and package.c (work
- * packages, their run queue and worker threads, the event context). Never installed.
+ * packages, the pool their steps run on, the event context). Never installed.
  *
  * Ownership and locking are described at the top of processor.c; every field below says which
  * thread may touch it and under which lock.
@@ -77,7 +77,9 @@ struct pkg {
     int failed;
     int fail_rc;
 
-    /* Run queue link (under the pool's mutex). */
+    /* The pool task that runs this package's next step (queued at most once: `scheduled`). */
+    struct pawl_task step;
+    /* Link in the processor's done list (under p->mu). */
     struct pkg *run_next;
 };
 
@@ -101,7 +103,7 @@ struct pawl_processor {
     int mode; /* enum pawl_ckpt_mode */
     int64_t extend_ms;
     /* Checkpoint modes: the units, and the runtime pool and timers their continuations and
-     * time-outs run on (package steps themselves run on the FIFO run queue below). */
+     * time-outs run on (package steps themselves run on seg_pool below). */
     struct pawl_ckpt_unit *units;
     size_t nunits;
     struct pawl_pool *pool;
@@ -128,15 +130,11 @@ struct pawl_processor {
     pthread_mutex_t dispatch_mu;
     int64_t R; /* shared reader position; -1 unset */
 
-    /* Run queue. */
-    pthread_mutex_t qmu;
-    pthread_cond_t qcv;
-    struct pkg *qhead, *qtail;
-    int qstop;
+    /* The segment workers: package steps run as tasks of this work-stealing pool. */
+    struct pawl_pool *seg_pool;
+    struct pawl_pool_stats seg_final; /* its counters when it was freed (under mu) */
 
     pthread_t coord_thread, extend_thread;
-    pthread_t *workers;
-    uint32_t nworkers;
     pthread_mutex_t emu;
     pthread_cond_t ecv;
 
@@ -174,6 +172,5 @@ void pawl_pkg_free(struct pkg *k);
 /* package.c: queue k's next step unless one is queued or running. Any thread. */
 void pawl_pkg_schedule(struct pkg *k);
 /* package.c: a worker thread's main loop (arg: the processor). */
-void *pawl_pkg_worker_main(void *arg);
 
 #endif

@@ -27,6 +27,7 @@
 #include "schema.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -432,184 +433,28 @@ static int utf8_valid(const unsigned char *p, size_t n)
     return 1;
 }
 
-/* A small JSON syntax checker (RFC 8259); PostgreSQL's jsonb input is the final judge. */
-struct json {
-    const char *p, *end;
-    int depth;
-};
-
-static void js_ws(struct json *j)
+/*
+ * Metadata must be one JSON object, checked with jansson before anything reaches the server
+ * (so that the asynchronous path refuses it at the call, and the error names the event and the
+ * place). Integers are read as doubles so that no integer is refused for its size; a number
+ * beyond a double's range is refused, which PostgreSQL's jsonb would have stored (RFC 8259
+ * warns such numbers do not interoperate). The server's jsonb input still judges the text it
+ * stores: its refusal (22P02, 22P05) comes back as PAWL_EINVAL too.
+ */
+static int json_object_check(const char *s, size_t n, char *why, size_t wlen)
 {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-static int js_value(struct json *j);
-
-static int js_string(struct json *j)
-{
-    if (j->p >= j->end || *j->p != '"')
+    json_error_t jerr;
+    json_t *v = json_loadb(s, n, JSON_DECODE_INT_AS_REAL, &jerr);
+    if (v == NULL) {
+        snprintf(why, wlen, "%s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
         return 0;
-    j->p++;
-    while (j->p < j->end) {
-        unsigned char c = (unsigned char)*j->p++;
-        if (c == '"')
-            return 1;
-        if (c < 0x20)
-            return 0;
-        if (c == '\\') {
-            if (j->p >= j->end)
-                return 0;
-            char e = *j->p++;
-            if (e == 'u') {
-                for (int k = 0; k < 4; k++, j->p++)
-                    if (j->p >= j->end ||
-                        !((*j->p >= '0' && *j->p <= '9') || (*j->p >= 'a' && *j->p <= 'f') ||
-                          (*j->p >= 'A' && *j->p <= 'F')))
-                        return 0;
-            } else if (!strchr("\"\\/bfnrt", e)) {
-                return 0;
-            }
-        }
     }
-    return 0;
-}
-
-static int js_number(struct json *j)
-{
-    const char *s = j->p;
-    if (j->p < j->end && *j->p == '-')
-        j->p++;
-    if (j->p >= j->end)
-        return 0;
-    if (*j->p == '0')
-        j->p++;
-    else if (*j->p >= '1' && *j->p <= '9')
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    else
-        return 0;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return 0;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-            j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return 0;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    return j->p > s;
-}
-
-static int js_lit(struct json *j, const char *w)
-{
-    size_t n = strlen(w);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0)
-        return 0;
-    j->p += n;
-    return 1;
-}
-
-static int js_object(struct json *j)
-{
-    if (++j->depth > 128)
-        return 0;
-    j->p++; /* '{' */
-    js_ws(j);
-    if (j->p < j->end && *j->p == '}') {
-        j->p++;
-        j->depth--;
-        return 1;
-    }
-    for (;;) {
-        js_ws(j);
-        if (!js_string(j))
-            return 0;
-        js_ws(j);
-        if (j->p >= j->end || *j->p++ != ':')
-            return 0;
-        if (!js_value(j))
-            return 0;
-        js_ws(j);
-        if (j->p >= j->end)
-            return 0;
-        char c = *j->p++;
-        if (c == '}')
-            break;
-        if (c != ',')
-            return 0;
-    }
-    j->depth--;
-    return 1;
-}
-
-static int js_array(struct json *j)
-{
-    if (++j->depth > 128)
-        return 0;
-    j->p++; /* '[' */
-    js_ws(j);
-    if (j->p < j->end && *j->p == ']') {
-        j->p++;
-        j->depth--;
-        return 1;
-    }
-    for (;;) {
-        if (!js_value(j))
-            return 0;
-        js_ws(j);
-        if (j->p >= j->end)
-            return 0;
-        char c = *j->p++;
-        if (c == ']')
-            break;
-        if (c != ',')
-            return 0;
-    }
-    j->depth--;
-    return 1;
-}
-
-static int js_value(struct json *j)
-{
-    js_ws(j);
-    if (j->p >= j->end)
-        return 0;
-    switch (*j->p) {
-    case '{':
-        return js_object(j);
-    case '[':
-        return js_array(j);
-    case '"':
-        return js_string(j);
-    case 't':
-        return js_lit(j, "true");
-    case 'f':
-        return js_lit(j, "false");
-    case 'n':
-        return js_lit(j, "null");
-    default:
-        return js_number(j);
-    }
-}
-
-static int json_object_valid(const char *s, size_t n)
-{
-    struct json j = {s, s + n, 0};
-    js_ws(&j);
-    if (j.p >= j.end || *j.p != '{')
-        return 0;
-    if (!js_object(&j))
-        return 0;
-    js_ws(&j);
-    return j.p == j.end;
+    int ok = json_is_object(v);
+    if (!ok)
+        snprintf(why, wlen, "a JSON %s, not an object",
+                 json_is_array(v) ? "array" : json_is_string(v) ? "string" : "value");
+    json_decref(v);
+    return ok;
 }
 
 static int cmp_stream_pos(const void *a, const void *b, void *arg)
@@ -673,9 +518,9 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
             snprintf(msg, mlen, "event %zu: stream_id or type is not valid UTF-8", i);
             return PAWL_EINVAL;
         }
-        if (e->metadata && (!utf8_valid((const unsigned char *)e->metadata, lm) ||
-                            !json_object_valid(e->metadata, lm))) {
-            snprintf(msg, mlen, "event %zu: metadata is not a JSON object", i);
+        char why[200];
+        if (e->metadata && !json_object_check(e->metadata, lm, why, sizeof why)) {
+            snprintf(msg, mlen, "event %zu: metadata is not a JSON object: %.150s", i, why);
             return PAWL_EINVAL;
         }
         if (e->stream_seq < 0) {
@@ -1088,6 +933,13 @@ static void op_done(struct pawl_pgreq *req, int rc)
         res.rc = PAWL_ECONFLICT;
         snprintf(res.message, sizeof res.message,
                  "a stream is not at the expected version (stream_seq - 1 of its first event)");
+    } else if (rc == PAWL_ESQL &&
+               (strcmp(req->sqlstate, "22P02") == 0 || strcmp(req->sqlstate, "22P05") == 0)) {
+        /* The only text the server parses is the metadata (see json_object_check). */
+        res.rc = PAWL_EINVAL;
+        snprintf(res.sqlstate, sizeof res.sqlstate, "%s", req->sqlstate);
+        snprintf(res.message, sizeof res.message, "metadata is not valid JSON: %.200s",
+                 req->message);
     } else if (rc == PAWL_ESQL && strcmp(req->sqlstate, "23505") == 0) {
         res.rc = PAWL_ECONFLICT;
         snprintf(res.sqlstate, sizeof res.sqlstate, "%s", req->sqlstate);

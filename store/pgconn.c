@@ -522,28 +522,17 @@ broken:
     return -1;
 }
 
-static struct pawl_pgreq *pop_pinned(struct conn *c)
-{
-    struct pawl_pgpool *p = c->pool;
-    pthread_mutex_lock(&p->mu);
-    struct pawl_pgreq *r = c->pinned_head;
-    if (r) {
-        c->pinned_head = r->_next;
-        if (!c->pinned_head)
-            c->pinned_tail = NULL;
-    }
-    pthread_mutex_unlock(&p->mu);
-    return r;
-}
-
-static struct pawl_pgreq *pop_shared(struct pawl_pgpool *p)
+/* Pop the oldest request of one of the pool's queues (a connection's pinned queue or the
+ * shared one), under the pool's mutex. */
+static struct pawl_pgreq *pop_locked(struct pawl_pgpool *p, struct pawl_pgreq **head,
+                                     struct pawl_pgreq **tail)
 {
     pthread_mutex_lock(&p->mu);
-    struct pawl_pgreq *r = p->q_head;
+    struct pawl_pgreq *r = *head;
     if (r) {
-        p->q_head = r->_next;
-        if (!p->q_head)
-            p->q_tail = NULL;
+        *head = r->_next;
+        if (!*head)
+            *tail = NULL;
     }
     pthread_mutex_unlock(&p->mu);
     return r;
@@ -565,7 +554,7 @@ static void dispatch(struct pawl_pgpool *p)
     for (int i = 0; i < p->nconns; i++) {
         struct conn *c = &p->conns[i];
         while (can_send(c)) {
-            struct pawl_pgreq *r = pop_pinned(c);
+            struct pawl_pgreq *r = pop_locked(p, &c->pinned_head, &c->pinned_tail);
             if (r == NULL)
                 break;
             if (send_req(c, r) != 0)
@@ -582,7 +571,7 @@ static void dispatch(struct pawl_pgpool *p)
         }
         if (best == NULL)
             break;
-        struct pawl_pgreq *r = pop_shared(p);
+        struct pawl_pgreq *r = pop_locked(p, &p->q_head, &p->q_tail);
         if (r == NULL)
             break;
         if (send_req(best, r) == 0)

@@ -7,7 +7,7 @@
  * warm-up. Then a rate-limited cell (--rate events/s in --rate-batch-event appends, default
  * 10000 events/s as 1000 appends of 10, 4 connections, finalizer on) for the delay at a steady
  * load. With --baseline, the same closed-loop cells
- * also run against the per-event design (sql/bench/per_event.sql: every event row renumbered
+ * also run against the per-event design (bench/baselines/renumber.sql: every event row renumbered
  * by the finalizer), which is what the per-run design is measured against.
  *
  * Between cells, everything appended is finalized (untimed) so each cell starts clean.
@@ -273,7 +273,7 @@ static void *pe_finalizer(void *arg)
             continue;
         }
         long long upto = atomic_load(&pe->acked);
-        PGresult *r = PQexec(c, "SELECT * FROM pawl_bench_pe.finalize()");
+        PGresult *r = PQexec(c, "SELECT * FROM bl_renumber.finalize()");
         PQclear(r);
         pe->runs++;
         int64_t t = now_ns();
@@ -307,8 +307,8 @@ static void run_pe_cell(struct cell *c)
     pe->batch = c->batch;
     pe->stmt = pawl_pgpool_prepare(
         pe->pool,
-        "INSERT INTO pawl_bench_pe.events (stream_id, stream_seq, type, payload, metadata) "
-        "SELECT u.s, coalesce((SELECT e.stream_seq FROM pawl_bench_pe.events e "
+        "INSERT INTO bl_renumber.events (stream_id, stream_seq, type, payload, metadata) "
+        "SELECT u.s, coalesce((SELECT e.stream_seq FROM bl_renumber.events e "
         "WHERE e.stream_id = u.s ORDER BY e.stream_seq DESC LIMIT 1), 0) "
         "+ row_number() OVER (PARTITION BY u.s ORDER BY u.o), u.t, u.p, NULL "
         "FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(s, t, p, o)",
@@ -384,7 +384,7 @@ static void run_pe_cell(struct cell *c)
     pawl_pgpool_free(pe->pool);
     /* Clean: renumber what is left, untimed. */
     PGconn *pc = PQconnectdb(dsn);
-    PQclear(PQexec(pc, "SELECT * FROM pawl_bench_pe.finalize()"));
+    PQclear(PQexec(pc, "SELECT * FROM bl_renumber.finalize()"));
     PQfinish(pc);
     free(pe->delays);
     free(pe);
@@ -392,9 +392,9 @@ static void run_pe_cell(struct cell *c)
 
 static void setup_baseline(void)
 {
-    FILE *f = fopen(PAWL_BENCH_SQL_DIR "/per_event.sql", "r");
+    FILE *f = fopen(PAWL_BENCH_SQL_DIR "/renumber.sql", "r");
     if (f == NULL) {
-        fprintf(stderr, "cannot open per_event.sql\n");
+        fprintf(stderr, "cannot open renumber.sql\n");
         exit(1);
     }
     static char sql[65536];
@@ -405,7 +405,7 @@ static void setup_baseline(void)
     PQclear(PQexec(c, "SET client_min_messages = warning"));
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        fprintf(stderr, "per_event.sql: %s", PQerrorMessage(c));
+        fprintf(stderr, "renumber.sql: %s", PQerrorMessage(c));
         exit(1);
     }
     PQclear(r);

@@ -401,6 +401,8 @@ struct pawl_processor_stats {
     uint64_t source_errors;  /* failed reads */
     uint32_t segments_owned; /* right now */
     int mode;                /* enum pawl_ckpt_mode */
+    uint64_t steps;          /* package steps run by the segment workers (the pool's tasks) */
+    uint64_t steps_stolen;   /* of those, taken from another worker's deque */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 

@@ -235,7 +235,10 @@ static void test_invalid_utf8(void **state)
     assert_int_equal(pawl_test_query_i64(base_dsn, "SELECT count(*) FROM pawl.events WHERE "
                                                    "stream_id = 'café-😀' AND type = '日'"),
                      1);
-    /* Metadata must be a JSON object. */
+    /* Metadata must be a JSON object; no integer is refused for its size. */
+    e = event("meta", "T");
+    e.metadata = "{\"big\": 123456789012345678901234567890, \"x\": [1e300, -0.5, null]}";
+    append_ok(s, &e, 1);
     static const char *const bad_meta[] = {"{",        "[1]",        "42",          "\"s\"",
                                            "{\"a\":}", "{\"a\":1}x", "{\"\xff\":1}"};
     for (size_t i = 0; i < sizeof bad_meta / sizeof bad_meta[0]; i++) {

@@ -134,6 +134,10 @@ static void test_append_read(void **state)
     struct pawl_event badmeta = ev("order-9", 0, "t", "");
     badmeta.metadata = "{\"a\": }";
     assert_int_equal(pawl_append(s, &badmeta, 1, &r), PAWL_EINVAL);
+    assert_non_null(strstr(r.message, "event 0: metadata is not a JSON object"));
+    assert_non_null(strstr(r.message, "column")); /* where the parser stopped */
+    badmeta.metadata = "{\"a\": \"\\u0000\"}";
+    assert_int_equal(pawl_append(s, &badmeta, 1, &r), PAWL_EINVAL);
     badmeta.metadata = "[1]";
     assert_int_equal(pawl_append(s, &badmeta, 1, &r), PAWL_EINVAL);
     struct pawl_event badutf = ev("order-\xff", 0, "t", "");

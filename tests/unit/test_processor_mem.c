@@ -250,6 +250,11 @@ static void test_single_node(void **state)
     assert_int_equal(st.segments_owned, 16);
     assert_int_equal(st.events, 4000);
     assert_int_equal(st.batch_failures, 0);
+    /* Every committed batch ran as a step of the segment workers' pool. */
+    assert_true(st.steps >= st.batches);
+    printf("single node: %llu batches, %llu pool steps, %llu stolen\n",
+           (unsigned long long)st.batches, (unsigned long long)st.steps,
+           (unsigned long long)st.steps_stolen);
     /* The process-wide metrics saw the same. */
     struct pawl_metrics_snapshot *m = malloc(sizeof *m);
     assert_int_equal(pawl_metrics_snapshot(m), 0);
