@@ -269,9 +269,27 @@ static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, in
  * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
  * transaction stays open), or an error (rolled back).
  */
-static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t n, size_t handled)
+/* Plain mode: whether the token should be written now although the batch wrote nothing else:
+ * every read_batch events, every claim_poll_ms, as for an idle segment (and on release). */
+static int token_due(const struct pkg *k, int64_t end)
+{
+    const struct pawl_processor *p = k->p;
+    return end - k->token >= (int64_t)p->o.read_batch ||
+           pawl_now_ns() - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000;
+}
+
+static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t n, size_t handled,
+                        size_t stmts)
 {
     struct pawl_processor *p = k->p;
+    if (p->mode == PAWL_CKPT_PLAIN && stmts == 0 && end > k->token && !token_due(k, end)) {
+        /* The handlers queued nothing, so the token is all this transaction would commit: a
+         * round trip and a WAL flush per batch, for a position that only bounds redelivery.
+         * It is written when due instead; a crash in between redelivers at most that much. */
+        txn->ops->rollback(txn);
+        batch_done(k, end, k->token, n, handled);
+        return 0;
+    }
     if (p->mode == PAWL_CKPT_PLAIN)
         return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled);
     int64_t req = PAWL_RECONCILE_NOTHING, pending;
@@ -460,6 +478,41 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
 }
 
 /* Handle up to batch_size events of work in one transaction. 0, PAWL_EAGAIN (parked), error. */
+/* The transaction handlers see in a batch: counts their statements, forwards everything. */
+struct counted_txn {
+    struct pawl_txn base;
+    struct pawl_txn *inner;
+    size_t stmts;
+};
+
+static int counted_exec(struct pawl_txn *t, const char *sql, int nparams, const char *const *values)
+{
+    struct counted_txn *c = PAWL_CONTAINER_OF(t, struct counted_txn, base);
+    c->stmts++;
+    return c->inner->ops->exec(c->inner, sql, nparams, values);
+}
+
+static int counted_store(struct pawl_txn *t, int64_t token)
+{
+    (void)t;
+    (void)token;
+    return PAWL_ENOTSUP; /* the processor owns the token write */
+}
+
+static int counted_commit(struct pawl_txn *t)
+{
+    (void)t;
+    return PAWL_ENOTSUP; /* the processor commits the batch */
+}
+
+static void counted_rollback(struct pawl_txn *t)
+{
+    (void)t; /* the processor rolls the batch back when a handler fails */
+}
+
+static const struct pawl_txn_ops counted_ops = {counted_exec, counted_store, counted_commit,
+                                                 counted_rollback};
+
 static int pkg_batch(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
@@ -478,6 +531,9 @@ static int pkg_batch(struct pkg *k)
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
+    /* Handlers get a counting front of the transaction: a batch that queued no statements may
+     * skip its token write (commit_cycle). */
+    struct counted_txn ct = {{&counted_ops}, txn, 0};
     size_t handled = 0;
     for (size_t i = 0; i < n; i++) {
         const struct pawl_event *e = &ev[i];
@@ -485,7 +541,7 @@ static int pkg_batch(struct pkg *k)
         if (k->has_merge && e->index <= k->merge_token &&
             pawl_segment_contains(k->merge_seg, pawl_stream_hash(e->stream_id)))
             continue;
-        rc = run_handlers(k, txn, e, i);
+        rc = run_handlers(k, &ct.base, e, i);
         if (rc) {
             txn->ops->rollback(txn);
             return rc;
@@ -497,7 +553,7 @@ static int pkg_batch(struct pkg *k)
         txn->ops->rollback(txn);
         return PAWL_ECLAIM;
     }
-    return commit_cycle(k, txn, end, n, handled);
+    return commit_cycle(k, txn, end, n, handled, ct.stmts);
 }
 
 /* An empty commit cycle at the consumed position (idle segment). 0, PAWL_EAGAIN or error. */
@@ -508,7 +564,7 @@ static int pkg_idle_cycle(struct pkg *k)
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
-    return commit_cycle(k, txn, k->consumed, 0, 0);
+    return commit_cycle(k, txn, k->consumed, 0, 0, 0);
 }
 
 /* Abort after a failure: the batch is rolled back; release (reconciling what units confirm). */

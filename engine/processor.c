@@ -420,16 +420,33 @@ static int coord_read(struct pawl_processor *p)
 {
     /* Under dispatch_mu the attached set is stable; membership is the coordinator's. */
     pthread_mutex_lock(&p->dispatch_mu);
-    int64_t low = INT64_MAX;
-    int want = 0;
+    int64_t low = INT64_MAX, now = pawl_now_ns();
+    int want = 0, hold = 0;
     for (struct pkg *k = p->pkgs; k; k = k->next) {
         pthread_mutex_lock(&k->mu);
         if (k->attached && k->state == PKG_RUN) {
             low = PAWL_MIN(low, k->queued_pos);
-            if (pawl_pkg_has_room(p, k))
+            if (pawl_pkg_has_room(p, k)) {
                 want = 1;
+                k->full_since_ns = 0;
+            } else if (k->full_since_ns == 0) {
+                k->full_since_ns = now;
+                hold = 1;
+            } else if (now - k->full_since_ns < PAWL_DETACH_AFTER_NS) {
+                hold = 1;
+            }
         }
         pthread_mutex_unlock(&k->mu);
+    }
+    /* A full inbox holds the reader back for a while (its worker is usually about to drain
+     * it), so that a catch-up where every segment is busy does not detach them all and
+     * multiply the reads; a package still full after PAWL_DETACH_AFTER_NS is detached by the
+     * dispatch below and catches up on its own reads, so a slow segment stalls the others for
+     * at most that long. */
+    p->held = hold;
+    if (hold) {
+        pthread_mutex_unlock(&p->dispatch_mu);
+        return 0;
     }
     /* Nobody attached needs anything below the lowest attached position. */
     if (low != INT64_MAX && low > p->R)
@@ -575,7 +592,9 @@ static void *coord_main(void *arg)
         }
         int64_t R = p->R;
         pthread_mutex_unlock(&p->dispatch_mu);
-        if (attached && room && next_read <= now) {
+        if (p->held)
+            wait_ns = PAWL_MIN(wait_ns, (int64_t)5 * 1000000);
+        if (attached && room && next_read <= now && !p->held) {
             p->src->ops->wait(p->src, R, wait_ns / 1000000);
         } else {
             pthread_mutex_lock(&p->mu);

@@ -63,6 +63,7 @@ struct pkg {
     struct pawl_event_batch inbox;
     int64_t queued_pos;
     int attached;
+    int64_t full_since_ns; /* when the coordinator first found the inbox full; 0 = has room */
     int scheduled;
     int state;
     int woken; /* the reconciler's wake arrived: resume at the next step */
@@ -129,6 +130,7 @@ struct pawl_processor {
 
     pthread_mutex_t dispatch_mu;
     int64_t R; /* shared reader position; -1 unset */
+    int held;  /* the last read was held back by a full inbox (coordinator-only) */
 
     /* The segment workers: package steps run as tasks of this work-stealing pool. */
     struct pawl_pool *seg_pool;
@@ -161,6 +163,9 @@ struct pawl_event_ctx {
 };
 
 /* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */
+/* How long a full inbox holds the shared reader back before its package is detached. */
+#define PAWL_DETACH_AFTER_NS (50 * 1000000LL)
+
 static inline int pawl_pkg_has_room(const struct pawl_processor *p, const struct pkg *k)
 {
     return k->inbox.n < p->o.read_ahead / 2 + 1 && k->inbox._used < p->o.read_ahead_bytes / 2;
@@ -171,6 +176,5 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
 void pawl_pkg_free(struct pkg *k);
 /* package.c: queue k's next step unless one is queued or running. Any thread. */
 void pawl_pkg_schedule(struct pkg *k);
-/* package.c: a worker thread's main loop (arg: the processor). */
 
 #endif

@@ -7,7 +7,9 @@
  * only once every unit on the segment has confirmed, through a future, that its work is durable
  * up to that token. The processor's mode follows from its handlers:
  *
- *   - no checkpointing unit       PAWL_CKPT_PLAIN     the token is stored with every batch;
+ *   - no checkpointing unit       PAWL_CKPT_PLAIN     the token is stored with every batch
+ *                                                      that queued SQL (else when due, see
+ *                                                      pawl/processor.h);
  *   - every handler is a unit     PAWL_CKPT_DEFERRED  the token moves only when a unit asks,
  *                                                      through its trigger;
  *   - some are, some are not      PAWL_CKPT_AUTO      every batch asks the units to cover the

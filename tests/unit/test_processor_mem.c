@@ -187,6 +187,96 @@ static int owned_by(struct world *w, const char *proc, const char *node)
     return c;
 }
 
+static int64_t min_token(struct world *w, const char *proc)
+{
+    struct pawl_segment_status *rows;
+    size_t n;
+    assert_int_equal(w->tok->ops->list(w->tok, proc, &rows, &n), 0);
+    int64_t lo = INT64_MAX;
+    for (size_t i = 0; i < n; i++)
+        lo = rows[i].token < lo ? rows[i].token : lo;
+    pawl_tokens_rows_free(rows);
+    return lo;
+}
+
+static _Atomic int64_t counted_events;
+
+static int count_only(void *self, struct pawl_event_ctx *ctx)
+{
+    (void)self;
+    (void)ctx;
+    atomic_fetch_add(&counted_events, 1);
+    return 0;
+}
+
+/* Plain mode: a batch whose handlers queued no statement does not write the token on its own
+ * (only every read_batch events or claim_poll_ms, and at release); a batch that queued one
+ * writes it with them. */
+static void test_plain_token_writes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    struct pawl_processor_opts o;
+    opts_fast(&o, "lazy", "n1");
+    o.segments = 1;
+    o.batch_size = 10;
+    o.read_batch = 1000;
+    o.claim_poll_ms = 60000;
+    struct pawl_handler quiet = {"quiet", NULL, count_only, NULL};
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &quiet, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    append(&w, 210, NSTREAMS);
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(&counted_events) < 210 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_int_equal(atomic_load(&counted_events), 210);
+    usleep(50000);
+    assert_int_equal(min_token(&w, "lazy"), 0); /* 21 batches, no token write yet */
+    struct pawl_processor_stats st;
+    pawl_processor_stats(p, &st);
+    assert_true(st.batches >= 21);
+    pawl_processor_free(p); /* release stores the consumed position */
+    assert_int_equal(min_token(&w, "lazy"), 210);
+
+    /* Due by count: with read_batch 50 the token trails the handled events by less than 50. */
+    atomic_store(&counted_events, 0);
+    opts_fast(&o, "bycount", "n1");
+    o.segments = 1;
+    o.batch_size = 10;
+    o.read_batch = 50;
+    o.claim_poll_ms = 60000;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &quiet, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    t0 = pawl_test_now_ms();
+    while (atomic_load(&counted_events) < 210 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    usleep(50000);
+    int64_t tok = min_token(&w, "bycount");
+    assert_true(tok > 210 - 50 && tok <= 210);
+    pawl_processor_free(p);
+    assert_int_equal(min_token(&w, "bycount"), 210);
+
+    /* The projection handler queues a statement per event: every batch writes the token. */
+    struct hctx hc = {.slow_stream = -1, .fail_index = -1};
+    struct pawl_handler proj = {"proj", &hc, handle, NULL};
+    opts_fast(&o, "eager", "n1");
+    o.segments = 1;
+    o.batch_size = 10;
+    o.claim_poll_ms = 60000;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &proj, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(wait_total(&w, 210, 10000));
+    t0 = pawl_test_now_ms();
+    while (min_token(&w, "eager") < 210 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_int_equal(min_token(&w, "eager"), 210);
+    pawl_processor_free(p);
+    assert_exact(&w);
+    world_fini(&w);
+}
+
 static void test_opts_and_errors(void **state)
 {
     (void)state;
@@ -879,18 +969,6 @@ static void unit_fini(struct unit *u)
     pthread_mutex_destroy(&u->mu);
 }
 
-static int64_t min_token(struct world *w, const char *proc)
-{
-    struct pawl_segment_status *rows;
-    size_t n;
-    assert_int_equal(w->tok->ops->list(w->tok, proc, &rows, &n), 0);
-    int64_t t = INT64_MAX;
-    for (size_t i = 0; i < n; i++)
-        t = rows[i].token < t ? rows[i].token : t;
-    pawl_tokens_rows_free(rows);
-    return t;
-}
-
 /* Fully deferred: the stored token moves only on the units' requests (here: events whose
  * index is a multiple of 100), an idle segment's request runs a cycle on its own, and stop
  * reconciles the release up to the consumed position. */
@@ -1030,6 +1108,7 @@ int main(void)
         cmocka_unit_test(test_read_ahead_bytes),
         cmocka_unit_test(test_ckpt_deferred),
         cmocka_unit_test(test_ckpt_auto),
+        cmocka_unit_test(test_plain_token_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
