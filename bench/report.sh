@@ -119,8 +119,16 @@ echo "| PostgreSQL | $(meta postgresql) (same server for pawl, baselines and pee
 echo "| settings | $(meta postgresql_settings) |"
 echo "| load average (1/5/15 min) | before: $(meta load_start); after: $(meta load_end) |"
 echo
-echo "The machine is shared: other builds and test suites ran during this run, so a load average"
-echo "above the CPU count means every figure here is lower, and noisier, than on an idle machine."
+# The 1-minute load average before and after, against the CPU count: was anything else running?
+busy=$(awk -v c="$(meta cpus)" -v a="$(meta load_start)" -v b="$(meta load_end)" \
+    'BEGIN { split(a, x, " "); split(b, y, " "); print (x[1] > c || y[1] > c) ? 1 : 0 }')
+if [ "$busy" = 1 ]; then
+    echo "The load average exceeded the CPU count: other work shared the machine during this run,"
+    echo "so every figure here is lower, and noisier, than on an idle machine."
+else
+    echo "The load average stayed below the CPU count (the benchmark's own load): nothing else of"
+    echo "note ran. The machine is a shared VM, so repeats still scatter by about ±20%."
+fi
 echo "Compare rows of one table (they ran minutes apart), not this run with another."
 echo
 

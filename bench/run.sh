@@ -120,10 +120,10 @@ if [ $baselines = 1 ]; then
     step "baselines"
     PAWL_BIN=$bin "$root/bench/baselines/run.sh" $qflag --dsn "$dsn" --out "$out/baselines.csv" >/dev/null
 fi
-if [ $peers = 1 ] && ! command -v node >/dev/null; then
-    echo "run.sh: node (Node.js 20) not found: the peers are skipped (apt-get install nodejs npm)" >&2
+if [ $peers = 1 ] && ! . "$root/bench/peers/node.sh"; then
+    echo "run.sh: no Node.js >= 20 (see above): the peers are skipped" >&2
     peers=0
-    peers_note="skipped: Node.js not installed"
+    peers_note="skipped: no Node.js >= 20"
 fi
 if [ $peers = 1 ]; then
     step "peers"

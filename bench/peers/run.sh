@@ -15,6 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "run.sh: $*" >&2; exit 1; }
+. "$here/node.sh" || die "Node.js >= 20 is required"
 # The command as run, for the run's description; a DSN may hold a password, so it is not copied.
 command_line="bench/peers/run.sh"
 prev=

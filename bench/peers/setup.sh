@@ -23,7 +23,7 @@ if [ -z "$dsn" ]; then
     (cd "$root" && tools/pawl-pg status >/dev/null) || (cd "$root" && tools/pawl-pg start)
 fi
 
-command -v node >/dev/null || die "node (>= 20) is required"
+. "$here/node.sh" || die "Node.js >= 20 is required"
 command -v npm >/dev/null || die "npm is required"
 command -v psql >/dev/null || die "psql is required (postgresql-client)"
 
