@@ -31,7 +31,9 @@ static int open_store(struct pawl_config *cfg, const char *dsn, struct pawl_stor
     }
     tool_err("cannot open the event log at %s: %s", tool_dsn_printable(dsn),
              err[0] ? err : pawl_strerror(rc));
-    return rc == PAWL_EINVAL ? TOOL_USAGE : TOOL_NODB;
+    /* Only a connection failure is "cannot reach the database"; a refusal by the server
+     * (permissions, a failed statement) is a failed operation. */
+    return rc == PAWL_EINVAL ? TOOL_USAGE : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
 }
 
 /* Store figures for the metrics endpoint (the library's own histograms come first). */

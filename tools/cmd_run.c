@@ -113,6 +113,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     }
 
     const char *dsn = tool_dsn(cfg);
+    struct pawl_store *store = NULL;
     struct pawl_source *src = NULL;
     struct pawl_tokens *tok = NULL;
     struct pawl_processor *p = NULL;
@@ -123,10 +124,16 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         ex = TOOL_NODB;
         goto out;
     }
-    if ((rc = pawl_source_pg_new(&src, dsn)) != 0 || (rc = pawl_tokens_pg_new(&tok, dsn)) != 0) {
-        tool_err("run: cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
-        ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : TOOL_NODB;
+    /* The log store with the store flags (--finalizer 0 for a role that may not finalize,
+     * --connections, ...), read through a source over it. */
+    char serr[512] = "";
+    if ((rc = pawl_store_new(&store, dsn, &cfg->store, serr, sizeof serr)) != 0 ||
+        (rc = pawl_source_pg_from_store(&src, store, dsn)) != 0 ||
+        (rc = pawl_tokens_pg_new(&tok, dsn)) != 0) {
+        tool_err("run: cannot open the log and token store at %s: %s%s%s%s",
+                 tool_dsn_printable(dsn), pawl_strerror(rc), serr[0] ? ": " : "", serr,
+                 rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+        ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
         goto out;
     }
     if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, &h, 1)) != 0) {
@@ -192,6 +199,7 @@ out:
     pawl_processor_free(p);
     pawl_tokens_free(tok);
     pawl_source_free(src);
+    pawl_store_free(store);
     ex_projection_free(proj);
     ex_async_free(async);
     pthread_mutex_destroy(&b.out_mu);

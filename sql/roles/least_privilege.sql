@@ -24,6 +24,7 @@
 --       no INSERT on pawl.events. It may finalize (insert into pawl.runs): the processor's log
 --       source runs a finalizer so that appends of a crashed appender still become readable;
 --       finalizing only orders appends that were already committed, it cannot create events.
+--       (`pawl run --no-finalizer` starts none; such a processor needs no INSERT on pawl.runs.)
 --       Projection tables a processor's handlers write belong to the service: grant those
 --       yourself.
 --

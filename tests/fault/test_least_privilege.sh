@@ -83,7 +83,7 @@ grep -qi 'permission denied\|42501' "$tmp/run.err"; [ $? -ne 0 ]; check "process
 "$PAWL" split pp --segment 1 --execute >/dev/null 2>&1; expect_rc "processor: pawl split --execute" 0 $?
 before=$(q 'SELECT count(*) FROM pawl.events')
 echo '{"stream":"p-1","type":"T"}' | "$PAWL" append 2>"$tmp/err"; rc=$?
-[ $rc -ne 0 ]; check "processor: pawl append refused (exit $rc)" $?
+[ $rc -eq 1 ]; check "processor: pawl append refused (exit $rc, want 1: a refusal, not an unreachable database)" $?
 grep -q '42501\|permission denied' "$tmp/err"; check "processor: the message says permission denied" $?
 [ "$(q 'SELECT count(*) FROM pawl.events')" -eq "$before" ]; check "processor: nothing appended" $?
 as $proc "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload) VALUES (pg_current_xact_id(), 1, 0, 1, 'x', 'T', '')" |
