@@ -251,7 +251,7 @@ static const struct pawl_flag flags[] = {
      .def = "4",
      .min = 1,
      .max = 256,
-     .help = "Processor worker threads",
+     .help = "Segment workers: threads of the processor's work-stealing pool",
      .scope = S_PROC,
      AT(processor.threads)},
     {.name = "timer-backend",
