@@ -10,6 +10,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
 out=${1:-$here/results}
 [ -d "$out" ] || { echo "report.sh: $out is not a directory" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -34,15 +35,7 @@ has() { [ -s "$out/$1.csv" ] && [ "$(wc -l <"$out/$1.csv")" -gt 1 ]; }
 } >"$out/pawl_peerfmt.csv"
 
 # ---- plots ---------------------------------------------------------------------------------
-common='set terminal pngcairo noenhanced size 1100,560 font ",10"
-set datafile separator "\t"
-set style data histogram
-set style histogram cluster gap 1
-set style fill solid 0.85 border -1
-set boxwidth 0.9
-set grid ytics
-set key top left
-set xtics rotate by -25'
+common=$bench_gnuplot_histogram
 if command -v gnuplot >/dev/null; then
     if has latency; then
         awk -F, 'BEGIN { print "cell\tp50\tp99\tp999\tmax" }

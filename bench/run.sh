@@ -24,14 +24,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 die() { echo "run.sh: $*" >&2; exit 1; }
-command_line="bench/run.sh"
-prev=
-for a in "$@"; do
-    if [ "$prev" = --dsn ]; then a=DSN; fi
-    a=${a#"$root"/} # paths inside the checkout are recorded relative to it
-    command_line+=" $a"
-    prev=$a
-done
+. "$here/lib.sh"
+command_line=$(bench_command_line "$root" bench/run.sh "$@")
 
 mode=full
 long=0

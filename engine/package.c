@@ -331,15 +331,7 @@ static int store_now(struct pkg *k, int64_t token)
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
-    rc = txn->ops->store(txn, token);
-    if (rc) {
-        txn->ops->rollback(txn);
-        return rc;
-    }
-    rc = txn->ops->commit(txn);
-    if (rc == 0)
-        batch_done(k, token, token, 0, 0);
-    return rc;
+    return ckpt_commit(k, txn, token, token, 0, 0);
 }
 
 /* The last part of a release: store what the units confirmed, then free the claim. */

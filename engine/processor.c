@@ -414,9 +414,10 @@ static void admin_serve_locked(struct pawl_processor *p)
 
 /*
  * Read one batch after R and dispatch it. Returns 1 when it read events, 0 when there is
- * nothing to read (or no package wants events), negative on a source error.
+ * nothing to read (or no package wants events), negative on a source error. *held is set when
+ * the read was held back by a full inbox (see below).
  */
-static int coord_read(struct pawl_processor *p)
+static int coord_read(struct pawl_processor *p, int *held)
 {
     /* Under dispatch_mu the attached set is stable; membership is the coordinator's. */
     pthread_mutex_lock(&p->dispatch_mu);
@@ -443,7 +444,7 @@ static int coord_read(struct pawl_processor *p)
      * multiply the reads; a package still full after PAWL_DETACH_AFTER_NS is detached by the
      * dispatch below and catches up on its own reads, so a slow segment stalls the others for
      * at most that long. */
-    p->held = hold;
+    *held = hold;
     if (hold) {
         pthread_mutex_unlock(&p->dispatch_mu);
         return 0;
@@ -547,9 +548,9 @@ static void *coord_main(void *arg)
             next_claim = now + (int64_t)p->o.claim_poll_ms * 1000000;
         }
 
-        int got = 0;
+        int got = 0, held = 0;
         if (now >= next_read) {
-            got = coord_read(p);
+            got = coord_read(p, &held);
             if (got < 0) {
                 atomic_fetch_add_explicit(&p->st_source_errors, 1, memory_order_relaxed);
                 read_backoff_ms = read_backoff_ms
@@ -592,9 +593,9 @@ static void *coord_main(void *arg)
         }
         int64_t R = p->R;
         pthread_mutex_unlock(&p->dispatch_mu);
-        if (p->held)
+        if (held)
             wait_ns = PAWL_MIN(wait_ns, (int64_t)5 * 1000000);
-        if (attached && room && next_read <= now && !p->held) {
+        if (attached && room && next_read <= now && !held) {
             p->src->ops->wait(p->src, R, wait_ns / 1000000);
         } else {
             pthread_mutex_lock(&p->mu);

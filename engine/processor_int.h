@@ -130,7 +130,6 @@ struct pawl_processor {
 
     pthread_mutex_t dispatch_mu;
     int64_t R; /* shared reader position; -1 unset */
-    int held;  /* the last read was held back by a full inbox (coordinator-only) */
 
     /* The segment workers: package steps run as tasks of this work-stealing pool. */
     struct pawl_pool *seg_pool;

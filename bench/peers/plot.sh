@@ -15,6 +15,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+. "$here/../lib.sh"
 outdir=$root/bench/results
 files=()
 while [ $# -gt 0 ]; do
@@ -39,16 +40,8 @@ trap 'rm -rf "$tmp"' EXIT
 for f in "${files[@]}"; do [ -f "$f" ] || { echo "plot.sh: $f not found" >&2; exit 1; }; done
 for f in "${files[@]}"; do tail -n +2 "$f"; done | grep -v '^$' >"$tmp/all.csv" || true
 
-common='set terminal pngcairo noenhanced size 1100,560 font ",10"
-set datafile separator "\t"
-set datafile missing "-"
-set style data histogram
-set style histogram cluster gap 1
-set style fill solid 0.85 border -1
-set boxwidth 0.9
-set grid ytics
-set key top left
-set xtics rotate by -25'
+common="$bench_gnuplot_histogram
+set datafile missing \"-\""
 
 # 1. Append throughput: a matrix of configuration x system.
 awk -F, '$2 == "append" { k = $3 "x" $4; v[k, $1] = $7; if (!(k in seen)) { seen[k] = 1; ks[++nk] = k }

@@ -16,15 +16,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "run.sh: $*" >&2; exit 1; }
 . "$here/node.sh" || die "Node.js >= 20 is required"
-# The command as run, for the run's description; a DSN may hold a password, so it is not copied.
-command_line="bench/peers/run.sh"
-prev=
-for a in "$@"; do
-    if [ "$prev" = --dsn ]; then a=DSN; fi
-    a=${a#"$root"/} # paths inside the checkout are recorded relative to it
-    command_line+=" $a"
-    prev=$a
-done
+. "$here/../lib.sh"
+command_line=$(bench_command_line "$root" bench/peers/run.sh "$@")
 
 quick=0
 dsn=${PAWL_DSN:-}
