@@ -36,6 +36,7 @@
 #include <time.h>
 
 #define OID_INT4 23
+#define OID_INT4_ARRAY 1007
 #define OID_TEXT_ARRAY 1009
 #define OID_INT8_ARRAY 1016
 #define OID_BYTEA_ARRAY 1001
@@ -49,23 +50,31 @@
 #define ANY_RETRIES 16
 #define ACK_RING 65536
 
-/* Stream sequence numbers are computed server-side for ANY; explicit ones are checked there. */
+/*
+ * The append statement. The client groups the events by stream: $1 the distinct streams (the
+ * first event's stream first), $2 each stream's expected first sequence number (0 = ANY), and
+ * per event $3 its stream (1-based into $1), $4 its rank among that stream's events in this
+ * append (1-based), $5 type, $6 payload, $7 metadata; $8 the number of events. Each stream's
+ * current head is looked up once (h); explicit numbers are checked against it (a stream whose
+ * head is not the expected first number minus one writes nothing: count 0), and an event's
+ * sequence number is head + rank. A stream expected to be new (first number 1) is not looked
+ * up: if it exists, its number 1 is taken and the unique index refuses the insert (23505,
+ * reported as the same conflict). Grouping on the client spares the server a window sort and
+ * a hash aggregate per append, and sends each stream id once.
+ */
 const char pawl_log_append_sql[] =
-    "WITH b AS ("
-    " SELECT (u.o - 1)::int4 AS k, u.s, u.q, u.t, u.p, u.m,"
-    "        row_number() OVER (PARTITION BY u.s ORDER BY u.o) AS r"
-    "   FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[], $5::jsonb[])"
-    "        WITH ORDINALITY AS u(s, q, t, p, m, o)"
-    "), h AS ("
-    " SELECT b.s, min(b.q) AS q0,"
-    "        coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = b.s"
-    "                   ORDER BY e.stream_seq DESC LIMIT 1), 0) AS cur"
-    "   FROM b GROUP BY b.s"
+    "WITH h AS MATERIALIZED ("
+    " SELECT h.i, h.s, h.q0,"
+    "        CASE WHEN h.q0 = 1 THEN 0"
+    "        ELSE coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = h.s"
+    "                        ORDER BY e.stream_seq DESC LIMIT 1), 0) END AS cur"
+    "   FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS h(s, q0, i)"
     "), ins AS ("
     " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
-    " SELECT pg_current_xact_id(), CASE WHEN h.q0 = 0 THEN h.cur + b.r ELSE b.q END, b.k, $6,"
-    "        b.s, b.t, b.p, b.m"
-    "   FROM b JOIN h ON h.s = b.s"
+    " SELECT pg_current_xact_id(), h.cur + u.r, (u.o - 1)::int4, $8, h.s, u.t, u.p, u.m"
+    "   FROM unnest($3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[])"
+    "        WITH ORDINALITY AS u(si, r, t, p, m, o)"
+    "   JOIN h ON h.i = u.si"
     "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)"
     "  RETURNING 1"
     ") "
@@ -469,10 +478,12 @@ static int cmp_stream_pos(const void *a, const void *b, void *arg)
 
 /*
  * Check events before anything reaches the server. Writes the reason into msg. Returns 0,
- * PAWL_EINVAL or PAWL_ETOOBIG; *any is set when some stream uses PAWL_SEQ_ANY.
+ * PAWL_EINVAL or PAWL_ETOOBIG; *any is set when some stream uses PAWL_SEQ_ANY. On success ix
+ * (room for n) holds the event positions sorted by stream, then by position: what encode()
+ * groups the streams by.
  */
 static int validate(const struct pawl_store *s, const struct pawl_event *ev, size_t n, int *any,
-                    char *msg, size_t mlen)
+                    uint32_t *ix, char *msg, size_t mlen)
 {
     *any = 0;
     if (ev == NULL || n == 0) {
@@ -531,19 +542,12 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
         if (e->stream_seq == PAWL_SEQ_ANY)
             *any = 1;
     }
+    for (size_t i = 0; i < n; i++)
+        ix[i] = (uint32_t)i;
     if (n == 1)
         return 0;
     /* Per stream: all ANY or all explicit and consecutive, in batch order. */
-    uint32_t stack[256];
-    uint32_t *ix = n <= 256 ? stack : pawl_malloc(n * sizeof *ix);
-    if (ix == NULL) {
-        snprintf(msg, mlen, "out of memory");
-        return PAWL_ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
-        ix[i] = (uint32_t)i;
     qsort_r(ix, n, sizeof *ix, cmp_stream_pos, (void *)ev);
-    int rc = 0;
     for (size_t i = 1; i < n; i++) {
         const struct pawl_event *a = &ev[ix[i - 1]], *b = &ev[ix[i]];
         if (strcmp(a->stream_id, b->stream_id) != 0)
@@ -556,13 +560,10 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
                      "sequence numbers (%lld, %lld)",
                      a->stream_id, ix[i - 1], ix[i], (long long)a->stream_seq,
                      (long long)b->stream_seq);
-            rc = PAWL_EINVAL;
-            break;
+            return PAWL_EINVAL;
         }
     }
-    if (ix != stack)
-        pawl_free(ix);
-    return rc;
+    return 0;
 }
 
 /* ---- encoding: PostgreSQL binary arrays ------------------------------------------------ */
@@ -612,9 +613,9 @@ struct append_op {
     const char *resolve_vals[5];
     int resolve_lens[5];
     int resolve_fmts[5];
-    const char *values[6];
-    int lengths[6];
-    int formats[6];
+    const char *values[8];
+    int lengths[8];
+    int formats[8];
     char *buf;
     size_t cap;
     size_t n;
@@ -667,12 +668,28 @@ static void op_put(struct pawl_store *s, struct append_op *op)
     }
 }
 
-static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
+/*
+ * Encode an append's parameters (see pawl_log_append_sql) as binary arrays. ix is validate()'s
+ * order: positions sorted by stream, then position, so each stream's events are a run in it.
+ */
+static int encode(struct append_op *op, const struct pawl_event *ev, size_t n,
+                  const uint32_t *ix)
 {
-    size_t sz_s = 20, sz_q = 20 + n * 12, sz_t = 20, sz_p = 20, sz_m = 20;
+    /* Streams: m runs in ix; the run holding event 0 goes first (the in-doubt check reads the
+     * first event's stream as ($1)[1]). */
+    size_t m = 0, first_run = 0, sz_s = 20;
+    for (size_t j = 0; j < n; j++) {
+        if (j > 0 && strcmp(ev[ix[j]].stream_id, ev[ix[j - 1]].stream_id) == 0)
+            continue;
+        if (strcmp(ev[ix[j]].stream_id, ev[0].stream_id) == 0)
+            first_run = j;
+        m++;
+        sz_s += 4 + strlen(ev[ix[j]].stream_id);
+    }
+    size_t sz_q = 20 + m * 12, sz_si = 20 + n * 8, sz_r = 20 + n * 8;
+    size_t sz_t = 20, sz_p = 20, sz_m = 20;
     int mnull = 0;
     for (size_t i = 0; i < n; i++) {
-        sz_s += 4 + strlen(ev[i].stream_id);
         sz_t += 4 + strlen(ev[i].type);
         sz_p += 4 + ev[i].payload_len;
         if (ev[i].metadata)
@@ -682,7 +699,7 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
             mnull = 1;
         }
     }
-    size_t total = sz_s + sz_q + sz_t + sz_p + sz_m + 4;
+    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m + 4;
     if (total > INT32_MAX)
         return PAWL_ETOOBIG;
     if (op->cap < total) {
@@ -694,23 +711,46 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
         op->cap = total;
     }
     char *p = op->buf;
-    char *start[6];
+    char *start[8];
 
+    /* $1 streams and $2 their expected first numbers; $3/$4 filled per run. */
     start[0] = p;
-    p = array_header(p, 0, OID_TEXT, n);
-    for (size_t i = 0; i < n; i++) {
-        size_t l = strlen(ev[i].stream_id);
-        p = put32(p, (uint32_t)l);
-        memcpy(p, ev[i].stream_id, l);
-        p += l;
+    char *q = p + sz_s;          /* $2 */
+    char *si = q + sz_q;         /* $3 */
+    char *rk = si + sz_si;       /* $4 */
+    start[1] = q;
+    start[2] = si;
+    start[3] = rk;
+    p = array_header(p, 0, OID_TEXT, m);
+    q = array_header(q, 0, OID_INT8, m);
+    char *si_body = array_header(si, 0, OID_INT4, n);
+    char *rk_body = array_header(rk, 0, OID_INT4, n);
+    uint32_t stream_no = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 0 writes the run of event 0's stream, pass 1 every other run. */
+        for (size_t j = 0; j < n;) {
+            size_t e = j + 1;
+            while (e < n && strcmp(ev[ix[e]].stream_id, ev[ix[j]].stream_id) == 0)
+                e++;
+            if ((j == first_run) == (pass == 0)) {
+                stream_no++;
+                size_t l = strlen(ev[ix[j]].stream_id);
+                p = put32(p, (uint32_t)l);
+                memcpy(p, ev[ix[j]].stream_id, l);
+                p += l;
+                q = put32(q, 8);
+                q = put64(q, (uint64_t)ev[ix[j]].stream_seq);
+                for (size_t r = j; r < e; r++) {
+                    put64(si_body + (size_t)ix[r] * 8, ((uint64_t)4 << 32) | stream_no);
+                    put64(rk_body + (size_t)ix[r] * 8, ((uint64_t)4 << 32) | (r - j + 1));
+                }
+            }
+            j = e;
+        }
     }
-    start[1] = p;
-    p = array_header(p, 0, OID_INT8, n);
-    for (size_t i = 0; i < n; i++) {
-        p = put32(p, 8);
-        p = put64(p, (uint64_t)ev[i].stream_seq);
-    }
-    start[2] = p;
+    char *s_end = p;
+    p = rk_body + n * 8;
+    start[4] = p;
     p = array_header(p, 0, OID_TEXT, n);
     for (size_t i = 0; i < n; i++) {
         size_t l = strlen(ev[i].type);
@@ -718,7 +758,7 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
         memcpy(p, ev[i].type, l);
         p += l;
     }
-    start[3] = p;
+    start[5] = p;
     p = array_header(p, 0, OID_BYTEA, n);
     for (size_t i = 0; i < n; i++) {
         p = put32(p, (uint32_t)ev[i].payload_len);
@@ -726,7 +766,7 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
             memcpy(p, ev[i].payload, ev[i].payload_len);
         p += ev[i].payload_len;
     }
-    start[4] = p;
+    start[6] = p;
     p = array_header(p, mnull, OID_JSONB, n);
     for (size_t i = 0; i < n; i++) {
         if (ev[i].metadata == NULL) {
@@ -739,11 +779,13 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n)
         memcpy(p, ev[i].metadata, l);
         p += l;
     }
-    start[5] = p;
+    start[7] = p;
     p = put32(p, (uint32_t)n);
-    for (int i = 0; i < 6; i++) {
+    const char *end[8] = {s_end, q, si_body + n * 8, rk_body + n * 8, start[5], start[6],
+                          start[7], p};
+    for (int i = 0; i < 8; i++) {
         op->values[i] = start[i];
-        op->lengths[i] = (int)((i < 5 ? start[i + 1] : p) - start[i]);
+        op->lengths[i] = (int)(end[i] - start[i]);
         op->formats[i] = 1;
     }
     op->n = n;
@@ -835,7 +877,7 @@ static int start_resolve(struct append_op *op)
     struct pawl_store *s = op->s;
     op->xact_status[0] = '\0';
     /* The xid as text; the append's streams, types, payloads and count as it sent them. */
-    static const int from[5] = {-1, 0, 2, 3, 5};
+    static const int from[5] = {-1, 0, 4, 5, 7};
     for (int i = 0; i < 5; i++) {
         op->resolve_vals[i] = i == 0 ? op->xid : op->values[from[i]];
         op->resolve_lens[i] = i == 0 ? 0 : op->lengths[from[i]];
@@ -962,7 +1004,7 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                       .nparams = 6,
+                                       .nparams = 8,
                                        .values = op->values,
                                        .lengths = op->lengths,
                                        .formats = op->formats,
@@ -998,8 +1040,16 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
 {
     char msg[256];
     int any = 0;
-    int rc = validate(s, ev, n, &any, msg, sizeof msg);
+    uint32_t stack[256];
+    uint32_t *ix = stack;
+    if (n > 256 && n <= s->o.max_append_events && (ix = pawl_malloc(n * sizeof *ix)) == NULL) {
+        set_err(s, NULL, "out of memory");
+        return PAWL_ENOMEM;
+    }
+    int rc = validate(s, ev, n, &any, ix, msg, sizeof msg);
     if (rc != 0) {
+        if (ix != stack)
+            pawl_free(ix);
         set_err(s, NULL, msg);
         return rc;
     }
@@ -1007,14 +1057,16 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
     int cur = atomic_fetch_add_explicit(&s->inflight, 1, memory_order_acq_rel);
     if (limit && cur >= s->o.max_inflight_appends) {
         atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel);
+        if (ix != stack)
+            pawl_free(ix);
         return PAWL_EAGAIN;
     }
     struct append_op *op = op_get(s);
-    if (op == NULL) {
-        rc = PAWL_ENOMEM;
+    rc = op ? encode(op, ev, n, ix) : PAWL_ENOMEM;
+    if (ix != stack)
+        pawl_free(ix);
+    if (op == NULL)
         goto undo;
-    }
-    rc = encode(op, ev, n);
     if (rc != 0) {
         op_put(s, op);
         goto undo;
@@ -1622,10 +1674,11 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         if (rc != 0)
             goto fail;
     }
-    static const Oid append_types[6] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY,  OID_TEXT_ARRAY,
-                                        OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_INT4};
+    static const Oid append_types[8] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
+                                        OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                        OID_JSONB_ARRAY, OID_INT4};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
-    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 6, append_types);
+    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 8, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,

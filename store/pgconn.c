@@ -154,10 +154,14 @@ static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Copy src into dst (truncating to len - 1 bytes) without its trailing newlines and spaces. */
 static void copy_trimmed(char *dst, size_t len, const char *src)
 {
-    snprintf(dst, len, "%s", src ? src : "");
-    size_t n = strlen(dst);
+    if (len == 0)
+        return;
+    size_t n = src ? strnlen(src, len - 1) : 0;
+    memcpy(dst, src ? src : "", n);
+    dst[n] = '\0';
     while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' '))
         dst[--n] = '\0';
 }

@@ -14,8 +14,9 @@
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
- *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N]
- * (--quick: only the 4-connection cells; --min-interval-us: the finalizer cadence.)
+ *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
+ * (--quick: only the 4-connection cells; --min-interval-us: the finalizer cadence; --streams:
+ * how many streams one append's events go to, 0 = a random one per event, the default.)
  */
 #include "pawl.h"
 
@@ -87,12 +88,32 @@ static void sleep_ns(int64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* Fill events with batch events on random streams (ANY sequences). */
+/*
+ * The stream of event k of an append: with --streams 0 (the default) every event picks one of
+ * 100 000 streams at random; with --streams N the append picks N random streams and deals its
+ * events over them in turn (N = 1: the usual event-sourcing append, one aggregate's events).
+ */
+static int streams_per_append;
+
+static void stream_name(char *out, size_t len, int k, unsigned *seed, unsigned *picked)
+{
+    unsigned id;
+    if (streams_per_append <= 0)
+        id = rand_r(seed) % 100000;
+    else if (k < streams_per_append)
+        id = picked[k] = rand_r(seed) % 100000;
+    else
+        id = picked[k % streams_per_append];
+    snprintf(out, len, "s-%u", id);
+}
+
+/* Fill events with batch events (ANY sequences), streams as stream_name() picks them. */
 static void make_events(struct pawl_event *ev, int n, unsigned *seed, char (*sids)[32],
                         const char *payload, size_t plen)
 {
+    unsigned picked[100];
     for (int k = 0; k < n; k++) {
-        snprintf(sids[k], 32, "s-%u", rand_r(seed) % 100000);
+        stream_name(sids[k], 32, k, seed, picked);
         memset(&ev[k], 0, sizeof ev[k]);
         ev[k].stream_id = sids[k];
         ev[k].stream_seq = PAWL_SEQ_ANY;
@@ -337,14 +358,16 @@ static void run_pe_cell(struct cell *c)
         }
         struct pe_op *op = calloc(1, sizeof *op);
         op->pe = pe;
-        /* Text arrays; distinct streams per event. */
+        /* Text arrays; the streams as for the per-run cells. */
         char *sa = op->a[0], *ta = op->a[1], *pa = op->a[2];
+        unsigned picked[100];
         strcpy(sa, "{");
         strcpy(ta, "{");
         strcpy(pa, "{");
         for (int k = 0; k < c->batch; k++) {
             char one[32];
-            snprintf(one, sizeof one, "%ss-%u", k ? "," : "", rand_r(&seed) % 100000);
+            strcat(sa, k ? "," : "");
+            stream_name(one, sizeof one, k, &seed, picked);
             strcat(sa, one);
             strcat(ta, k ? ",bench" : "bench");
             strcat(pa, k ? "," : "");
@@ -423,9 +446,10 @@ int main(int argc, char **argv)
         {"csv", required_argument, 0, 'c'},       {"baseline", no_argument, 0, 'b'},
         {"quick", no_argument, 0, 'q'},           {"min-interval-us", required_argument, 0, 'm'},
         {"rounds", required_argument, 0, 'R'},    {"rate-batch", required_argument, 0, 'B'},
-        {"piggyback", required_argument, 0, 'P'}, {0, 0, 0, 0}};
+        {"piggyback", required_argument, 0, 'P'}, {"streams", required_argument, 0, 'S'},
+        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -460,10 +484,17 @@ int main(int argc, char **argv)
         case 'R':
             rounds = atoi(optarg) > 0 ? atoi(optarg) : 1;
             break;
+        case 'S':
+            streams_per_append = atoi(optarg);
+            if (streams_per_append < 0 || streams_per_append > 100) {
+                fprintf(stderr, "--streams must be 0 (a random stream per event) to 100\n");
+                return 2;
+            }
+            break;
         default:
             fprintf(stderr,
                     "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
-                    "[--csv FILE] [--baseline] [--quick]\n",
+                    "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N]\n",
                     argv[0]);
             return 2;
         }
@@ -511,7 +542,7 @@ int main(int argc, char **argv)
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
-                 "delay_samples,finalize_runs_per_s\n");
+                 "delay_samples,finalize_runs_per_s,streams_per_append\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved
      * (off, on, off, on, ...), and the figures are the means over rounds (max: the maximum).
@@ -549,9 +580,10 @@ int main(int argc, char **argv)
             c->max = acc[w].max;
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
-            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f\n", c->design, c->conns,
-                    c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50, c->p99,
-                    c->max, (long long)c->delay_count, c->fin_runs_s);
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d\n", c->design,
+                    c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50,
+                    c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
+                    streams_per_append ? streams_per_append : c->batch);
             fflush(csv);
         }
         i += width - 1;

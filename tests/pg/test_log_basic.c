@@ -124,6 +124,16 @@ static void test_append_read(void **state)
     assert_int_equal(pawl_append(s, &gap, 1, &r), PAWL_ECONFLICT);
     struct pawl_event mixed[2] = {ev("order-3", 1, "a", ""), ev("order-1", 5, "b", "")};
     assert_int_equal(pawl_append(s, mixed, 2, &r), PAWL_ECONFLICT);
+    /* Expected new (1) but the stream exists: refused by the unique index, not a lookup. */
+    struct pawl_event renew = ev("order-1", 1, "again", "z");
+    assert_int_equal(pawl_append(s, &renew, 1, &r), PAWL_ECONFLICT);
+    assert_string_equal(r.sqlstate, "23505");
+    struct pawl_event renew2[3] = {ev("order-4", 1, "a", ""), ev("order-2", 1, "b", ""),
+                                   ev("order-4", 2, "c", "")};
+    assert_int_equal(pawl_append(s, renew2, 3, &r), PAWL_ECONFLICT);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events WHERE "
+                                              "stream_id IN ('order-3', 'order-4')"),
+                     0);
     /* Refused before the server: oversized, malformed. */
     char big[5000];
     memset(big, 'x', sizeof big);

@@ -156,24 +156,44 @@ static void *raw_appender(void *arg)
     }
     while (!atomic_load(&stop_appending)) {
         int n = 1 + rand_r(&seed) % 5;
-        char s_arr[256] = "{", q_arr[128] = "{", t_arr[128] = "{", p_arr[256] = "{",
-             m_arr[128] = "{", nbuf[8];
+        /* The statement's parameters (see pawl_log_append_sql): distinct streams with ANY
+         * (0) as their expected first number; per event its stream (1-based) and its rank
+         * among that stream's events here. */
+        int ev_stream[5], nstreams = 0, streams[5];
+        char s_arr[256] = "{", q_arr[128] = "{", si_arr[128] = "{", r_arr[128] = "{",
+             t_arr[128] = "{", p_arr[256] = "{", m_arr[128] = "{", nbuf[8];
         for (int k = 0; k < n; k++) {
-            char one[48];
-            snprintf(one, sizeof one, "%sshared-%d", k ? "," : "", rand_r(&seed) % 64);
-            strcat(s_arr, one);
-            strcat(q_arr, k ? ",0" : "0");
+            int sid = rand_r(&seed) % 64, j = 0, rank = 1;
+            while (j < nstreams && streams[j] != sid)
+                j++;
+            if (j == nstreams) {
+                char one[48];
+                snprintf(one, sizeof one, "%sshared-%d", nstreams ? "," : "", sid);
+                strcat(s_arr, one);
+                strcat(q_arr, nstreams ? ",0" : "0");
+                streams[nstreams++] = sid;
+            }
+            for (int i = 0; i < k; i++)
+                rank += ev_stream[i] == j;
+            ev_stream[k] = j;
+            char one[32];
+            snprintf(one, sizeof one, "%s%d", k ? "," : "", j + 1);
+            strcat(si_arr, one);
+            snprintf(one, sizeof one, "%s%d", k ? "," : "", rank);
+            strcat(r_arr, one);
             strcat(t_arr, k ? ",raw" : "raw");
             strcat(p_arr, k ? ",\"\\\\x0102\"" : "\"\\\\x0102\"");
             strcat(m_arr, k ? ",NULL" : "NULL");
         }
         strcat(s_arr, "}");
         strcat(q_arr, "}");
+        strcat(si_arr, "}");
+        strcat(r_arr, "}");
         strcat(t_arr, "}");
         strcat(p_arr, "}");
         strcat(m_arr, "}");
         snprintf(nbuf, sizeof nbuf, "%d", n);
-        const char *vals[6] = {s_arr, q_arr, t_arr, p_arr, m_arr, nbuf};
+        const char *vals[8] = {s_arr, q_arr, si_arr, r_arr, t_arr, p_arr, m_arr, nbuf};
         char sleep_before[64], sleep_after[64];
         snprintf(sleep_before, sizeof sleep_before, "SELECT pg_sleep(%f)",
                  (rand_r(&seed) % 30) / 1000.0);
@@ -181,7 +201,7 @@ static void *raw_appender(void *arg)
                  (rand_r(&seed) % 60) / 1000.0);
         PQclear(PQexec(c, "BEGIN"));
         PQclear(PQexec(c, sleep_before));
-        PGresult *r = PQexecParams(c, pawl_log_append_sql, 6, NULL, vals, NULL, NULL, 0);
+        PGresult *r = PQexecParams(c, pawl_log_append_sql, 8, NULL, vals, NULL, NULL, 0);
         int ok = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == n;
         PQclear(r);
         if (!ok) {
