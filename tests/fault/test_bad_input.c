@@ -278,7 +278,8 @@ static const char *other_db(const char *suffix, char *name, size_t nlen)
     pawl_test_exec(base_dsn, sql);
     snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
     pawl_test_exec(base_dsn, sql);
-    snprintf(d, sizeof d, "%s dbname=%s", base_dsn, name);
+    int len = snprintf(d, sizeof d, "%s dbname=%s", base_dsn, name);
+    assert_true(len > 0 && (size_t)len < sizeof d); /* the whole DSN, never a truncated one */
     return d;
 }
 
