@@ -24,6 +24,7 @@
 #include "log_int.h"
 #include "pgconn.h"
 
+#include <dirent.h>
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -52,10 +53,91 @@ struct cell {
     int finalizer;
     int target_rate; /* 0 = closed loop */
     double ev_s;
+    double cpu_us_ev; /* CPU per event: the server's processes and this one; 0 = unknown */
     double p50, p99, max;
     int64_t delay_count;
     double fin_runs_s;
 };
+
+/* ---- CPU accounting ------------------------------------------------------------------------- */
+
+/*
+ * Throughput on a shared 2-core machine scatters by ±20% between runs; the CPU a cell burns per
+ * event does not depend on who else gets the cores. When the server runs on this machine, a
+ * cell's CPU is that of every process of the PostgreSQL cluster (the postmaster's children,
+ * alive, plus the ones that exited, which the kernel adds to the postmaster's children times)
+ * and of this process (the store's threads, the finalizer's included).
+ */
+static pid_t postmaster; /* 0: the server is not local, no CPU figures */
+
+/* utime + stime (+ cutime + cstime when children) and the parent of a process, in ticks. */
+static int proc_cpu(pid_t pid, int children, pid_t *ppid, int64_t *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    long long v[15];
+    int pp;
+    if (p == NULL || sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld %lld %lld",
+                            &pp, &v[0], &v[1], &v[2], &v[3]) != 5)
+        return -1;
+    *ppid = pp;
+    *ticks = v[0] + v[1] + (children ? v[2] + v[3] : 0);
+    return 0;
+}
+
+static int64_t cpu_ns_now(void)
+{
+    if (postmaster == 0)
+        return 0;
+    pid_t pp;
+    int64_t total = 0, t;
+    if (proc_cpu(postmaster, 1, &pp, &t) == 0)
+        total += t;
+    if (proc_cpu(getpid(), 0, &pp, &t) == 0)
+        total += t;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (proc_cpu(pid, 0, &pp, &t) == 0 && pp == postmaster)
+            total += t;
+    }
+    if (d)
+        closedir(d);
+    return total * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+/* Find the server's postmaster when it runs here: the parent of our backend. */
+static void find_postmaster(void)
+{
+    PGconn *c = PQconnectdb(dsn);
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, "SELECT pg_backend_pid()");
+        pid_t pp;
+        int64_t t;
+        if (PQresultStatus(r) == PGRES_TUPLES_OK &&
+            proc_cpu((pid_t)atoi(PQgetvalue(r, 0, 0)), 0, &pp, &t) == 0)
+            postmaster = pp;
+        PQclear(r);
+    }
+    PQfinish(c);
+    if (postmaster == 0)
+        fprintf(stderr, "the server is not on this machine: no CPU figures\n");
+}
+
+static double cpu_us_per_event(int64_t cpu0, int64_t cpu1, int64_t events)
+{
+    return postmaster && events > 0 ? (double)(cpu1 - cpu0) / 1e3 / (double)events : 0;
+}
 
 /* ---- closed/open loop driver over the store ---------------------------------------------- */
 
@@ -163,9 +245,11 @@ static void run_store_cell(struct cell *c)
     int64_t interval = c->target_rate ? (int64_t)(1e9 * c->batch / c->target_rate) : 0;
     int64_t next = t0;
     struct pawl_log_stats st0;
+    int64_t cpu0 = 0;
     while (1) {
         int64_t now = now_ns();
         if (!measuring && now >= t_measure) {
+            cpu0 = cpu_ns_now();
             ev0 = atomic_load(&d.done_events);
             pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
             measuring = 1;
@@ -192,6 +276,7 @@ static void run_store_cell(struct cell *c)
     }
     int64_t ev1 = atomic_load(&d.done_events);
     int64_t t1 = now_ns();
+    c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
     struct pawl_log_stats st;
     /* Let the last finalization finish so the delay histogram includes the tail. */
     pawl_store_drain(s);
@@ -343,9 +428,11 @@ static void run_pe_cell(struct cell *c)
     int64_t t_end = t_measure + (int64_t)seconds * 1000000000;
     int64_t ev0 = -1;
     int max_inflight = inflight_per_conn * c->conns;
+    int64_t cpu0 = 0;
     while (1) {
         int64_t now = now_ns();
         if (ev0 < 0 && now >= t_measure) {
+            cpu0 = cpu_ns_now();
             ev0 = atomic_load(&pe->done_events);
             t_measure = now;
             pe->ndelays = 0;
@@ -389,6 +476,7 @@ static void run_pe_cell(struct cell *c)
     }
     int64_t ev1 = atomic_load(&pe->done_events);
     int64_t t1 = now_ns();
+    c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
     while (atomic_load(&pe->inflight) > 0)
         usleep(1000);
     usleep(100000);
@@ -504,6 +592,7 @@ int main(int argc, char **argv)
         return 2;
     }
     pawl_log_set_level(PAWL_LOG_WARN);
+    find_postmaster();
     char err[512];
     if (pawl_schema_migrate(dsn, err, sizeof err) != 0) {
         fprintf(stderr, "migrate: %s\n", err);
@@ -542,7 +631,7 @@ int main(int argc, char **argv)
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
-                 "delay_samples,finalize_runs_per_s,streams_per_append\n");
+                 "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved
      * (off, on, off, on, ...), and the figures are the means over rounds (max: the maximum).
@@ -565,6 +654,7 @@ int main(int argc, char **argv)
                 else
                     run_pe_cell(&one);
                 acc[w].ev_s += one.ev_s / rounds;
+                acc[w].cpu_us_ev += one.cpu_us_ev / rounds;
                 acc[w].p50 += one.p50 / rounds;
                 acc[w].p99 += one.p99 / rounds;
                 acc[w].max = one.max > acc[w].max ? one.max : acc[w].max;
@@ -575,15 +665,16 @@ int main(int argc, char **argv)
         for (int w = 0; w < width; w++) {
             struct cell *c = &cells[i + w];
             c->ev_s = acc[w].ev_s;
+            c->cpu_us_ev = acc[w].cpu_us_ev;
             c->p50 = acc[w].p50;
             c->p99 = acc[w].p99;
             c->max = acc[w].max;
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
-            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d\n", c->design,
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f\n", c->design,
                     c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50,
                     c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
-                    streams_per_append ? streams_per_append : c->batch);
+                    streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev);
             fflush(csv);
         }
         i += width - 1;
@@ -591,16 +682,21 @@ int main(int argc, char **argv)
     if (csv != stdout)
         fclose(csv);
 
-    fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | delay p50 "
-                    "| p99 | max |\n|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | CPU/event "
+                    "off | on | on/off | delay p50 | p99 | max |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i + 1 < nc; i++) {
         struct cell *off = &cells[i], *on = &cells[i + 1];
         if (off->finalizer || !on->finalizer || off->conns != on->conns ||
             off->batch != on->batch || strcmp(off->design, on->design) || on->target_rate)
             continue;
-        fprintf(stderr, "| %s | %d | %d | %.0f | %.0f | %.3f | %.2f ms | %.2f ms | %.2f ms |\n",
+        fprintf(stderr,
+                "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.2f ms | %.2f ms "
+                "| %.2f ms |\n",
                 on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
-                on->p50, on->p99, on->max);
+                off->cpu_us_ev, on->cpu_us_ev,
+                off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->p50, on->p99,
+                on->max);
     }
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)
