@@ -139,12 +139,73 @@ static double cpu_us_per_event(int64_t cpu0, int64_t cpu1, int64_t events)
     return postmaster && events > 0 ? (double)(cpu1 - cpu0) / 1e3 / (double)events : 0;
 }
 
+/* ---- closed-loop admission ----------------------------------------------------------------- */
+
+/*
+ * The closed loop keeps `inflight` appends outstanding. The driver sleeps until a completion
+ * frees a slot instead of polling, so its own CPU does not grow as throughput falls (the CPU
+ * figures above divide by events). Seq_cst on inflight and waiting (Dekker): a completion that
+ * does not see the driver waiting is seen by the driver's re-check before it sleeps.
+ */
+struct gate {
+    atomic_int inflight;
+    atomic_int waiting;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void gate_init(struct gate *g)
+{
+    atomic_init(&g->inflight, 0);
+    atomic_init(&g->waiting, 0);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+static void gate_fini(struct gate *g)
+{
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+}
+
+static void gate_release(struct gate *g)
+{
+    atomic_fetch_sub(&g->inflight, 1);
+    if (atomic_load(&g->waiting)) {
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_signal(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+/* Wait (at most 1 ms at a time, so the caller's clock stays checked) for a free slot. */
+static int gate_full(struct gate *g, int max)
+{
+    if (atomic_load(&g->inflight) < max)
+        return 0;
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->waiting, 1);
+    if (atomic_load(&g->inflight) >= max) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    atomic_store(&g->waiting, 0);
+    pthread_mutex_unlock(&g->mu);
+    return 1;
+}
+
 /* ---- closed/open loop driver over the store ---------------------------------------------- */
 
 struct driver {
     struct pawl_store *s;
     atomic_llong done_events;
-    atomic_int inflight;
+    struct gate g;
     int batch;
     atomic_int stop;
     atomic_llong errors;
@@ -161,7 +222,7 @@ static void on_done(void *ud, const struct pawl_append_result *r)
         atomic_fetch_add_explicit(&d->done_events, d->batch, memory_order_relaxed);
     else
         atomic_fetch_add_explicit(&d->errors, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_relaxed);
+    gate_release(&d->g);
 }
 
 static void sleep_ns(int64_t ns)
@@ -232,6 +293,7 @@ static void run_store_cell(struct cell *c)
         exit(1);
     }
     struct driver d = {.s = s, .batch = c->batch};
+    gate_init(&d.g);
     struct pawl_event ev[100];
     char sids[100][32];
     static const char payload[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
@@ -263,14 +325,13 @@ static void run_store_cell(struct cell *c)
                 continue;
             }
             next += interval;
-        } else if (atomic_load_explicit(&d.inflight, memory_order_relaxed) >= max_inflight) {
-            sleep_ns(50000);
+        } else if (gate_full(&d.g, max_inflight)) {
             continue;
         }
         make_events(ev, c->batch, &seed, sids, payload, sizeof payload - 1);
-        atomic_fetch_add_explicit(&d.inflight, 1, memory_order_relaxed);
+        atomic_fetch_add(&d.g.inflight, 1);
         if (pawl_append_async(s, ev, (size_t)c->batch, on_done, &d) != 0) {
-            atomic_fetch_sub_explicit(&d.inflight, 1, memory_order_relaxed);
+            gate_release(&d.g);
             sleep_ns(100000);
         }
     }
@@ -300,6 +361,7 @@ static void run_store_cell(struct cell *c)
             usleep(1000);
     }
     pawl_store_free(s);
+    gate_fini(&d.g);
 }
 
 /* ---- the per-event baseline -------------------------------------------------------------- */
@@ -308,7 +370,7 @@ struct pe {
     struct pawl_pgpool *pool;
     int stmt;
     atomic_llong done_events;
-    atomic_int inflight;
+    struct gate g;
     int batch;
     atomic_int signal;
     atomic_int stop;
@@ -353,7 +415,7 @@ static void pe_done(struct pawl_pgreq *r, int rc)
         atomic_store(&pe->ring_seq[q & 65535], q);
         atomic_store(&pe->signal, 1);
     }
-    atomic_fetch_sub(&pe->inflight, 1);
+    gate_release(&pe->g);
     free(op);
 }
 
@@ -405,6 +467,7 @@ static void run_pe_cell(struct cell *c)
     po.connections = c->conns;
     po.name = "per-event";
     struct pe *pe = calloc(1, sizeof *pe);
+    gate_init(&pe->g);
     char err[512];
     if (pawl_pgpool_new(&pe->pool, dsn, &po, 10000, err, sizeof err) != 0) {
         fprintf(stderr, "pool: %s\n", err);
@@ -439,10 +502,8 @@ static void run_pe_cell(struct cell *c)
         }
         if (now >= t_end)
             break;
-        if (atomic_load(&pe->inflight) >= max_inflight) {
-            sleep_ns(50000);
+        if (gate_full(&pe->g, max_inflight))
             continue;
-        }
         struct pe_op *op = calloc(1, sizeof *op);
         op->pe = pe;
         /* Text arrays; the streams as for the per-run cells. */
@@ -468,16 +529,16 @@ static void run_pe_cell(struct cell *c)
         op->vals[2] = pa;
         op->st = (struct pawl_pgstmt){.prepared = pe->stmt, .nparams = 3, .values = op->vals};
         op->req = (struct pawl_pgreq){.stmts = &op->st, .nstmts = 1, .on_done = pe_done, .ud = op};
-        atomic_fetch_add(&pe->inflight, 1);
+        atomic_fetch_add(&pe->g.inflight, 1);
         if (pawl_pgpool_submit(pe->pool, &op->req) != 0) {
-            atomic_fetch_sub(&pe->inflight, 1);
+            gate_release(&pe->g);
             free(op);
         }
     }
     int64_t ev1 = atomic_load(&pe->done_events);
     int64_t t1 = now_ns();
     c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
-    while (atomic_load(&pe->inflight) > 0)
+    while (atomic_load(&pe->g.inflight) > 0)
         usleep(1000);
     usleep(100000);
     atomic_store(&pe->stop, 1);
@@ -498,6 +559,7 @@ static void run_pe_cell(struct cell *c)
     PQclear(PQexec(pc, "SELECT * FROM bl_renumber.finalize()"));
     PQfinish(pc);
     free(pe->delays);
+    gate_fini(&pe->g);
     free(pe);
 }
 
