@@ -9,6 +9,10 @@
  * log2(max/initial) rings are ever retired). If growing fails, push returns PAWL_ENOMEM and the
  * caller routes the task elsewhere (the pool's injection queue).
  *
+ * The owner keeps the last value of top it read (top_seen). top never decreases, so bottom -
+ * top_seen bounds the size from above: a push that fits under that bound and a pop that finds
+ * bottom <= top_seen (empty) need not read top, which thieves keep writing.
+ *
  * Threads: push/pop only from the owning thread; steal/size from any thread.
  */
 #ifndef PAWL_ENGINE_DEQUE_H
@@ -27,9 +31,10 @@ struct pawl_deque {
     int64_t top; /* next index to steal; advanced by CAS (thieves and the owner's last pop) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
     int64_t bottom;                  /* next index to push; written by the owner only */
+    int64_t top_seen;                /* owner-only: a value of top the owner read (acquire) */
     struct pawl_deque_ring *ring;    /* current ring; replaced by the owner on growth */
     struct pawl_deque_ring *retired; /* owner-only list of old rings */
-    char pad1[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(void *)];
+    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(void *)];
 };
 
 #define PAWL_DEQUE_ABORT ((struct pawl_task *)1) /* steal lost a race; retry or move on */
