@@ -110,6 +110,23 @@ int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
     return 0;
 }
 
+int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
+{
+    /* Relaxed: bottom is written only by this (the owner) thread. */
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    struct pawl_deque_ring *r = reserve(d, b, n);
+    if (r == NULL)
+        return PAWL_ENOMEM;
+    for (int64_t i = 0; i < n; i++) {
+        /* Relaxed: published by the release store to bottom below. */
+        __atomic_store_n(&r->slot[(b + i) & r->mask], ts[i], __ATOMIC_RELAXED);
+    }
+    /* Release: a thief that reads the new bottom (acquire) sees every slot up to it and the
+     * tasks' fields. */
+    __atomic_store_n(&d->bottom, b + n, __ATOMIC_RELEASE);
+    return 0;
+}
+
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
 {
     /* Relaxed: owner-only field. */

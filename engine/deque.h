@@ -46,6 +46,13 @@ void pawl_deque_fini(struct pawl_deque *d);
 /* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
 int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);
 
+/*
+ * Owner only. Push ts[0..n-1] (n >= 1) in that order, published together with one store of
+ * bottom (thieves steal ts[0] first; the owner pops ts[n-1] first). 0, or PAWL_ENOMEM when
+ * growing failed (then none of them was queued).
+ */
+int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
+
 /* Owner only. The most recently pushed task, or NULL when empty. */
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d);
 
