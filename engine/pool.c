@@ -282,8 +282,12 @@ static struct pawl_task *steal_any(struct worker *w)
                 t = pawl_deque_steal(&v->dq);
             if (t != NULL && t != PAWL_DEQUE_ABORT) {
                 count(&w->steals);
-                if (pawl_deque_size(&v->dq) > 0)
-                    notify(pool); /* more left there: another sleeper may help */
+                /* More left there: a third worker, if parked, may help. Never the victim: a
+                 * worker parks only after seeing its own deque empty, and only it pushes there,
+                 * so a deque we could steal from has an owner that is awake. With two workers
+                 * there is nobody else, so the fence in notify() would be wasted. */
+                if (n > 2 && pawl_deque_size(&v->dq) > 0)
+                    notify(pool);
                 return t;
             }
         }
