@@ -72,19 +72,17 @@ static struct pawl_deque_ring *grow(struct pawl_deque *d, struct pawl_deque_ring
 }
 
 /*
- * Owner only: a ring with room for n more tasks from index b, grown if needed; NULL when growing
- * failed. A slot may be overwritten once the task it held (index i - capacity) has been taken,
- * i.e. once top > i - capacity. top_seen is a value of top read with acquire (here or in pop),
- * so the thief's CAS that took that task, and its read of the slot before the CAS, happen before
- * our overwrite; and top >= top_seen, so the check against top_seen is conservative. Only when
- * it fails do we read top again.
+ * Owner only: make room for n more tasks from index b, growing the ring if needed; the ring, or
+ * NULL when growing failed. Called when b + n - top_seen exceeds the capacity. A slot may be
+ * overwritten once the task it held (index i - capacity) has been taken, i.e. once
+ * top > i - capacity. top_seen is a value of top read with acquire (here or in pop), so the
+ * thief's CAS that took that task, and its read of the slot before the CAS, happen before our
+ * overwrite; and top >= top_seen, so the fast check against top_seen (in the pushes) is
+ * conservative. Only when it fails do we come here and read top again.
  */
-static struct pawl_deque_ring *reserve(struct pawl_deque *d, int64_t b, int64_t n)
+static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque_ring *r, int64_t b,
+                                         int64_t n)
 {
-    /* Relaxed: the ring pointer is written only by the owner. */
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
-    if (b + n - d->top_seen <= r->mask + 1)
-        return r;
     /* Acquire: a thief's CAS on top released the slot it took; we may now overwrite it. */
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_ACQUIRE);
     d->top_seen = t;
@@ -96,26 +94,12 @@ static struct pawl_deque_ring *reserve(struct pawl_deque *d, int64_t b, int64_t 
     return r;
 }
 
-int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
-{
-    /* Relaxed: bottom is written only by this (the owner) thread. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
-    struct pawl_deque_ring *r = reserve(d, b, 1);
-    if (r == NULL)
-        return PAWL_ENOMEM;
-    /* Relaxed: published by the release store to bottom below. */
-    __atomic_store_n(&r->slot[b & r->mask], x, __ATOMIC_RELAXED);
-    /* Release: a thief that reads the new bottom (acquire) sees the slot and the task's fields. */
-    __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
-    return 0;
-}
-
 int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
 {
-    /* Relaxed: bottom is written only by this (the owner) thread. */
+    /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
     int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
-    struct pawl_deque_ring *r = reserve(d, b, n);
-    if (r == NULL)
+    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    if (b + n - d->top_seen > r->mask + 1 && (r = make_room(d, r, b, n)) == NULL)
         return PAWL_ENOMEM;
     for (int64_t i = 0; i < n; i++) {
         /* Relaxed: published by the release store to bottom below. */
@@ -124,6 +108,26 @@ int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t
     /* Release: a thief that reads the new bottom (acquire) sees every slot up to it and the
      * tasks' fields. */
     __atomic_store_n(&d->bottom, b + n, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* push when the fast check fails: out of line, so that the common push needs no stack frame. */
+static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl_task *x)
+{
+    return pawl_deque_push_n(d, &x, 1);
+}
+
+int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
+{
+    /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    if (PAWL_UNLIKELY(b + 1 - d->top_seen > r->mask + 1))
+        return push_slow(d, x);
+    /* Relaxed: published by the release store to bottom below. */
+    __atomic_store_n(&r->slot[b & r->mask], x, __ATOMIC_RELAXED);
+    /* Release: a thief that reads the new bottom (acquire) sees the slot and the task's fields. */
+    __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
     return 0;
 }
 
