@@ -146,7 +146,7 @@ struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
      * with the pushes before it. */
     __atomic_store_n(&d->bottom, b, __ATOMIC_SEQ_CST);
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
-    d->top_seen = t; /* a seq_cst load is an acquire: valid for reserve() */
+    d->top_seen = t; /* a seq_cst load is an acquire: a valid bound (see make_room) */
     if (t > b) {
         /* Empty: restore bottom. Release for the same reason as above. */
         __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);

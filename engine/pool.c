@@ -194,8 +194,8 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
     struct worker *w = tls_worker;
     if (w != NULL && w->pool == pool && pawl_deque_push_n(&w->dq, tasks, (int64_t)n) == 0) {
         /* One wake-up check for all of them: the fence in notify() orders every slot (and
-         * bottom) before the read of sleepers; a worker we wake steals one and, seeing more
-         * left, wakes the next (steal_any). */
+         * bottom) before the read of sleepers; a worker we wake finds more left after its
+         * first steal and wakes the next (worker_main, steal_any). */
         notify(pool);
         return 0;
     }
