@@ -71,19 +71,59 @@ static struct pawl_deque_ring *grow(struct pawl_deque *d, struct pawl_deque_ring
     return r;
 }
 
-int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
+/*
+ * Owner only: make room for n more tasks from index b, growing the ring if needed; the ring, or
+ * NULL when growing failed. Called when b + n - top_seen exceeds the capacity. A slot may be
+ * overwritten once the task it held (index i - capacity) has been taken, i.e. once
+ * top > i - capacity. top_seen is a value of top read with acquire (here or in pop), so the
+ * thief's CAS that took that task, and its read of the slot before the CAS, happen before our
+ * overwrite; and top >= top_seen, so the fast check against top_seen (in the pushes) is
+ * conservative. Only when it fails do we come here and read top again.
+ */
+static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque_ring *r, int64_t b,
+                                         int64_t n)
 {
-    /* Relaxed: bottom is written only by this (the owner) thread. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
     /* Acquire: a thief's CAS on top released the slot it took; we may now overwrite it. */
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_ACQUIRE);
-    /* Relaxed: the ring pointer is written only by the owner. */
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
-    if (b - t > r->mask) {
+    d->top_seen = t;
+    while (b + n - t > r->mask + 1) {
         r = grow(d, r, t, b);
         if (r == NULL)
-            return PAWL_ENOMEM;
+            return NULL;
     }
+    return r;
+}
+
+int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
+{
+    /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    if (b + n - d->top_seen > r->mask + 1 && (r = make_room(d, r, b, n)) == NULL)
+        return PAWL_ENOMEM;
+    for (int64_t i = 0; i < n; i++) {
+        /* Relaxed: published by the release store to bottom below. */
+        __atomic_store_n(&r->slot[(b + i) & r->mask], ts[i], __ATOMIC_RELAXED);
+    }
+    /* Release: a thief that reads the new bottom (acquire) sees every slot up to it and the
+     * tasks' fields. */
+    __atomic_store_n(&d->bottom, b + n, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* push when the fast check fails: out of line, so that the common push needs no stack frame. */
+static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl_task *x)
+{
+    return pawl_deque_push_n(d, &x, 1);
+}
+
+int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
+{
+    /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    if (PAWL_UNLIKELY(b + 1 - d->top_seen > r->mask + 1))
+        return push_slow(d, x);
     /* Relaxed: published by the release store to bottom below. */
     __atomic_store_n(&r->slot[b & r->mask], x, __ATOMIC_RELAXED);
     /* Release: a thief that reads the new bottom (acquire) sees the slot and the task's fields. */
@@ -94,7 +134,11 @@ int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
 {
     /* Relaxed: owner-only field. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED) - 1;
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    /* Empty for sure: top >= top_seen >= b, and only we add tasks. No claim, no fence. */
+    if (b <= d->top_seen)
+        return NULL;
+    b--;
     struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
     /* Seq_cst store then seq_cst load of top: our claim on slot b and a thief's reading of
      * bottom must fall in one total order with its read of top, or both could take the last
@@ -102,6 +146,7 @@ struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
      * with the pushes before it. */
     __atomic_store_n(&d->bottom, b, __ATOMIC_SEQ_CST);
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
+    d->top_seen = t; /* a seq_cst load is an acquire: a valid bound (see make_room) */
     if (t > b) {
         /* Empty: restore bottom. Release for the same reason as above. */
         __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);

@@ -9,6 +9,10 @@
  * log2(max/initial) rings are ever retired). If growing fails, push returns PAWL_ENOMEM and the
  * caller routes the task elsewhere (the pool's injection queue).
  *
+ * The owner keeps the last value of top it read (top_seen). top never decreases, so bottom -
+ * top_seen bounds the size from above: a push that fits under that bound and a pop that finds
+ * bottom <= top_seen (empty) need not read top, which thieves keep writing.
+ *
  * Threads: push/pop only from the owning thread; steal/size from any thread.
  */
 #ifndef PAWL_ENGINE_DEQUE_H
@@ -27,9 +31,10 @@ struct pawl_deque {
     int64_t top; /* next index to steal; advanced by CAS (thieves and the owner's last pop) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
     int64_t bottom;                  /* next index to push; written by the owner only */
+    int64_t top_seen;                /* owner-only: a value of top the owner read (acquire) */
     struct pawl_deque_ring *ring;    /* current ring; replaced by the owner on growth */
     struct pawl_deque_ring *retired; /* owner-only list of old rings */
-    char pad1[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(void *)];
+    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(void *)];
 };
 
 #define PAWL_DEQUE_ABORT ((struct pawl_task *)1) /* steal lost a race; retry or move on */
@@ -40,6 +45,13 @@ void pawl_deque_fini(struct pawl_deque *d);
 
 /* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
 int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);
+
+/*
+ * Owner only. Push ts[0..n-1] (n >= 1) in that order, published together with one store of
+ * bottom (thieves steal ts[0] first; the owner pops ts[n-1] first). 0, or PAWL_ENOMEM when
+ * growing failed (then none of them was queued).
+ */
+int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
 
 /* Owner only. The most recently pushed task, or NULL when empty. */
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d);

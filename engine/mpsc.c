@@ -4,9 +4,15 @@
  *
  * Invariant: q->_head is the last node pushed (or the stub); following link fields from q->_tail
  * reaches q->_head, except for one missing link per producer that has exchanged _head but not
- * yet stored its predecessor's link. The stub is re-pushed by the consumer whenever it would
- * otherwise have to take the last real node, so a node is only handed out once its successor
- * exists and the consumer never touches a node after returning it.
+ * yet stored its predecessor's link. A chain (pawl_mpsc_push_chain) is linked inside before its
+ * exchange, so it behaves as one node with a longer body: still one missing link at most. The stub
+ * is re-pushed by the consumer whenever it would otherwise have to take the last real node, so a
+ * node is only handed out once its successor exists and the consumer never touches a node after
+ * returning it.
+ *
+ * _head == &_stub does not mean "empty": when the consumer re-pushes the stub behind the last
+ * node it sees, a producer may have exchanged _head just before it (its node not linked yet);
+ * the stub then lands behind that node, _head is the stub, and two nodes are still queued.
  */
 #include "mpsc.h"
 
@@ -19,15 +25,23 @@ void pawl_mpsc_init(struct pawl_mpsc_ *q)
     q->_tail = &q->_stub;
 }
 
+void pawl_mpsc_push_chain(struct pawl_mpsc_ *q, void **first, void **last)
+{
+    /* Relaxed: the release exchange below publishes this store together with the chain. */
+    __atomic_store_n(last, NULL, __ATOMIC_RELAXED);
+    /* Acq_rel: release publishes the chain (its nodes' contents and inner links) to the
+     * consumer; acquire orders the link store below after any earlier producer's
+     * initialisation of prev. */
+    void **prev = __atomic_exchange_n(&q->_head, last, __ATOMIC_ACQ_REL);
+    /* Release: the consumer that loads this link (acquire) sees everything we wrote before it:
+     * the nodes' contents and the chain's inner links, so its acquire loads of those links
+     * find them set. */
+    __atomic_store_n(prev, (void *)first, __ATOMIC_RELEASE);
+}
+
 void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node)
 {
-    /* Relaxed: the release exchange below publishes this store together with the node. */
-    __atomic_store_n(node, NULL, __ATOMIC_RELAXED);
-    /* Acq_rel: release publishes the node's contents to the consumer; acquire orders the link
-     * store below after any earlier producer's initialisation of prev. */
-    void **prev = __atomic_exchange_n(&q->_head, node, __ATOMIC_ACQ_REL);
-    /* Release: the consumer that loads this link (acquire) sees the node's contents. */
-    __atomic_store_n(prev, (void *)node, __ATOMIC_RELEASE);
+    pawl_mpsc_push_chain(q, node, node);
 }
 
 void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
@@ -61,12 +75,4 @@ void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
         return tail;
     }
     return PAWL_MPSC_BUSY;
-}
-
-bool pawl_mpsc_empty(const struct pawl_mpsc_ *q)
-{
-    /* Acquire: a snapshot. The consumer re-pushes the stub whenever it takes the last node, so
-     * _head is the stub exactly when nothing is queued (a push in progress has already moved it).
-     */
-    return __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE) == &q->_stub;
 }

@@ -1,6 +1,7 @@
 /*
  * mpsc.h — an intrusive, unbounded, lock-free multi-producer single-consumer queue (Dmitry
- * Vyukov's design): push is one atomic exchange plus one release store, wait-free for producers;
+ * Vyukov's design): push is one atomic exchange plus one release store, wait-free for producers
+ * (and so is pushing a pre-linked chain of nodes: the same two operations for the whole chain);
  * pop is for one consumer at a time and never blocks, but may find the queue momentarily
  * inconsistent while a producer sits between its exchange and its link store (then it reports
  * "busy": the item will be visible within a few instructions of that producer).
@@ -11,8 +12,12 @@
  * queue at a time. The queue struct lives in the public header (pawl_mpsc_) because serial
  * executors embed it; it must not be moved once initialised (the stub's address is in it).
  *
- * Threads: pawl_mpsc_push from any thread; pawl_mpsc_pop / pawl_mpsc_empty from the one consumer
- * (or whoever holds the consumer role through an external try-lock).
+ * Threads: pawl_mpsc_push / pawl_mpsc_push_chain from any thread; pawl_mpsc_pop from the one
+ * consumer (or whoever holds the consumer role through an external try-lock).
+ *
+ * There is deliberately no emptiness test for other threads: the producers' end can be the stub
+ * while nodes are still queued (see mpsc.c), so callers that must know whether work is waiting
+ * (to decide whether to sleep) keep their own count, incremented before the push.
  */
 #ifndef PAWL_ENGINE_MPSC_H
 #define PAWL_ENGINE_MPSC_H
@@ -28,11 +33,16 @@ void pawl_mpsc_init(struct pawl_mpsc_ *q);
 /* Append node (the address of its link field). Any thread. */
 void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node);
 
+/*
+ * Append the chain first .. last in one step: the caller has already linked it (each node's link
+ * field holds the next node, stored with a relaxed atomic store, before this call); last's link
+ * is overwritten. The consumer sees the nodes in chain order, and no other producer's node
+ * between them. first == last is a single push. Any thread.
+ */
+void pawl_mpsc_push_chain(struct pawl_mpsc_ *q, void **first, void **last);
+
 /* Take the oldest node: its link address, NULL when empty, or PAWL_MPSC_BUSY. Consumer only. */
 void **pawl_mpsc_pop(struct pawl_mpsc_ *q);
-
-/* True when nothing is queued or being linked (an acquire snapshot). Any thread. */
-bool pawl_mpsc_empty(const struct pawl_mpsc_ *q);
 
 #define PAWL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

@@ -9,6 +9,11 @@
  * own deque so that others can steal from there. Every 61st task a worker looks at the injection
  * queue first, so outside work is not starved by a worker feeding itself.
  *
+ * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
+ * written into the deque and published with one store of bottom; from outside, they are linked
+ * into a chain that enters the injection queue with one exchange and is counted with one add.
+ * Either way one notify() follows.
+ *
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
@@ -23,7 +28,8 @@
  * queue) until nothing is left — a cancelled task may submit more, which lands in the injection
  * queue and is cancelled in a later round.
  *
- * Threads: pawl_pool_submit from anywhere; pawl_pool_free from a thread outside the pool.
+ * Threads: pawl_pool_submit and pawl_pool_submit_batch from anywhere; pawl_pool_free from a thread
+ * outside the pool.
  */
 #include "pool.h"
 
@@ -67,7 +73,7 @@ struct pawl_pool {
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
     char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t)];
-    uint32_t submitters; /* threads inside inject_push; pawl_pool_free waits for them */
+    uint32_t submitters; /* threads inside inject_chain; pawl_pool_free waits for them */
     uint64_t wakeups;
     uint64_t cancelled;
     int nworkers;
@@ -137,18 +143,32 @@ static void notify(struct pawl_pool *pool)
     }
 }
 
-static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
+/* Queue the pre-linked chain first .. last of n tasks on the injection queue and wake. */
+static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct pawl_task *last,
+                         int64_t n)
 {
     /* Acquire-release: pawl_pool_free frees the pool only after it reads 0 here (acquire), so
      * every access below, notify() included, happens before the free. */
     __atomic_fetch_add(&pool->submitters, 1, __ATOMIC_ACQ_REL);
     /* Count before pushing, so the count never falls below what is queued (a consumer may pop
-     * t as soon as it is linked). Relaxed: notify() fences before reading sleepers. */
-    __atomic_fetch_add(&pool->inject_n, 1, __ATOMIC_RELAXED);
-    pawl_mpsc_push(&pool->inject, &t->_next);
+     * a task as soon as it is linked): one add for the whole chain. Relaxed: notify() fences
+     * before reading sleepers. (The count, not the queue's head, is what parking workers
+     * check: a consumer re-pushing the stub can leave the head at the stub while a producer's
+     * node is still being linked in front of it.) */
+    __atomic_fetch_add(&pool->inject_n, n, __ATOMIC_RELAXED);
+    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
+    /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
+     * are left, wakes the next (take_injected). Waking two at once would be no faster and
+     * worse: the first to leave park() clears `waking` while the second may not have run yet,
+     * and every submission until then would issue a futex call that wakes nobody. */
     notify(pool);
     /* Release: our last touch of the pool happens before the free that reads 0. */
     __atomic_fetch_sub(&pool->submitters, 1, __ATOMIC_RELEASE);
+}
+
+static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
+{
+    inject_chain(pool, t, t, 1);
 }
 
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
@@ -161,6 +181,29 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
         return 0;
     }
     inject_push(pool, t);
+    return 0;
+}
+
+int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *tasks, size_t n)
+{
+    if (PAWL_UNLIKELY(pool == NULL || tasks == NULL || n == 0 || n > (size_t)INT64_MAX))
+        return PAWL_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (PAWL_UNLIKELY(tasks[i] == NULL || tasks[i]->fn == NULL))
+            return PAWL_EINVAL;
+    struct worker *w = tls_worker;
+    if (w != NULL && w->pool == pool && pawl_deque_push_n(&w->dq, tasks, (int64_t)n) == 0) {
+        /* One wake-up check for all of them: the fence in notify() orders every slot (and
+         * bottom) before the read of sleepers; a worker we wake finds more left after its
+         * first steal and wakes the next (worker_main, steal_any). */
+        notify(pool);
+        return 0;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        /* Relaxed: the chain is published by pawl_mpsc_push_chain's release operations. */
+        __atomic_store_n(&tasks[i]->_next, (void *)&tasks[i + 1]->_next, __ATOMIC_RELAXED);
+    }
+    inject_chain(pool, tasks[0], tasks[n - 1], (int64_t)n);
     return 0;
 }
 
@@ -201,12 +244,12 @@ static struct pawl_task *take_injected(struct worker *w)
             break;
         }
     }
-    /* Relaxed: see inject_push. */
+    /* Relaxed: see inject_chain. */
     __atomic_fetch_sub(&pool->inject_n, got, __ATOMIC_RELAXED);
     /* Release: hand the consumer-side state to the next holder. */
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
-    for (int64_t i = 0; i < got; i++)
-        count(&w->injected);
+    /* Relaxed: a statistics counter with a single writer (see count()). */
+    __atomic_store_n(&w->injected, w->injected + (uint64_t)got, __ATOMIC_RELAXED);
     /* More work than we took (in our deque or still injected): pass the wake-up on. */
     if (got > 1 || __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
         notify(pool);
@@ -239,8 +282,12 @@ static struct pawl_task *steal_any(struct worker *w)
                 t = pawl_deque_steal(&v->dq);
             if (t != NULL && t != PAWL_DEQUE_ABORT) {
                 count(&w->steals);
-                if (pawl_deque_size(&v->dq) > 0)
-                    notify(pool); /* more left there: another sleeper may help */
+                /* More left there: a third worker, if parked, may help. Never the victim: a
+                 * worker parks only after seeing its own deque empty, and only it pushes there,
+                 * so a deque we could steal from has an owner that is awake. With two workers
+                 * there is nobody else, so the fence in notify() would be wasted. */
+                if (n > 2 && pawl_deque_size(&v->dq) > 0)
+                    notify(pool);
                 return t;
             }
         }
@@ -419,9 +466,9 @@ void pawl_pool_free(struct pawl_pool *pool)
         pthread_join(pool->workers[i].thread, NULL);
 
     /* Single-threaded from here, except for foreign submitters racing with free: one already
-     * inside pawl_pool_submit is waited for and its task cancelled. Submitting after
-     * pawl_pool_free has returned is a use after free (the caller stops its threads first).
-     * Cancel until nothing is left and no submitter is inside. */
+     * inside pawl_pool_submit or pawl_pool_submit_batch is waited for and its tasks cancelled.
+     * Submitting after pawl_pool_free has returned is a use after free (the caller stops its
+     * threads first). Cancel until nothing is left and no submitter is inside. */
     for (int more = 1; more;) {
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {

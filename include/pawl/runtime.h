@@ -70,14 +70,30 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
 
 /*
+ * Queue tasks[0..n-1] as n calls of pawl_pool_submit in that order would, for about the cost of
+ * one. From a worker of this pool they go onto its deque together: one publication, one wake-up
+ * check (if the deque cannot grow, the whole batch takes the injection queue). From any other
+ * thread they enter the injection queue as one pre-linked chain: one atomic exchange, one atomic
+ * add, at most one futex call, and the worker it wakes wakes the next one if more than one task
+ * is left; the batch leaves the queue in array order, with no other submitter's task in between.
+ * The array is borrowed for the call only. The tasks are the caller's as with pawl_pool_submit
+ * (valid until their function has been called); none may already be queued or appear twice.
+ * Never blocks, never allocates per task. Returns 0, or PAWL_EINVAL, with nothing queued, for a
+ * NULL pool or array, n == 0, or a NULL task or task without fn anywhere in the array. At
+ * shutdown it behaves as pawl_pool_submit (see pawl_pool_free): every task of the batch is run
+ * or cancelled, exactly once.
+ */
+int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *tasks, size_t n);
+
+/*
  * Orderly shutdown: stop taking new work, let every running task finish, join the workers, then
  * call every task still queued with PAWL_ECANCELED, on the calling thread, exactly once —
  * including tasks that cancelled tasks submit (repeated until nothing is queued). Must not be
  * called from a worker of this pool. A thread outside the pool that is inside
- * pawl_pool_submit (or completing a future whose continuation goes to this pool) when shutdown
- * starts is waited for, and its task cancelled. No thread may start a submission once
- * pawl_pool_free may have returned: stop the threads that complete futures (a checkpointing
- * unit's own I/O threads, say) before freeing the pool. NULL is a no-op.
+ * pawl_pool_submit or pawl_pool_submit_batch (or completing a future whose continuation goes to
+ * this pool) when shutdown starts is waited for, and its tasks cancelled. No thread may start a
+ * submission once pawl_pool_free may have returned: stop the threads that complete futures (a
+ * checkpointing unit's own I/O threads, say) before freeing the pool. NULL is a no-op.
  */
 void pawl_pool_free(struct pawl_pool *pool);
 

@@ -1,6 +1,7 @@
 /*
  * test_runtime_deque.c (stress) — the Chase–Lev deque under long owner/thief races with small
- * initial rings (growth while stealing): every item taken exactly once, several rounds.
+ * initial rings (growth while stealing), pushing one item at a time or in batches: every item
+ * taken exactly once, several rounds.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -30,7 +31,8 @@ static void *thief(void *arg)
     return NULL;
 }
 
-static void round_(long n, int thieves, int pop_every)
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. */
+static void round_(long n, int thieves, int pop_every, int batch)
 {
     struct race r = {0};
     r.items = calloc((size_t)n, sizeof(*r.items));
@@ -39,9 +41,21 @@ static void round_(long n, int thieves, int pop_every)
     pthread_t th[4];
     for (int i = 0; i < thieves; i++)
         pthread_create(&th[i], NULL, thief, &r);
+    unsigned seed = (unsigned)n;
+    struct pawl_task *run[64];
     for (long i = 0; i < n; i++) {
-        r.items[i].fn = nop;
-        assert_int_equal(pawl_deque_push(&r.d, &r.items[i]), 0);
+        long k = batch > 1 ? 1 + rand_r(&seed) % batch : 1;
+        if (k > n - i)
+            k = n - i;
+        for (long j = 0; j < k; j++) {
+            r.items[i + j].fn = nop;
+            run[j] = &r.items[i + j];
+        }
+        if (batch > 1)
+            assert_int_equal(pawl_deque_push_n(&r.d, run, k), 0);
+        else
+            assert_int_equal(pawl_deque_push(&r.d, run[0]), 0);
+        i += k - 1;
         if (i % pop_every == 0) {
             struct pawl_task *t = pawl_deque_pop(&r.d);
             if (t)
@@ -65,14 +79,25 @@ static void round_(long n, int thieves, int pop_every)
 static void test_rounds(void **state)
 {
     long n = PAWL_TEST_SCALE(2000000);
-    round_(n, 1, 2);
-    round_(n, 2, 3);
-    round_(n, 3, 1); /* the owner pops after every push: constant last-item races */
-    round_(n, 3, 1000000000);
+    round_(n, 1, 2, 1);
+    round_(n, 2, 3, 1);
+    round_(n, 3, 1, 1); /* the owner pops after every push: constant last-item races */
+    round_(n, 3, 1000000000, 1);
+}
+
+static void test_batch_rounds(void **state)
+{
+    long n = PAWL_TEST_SCALE(2000000);
+    round_(n, 1, 2, 64);
+    round_(n, 3, 1, 8); /* a pop after every short batch: last-item races and wrap-around */
+    round_(n, 3, 1000000000, 64);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rounds)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_batch_rounds),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

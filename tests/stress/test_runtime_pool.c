@@ -1,8 +1,8 @@
 /*
  * test_runtime_pool.c (stress) — the pool and serial executors under load: many outside
  * producers at once with nested fan-out, repeated create/shutdown cycles with work still queued
- * (every task called exactly once), and serial executors that feed each other, checking order
- * and mutual exclusion throughout.
+ * (every task called exactly once), both with single and with batched submission, and serial
+ * executors that feed each other, checking order and mutual exclusion throughout.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -14,6 +14,7 @@ struct node {
     struct pawl_task task;
     struct pawl_pool *pool;
     int fan;
+    int batch; /* submit the children as one batch */
     int status;
     uint32_t calls;
     uint64_t *ran, *cancelled;
@@ -30,6 +31,13 @@ static void node_fn(struct pawl_task *t, int status)
         return;
     }
     rt_inc(n->ran);
+    if (n->batch && n->fan > 0) {
+        struct pawl_task *arr[8];
+        for (int i = 0; i < n->fan; i++)
+            arr[i] = &n->kids[i].task;
+        assert_int_equal(pawl_pool_submit_batch(n->pool, arr, (size_t)n->fan), 0);
+        return;
+    }
     for (int i = 0; i < n->fan; i++)
         pawl_pool_submit(n->pool, &n->kids[i].task);
 }
@@ -37,18 +45,33 @@ static void node_fn(struct pawl_task *t, int status)
 struct prod {
     struct node *nodes;
     int n;
+    int batch; /* > 1: submit runs of up to this many roots at once */
 };
 
 static void *produce(void *arg)
 {
     struct prod *p = arg;
-    for (int i = 0; i < p->n; i++)
-        pawl_pool_submit(p->nodes[i].pool, &p->nodes[i].task);
+    struct pawl_task *arr[64];
+    unsigned seed = (unsigned)(uintptr_t)p;
+    for (int i = 0; i < p->n;) {
+        int k = p->batch > 1 ? 1 + rand_r(&seed) % p->batch : 1;
+        if (k > p->n - i)
+            k = p->n - i;
+        if (p->batch <= 1 || (k == 1 && rand_r(&seed) % 2)) {
+            pawl_pool_submit(p->nodes[i].pool, &p->nodes[i].task);
+        } else {
+            for (int j = 0; j < k; j++)
+                arr[j] = &p->nodes[i + j].task;
+            assert_int_equal(pawl_pool_submit_batch(p->nodes[i].pool, arr, (size_t)k), 0);
+        }
+        i += k;
+    }
     return NULL;
 }
 
-/* Each outside task fans out FAN children from a worker; n producers at once. */
-static void run_load(struct pawl_pool *pool, int producers, int per, uint64_t *ran,
+/* Each outside task fans out FAN children from a worker; n producers at once. batch > 1: the
+ * producers submit runs of roots as batches and the roots their children as one batch. */
+static void run_load(struct pawl_pool *pool, int producers, int per, int batch, uint64_t *ran,
                      uint64_t *cancelled, int wait_all)
 {
     enum { FAN = 4 };
@@ -56,14 +79,16 @@ static void run_load(struct pawl_pool *pool, int producers, int per, uint64_t *r
     struct node *roots = calloc((size_t)total, sizeof(*roots));
     struct node *kids = calloc((size_t)total * FAN, sizeof(*kids));
     for (int i = 0; i < total; i++) {
-        roots[i] = (struct node){{node_fn, NULL}, pool, FAN, 0, 0, ran, cancelled, kids + i * FAN};
+        roots[i] = (struct node){{node_fn, NULL}, pool,          FAN, batch > 1, 0, 0, ran,
+                                 cancelled,       kids + i * FAN};
         for (int k = 0; k < FAN; k++)
-            kids[i * FAN + k] = (struct node){{node_fn, NULL}, pool, 0, 0, 0, ran, cancelled, NULL};
+            kids[i * FAN + k] =
+                (struct node){{node_fn, NULL}, pool, 0, 0, 0, 0, ran, cancelled, NULL};
     }
     pthread_t th[8];
     struct prod pr[8];
     for (int i = 0; i < producers; i++) {
-        pr[i] = (struct prod){roots + i * per, per};
+        pr[i] = (struct prod){roots + i * per, per, batch};
         pthread_create(&th[i], NULL, produce, &pr[i]);
     }
     for (int i = 0; i < producers; i++)
@@ -87,23 +112,33 @@ static void run_load(struct pawl_pool *pool, int producers, int per, uint64_t *r
     free(kids);
 }
 
-static void test_producers_and_fanout(void **state)
+static void producers_and_fanout(int batch)
 {
     struct pawl_pool_opts o = {.workers = 4};
     struct pawl_pool *pool;
     assert_int_equal(pawl_pool_new(&pool, &o), 0);
     uint64_t ran = 0, cancelled = 0;
-    run_load(pool, 4, PAWL_TEST_SCALE(100000), &ran, &cancelled, 1);
+    run_load(pool, 4, PAWL_TEST_SCALE(100000), batch, &ran, &cancelled, 1);
     struct pawl_pool_stats st;
     pawl_pool_stats(pool, &st);
-    print_message("executed %llu, steals %llu, parks %llu, wakeups %llu\n",
+    print_message("batch %d: executed %llu, steals %llu, parks %llu, wakeups %llu\n", batch,
                   (unsigned long long)st.executed, (unsigned long long)st.steals,
                   (unsigned long long)st.parks, (unsigned long long)st.wakeups);
     assert_true(st.steals > 0);
     pawl_pool_free(pool);
 }
 
-static void test_shutdown_cycles(void **state)
+static void test_producers_and_fanout(void **state)
+{
+    producers_and_fanout(1);
+}
+
+static void test_batch_producers_and_fanout(void **state)
+{
+    producers_and_fanout(64);
+}
+
+static void shutdown_cycles(int batch)
 {
     int cycles = PAWL_TEST_SCALE(200);
     for (int c = 0; c < cycles; c++) {
@@ -111,8 +146,18 @@ static void test_shutdown_cycles(void **state)
         struct pawl_pool *pool;
         assert_int_equal(pawl_pool_new(&pool, &o), 0);
         uint64_t ran = 0, cancelled = 0;
-        run_load(pool, 2, 500, &ran, &cancelled, 0);
+        run_load(pool, 2, 500, batch, &ran, &cancelled, 0);
     }
+}
+
+static void test_shutdown_cycles(void **state)
+{
+    shutdown_cycles(1);
+}
+
+static void test_batch_shutdown_cycles(void **state)
+{
+    shutdown_cycles(16);
 }
 
 /* Serial executors feeding each other: a task on executor i submits its follow-up to executor
@@ -249,13 +294,126 @@ static void test_no_lost_wakeups(void **state)
     pawl_pool_free(pool);
 }
 
+/* The same with batches: each round submits 1..8 tasks at once and waits for all of them. */
+static void *batch_pinger_main(void *arg)
+{
+    struct pinger *p = arg;
+    struct ping pg[8];
+    struct pawl_task *arr[8];
+    uint64_t want[8] = {0};
+    for (int k = 0; k < 8; k++) {
+        pg[k] = (struct ping){{ping_fn, NULL}, 0};
+        arr[k] = &pg[k].task;
+    }
+    unsigned seed = (unsigned)(uintptr_t)p;
+    for (int i = 0; i < p->n; i++) {
+        int k = 1 + rand_r(&seed) % 8;
+        int64_t t0 = rt_now_ms();
+        for (int j = 0; j < k; j++)
+            want[j]++;
+        pawl_pool_submit_batch(p->pool, arr, (size_t)k);
+        for (int j = 0; j < k; j++) {
+            while (rt_load(&pg[j].ran) != want[j]) {
+                if (rt_now_ms() - t0 > 10000)
+                    return (void *)1; /* lost */
+                sched_yield();
+            }
+        }
+        if (rt_now_ms() - t0 > p->worst_ms)
+            p->worst_ms = rt_now_ms() - t0;
+        if (rand_r(&seed) % 8 == 0)
+            usleep(rand_r(&seed) % 200); /* let workers park now and then */
+    }
+    return NULL;
+}
+
+static void test_no_lost_wakeups_batches(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    struct pinger pr[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        pr[i] = (struct pinger){pool, PAWL_TEST_SCALE(30000), 0};
+        pthread_create(&th[i], NULL, batch_pinger_main, &pr[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        void *lost;
+        pthread_join(th[i], &lost);
+        assert_null(lost);
+        print_message("batch pinger %d: worst round trip %lld ms\n", i, (long long)pr[i].worst_ms);
+    }
+    pawl_pool_free(pool);
+}
+
+/* Bursts from outside, each waited for before the next: the workers drain the injection queue
+ * while it is being filled (the consumer keeps meeting producers at the queue's end) and park
+ * between bursts. A burst whose last task is not found leaves every worker asleep. */
+static uint64_t burst_ran;
+
+static void burst_fn(struct pawl_task *t, int status)
+{
+    rt_inc(&burst_ran);
+}
+
+static void bursts(int batch)
+{
+    enum { N = 10000 };
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    struct pawl_task *tasks = calloc(N, sizeof(*tasks));
+    struct pawl_task **arr = calloc(N, sizeof(*arr));
+    for (int i = 0; i < N; i++) {
+        tasks[i].fn = burst_fn;
+        arr[i] = &tasks[i];
+    }
+    burst_ran = 0;
+    int rounds = PAWL_TEST_SCALE(500);
+    for (int r = 0; r < rounds; r++) {
+        if (batch > 1)
+            for (int i = 0; i < N; i += batch)
+                pawl_pool_submit_batch(pool, arr + i, (size_t)(N - i < batch ? N - i : batch));
+        else
+            for (int i = 0; i < N; i++)
+                pawl_pool_submit(pool, arr[i]);
+        uint64_t want = (uint64_t)(r + 1) * N;
+        int64_t t0 = rt_now_ms();
+        while (rt_load(&burst_ran) != want) {
+            if (rt_now_ms() - t0 > 10000)
+                fail_msg("round %d: %llu of %llu tasks ran", r,
+                         (unsigned long long)rt_load(&burst_ran), (unsigned long long)want);
+            sched_yield();
+        }
+    }
+    pawl_pool_free(pool);
+    free(arr);
+    free(tasks);
+}
+
+static void test_bursts(void **state)
+{
+    bursts(1);
+}
+
+static void test_batch_bursts(void **state)
+{
+    bursts(64);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_producers_and_fanout),
+        cmocka_unit_test(test_batch_producers_and_fanout),
         cmocka_unit_test(test_shutdown_cycles),
+        cmocka_unit_test(test_batch_shutdown_cycles),
         cmocka_unit_test(test_serial_ring),
         cmocka_unit_test(test_no_lost_wakeups),
+        cmocka_unit_test(test_no_lost_wakeups_batches),
+        cmocka_unit_test(test_bursts),
+        cmocka_unit_test(test_batch_bursts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /*
- * test_deque.c — the Chase–Lev deque: single-thread semantics (LIFO pop, FIFO steal, growth)
- * and an owner racing several thieves: every item is taken exactly once.
+ * test_deque.c — the Chase–Lev deque: single-thread semantics (LIFO pop, FIFO steal, growth),
+ * batched pushes (order, growth by several doublings at once, nothing queued when growing
+ * fails) and an owner racing several thieves, pushing one at a time or in batches: every item
+ * is taken exactly once.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -46,6 +48,84 @@ static void test_single_thread(void **state)
     pawl_deque_fini(&d);
 }
 
+static void test_push_n(void **state)
+{
+    struct pawl_deque d;
+    struct pawl_task t[300];
+    struct pawl_task *p[300];
+    for (int i = 0; i < 300; i++) {
+        t[i].fn = nop;
+        p[i] = &t[i];
+    }
+    assert_int_equal(pawl_deque_init(&d, 4), 0);
+    assert_int_equal(pawl_deque_push_n(&d, p, 3), 0);       /* fits */
+    assert_int_equal(pawl_deque_push_n(&d, p + 3, 197), 0); /* grows 4 -> 256 in one call */
+    assert_int_equal(pawl_deque_size(&d), 200);
+    assert_ptr_equal(pawl_deque_steal(&d), &t[0]); /* thieves: array order */
+    assert_ptr_equal(pawl_deque_pop(&d), &t[199]); /* owner: last first */
+    assert_int_equal(pawl_deque_push(&d, &t[200]), 0);
+    assert_ptr_equal(pawl_deque_pop(&d), &t[200]);
+    for (int i = 198; i >= 1; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    assert_null(pawl_deque_pop(&d));
+    assert_null(pawl_deque_steal(&d));
+    /* Wrapping around the ring after it emptied. */
+    for (int r = 0; r < 10; r++) {
+        assert_int_equal(pawl_deque_push_n(&d, p + 200, 100), 0);
+        for (int i = 0; i < 50; i++)
+            assert_ptr_equal(pawl_deque_steal(&d), &t[200 + i]);
+        for (int i = 99; i >= 50; i--)
+            assert_ptr_equal(pawl_deque_pop(&d), &t[200 + i]);
+        assert_null(pawl_deque_pop(&d));
+    }
+    pawl_deque_fini(&d);
+}
+
+/* Growth that fails queues nothing: the allocator refuses once the deque exists. */
+static int refuse_alloc;
+
+static void *maybe_malloc(size_t n)
+{
+    return refuse_alloc ? NULL : malloc(n);
+}
+
+static void *maybe_calloc(size_t n, size_t size)
+{
+    return refuse_alloc ? NULL : calloc(n, size);
+}
+
+static void *maybe_realloc(void *p, size_t n)
+{
+    return refuse_alloc ? NULL : realloc(p, n);
+}
+
+static void test_push_n_enomem(void **state)
+{
+    struct pawl_allocator a = {maybe_malloc, maybe_calloc, maybe_realloc, free};
+    pawl_set_allocator(&a);
+    struct pawl_deque d;
+    struct pawl_task t[20];
+    struct pawl_task *p[20];
+    for (int i = 0; i < 20; i++) {
+        t[i].fn = nop;
+        p[i] = &t[i];
+    }
+    assert_int_equal(pawl_deque_init(&d, 8), 0);
+    refuse_alloc = 1;
+    assert_int_equal(pawl_deque_push_n(&d, p, 5), 0);
+    assert_int_equal(pawl_deque_push_n(&d, p + 5, 4), PAWL_ENOMEM); /* 9 > 8 */
+    assert_int_equal(pawl_deque_size(&d), 5);
+    assert_int_equal(pawl_deque_push_n(&d, p + 5, 3), 0); /* exactly full */
+    assert_int_equal(pawl_deque_push(&d, &t[8]), PAWL_ENOMEM);
+    for (int i = 7; i >= 0; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    assert_null(pawl_deque_pop(&d));
+    refuse_alloc = 0;
+    pawl_deque_fini(&d);
+    struct pawl_allocator libc = {malloc, calloc, realloc, free};
+    pawl_set_allocator(&libc);
+}
+
 struct race {
     struct pawl_deque d;
     long n;
@@ -77,7 +157,8 @@ static void *thief(void *arg)
     return NULL;
 }
 
-void deque_race(long n, int thieves)
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. */
+void deque_race(long n, int thieves, int batch)
 {
     struct race r = {0};
     items = calloc((size_t)n, sizeof(*items));
@@ -89,9 +170,22 @@ void deque_race(long n, int thieves)
     for (int i = 0; i < thieves; i++)
         pthread_create(&th[i], NULL, thief, &r);
     unsigned seed = 1;
+    struct pawl_task *run[64];
     for (long i = 0; i < n; i++) {
-        items[i].fn = nop;
-        assert_int_equal(pawl_deque_push(&r.d, &items[i]), 0);
+        if (batch > 1) {
+            long k = 1 + rand_r(&seed) % batch;
+            if (k > n - i)
+                k = n - i;
+            for (long j = 0; j < k; j++) {
+                items[i + j].fn = nop;
+                run[j] = &items[i + j];
+            }
+            assert_int_equal(pawl_deque_push_n(&r.d, run, k), 0);
+            i += k - 1;
+        } else {
+            items[i].fn = nop;
+            assert_int_equal(pawl_deque_push(&r.d, &items[i]), 0);
+        }
         if (rand_r(&seed) % 3 == 0) {
             struct pawl_task *t = pawl_deque_pop(&r.d);
             if (t)
@@ -107,7 +201,7 @@ void deque_race(long n, int thieves)
     for (long i = 0; i < n; i++)
         if (r.taken[i] != 1)
             fail_msg("item %ld taken %u times", i, r.taken[i]);
-    print_message("deque race: %ld items, %llu stolen by %d thieves\n", n,
+    print_message("deque race: %ld items (batches up to %d), %llu stolen by %d thieves\n", n, batch,
                   (unsigned long long)r.stolen, thieves);
     pawl_deque_fini(&r.d);
     free(r.taken);
@@ -116,14 +210,22 @@ void deque_race(long n, int thieves)
 
 static void test_owner_and_thieves(void **state)
 {
-    deque_race(PAWL_TEST_SCALE(1000000), 3);
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 1);
+}
+
+static void test_owner_batches_and_thieves(void **state)
+{
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 64);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_thread),
+        cmocka_unit_test(test_push_n),
+        cmocka_unit_test(test_push_n_enomem),
         cmocka_unit_test(test_owner_and_thieves),
+        cmocka_unit_test(test_owner_batches_and_thieves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,13 @@
 /*
  * test_pool.c — the work-stealing pool: submission from many outside threads, nested submission
  * from tasks, stealing (counted), parking and prompt wake-up, and shutdown with queued work
- * (every task called exactly once, run or cancelled).
+ * (every task called exactly once, run or cancelled); the same for batched submission, plus its
+ * argument checks, and the injection queue's chain push (order and contiguity under contention).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
+
+#include "mpsc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +104,10 @@ static void test_many_producers(void **state)
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
     assert_true(RT_WAIT_UNTIL(rt_load(&runs) == (uint64_t)(P * n), 60000));
+    /* A worker counts a task as executed after its function returns, so the last count may
+     * come a moment after the last run. */
     struct pawl_pool_stats st;
-    pawl_pool_stats(p, &st);
-    assert_true(st.executed >= (uint64_t)(P * n));
+    assert_true(RT_WAIT_UNTIL((pawl_pool_stats(p, &st), st.executed >= (uint64_t)(P * n)), 10000));
     assert_int_equal(st.injected, P * n);
     pawl_pool_free(p);
     for (int i = 0; i < P * n; i++)
@@ -256,6 +260,405 @@ static void test_shutdown_with_queued_work(void **state)
     free(tasks);
 }
 
+/* ---- batched submission ---- */
+
+/* The injection queue's chain push: producers push chains of 1..16 nodes at once while one
+ * consumer pops; each producer's nodes arrive in order and a chain's nodes arrive together. */
+struct cnode {
+    void *link;
+    int producer;
+    int seq;
+    int left; /* nodes of the same chain after this one */
+};
+
+struct chain_producer {
+    struct pawl_mpsc_ *q;
+    struct cnode *nodes;
+    int id;
+    int n;
+};
+
+static void *push_chains(void *arg)
+{
+    struct chain_producer *pr = arg;
+    unsigned seed = (unsigned)pr->id + 1;
+    for (int i = 0; i < pr->n;) {
+        int k = 1 + rand_r(&seed) % 16;
+        if (k > pr->n - i)
+            k = pr->n - i;
+        for (int j = 0; j < k; j++) {
+            struct cnode *c = &pr->nodes[i + j];
+            c->producer = pr->id;
+            c->seq = i + j;
+            c->left = k - 1 - j;
+            if (j + 1 < k)
+                __atomic_store_n(&c->link, (void *)&pr->nodes[i + j + 1].link, __ATOMIC_RELAXED);
+        }
+        pawl_mpsc_push_chain(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
+        i += k;
+    }
+    return NULL;
+}
+
+static void test_mpsc_chains(void **state)
+{
+    enum { P = 4 };
+    int n = PAWL_TEST_SCALE(200000);
+    struct pawl_mpsc_ q;
+    pawl_mpsc_init(&q);
+    struct cnode *nodes = calloc((size_t)(P * n), sizeof(*nodes));
+    struct chain_producer pr[P];
+    pthread_t th[P];
+    for (int i = 0; i < P; i++) {
+        pr[i] = (struct chain_producer){&q, nodes + i * n, i, n};
+        pthread_create(&th[i], NULL, push_chains, &pr[i]);
+    }
+    int next[P] = {0};
+    int in_chain = -1; /* producer whose chain is being taken, or -1 */
+    for (long got = 0; got < (long)P * n;) {
+        void **link = pawl_mpsc_pop(&q);
+        if (link == NULL || link == PAWL_MPSC_BUSY) {
+            sched_yield();
+            continue;
+        }
+        struct cnode *c = PAWL_CONTAINER_OF(link, struct cnode, link);
+        if (in_chain >= 0 && c->producer != in_chain)
+            fail_msg("producer %d's node inside a chain of producer %d", c->producer, in_chain);
+        if (c->seq != next[c->producer])
+            fail_msg("producer %d: node %d after %d", c->producer, c->seq, next[c->producer] - 1);
+        next[c->producer]++;
+        in_chain = c->left > 0 ? c->producer : -1;
+        got++;
+    }
+    for (int i = 0; i < P; i++)
+        pthread_join(th[i], NULL);
+    assert_null(pawl_mpsc_pop(&q));
+    free(nodes);
+}
+
+/* Every invalid call returns PAWL_EINVAL and queues nothing, from outside and from a worker. */
+struct bad_batch {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct counted *good;
+    int rc[5];
+    uint64_t done;
+};
+
+static void try_bad_batches(struct pawl_pool *p, struct counted *good, int rc[5])
+{
+    struct pawl_task *ok[2] = {&good[0].task, &good[1].task};
+    struct pawl_task *with_null[3] = {&good[0].task, NULL, &good[1].task};
+    struct pawl_task nofn = {NULL, NULL};
+    struct pawl_task *with_nofn[3] = {&good[0].task, &good[1].task, &nofn};
+    rc[0] = pawl_pool_submit_batch(NULL, ok, 2);
+    rc[1] = pawl_pool_submit_batch(p, NULL, 2);
+    rc[2] = pawl_pool_submit_batch(p, ok, 0);
+    rc[3] = pawl_pool_submit_batch(p, with_null, 3);
+    rc[4] = pawl_pool_submit_batch(p, with_nofn, 3);
+}
+
+static void bad_batch_fn(struct pawl_task *t, int status)
+{
+    struct bad_batch *b = (struct bad_batch *)t;
+    try_bad_batches(b->pool, b->good, b->rc);
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+}
+
+static void test_batch_invalid_arguments(void **state)
+{
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct counted good[2];
+    for (int i = 0; i < 2; i++)
+        good[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    int rc[5];
+    try_bad_batches(p, good, rc);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rc[i], PAWL_EINVAL);
+    struct bad_batch b = {.task.fn = bad_batch_fn, .pool = p, .good = good};
+    assert_int_equal(pawl_pool_submit(p, &b.task), 0);
+    assert_true(RT_WAIT_UNTIL(rt_load(&b.done), 10000));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(b.rc[i], PAWL_EINVAL);
+    usleep(20000);
+    pawl_pool_free(p);
+    /* Nothing was queued: neither run nor cancelled. */
+    assert_int_equal(good[0].calls, 0);
+    assert_int_equal(good[1].calls, 0);
+    assert_int_equal(runs + cancels, 0);
+}
+
+/* Batches of every size from 1 to 67 from several outside threads: each task runs once. */
+struct batch_producer {
+    struct pawl_pool *pool;
+    struct counted *tasks;
+    int n;
+};
+
+static void *produce_batches(void *arg)
+{
+    struct batch_producer *pr = arg;
+    struct pawl_task *arr[67];
+    int size = 1;
+    for (int i = 0; i < pr->n;) {
+        int k = size < pr->n - i ? size : pr->n - i;
+        for (int j = 0; j < k; j++)
+            arr[j] = &pr->tasks[i + j].task;
+        assert_int_equal(pawl_pool_submit_batch(pr->pool, arr, (size_t)k), 0);
+        i += k;
+        size = size % 67 + 1;
+    }
+    return NULL;
+}
+
+static void test_batch_from_outside(void **state)
+{
+    enum { P = 4 };
+    int n = PAWL_TEST_SCALE(50000);
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct counted *tasks = calloc((size_t)(P * n), sizeof(*tasks));
+    for (int i = 0; i < P * n; i++)
+        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    pthread_t th[P];
+    struct batch_producer pr[P];
+    for (int i = 0; i < P; i++) {
+        pr[i] = (struct batch_producer){p, tasks + i * n, n};
+        pthread_create(&th[i], NULL, produce_batches, &pr[i]);
+    }
+    for (int i = 0; i < P; i++)
+        pthread_join(th[i], NULL);
+    assert_true(RT_WAIT_UNTIL(rt_load(&runs) == (uint64_t)(P * n), 60000));
+    struct pawl_pool_stats st;
+    pawl_pool_stats(p, &st);
+    assert_int_equal(st.injected, P * n);
+    print_message("outside batches: %d tasks, wakeups %llu, parks %llu\n", P * n,
+                  (unsigned long long)st.wakeups, (unsigned long long)st.parks);
+    pawl_pool_free(p);
+    for (int i = 0; i < P * n; i++)
+        assert_int_equal(tasks[i].calls, 1);
+    assert_int_equal(cancels, 0);
+    free(tasks);
+}
+
+/* From a worker: a task submits its children as one batch (large enough to grow a deque that
+ * starts with 2 slots), and each child fans out a small batch of its own. */
+struct bnode {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct bnode *kids;
+    int nkids;
+    int status;
+    uint32_t calls;
+    uint64_t *ran, *cancelled;
+};
+
+static void bnode_fn(struct pawl_task *t, int status)
+{
+    struct bnode *b = (struct bnode *)t;
+    __atomic_fetch_add(&b->calls, 1, __ATOMIC_RELAXED);
+    b->status = status;
+    rt_inc(status == 0 ? b->ran : b->cancelled);
+    if (status != 0 || b->nkids == 0)
+        return;
+    struct pawl_task **arr = malloc((size_t)b->nkids * sizeof(*arr));
+    for (int i = 0; i < b->nkids; i++)
+        arr[i] = &b->kids[i].task;
+    assert_int_equal(pawl_pool_submit_batch(b->pool, arr, (size_t)b->nkids), 0);
+    free(arr); /* borrowed for the call only */
+}
+
+/* A root with `fan` children, each with `fan2` grandchildren; returns the node count. */
+static int bnode_tree(struct bnode **out, struct pawl_pool *p, int fan, int fan2, uint64_t *ran,
+                      uint64_t *cancelled)
+{
+    int total = 1 + fan + fan * fan2;
+    struct bnode *all = calloc((size_t)total, sizeof(*all));
+    for (int i = 0; i < total; i++)
+        all[i] = (struct bnode){.task.fn = bnode_fn, .pool = p, .ran = ran, .cancelled = cancelled};
+    all[0].kids = &all[1];
+    all[0].nkids = fan;
+    for (int i = 0; i < fan; i++) {
+        all[1 + i].kids = &all[1 + fan + i * fan2];
+        all[1 + i].nkids = fan2;
+    }
+    *out = all;
+    return total;
+}
+
+static void test_batch_from_inside(void **state)
+{
+    uint64_t ran = 0, cancelled = 0;
+    struct pawl_pool_opts o = {.workers = 3, .deque_capacity = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    int rounds = PAWL_TEST_SANITIZED ? 3 : 20;
+    for (int r = 0; r < rounds; r++) {
+        struct bnode *all;
+        int total = bnode_tree(&all, p, 5000, 3, &ran, &cancelled);
+        uint64_t base = rt_load(&ran);
+        assert_int_equal(pawl_pool_submit(p, &all[0].task), 0);
+        assert_true(RT_WAIT_UNTIL(rt_load(&ran) == base + (uint64_t)total, 60000));
+        for (int i = 0; i < total; i++)
+            assert_int_equal(all[i].calls, 1);
+        free(all);
+    }
+    struct pawl_pool_stats st;
+    pawl_pool_stats(p, &st);
+    print_message("inside batches: steals %llu, wakeups %llu\n", (unsigned long long)st.steals,
+                  (unsigned long long)st.wakeups);
+    assert_int_equal(st.injected, rounds); /* only the roots came from outside */
+    pawl_pool_free(p);
+    assert_int_equal(cancelled, 0);
+}
+
+/* With one worker a batch from inside runs in the order the same submissions one by one would
+ * (the owner pops its deque LIFO). */
+struct ordered {
+    struct pawl_task task;
+    int id;
+    int *log;
+    uint64_t *n;
+};
+
+static void ordered_fn(struct pawl_task *t, int status)
+{
+    struct ordered *o = (struct ordered *)t;
+    o->log[rt_load(o->n)] = o->id; /* one worker: no race */
+    rt_inc(o->n);
+}
+
+struct order_root {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct ordered *kids;
+    int batch;
+};
+
+static void order_root_fn(struct pawl_task *t, int status)
+{
+    struct order_root *r = (struct order_root *)t;
+    struct pawl_task *arr[8];
+    for (int i = 0; i < 8; i++)
+        arr[i] = &r->kids[i].task;
+    if (r->batch)
+        pawl_pool_submit_batch(r->pool, arr, 8);
+    else
+        for (int i = 0; i < 8; i++)
+            pawl_pool_submit(r->pool, arr[i]);
+}
+
+static void test_batch_inside_order(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 1};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    int log[2][8];
+    for (int b = 0; b < 2; b++) {
+        uint64_t n = 0;
+        struct ordered kids[8];
+        for (int i = 0; i < 8; i++)
+            kids[i] = (struct ordered){{ordered_fn, NULL}, i, log[b], &n};
+        struct order_root root = {{order_root_fn, NULL}, p, kids, b};
+        pawl_pool_submit(p, &root.task);
+        assert_true(RT_WAIT_UNTIL(rt_load(&n) == 8, 10000));
+    }
+    assert_memory_equal(log[0], log[1], sizeof log[0]);
+    pawl_pool_free(p);
+}
+
+/* Shutdown with batches queued from outside, a batch submitted from inside by a task that is
+ * still running when shutdown starts, and batches submitted by cancelled tasks: each task is
+ * called exactly once. */
+struct batch_blocker {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct counted *kids;
+    uint32_t calls;
+};
+
+static void batch_blocker_fn(struct pawl_task *t, int status)
+{
+    struct batch_blocker *b = (struct batch_blocker *)t;
+    __atomic_fetch_add(&b->calls, 1, __ATOMIC_RELAXED);
+    while (!__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE))
+        usleep(100);
+    /* From inside, after shutdown began: onto our deque, cancelled by pawl_pool_free. */
+    struct pawl_task *arr[10];
+    for (int i = 0; i < 10; i++)
+        arr[i] = &b->kids[i].task;
+    assert_int_equal(pawl_pool_submit_batch(b->pool, arr, 10), 0);
+}
+
+struct batch_resubmitter {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct counted *kids;
+    uint32_t calls;
+};
+
+static void batch_resubmit_fn(struct pawl_task *t, int status)
+{
+    struct batch_resubmitter *r = (struct batch_resubmitter *)t;
+    __atomic_fetch_add(&r->calls, 1, __ATOMIC_RELAXED);
+    assert_int_equal(status, PAWL_ECANCELED);
+    struct pawl_task *arr[5];
+    for (int i = 0; i < 5; i++)
+        arr[i] = &r->kids[i].task;
+    /* On the thread in pawl_pool_free: queued, then cancelled in a later round. */
+    assert_int_equal(pawl_pool_submit_batch(r->pool, arr, 5), 0);
+}
+
+static void test_batch_shutdown(void **state)
+{
+    enum { N = 1000, B = 100 };
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 1};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    release_blocker = 0;
+    struct counted inner[10];
+    for (int i = 0; i < 10; i++)
+        inner[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    struct batch_blocker blocker = {.task.fn = batch_blocker_fn, .pool = p, .kids = inner};
+    pawl_pool_submit(p, &blocker.task);
+    usleep(10000);
+    struct counted *tasks = calloc(N, sizeof(*tasks));
+    struct pawl_task *arr[B];
+    for (int i = 0; i < N; i++) {
+        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+        arr[i % B] = &tasks[i].task;
+        if (i % B == B - 1)
+            assert_int_equal(pawl_pool_submit_batch(p, arr, B), 0);
+    }
+    struct counted later[5];
+    for (int i = 0; i < 5; i++)
+        later[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    struct batch_resubmitter rs = {.task.fn = batch_resubmit_fn, .pool = p, .kids = later};
+    pawl_pool_submit(p, &rs.task);
+    pthread_t th;
+    pthread_create(&th, NULL, release_later, NULL);
+    pawl_pool_free(p); /* waits for the blocker, cancels the rest */
+    pthread_join(th, NULL);
+    assert_int_equal(blocker.calls, 1);
+    assert_int_equal(rs.calls, 1);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(tasks[i].calls, 1);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(inner[i].calls, 1);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(later[i].calls, 1);
+    assert_int_equal(runs + cancels, N + 15);
+    print_message("batch shutdown: %llu ran, %llu cancelled\n", (unsigned long long)runs,
+                  (unsigned long long)cancels);
+    free(tasks);
+}
+
 /* Allocator hooks: everything the runtime allocates goes through them and is given back. */
 static uint64_t n_alloc, n_free;
 
@@ -331,6 +734,12 @@ int main(void)
         cmocka_unit_test(test_nested_and_stealing),
         cmocka_unit_test(test_park_and_wake),
         cmocka_unit_test(test_shutdown_with_queued_work),
+        cmocka_unit_test(test_mpsc_chains),
+        cmocka_unit_test(test_batch_invalid_arguments),
+        cmocka_unit_test(test_batch_from_outside),
+        cmocka_unit_test(test_batch_from_inside),
+        cmocka_unit_test(test_batch_inside_order),
+        cmocka_unit_test(test_batch_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
