@@ -47,6 +47,9 @@
 #include <unistd.h>
 
 enum { ST_IDLE = 0, ST_ARMED = 1, ST_FIRED = 2 };
+/* _cb_inflight: a periodic callback queued or running; a one-shot callback queued (the pool has
+ * not yet dequeued its task). */
+enum { CB_NONE = 0, CB_PERIODIC = 1, CB_ONESHOT = 2 };
 /* OP_DUE: io_uring only — the deadline had passed when it was armed, so no kernel timeout was
  * submitted (expired timeouts cost tens of microseconds each in the kernel); the timer waits on
  * the owner's due list and is expired at the end of the current loop iteration. */
@@ -147,8 +150,15 @@ static void timer_task(struct pawl_task *task, int status)
     struct pawl_timer *t = PAWL_CONTAINER_OF(task, struct pawl_timer, _task);
     pawl_timer_fn cb = t->_cb;
     void *arg = t->_arg;
-    /* Acquire: pairs with the timers thread's exchange that set it for a periodic dispatch. */
-    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_ACQUIRE)) {
+    /* Acquire: pairs with the timers thread's exchange or store that set it at dispatch. */
+    uint32_t inflight = __atomic_load_n(&t->_cb_inflight, __ATOMIC_ACQUIRE);
+    if (inflight == CB_ONESHOT) {
+        /* The pool has dequeued the task: from here a restart may queue it again (even from
+         * the callback). Seq_cst: pairs with pawl_timer_start's load. */
+        __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+        pawl_timer_unhold_(t); /* the callback may free or restart t */
+        cb(t, arg, status);
+    } else if (inflight == CB_PERIODIC) {
         cb(t, arg, status);
         /* Release: the next periodic dispatch (and a restart) see the callback finished. */
         __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
@@ -157,7 +167,7 @@ static void timer_task(struct pawl_task *task, int status)
         cb(t, arg, status); /* runtime-internal owner: its idle hook frees t after this */
         pawl_timer_unhold_(t);
     } else {
-        pawl_timer_unhold_(t); /* one-shot: the callback may free or restart t */
+        pawl_timer_unhold_(t); /* runtime-internal one-shot without an idle hook */
         cb(t, arg, status);
     }
 }
@@ -206,7 +216,7 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
         return PAWL_ESHUTDOWN;
     /* Seq_cst: with the timers thread's exchange-then-load in dispatch_periodic, either we see
      * the callback in flight, or it sees our new generation and withdraws its dispatch. */
-    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_SEQ_CST) == CB_PERIODIC)
         return PAWL_EBUSY;
     pawl_timer_hold_(t); /* keeps the count above zero until the command is queued */
     uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
@@ -437,6 +447,20 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                                             __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
                 /* Relaxed: statistics. */
                 __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+                /* A restart may expire again before the pool has dequeued the callback of
+                 * this one: queueing the same task twice would corrupt the queue. The flag
+                 * says "queued, not yet dequeued" (timer_task clears it first thing); an
+                 * expiry that finds it set is covered by the callback already queued. Runtime-
+                 * internal timers with an idle hook are never restarted and keep 0. Seq_cst:
+                 * with timer_task's clearing store, either we see the task dequeued (0) and
+                 * queue it again, or it is still queued and runs the callback after us. */
+                if (t->_idle_fn == NULL &&
+                    __atomic_exchange_n(&t->_cb_inflight, CB_ONESHOT, __ATOMIC_SEQ_CST) ==
+                        CB_ONESHOT) {
+                    t->_missed++;
+                    pawl_timer_unhold_(t); /* the op's hold: the queued callback keeps its own */
+                    return;
+                }
                 /* Hand our hold to the callback and submit it: our last access to t. */
                 pawl_pool_submit(tm->pool, &t->_task);
                 return;
@@ -445,7 +469,7 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
             /* Periodic: dispatch unless the previous callback is still in flight, then re-arm
              * on the absolute schedule, skipping expiries that are already past. */
             /* Seq_cst: see pawl_timer_start. */
-            if (__atomic_exchange_n(&t->_cb_inflight, 1, __ATOMIC_SEQ_CST) == 0) {
+            if (__atomic_exchange_n(&t->_cb_inflight, CB_PERIODIC, __ATOMIC_SEQ_CST) == 0) {
                 if (__atomic_load_n(&t->_state, __ATOMIC_SEQ_CST) == want) {
                     pawl_timer_hold_(t); /* the callback's hold */
                     pawl_pool_submit(tm->pool, &t->_task);

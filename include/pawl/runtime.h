@@ -315,7 +315,7 @@ struct pawl_timer {
     int64_t _period_ns;                     /* 0 = one-shot (atomic access) */
     uint32_t _busy;        /* holds: queued command, kernel/heap op, dispatched callback */
     uint32_t _queued;      /* 1 while on the command queue */
-    uint32_t _cb_inflight; /* periodic: 1 while a callback is queued or running */
+    uint32_t _cb_inflight; /* 1: periodic callback queued or running; 2: one-shot queued */
     /* Owned by the timers thread only: */
     uint64_t _armed_gen;
     int64_t _deadline_ns;
@@ -353,8 +353,11 @@ void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
  * Arm t to fire after delay_ms (>= 0), then every period_ms if period_ms > 0 (fixed rate on
  * absolute deadlines; an expiry that finds the previous callback still queued or running is
  * skipped, so at most one callback per timer is ever in flight). Any thread, including t's own
- * one-shot callback. 0; PAWL_EBUSY if t is armed (cancel it first) or a periodic callback of
- * an earlier start is still queued or running; PAWL_EINVAL; PAWL_ESHUTDOWN.
+ * one-shot callback. A one-shot timer may be restarted while the callback of its last expiry is
+ * still queued; if it expires again before the pool has taken that callback, the queued callback
+ * stands for both expiries (one call). 0; PAWL_EBUSY if t is armed (cancel it first) or a
+ * periodic callback of an earlier start is still queued or running; PAWL_EINVAL;
+ * PAWL_ESHUTDOWN.
  */
 int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
                      int64_t period_ms);

@@ -11,8 +11,10 @@
 #include "runtime_test.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOL_MS 250
 
@@ -251,6 +253,52 @@ static void test_restart_from_callback(void **state)
     }
 }
 
+/* Pool workers held busy, so a fired timer's callback stays queued. */
+static atomic_int blockers_in, blockers_go;
+
+static void blocker(struct pawl_task *t, int status)
+{
+    (void)t;
+    (void)status;
+    atomic_fetch_add(&blockers_in, 1);
+    while (!atomic_load(&blockers_go))
+        usleep(1000);
+}
+
+/*
+ * A one-shot timer restarted (from another thread) while the callback of its first expiry is
+ * still queued, and expiring again before the pool runs that callback: the second expiry is
+ * covered by the queued callback (its task must not be queued twice), and the timer works as
+ * before afterwards.
+ */
+static void test_restart_while_callback_queued(void **state)
+{
+    FOR_EACH_BACKEND(tm)
+    {
+        struct pawl_task blk[2] = {{.fn = blocker}, {.fn = blocker}};
+        atomic_store(&blockers_in, 0);
+        atomic_store(&blockers_go, 0);
+        assert_int_equal(pawl_pool_submit(pool, &blk[0]), 0);
+        assert_int_equal(pawl_pool_submit(pool, &blk[1]), 0);
+        assert_true(RT_WAIT_UNTIL(atomic_load(&blockers_in) == 2, 5000));
+        struct rec r = {0};
+        pawl_timer_init(&r.t, rec_cb, &r);
+        assert_int_equal(pawl_timer_start(tm, &r.t, 0, 0), 0);
+        usleep(50000); /* expired; its callback waits behind the blockers */
+        assert_int_equal(rt_load(&r.fired), 0);
+        assert_int_equal(pawl_timer_start(tm, &r.t, 0, 0), 0); /* a one-shot may restart */
+        usleep(50000); /* expired again, before the first callback ran */
+        atomic_store(&blockers_go, 1);
+        assert_true(RT_WAIT_UNTIL(rt_load(&r.fired) >= 1 && !pawl_timer_busy(&r.t), 5000));
+        usleep(20000);
+        assert_int_equal(rt_load(&r.fired), 1); /* one callback covered both expiries */
+        assert_int_equal(pawl_timer_start(tm, &r.t, 1, 0), 0);
+        assert_true(RT_WAIT_UNTIL(rt_load(&r.fired) == 2 && !pawl_timer_busy(&r.t), 5000));
+        usleep(20000);
+        assert_int_equal(rt_load(&r.fired), 2);
+    }
+}
+
 void timers_many(struct pawl_timers *tm, int n)
 {
     struct rec *r = calloc((size_t)n, sizeof(*r));
@@ -327,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_cancel_at_expiry),
         cmocka_unit_test(test_periodic),
         cmocka_unit_test(test_restart_from_callback),
+        cmocka_unit_test(test_restart_while_callback_queued),
         cmocka_unit_test(test_thousands),
         cmocka_unit_test(test_free_with_pending),
     };
