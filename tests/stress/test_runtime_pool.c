@@ -270,28 +270,34 @@ static void *pinger_main(void *arg)
     return NULL;
 }
 
-static void test_no_lost_wakeups(void **state)
+/* Three pingers running `ping_main` against a pool of `workers`; none may lose a wake-up. */
+static void run_pingers(int workers, void *(*ping_main)(void *), const char *what)
 {
-    struct pawl_pool_opts o = {.workers = 3};
+    struct pawl_pool_opts o = {.workers = workers};
     struct pawl_pool *pool;
     assert_int_equal(pawl_pool_new(&pool, &o), 0);
     struct pinger pr[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
         pr[i] = (struct pinger){pool, PAWL_TEST_SCALE(30000), 0};
-        pthread_create(&th[i], NULL, pinger_main, &pr[i]);
+        pthread_create(&th[i], NULL, ping_main, &pr[i]);
     }
     for (int i = 0; i < 3; i++) {
         void *lost;
         pthread_join(th[i], &lost);
         assert_null(lost);
-        print_message("pinger %d: worst round trip %lld ms\n", i, (long long)pr[i].worst_ms);
+        print_message("%s %d: worst round trip %lld ms\n", what, i, (long long)pr[i].worst_ms);
     }
     struct pawl_pool_stats st;
     pawl_pool_stats(pool, &st);
     print_message("parks %llu, wakeups %llu\n", (unsigned long long)st.parks,
                   (unsigned long long)st.wakeups);
     pawl_pool_free(pool);
+}
+
+static void test_no_lost_wakeups(void **state)
+{
+    run_pingers(3, pinger_main, "pinger");
 }
 
 /* The same with batches: each round submits 1..8 tasks at once and waits for all of them. */
@@ -329,22 +335,7 @@ static void *batch_pinger_main(void *arg)
 
 static void test_no_lost_wakeups_batches(void **state)
 {
-    struct pawl_pool_opts o = {.workers = 2};
-    struct pawl_pool *pool;
-    assert_int_equal(pawl_pool_new(&pool, &o), 0);
-    struct pinger pr[3];
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) {
-        pr[i] = (struct pinger){pool, PAWL_TEST_SCALE(30000), 0};
-        pthread_create(&th[i], NULL, batch_pinger_main, &pr[i]);
-    }
-    for (int i = 0; i < 3; i++) {
-        void *lost;
-        pthread_join(th[i], &lost);
-        assert_null(lost);
-        print_message("batch pinger %d: worst round trip %lld ms\n", i, (long long)pr[i].worst_ms);
-    }
-    pawl_pool_free(pool);
+    run_pingers(2, batch_pinger_main, "batch pinger");
 }
 
 /* Bursts from outside, each waited for before the next: the workers drain the injection queue

@@ -84,7 +84,11 @@ static void *produce(void *arg)
     return NULL;
 }
 
-static void test_many_producers(void **state)
+/*
+ * P threads each submit n counted tasks from outside the pool through `produce_fn` (one by
+ * one, or in batches); every task runs exactly once, all through the injection queue.
+ */
+static void run_producers(void *(*produce_fn)(void *), const char *what)
 {
     enum { P = 4 };
     int n = PAWL_TEST_SCALE(50000);
@@ -99,7 +103,7 @@ static void test_many_producers(void **state)
     struct producer pr[P];
     for (int i = 0; i < P; i++) {
         pr[i] = (struct producer){p, tasks + i * n, n};
-        pthread_create(&th[i], NULL, produce, &pr[i]);
+        pthread_create(&th[i], NULL, produce_fn, &pr[i]);
     }
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
@@ -109,11 +113,18 @@ static void test_many_producers(void **state)
     struct pawl_pool_stats st;
     assert_true(RT_WAIT_UNTIL((pawl_pool_stats(p, &st), st.executed >= (uint64_t)(P * n)), 10000));
     assert_int_equal(st.injected, P * n);
+    print_message("%s: %d tasks, wakeups %llu, parks %llu\n", what, P * n,
+                  (unsigned long long)st.wakeups, (unsigned long long)st.parks);
     pawl_pool_free(p);
     for (int i = 0; i < P * n; i++)
         assert_int_equal(tasks[i].calls, 1);
     assert_int_equal(cancels, 0);
     free(tasks);
+}
+
+static void test_many_producers(void **state)
+{
+    run_producers(produce, "outside, one by one");
 }
 
 /* Nested submission: each node submits two children until depth 0 (a binary tree). */
@@ -392,15 +403,9 @@ static void test_batch_invalid_arguments(void **state)
 }
 
 /* Batches of every size from 1 to 67 from several outside threads: each task runs once. */
-struct batch_producer {
-    struct pawl_pool *pool;
-    struct counted *tasks;
-    int n;
-};
-
 static void *produce_batches(void *arg)
 {
-    struct batch_producer *pr = arg;
+    struct producer *pr = arg;
     struct pawl_task *arr[67];
     int size = 1;
     for (int i = 0; i < pr->n;) {
@@ -416,34 +421,7 @@ static void *produce_batches(void *arg)
 
 static void test_batch_from_outside(void **state)
 {
-    enum { P = 4 };
-    int n = PAWL_TEST_SCALE(50000);
-    uint64_t runs = 0, cancels = 0;
-    struct pawl_pool_opts o = {.workers = 2};
-    struct pawl_pool *p;
-    assert_int_equal(pawl_pool_new(&p, &o), 0);
-    struct counted *tasks = calloc((size_t)(P * n), sizeof(*tasks));
-    for (int i = 0; i < P * n; i++)
-        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
-    pthread_t th[P];
-    struct batch_producer pr[P];
-    for (int i = 0; i < P; i++) {
-        pr[i] = (struct batch_producer){p, tasks + i * n, n};
-        pthread_create(&th[i], NULL, produce_batches, &pr[i]);
-    }
-    for (int i = 0; i < P; i++)
-        pthread_join(th[i], NULL);
-    assert_true(RT_WAIT_UNTIL(rt_load(&runs) == (uint64_t)(P * n), 60000));
-    struct pawl_pool_stats st;
-    pawl_pool_stats(p, &st);
-    assert_int_equal(st.injected, P * n);
-    print_message("outside batches: %d tasks, wakeups %llu, parks %llu\n", P * n,
-                  (unsigned long long)st.wakeups, (unsigned long long)st.parks);
-    pawl_pool_free(p);
-    for (int i = 0; i < P * n; i++)
-        assert_int_equal(tasks[i].calls, 1);
-    assert_int_equal(cancels, 0);
-    free(tasks);
+    run_producers(produce_batches, "outside batches");
 }
 
 /* From a worker: a task submits its children as one batch (large enough to grow a deque that
