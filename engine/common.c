@@ -77,6 +77,14 @@ int64_t pawl_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns)
+{
+    clock_gettime(clock, ts);
+    int64_t nsec = ts->tv_nsec + ns % 1000000000;
+    ts->tv_sec += ns / 1000000000 + nsec / 1000000000;
+    ts->tv_nsec = nsec % 1000000000;
+}
+
 int64_t pawl_wall_us(void)
 {
     struct timespec ts;

@@ -8,6 +8,8 @@
 #include "pawl/common.h"
 
 #include <stddef.h>
+#include <stdint.h>
+#include <time.h>
 
 #define PAWL_CACHELINE 64
 #define PAWL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -35,6 +37,9 @@ static inline void pawl_free(void *p)
     pawl_alloc_.free(p);
 }
 char *pawl_strdup(const char *s);
+
+/* *ts = the time on `clock` plus ns (>= 0): an absolute deadline for timed waits. */
+void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns);
 
 #define PAWL_DEBUG(mod, ...) pawl_log(PAWL_LOG_DEBUG, mod, __VA_ARGS__)
 #define PAWL_INFO(mod, ...) pawl_log(PAWL_LOG_INFO, mod, __VA_ARGS__)

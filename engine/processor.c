@@ -523,12 +523,7 @@ static void *coord_main(void *arg)
                 released_all = 1;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            pawl_timespec_in(&ts, CLOCK_REALTIME, 50 * 1000000);
             if (p->done == NULL)
                 pthread_cond_timedwait(&p->cv, &p->mu, &ts);
             pthread_mutex_unlock(&p->mu);
@@ -602,10 +597,7 @@ static void *coord_main(void *arg)
             if (p->done == NULL && !p->stopping && !p->room &&
                 (p->admin_op == ADMIN_NONE || p->admin_done)) {
                 struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                int64_t ns = ts.tv_nsec + wait_ns;
-                ts.tv_sec += ns / 1000000000;
-                ts.tv_nsec = ns % 1000000000;
+                pawl_timespec_in(&ts, CLOCK_REALTIME, wait_ns);
                 pthread_cond_timedwait(&p->cv, &p->mu, &ts);
             }
             p->room = 0;
@@ -680,10 +672,7 @@ static void *extend_main(void *arg)
         if (p->stopped)
             break;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + p->extend_ms * 1000000;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        pawl_timespec_in(&ts, CLOCK_REALTIME, (int64_t)p->extend_ms * 1000000);
         pthread_cond_timedwait(&p->ecv, &p->emu, &ts);
     }
     pthread_mutex_unlock(&p->emu);

@@ -68,10 +68,7 @@ static int mem_wait(struct pawl_source *s, int64_t after, int64_t timeout_ms)
 {
     struct source_mem *m = from(s);
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    int64_t ns = until.tv_nsec + (timeout_ms % 1000) * 1000000;
-    until.tv_sec += timeout_ms / 1000 + ns / 1000000000;
-    until.tv_nsec = ns % 1000000000;
+    pawl_timespec_in(&until, CLOCK_REALTIME, timeout_ms * 1000000);
     int rc = 0;
     pthread_mutex_lock(&m->mu);
     while (m->head <= after) {

@@ -296,17 +296,6 @@ int64_t pawl_store_last_index(struct pawl_store *s)
     return atomic_load_explicit(&s->last_index, memory_order_relaxed);
 }
 
-static void timespec_in(struct timespec *ts, int64_t ns_from_now)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ns_from_now / 1000000000;
-    ts->tv_nsec += ns_from_now % 1000000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
-
 static void cond_init_mono(pthread_cond_t *c)
 {
     pthread_condattr_t a;
@@ -337,7 +326,7 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
             break;
         }
         struct timespec ts;
-        timespec_in(&ts, left);
+        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
         pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
     }
     if (--s->waiters == 0 && s->shutdown)
@@ -1241,7 +1230,7 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
     struct timespec ts;
-    timespec_in(&ts, ns);
+    pawl_timespec_in(&ts, CLOCK_MONOTONIC, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
         pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
@@ -1273,7 +1262,7 @@ static void *fin_main(void *arg)
                 if (left <= 0)
                     break;
                 struct timespec ts;
-                timespec_in(&ts, left);
+                pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
                 pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
             }
             atomic_store(&s->fin_waiting, 0);

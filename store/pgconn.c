@@ -1051,11 +1051,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
                 break;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t add = PAWL_MIN(until - now, 50000000LL);
-            ts.tv_nsec += add % 1000000000;
-            ts.tv_sec += add / 1000000000 + ts.tv_nsec / 1000000000;
-            ts.tv_nsec %= 1000000000;
+            pawl_timespec_in(&ts, CLOCK_REALTIME, PAWL_MIN(until - now, 50000000LL));
             pthread_cond_timedwait(&p->cond, &p->mu, &ts);
         }
         if (rc != 0 && err && errlen) {

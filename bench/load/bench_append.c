@@ -187,12 +187,7 @@ static int gate_full(struct gate *g, int max)
     atomic_store(&g->waiting, 1);
     if (atomic_load(&g->inflight) >= max) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        pawl_timespec_in(&ts, CLOCK_REALTIME, 1000000);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
     atomic_store(&g->waiting, 0);
