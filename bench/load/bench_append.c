@@ -345,6 +345,9 @@ static void run_store_cell(struct cell *c)
     c->max = st.delay_max_ms;
     c->delay_count = st.delay_count;
     c->fin_runs_s = (double)(st.finalize_runs - st0.finalize_runs) / ((t1 - t_measure) / 1e9);
+    if (c->finalizer)
+        fprintf(stderr, "  finalizer interval %.2f ms (append latency average %.2f ms)\n",
+                st.finalizer_interval_ms, st.append_latency_avg_ms);
     if (atomic_load(&d.errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&d.errors));
     /* Untimed: finalize everything left so the next cell starts clean. */

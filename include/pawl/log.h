@@ -66,6 +66,17 @@ struct pawl_store_opts {
      * load one run (one commit) covers many appends; it bounds the finalize delay from below.
      * 0..1000000 µs, default 1000. */
     int finalizer_min_interval_us;
+    /* Under load the cadence stretches: a run also starts no sooner than this share of the
+     * recent append latency (submit to acknowledged commit, a moving average over this
+     * process's appends) after the previous one, up to finalizer_max_interval_us. When
+     * appends queue, their latency grows, and one run then covers many more of them: the
+     * finalizer's cost per event falls, and the delay it adds stays a small part of what a
+     * writer already waits for its acknowledgment. Unloaded, append latency is about a
+     * commit and the minimum interval rules. 0 turns it off. 0..100 %, default 10. */
+    int finalizer_latency_share_pct;
+    /* The longest interval the latency share may stretch the cadence to (never below
+     * finalizer_min_interval_us). 0..1000000 µs, default 20000. */
+    int finalizer_max_interval_us;
     /* Experimental. 1: each append's transaction also runs a finalization (after its
      * insert, under the same try-lock) for what others committed before it, so that run's
      * commit shares the append's WAL flush; the background finalizer then mostly finds the
@@ -253,6 +264,9 @@ struct pawl_log_stats {
     double run_p50_ms, run_p99_ms, run_max_ms;
     /* Append latency (submit to acknowledged commit), since the last reset. */
     double append_p50_ms, append_p99_ms, append_max_ms;
+    /* The finalizer's current cadence (interval between run starts) and the append latency
+     * moving average it derives from, in ms. */
+    double finalizer_interval_ms, append_latency_avg_ms;
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */

@@ -298,13 +298,96 @@ static void test_bad_dsn(void **state)
     assert_non_null(strstr(err, "connections"));
 }
 
+/*
+ * The finalizer's cadence stretches with the append latency under load and comes back when the
+ * load goes: a burst of queued appends (latency in the tens of ms) spaces runs by
+ * finalizer_latency_share_pct of it, capped; sequential appends (latency about a commit) bring
+ * the minimum interval back. With the share at 0 the cadence never moves.
+ */
+static void on_burst_done(void *ud, const struct pawl_append_result *res)
+{
+    if (res->rc != 0)
+        __atomic_fetch_add((int *)ud, 1, __ATOMIC_RELAXED);
+}
+
+static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
+                            struct pawl_log_stats *calm)
+{
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.connections = 1;
+    o.finalizer_min_interval_us = 1000;
+    o.finalizer_latency_share_pct = share_pct;
+    o.finalizer_max_interval_us = 20000;
+    struct pawl_store *s = NULL;
+    char err[512];
+    int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
+    if (rc != 0)
+        fail_msg("store: %s: %s", pawl_strerror(rc), err);
+    int errors = 0;
+    char sid[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(sid, sizeof sid, "cadence-%d-%d", share_pct, i % 50);
+        struct pawl_event e = ev(sid, 0, "burst", "x");
+        assert_int_equal(pawl_append_async(s, &e, 1, on_burst_done, &errors), 0);
+    }
+    pawl_store_drain(s);
+    assert_int_equal(errors, 0);
+    usleep(30000); /* the finalizer's last wake-up computed the interval */
+    pawl_store_stats(s, loaded, 0);
+    for (int i = 0; i < 150; i++) {
+        struct pawl_event e = ev("cadence-calm", 0, "calm", "x");
+        assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
+    }
+    usleep(30000);
+    pawl_store_stats(s, calm, 0);
+    pawl_store_free(s);
+}
+
+static void test_adaptive_cadence(void **state)
+{
+    (void)state;
+    struct pawl_log_stats loaded, calm;
+    burst_then_calm(10, &loaded, &calm);
+    print_message("cadence: burst latency avg %.1f ms -> interval %.2f ms; calm %.2f ms -> %.2f ms\n",
+                  loaded.append_latency_avg_ms, loaded.finalizer_interval_ms,
+                  calm.append_latency_avg_ms, calm.finalizer_interval_ms);
+    /* 3000 appends queued on one connection wait for each other: far above a commit. */
+    assert_true(loaded.append_latency_avg_ms > 30.0);
+    assert_true(loaded.finalizer_interval_ms > 2.9);
+    assert_true(loaded.finalizer_interval_ms <= 20.0);
+    double want = loaded.append_latency_avg_ms * 0.10;
+    if (want < 20.0)
+        assert_true(loaded.finalizer_interval_ms > want * 0.5 &&
+                    loaded.finalizer_interval_ms < want * 1.5);
+    assert_true(calm.finalizer_interval_ms < 1.001);
+    assert_true(calm.finalizer_interval_ms > 0.999);
+
+    burst_then_calm(0, &loaded, &calm);
+    assert_true(loaded.append_latency_avg_ms > 30.0);
+    assert_true(loaded.finalizer_interval_ms > 0.999 && loaded.finalizer_interval_ms < 1.001);
+
+    /* Out of range: refused, naming the option. */
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.finalizer_latency_share_pct = 101;
+    struct pawl_store *s = NULL;
+    char err[512];
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_non_null(strstr(err, "finalizer_latency_share_pct"));
+    pawl_store_opts_defaults(&o);
+    o.finalizer_max_interval_us = -1;
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_non_null(strstr(err, "finalizer_max_interval_us"));
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("log_basic");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema),      cmocka_unit_test(test_newer_schema),
         cmocka_unit_test(test_append_read), cmocka_unit_test(test_sql_face_equal),
-        cmocka_unit_test(test_bad_dsn),
+        cmocka_unit_test(test_bad_dsn),     cmocka_unit_test(test_adaptive_cadence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
