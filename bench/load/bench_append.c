@@ -15,7 +15,8 @@
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
- * (--quick: only the 4-connection cells; --min-interval-us: the finalizer cadence; --streams:
+ *                     [--rate-only]
+ * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell; --min-interval-us: the finalizer cadence; --streams:
  * how many streams one append's events go to, 0 = a random one per event, the default.)
  */
 #include "pawl.h"
@@ -346,8 +347,11 @@ static void run_store_cell(struct cell *c)
     c->delay_count = st.delay_count;
     c->fin_runs_s = (double)(st.finalize_runs - st0.finalize_runs) / ((t1 - t_measure) / 1e9);
     if (c->finalizer)
-        fprintf(stderr, "  finalizer interval %.2f ms (append latency average %.2f ms)\n",
-                st.finalizer_interval_ms, st.append_latency_avg_ms);
+        fprintf(stderr,
+                "  finalizer interval %.2f ms (append latency average %.2f ms, p50 %.2f, p99 "
+                "%.2f); runs p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                st.finalizer_interval_ms, st.append_latency_avg_ms, st.append_p50_ms,
+                st.append_p99_ms, st.run_p50_ms, st.run_p99_ms, st.run_max_ms);
     if (atomic_load(&d.errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&d.errors));
     /* Untimed: finalize everything left so the next cell starts clean. */
@@ -586,7 +590,7 @@ static void setup_baseline(void)
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
-    int quick = 0;
+    int quick = 0, rate_only = 0;
     dsn = getenv("PAWL_DSN");
     static const struct option lo[] = {
         {"dsn", required_argument, 0, 'd'},       {"seconds", required_argument, 0, 's'},
@@ -595,9 +599,10 @@ int main(int argc, char **argv)
         {"quick", no_argument, 0, 'q'},           {"min-interval-us", required_argument, 0, 'm'},
         {"rounds", required_argument, 0, 'R'},    {"rate-batch", required_argument, 0, 'B'},
         {"piggyback", required_argument, 0, 'P'}, {"streams", required_argument, 0, 'S'},
+        {"rate-only", no_argument, 0, 'O'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:O", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -616,6 +621,9 @@ int main(int argc, char **argv)
             break;
         case 'b':
             baseline = 1;
+            break;
+        case 'O':
+            rate_only = 1;
             break;
         case 'q':
             quick = 1;
@@ -642,7 +650,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
-                    "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N]\n",
+                    "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N] [--rate-only]\n",
                     argv[0]);
             return 2;
         }
@@ -666,7 +674,7 @@ int main(int argc, char **argv)
     struct cell cells[32];
     int nc = 0;
     int conns[2] = {1, 4}, batches[2] = {1, 100};
-    for (int ci = 0; ci < 2; ci++)
+    for (int ci = 0; ci < 2 && !rate_only; ci++)
         for (int bi = 0; bi < 2; bi++) {
             if (quick && ci == 0)
                 continue;
@@ -676,7 +684,7 @@ int main(int argc, char **argv)
         }
     cells[nc++] = (struct cell){
         .design = "per-run", .conns = 4, .batch = rate_batch, .finalizer = 1, .target_rate = rate};
-    if (baseline)
+    if (baseline && !rate_only)
         for (int ci = 0; ci < 2; ci++)
             for (int bi = 0; bi < 2; bi++) {
                 if (quick && ci == 0)

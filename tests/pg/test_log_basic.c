@@ -15,18 +15,23 @@
 
 static const char *dsn;
 
+static struct pawl_store *open_store_with(const struct pawl_store_opts *o)
+{
+    struct pawl_store *s = NULL;
+    char err[512];
+    int rc = pawl_store_new(&s, dsn, o, err, sizeof err);
+    if (rc != 0)
+        fail_msg("store: %s: %s", pawl_strerror(rc), err);
+    return s;
+}
+
 static struct pawl_store *open_store(int finalizer)
 {
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.finalizer = finalizer;
     o.max_event_bytes = 4096;
-    struct pawl_store *s = NULL;
-    char err[512];
-    int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
-    if (rc != 0)
-        fail_msg("store: %s: %s", pawl_strerror(rc), err);
-    return s;
+    return open_store_with(&o);
 }
 
 static struct pawl_event ev(const char *stream, int64_t seq, const char *type, const char *payload)
@@ -319,11 +324,7 @@ static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
     o.finalizer_min_interval_us = 1000;
     o.finalizer_latency_share_pct = share_pct;
     o.finalizer_max_interval_us = 20000;
-    struct pawl_store *s = NULL;
-    char err[512];
-    int rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
-    if (rc != 0)
-        fail_msg("store: %s: %s", pawl_strerror(rc), err);
+    struct pawl_store *s = open_store_with(&o);
     int errors = 0;
     char sid[32];
     for (int i = 0; i < 3000; i++) {
