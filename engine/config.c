@@ -133,7 +133,7 @@ static const struct pawl_flag flags[] = {
      AT(store.finalizer_retry_ms)},
     {.name = "finalizer-min-interval-us",
      .type = PAWL_FLAG_INT,
-     .def = "1000",
+     .def = "500",
      .min = 0,
      .max = 1000000,
      .unit = "us",
