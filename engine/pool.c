@@ -3,11 +3,14 @@
  *
  * Each worker owns a Chase–Lev deque (deque.c): tasks a worker submits go to the bottom of its
  * own deque and it pops them LIFO (cache-warm); idle workers steal FIFO from the top of another
- * worker's deque, starting at a random victim. Threads outside the pool submit through one
- * lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer role is taken by
- * one worker at a time with a try-lock, and a worker that gets it moves a small batch into its
- * own deque so that others can steal from there. Every 61st task a worker looks at the injection
- * queue first, so outside work is not starved by a worker feeding itself.
+ * worker's deque, starting at a random victim, and take up to half of it (at most STEAL_BATCH):
+ * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
+ * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
+ * submit through one lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer
+ * role is taken by one worker at a time with a try-lock, and a worker that gets it moves a small
+ * batch into its own deque (one publication for the batch) so that others can steal from there.
+ * Every 61st task a worker looks at the injection queue first, so outside work is not starved by
+ * a worker feeding itself.
  *
  * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
  * written into the deque and published with one store of bottom; from outside, they are linked
@@ -17,6 +20,8 @@
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
+ * (An outside submitter's publication is the seq_cst add to inject_n, a read-modify-write that
+ * orders it before the seq_cst load of sleepers by itself: no fence on that path.)
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
  * wake-up is lost. Only one wake-up is in flight at a time (`waking`, see notify()): a burst of
@@ -45,7 +50,8 @@
 #include <unistd.h>
 
 #define MAX_WORKERS 1024
-#define INJECT_BATCH 16
+#define INJECT_BATCH 32
+#define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
 
 struct worker {
@@ -63,22 +69,29 @@ struct worker {
     uint64_t parks;
 } __attribute__((aligned(PAWL_CACHELINE)));
 
+/*
+ * Three cache lines, by who writes them: outside submitters (and the consumer's count and
+ * try-lock), parking workers, nobody. An outside submission writes only the first line (and the
+ * queue's head, padded inside the mpsc struct); the fields that every worker reads on every
+ * search (nworkers, workers) sit on a line that nothing writes after start, so a submission no
+ * longer invalidates them.
+ */
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
     int64_t inject_n;         /* >= tasks queued (counted before the push); parking reads it */
     uint32_t inject_lock;     /* 1 while a worker holds the consumer role of inject */
-    char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
+    uint32_t submitters;      /* threads inside inject_chain; pawl_pool_free waits for them */
+    char pad0[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(uint32_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
-    char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t)];
-    uint32_t submitters; /* threads inside inject_chain; pawl_pool_free waits for them */
-    uint64_t wakeups;
-    uint64_t cancelled;
+    uint64_t wakeups; /* futex wake-ups issued (statistics; written only when waking) */
+    char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
     struct worker *workers;
-};
+    uint64_t cancelled; /* written only by pawl_pool_free */
+} __attribute__((aligned(PAWL_CACHELINE)));
 
 static _Thread_local struct worker *tls_worker;
 
@@ -120,13 +133,12 @@ static inline void count(uint64_t *c)
  * next worker if more is left. This keeps a burst of submissions from issuing one futex call
  * each while the first woken worker is still being scheduled.
  */
-static void notify(struct pawl_pool *pool)
+static void wake_one(struct pawl_pool *pool)
 {
-    /* Seq_cst fence: orders the publication of the task before the reads of sleepers and
-     * waking (the submitter half of the Dekker pattern with park()). */
-    pawl_fence_seq_cst();
-    /* Relaxed: ordered by the fence above; the exchange decides who issues the wake-up. */
-    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0 &&
+    /* Seq_cst load of sleepers: after the caller's seq_cst fence (notify) or seq_cst
+     * read-modify-write that published the work (inject_chain), the submitter half of the
+     * Dekker pattern with park(). Relaxed for waking: the exchange decides who wakes. */
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0 &&
         __atomic_load_n(&pool->waking, __ATOMIC_RELAXED) == 0 &&
         __atomic_exchange_n(&pool->waking, 1, __ATOMIC_ACQ_REL) == 0) {
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
@@ -143,6 +155,14 @@ static void notify(struct pawl_pool *pool)
     }
 }
 
+static void notify(struct pawl_pool *pool)
+{
+    /* Seq_cst fence: orders the publication of the task before the reads of sleepers and
+     * waking (the submitter half of the Dekker pattern with park()). */
+    pawl_fence_seq_cst();
+    wake_one(pool);
+}
+
 /* Queue the pre-linked chain first .. last of n tasks on the injection queue and wake. */
 static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct pawl_task *last,
                          int64_t n)
@@ -151,17 +171,21 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * every access below, notify() included, happens before the free. */
     __atomic_fetch_add(&pool->submitters, 1, __ATOMIC_ACQ_REL);
     /* Count before pushing, so the count never falls below what is queued (a consumer may pop
-     * a task as soon as it is linked): one add for the whole chain. Relaxed: notify() fences
-     * before reading sleepers. (The count, not the queue's head, is what parking workers
-     * check: a consumer re-pushing the stub can leave the head at the stub while a producer's
-     * node is still being linked in front of it.) */
-    __atomic_fetch_add(&pool->inject_n, n, __ATOMIC_RELAXED);
+     * a task as soon as it is linked): one add for the whole chain. (The count, not the
+     * queue's head, is what parking workers check: a consumer re-pushing the stub can leave
+     * the head at the stub while a producer's node is still being linked in front of it.)
+     * Seq_cst: this add is the publication parking workers look for, and as a seq_cst
+     * read-modify-write it is ordered before wake_one()'s seq_cst load of sleepers, so no
+     * separate fence is needed (on x86 the locked add is the fence). A worker that sees the
+     * count before the node is linked finds the queue busy and keeps searching: has_work()
+     * keeps it from sleeping. */
+    __atomic_fetch_add(&pool->inject_n, n, __ATOMIC_SEQ_CST);
     pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
     /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
      * are left, wakes the next (take_injected). Waking two at once would be no faster and
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
-    notify(pool);
+    wake_one(pool);
     /* Release: our last touch of the pool happens before the free that reads 0. */
     __atomic_fetch_sub(&pool->submitters, 1, __ATOMIC_RELEASE);
 }
@@ -225,7 +249,7 @@ static struct pawl_task *take_injected(struct worker *w)
      * (the consumer-side tail) is visible to us. */
     if (__atomic_exchange_n(&pool->inject_lock, 1, __ATOMIC_ACQUIRE) != 0)
         return NULL;
-    struct pawl_task *first = NULL;
+    struct pawl_task *batch[INJECT_BATCH];
     int64_t n = __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED);
     int64_t want = PAWL_MIN(INJECT_BATCH, n / pool->nworkers + 1);
     int64_t got = 0;
@@ -233,17 +257,16 @@ static struct pawl_task *take_injected(struct worker *w)
         void **link = pawl_mpsc_pop(&pool->inject);
         if (link == NULL || link == PAWL_MPSC_BUSY)
             break;
-        struct pawl_task *t = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
-        got++;
-        if (first == NULL) {
-            first = t;
-        } else if (pawl_deque_push(&w->dq, t) != 0) {
-            /* Our deque is full and cannot grow: leave t in the shared queue (still counted). */
-            got--;
-            pawl_mpsc_push(&pool->inject, &t->_next);
-            break;
-        }
+        batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
     }
+    /* All but the first go into our deque with one publication (others may steal them). */
+    if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
+        /* Our deque is full and cannot grow: leave them in the shared queue (still counted). */
+        for (int64_t i = 1; i < got; i++)
+            pawl_mpsc_push(&pool->inject, &batch[i]->_next);
+        got = 1;
+    }
+    struct pawl_task *first = got > 0 ? batch[0] : NULL;
     /* Relaxed: see inject_chain. */
     __atomic_fetch_sub(&pool->inject_n, got, __ATOMIC_RELAXED);
     /* Release: hand the consumer-side state to the next holder. */
@@ -277,18 +300,29 @@ static struct pawl_task *steal_any(struct worker *w)
             struct worker *v = &pool->workers[(start + i) % n];
             if (v == w)
                 continue;
-            struct pawl_task *t = pawl_deque_steal(&v->dq);
-            if (t == PAWL_DEQUE_ABORT)
-                t = pawl_deque_steal(&v->dq);
-            if (t != NULL && t != PAWL_DEQUE_ABORT) {
-                count(&w->steals);
-                /* More left there: a third worker, if parked, may help. Never the victim: a
-                 * worker parks only after seeing its own deque empty, and only it pushes there,
-                 * so a deque we could steal from has an owner that is awake. With two workers
-                 * there is nobody else, so the fence in notify() would be wasted. */
-                if (n > 2 && pawl_deque_size(&v->dq) > 0)
+            /* Take up to half of the victim's tasks: we run the oldest and keep the rest in
+             * our own deque, so the next ones cost us a local pop instead of another search
+             * and steal on the victim's lines (and others can steal them from us). */
+            struct pawl_task *got[STEAL_BATCH];
+            int64_t k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+            if (k < 0)
+                k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+            if (k > 0) {
+                /* Relaxed: a statistics counter with a single writer (see count()). */
+                __atomic_store_n(&w->steals, w->steals + (uint64_t)k, __ATOMIC_RELAXED);
+                if (k > 1 && pawl_deque_push_n(&w->dq, got + 1, k - 1) != 0) {
+                    /* Our deque is full and cannot grow: the shared queue takes them. */
+                    for (int64_t j = 1; j < k; j++)
+                        inject_push(pool, got[j]);
+                }
+                /* More left there or here: a third worker, if parked, may help. Never the
+                 * victim: a worker parks only after seeing its own deque empty, and only it
+                 * pushes there, so a deque we could steal from has an owner that is awake.
+                 * With two workers there is nobody else, so the fence in notify() would be
+                 * wasted. */
+                if (n > 2 && (k > 1 || pawl_deque_size(&v->dq) > 0))
                     notify(pool);
-                return t;
+                return got[0];
             }
         }
     }

@@ -170,6 +170,18 @@ static struct exec ex_new(int baseline)
     return e;
 }
 
+/* Report the pool's steals, parks and futex wake-ups per iteration (pawl side only). */
+static void ex_counters(pawl_bench_state *st, struct exec *e)
+{
+    struct pawl_pool_stats ps;
+    if (e->pool == NULL)
+        return;
+    pawl_pool_stats(e->pool, &ps);
+    pawl_bench_counter(st, "steals", (double)ps.steals, PAWL_BENCH_COUNTER_AVG);
+    pawl_bench_counter(st, "parks", (double)ps.parks, PAWL_BENCH_COUNTER_AVG);
+    pawl_bench_counter(st, "wakeups", (double)ps.wakeups, PAWL_BENCH_COUNTER_AVG);
+}
+
 static void ex_free(struct exec *e)
 {
     if (e->pool)
@@ -207,6 +219,7 @@ static void bm_inject(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    ex_counters(st, &e);
     ex_free(&e);
     free(u);
 }
@@ -232,6 +245,7 @@ static void bm_inject_batch(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    ex_counters(st, &e);
     ex_free(&e);
     free(ts);
     free(u);
@@ -265,11 +279,7 @@ static void bm_spawn(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
-    struct pawl_pool_stats ps;
-    if (e.pool) {
-        pawl_pool_stats(e.pool, &ps);
-        pawl_bench_counter(st, "steals", (double)ps.steals, PAWL_BENCH_COUNTER_AVG);
-    }
+    ex_counters(st, &e);
     ex_free(&e);
     free(u);
 }
@@ -310,6 +320,7 @@ static void bm_chain(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
@@ -465,6 +476,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
         free(fs);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * FBATCH);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
@@ -543,6 +555,7 @@ static void bm_future_chain(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
