@@ -20,7 +20,7 @@
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
- * (An outside submitter's publication is the seq_cst add to inject_n, a read-modify-write that
+ * (An outside submitter's publication is the seq_cst add to inject_in, a read-modify-write that
  * orders it before the seq_cst load of sleepers by itself: no fence on that path.)
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
@@ -53,6 +53,7 @@
 #define INJECT_BATCH 32
 #define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
+#define YIELD_ROUNDS 8
 
 struct worker {
     struct pawl_deque dq;
@@ -70,28 +71,61 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
- * Three cache lines, by who writes them: outside submitters (and the consumer's count and
- * try-lock), parking workers, nobody. An outside submission writes only the first line (and the
- * queue's head, padded inside the mpsc struct); the fields that every worker reads on every
- * search (nworkers, workers) sit on a line that nothing writes after start, so a submission no
- * longer invalidates them.
+ * Cache lines by who writes them, so that each writer keeps its line: outside submitters'
+ * count of threads inside (read by nobody but pawl_pool_free), the injection count (written by
+ * submitters, polled by idle workers), the consumer role's lock and count of tasks taken, the
+ * parking words, and the fields every worker reads on every search (nworkers, workers), which
+ * nothing writes after start. The tasks queued on the injection queue are at most
+ * inject_in - inject_out: counted in before the push, out after the pop. Two counters rather than
+ * one that both sides write: a submission then leaves the line the consumer writes alone.
  */
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
-    int64_t inject_n;         /* >= tasks queued (counted before the push); parking reads it */
-    uint32_t inject_lock;     /* 1 while a worker holds the consumer role of inject */
     uint32_t submitters;      /* threads inside inject_chain; pawl_pool_free waits for them */
-    char pad0[PAWL_CACHELINE - sizeof(int64_t) - 2 * sizeof(uint32_t)];
+    char pad0[PAWL_CACHELINE - sizeof(uint32_t)];
+    int64_t inject_in; /* tasks ever counted in by submitters (before their push) */
+    char pad1[PAWL_CACHELINE - sizeof(int64_t)];
+    int64_t inject_out;   /* tasks ever taken out (after the pop); by the consumer role only */
+    uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject */
+    char pad2[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
     uint64_t wakeups; /* futex wake-ups issued (statistics; written only when waking) */
-    char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
+    char pad3[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
     struct worker *workers;
+    void *workers_raw;  /* what to free for workers (see calloc_lines) */
+    void *raw;          /* what to free for the pool itself */
     uint64_t cancelled; /* written only by pawl_pool_free */
 } __attribute__((aligned(PAWL_CACHELINE)));
+
+/*
+ * size zeroed bytes at a cache-line boundary, as the padding above and in struct worker assumes
+ * (the allocator hooks promise only malloc's alignment); *raw is what to pass to pawl_free.
+ */
+static void *calloc_lines(size_t size, void **raw)
+{
+    char *p = pawl_calloc(1, size + PAWL_CACHELINE - 1);
+    *raw = p;
+    if (p == NULL)
+        return NULL;
+    return p + (-(uintptr_t)p & (PAWL_CACHELINE - 1));
+}
+
+/*
+ * An upper bound of the tasks on the injection queue (<= 0: none). Out is read first (acquire,
+ * so the read of in comes after it): out only grows, so an older out can only make the result
+ * larger, never hide a task. Callers that decide to sleep on it fence (seq_cst) before calling.
+ */
+static inline int64_t injected_estimate(struct pawl_pool *pool)
+{
+    /* Acquire: orders the load of inject_in after this one (see above). */
+    int64_t out = __atomic_load_n(&pool->inject_out, __ATOMIC_ACQUIRE);
+    /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
+    return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out;
+}
 
 static _Thread_local struct worker *tls_worker;
 
@@ -179,7 +213,7 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * separate fence is needed (on x86 the locked add is the fence). A worker that sees the
      * count before the node is linked finds the queue busy and keeps searching: has_work()
      * keeps it from sleeping. */
-    __atomic_fetch_add(&pool->inject_n, n, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&pool->inject_in, n, __ATOMIC_SEQ_CST);
     pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
     /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
      * are left, wakes the next (take_injected). Waking two at once would be no faster and
@@ -242,15 +276,15 @@ int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t)
 static struct pawl_task *take_injected(struct worker *w)
 {
     struct pawl_pool *pool = w->pool;
-    /* Relaxed: a hint; the pop below is what synchronises with producers. */
-    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) <= 0)
+    /* A hint; the pop below is what synchronises with producers. */
+    if (injected_estimate(pool) <= 0)
         return NULL;
     /* Acquire: pairs with the release in the unlock below; the previous holder's queue state
      * (the consumer-side tail) is visible to us. */
     if (__atomic_exchange_n(&pool->inject_lock, 1, __ATOMIC_ACQUIRE) != 0)
         return NULL;
     struct pawl_task *batch[INJECT_BATCH];
-    int64_t n = __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED);
+    int64_t n = injected_estimate(pool);
     int64_t want = PAWL_MIN(INJECT_BATCH, n / pool->nworkers + 1);
     int64_t got = 0;
     while (got < want) {
@@ -267,14 +301,16 @@ static struct pawl_task *take_injected(struct worker *w)
         got = 1;
     }
     struct pawl_task *first = got > 0 ? batch[0] : NULL;
-    /* Relaxed: see inject_chain. */
-    __atomic_fetch_sub(&pool->inject_n, got, __ATOMIC_RELAXED);
+    /* Relaxed load (we are its only writer) and release store: a reader that sees the new count
+     * also sees our pops (it reads inject_out with acquire). */
+    __atomic_store_n(&pool->inject_out, __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) + got,
+                     __ATOMIC_RELEASE);
     /* Release: hand the consumer-side state to the next holder. */
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
     /* Relaxed: a statistics counter with a single writer (see count()). */
     __atomic_store_n(&w->injected, w->injected + (uint64_t)got, __ATOMIC_RELAXED);
     /* More work than we took (in our deque or still injected): pass the wake-up on. */
-    if (got > 1 || __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+    if (got > 1 || injected_estimate(pool) > 0)
         notify(pool);
     return first;
 }
@@ -344,7 +380,7 @@ static struct pawl_task *find_task(struct worker *w)
 static int has_work(struct pawl_pool *pool)
 {
     /* Relaxed loads: the caller fenced (seq_cst) after announcing itself as a sleeper. */
-    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+    if (injected_estimate(pool) > 0)
         return 1;
     for (int i = 0; i < pool->nworkers; i++)
         if (pawl_deque_size(&pool->workers[i].dq) > 0)
@@ -361,6 +397,16 @@ static void park(struct worker *w)
         if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
             return;
         pawl_cpu_relax();
+    }
+    /* Then a few rounds that give the CPU away instead of burning it. When the pool shares its
+     * CPUs with the threads that feed it (an outside submitter, a completing I/O thread), the
+     * yield lets that thread run, and the work it produces meanwhile is found here and taken in
+     * one batch rather than with a futex wake-up per park; on an idle CPU the yield returns at
+     * once and only slows the polling of the submitters' cache lines. */
+    for (int i = 0; i < YIELD_ROUNDS; i++) {
+        if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
+            return;
+        sched_yield();
     }
     /* Acquire: the epoch we will sleep on; any later bump makes futex_wait return at once. */
     uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
@@ -427,12 +473,14 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
     }
     const char *prefix = o.name ? o.name : "pawl-w";
     int rc = PAWL_ENOMEM;
-    struct pawl_pool *pool = pawl_calloc(1, sizeof(*pool));
+    void *raw;
+    struct pawl_pool *pool = calloc_lines(sizeof(*pool), &raw);
     if (pool == NULL)
         goto fail;
+    pool->raw = raw;
     pawl_mpsc_init(&pool->inject);
     pool->nworkers = n;
-    pool->workers = pawl_calloc((size_t)n, sizeof(struct worker));
+    pool->workers = calloc_lines((size_t)n * sizeof(struct worker), &pool->workers_raw);
     if (pool->workers == NULL)
         goto fail;
     for (int i = 0; i < n; i++) {
@@ -470,9 +518,9 @@ fail:
                 if (pool->workers[i].dq.ring)
                     pawl_deque_fini(&pool->workers[i].dq);
             }
-            pawl_free(pool->workers);
+            pawl_free(pool->workers_raw);
         }
-        pawl_free(pool);
+        pawl_free(pool->raw);
     }
     PAWL_ERROR("pool", "cannot start a pool of %d workers: %s", n, pawl_strerror(rc));
     return rc;
@@ -520,7 +568,8 @@ void pawl_pool_free(struct pawl_pool *pool)
                 sched_yield(); /* a producer is between its two stores */
                 continue;
             }
-            __atomic_fetch_sub(&pool->inject_n, 1, __ATOMIC_RELAXED);
+            /* Relaxed: the workers are gone; this thread is the consumer. */
+            __atomic_fetch_add(&pool->inject_out, 1, __ATOMIC_RELAXED);
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
             more = 1;
         }
@@ -537,8 +586,8 @@ void pawl_pool_free(struct pawl_pool *pool)
                    (unsigned long long)pool->cancelled);
     for (int i = 0; i < pool->nworkers; i++)
         pawl_deque_fini(&pool->workers[i].dq);
-    pawl_free(pool->workers);
-    pawl_free(pool);
+    pawl_free(pool->workers_raw);
+    pawl_free(pool->raw);
 }
 
 void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out)
