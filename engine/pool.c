@@ -71,19 +71,16 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
- * Cache lines by who writes them, so that each writer keeps its line: outside submitters'
- * count of threads inside (read by nobody but pawl_pool_free), the injection count (written by
- * submitters, polled by idle workers), the consumer role's lock and count of tasks taken, the
- * parking words, and the fields every worker reads on every search (nworkers, workers), which
- * nothing writes after start. The tasks queued on the injection queue are at most
- * inject_in - inject_out: counted in before the push, out after the pop. Two counters rather than
- * one that both sides write: a submission then leaves the line the consumer writes alone.
+ * Cache lines by who writes them, so that each writer keeps its line: the injection count
+ * (written by submitters, polled by idle workers), the consumer role's lock and count of tasks
+ * taken, the parking words, and the fields every worker reads on every search (nworkers,
+ * workers), which nothing writes after start. The tasks queued on the injection queue are at
+ * most inject_in - inject_out: counted in before the push, out after the pop. Two counters rather
+ * than one that both sides write: a submission then leaves the line the consumer writes alone.
  */
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
-    uint32_t submitters;      /* threads inside inject_chain; pawl_pool_free waits for them */
-    char pad0[PAWL_CACHELINE - sizeof(uint32_t)];
-    int64_t inject_in; /* tasks ever counted in by submitters (before their push) */
+    int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
     char pad1[PAWL_CACHELINE - sizeof(int64_t)];
     int64_t inject_out;   /* tasks ever taken out (after the pop); by the consumer role only */
     uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject */
@@ -197,13 +194,18 @@ static void notify(struct pawl_pool *pool)
     wake_one(pool);
 }
 
-/* Queue the pre-linked chain first .. last of n tasks on the injection queue and wake. */
+/*
+ * Queue the pre-linked chain first .. last of n tasks on the injection queue and wake: count,
+ * wake, push, in that order. The push is the submitter's last access to the pool, so that
+ * pawl_pool_free, which frees the pool only once it has taken out every task counted in, cannot
+ * free it under a submitter still inside: it reaches our tasks only through the link that the
+ * push stores last (release; its pop acquires), so everything we did to the pool happens before
+ * the free. (Waking before the push costs nothing: a worker woken early sees the count, finds
+ * the queue empty for the few instructions until the push, and keeps searching.)
+ */
 static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct pawl_task *last,
                          int64_t n)
 {
-    /* Acquire-release: pawl_pool_free frees the pool only after it reads 0 here (acquire), so
-     * every access below, notify() included, happens before the free. */
-    __atomic_fetch_add(&pool->submitters, 1, __ATOMIC_ACQ_REL);
     /* Count before pushing, so the count never falls below what is queued (a consumer may pop
      * a task as soon as it is linked): one add for the whole chain. (The count, not the
      * queue's head, is what parking workers check: a consumer re-pushing the stub can leave
@@ -214,14 +216,12 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * count before the node is linked finds the queue busy and keeps searching: has_work()
      * keeps it from sleeping. */
     __atomic_fetch_add(&pool->inject_in, n, __ATOMIC_SEQ_CST);
-    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
     /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
      * are left, wakes the next (take_injected). Waking two at once would be no faster and
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
     wake_one(pool);
-    /* Release: our last touch of the pool happens before the free that reads 0. */
-    __atomic_fetch_sub(&pool->submitters, 1, __ATOMIC_RELEASE);
+    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
 }
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
@@ -548,9 +548,10 @@ void pawl_pool_free(struct pawl_pool *pool)
         pthread_join(pool->workers[i].thread, NULL);
 
     /* Single-threaded from here, except for foreign submitters racing with free: one already
-     * inside pawl_pool_submit or pawl_pool_submit_batch is waited for and its tasks cancelled.
-     * Submitting after pawl_pool_free has returned is a use after free (the caller stops its
-     * threads first). Cancel until nothing is left and no submitter is inside. */
+     * inside pawl_pool_submit or pawl_pool_submit_batch (it has counted its tasks in) is waited
+     * for and its tasks cancelled. Submitting after pawl_pool_free has returned is a use after
+     * free (the caller stops its threads first). Cancel until nothing is left and every task
+     * counted in has been taken out (see inject_chain). */
     for (int more = 1; more;) {
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {
@@ -573,10 +574,10 @@ void pawl_pool_free(struct pawl_pool *pool)
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
             more = 1;
         }
-        /* A foreign submitter that entered before stop may still be pushing or notifying: wait
-         * for it (its task is then cancelled on the next pass). Acquire: pairs with the
-         * submitter's release decrement. */
-        if (!more && __atomic_load_n(&pool->submitters, __ATOMIC_ACQUIRE) != 0) {
+        /* A foreign submitter that counted its tasks in may still be waking or pushing: wait
+         * for its tasks (cancelled on the next pass). Seq_cst: the latest count we can read. */
+        if (!more && __atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
+                         __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED)) {
             sched_yield();
             more = 1;
         }
