@@ -81,16 +81,16 @@ struct worker {
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
     int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
-    char pad1[PAWL_CACHELINE - sizeof(int64_t)];
+    char pad0[PAWL_CACHELINE - sizeof(int64_t)];
     int64_t inject_out;   /* tasks ever taken out (after the pop); by the consumer role only */
     uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject */
-    char pad2[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
+    char pad1[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
     uint64_t wakeups; /* futex wake-ups issued (statistics; written only when waking) */
-    char pad3[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
+    char pad2[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
     struct worker *workers;
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
