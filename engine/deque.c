@@ -12,6 +12,13 @@
  *     fence (a store-buffer/Dekker pattern), so at most one of them sees the item as available
  *     without CAS; when top == bottom - 1 both go through the CAS on top, and one wins.
  *   - thief vs thief: the CAS on top decides.
+ *   - batch steal (pawl_deque_steal_batch): a thief takes several tasks, but each through its own
+ *     CAS on top, with bottom re-read (seq_cst) between them, so each one is taken exactly as a
+ *     single steal takes it and the owner's pop needs no change. (Moving top by several in one
+ *     CAS would not be safe: the owner pops without CAS whenever top < bottom, and could take
+ *     a task inside the range the thief claims.) What the batch saves is the rest: one victim
+ *     search, and the tasks go into the thief's own deque, where it pops them without touching
+ *     the victim's lines while the victim pops its own.
  *   - growth: the owner copies live slots into a new ring and publishes it with release; a thief
  *     that read the old ring still reads correct values there (the owner never overwrites slots
  *     in [top, bottom) of the old ring once it has switched) and the old ring is not freed.
@@ -182,6 +189,41 @@ struct pawl_task *pawl_deque_steal(struct pawl_deque *d)
     if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         return PAWL_DEQUE_ABORT;
     return x;
+}
+
+int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max)
+{
+    /* Seq_cst loads of top then bottom: as in pawl_deque_steal. */
+    int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
+    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
+    if (t >= b)
+        return 0;
+    /* Half of what we saw, rounded up: the owner keeps the rest, which it pops without CAS. */
+    int64_t want = PAWL_MIN(max, (b - t + 1) / 2);
+    int64_t n = 0;
+    for (;;) {
+        /* Acquire: pairs with the release publication of a grown ring (re-read each time: the
+         * bottom we just read may cover slots pushed into a newer ring). */
+        struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_ACQUIRE);
+        /* Relaxed: published by bottom; the CAS below validates that it was still ours. */
+        struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
+        /* Seq_cst CAS: take index t, exactly as pawl_deque_steal does. A loss after the first
+         * task ends the batch; a loss on the first reports the race. */
+        if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_RELAXED))
+            return n > 0 ? n : -1;
+        out[n++] = x;
+        t++;
+        if (n == want)
+            return n;
+        /* Seq_cst load of bottom after our seq_cst CAS of top: the same pair as the loads at
+         * the top of this function (the CAS reads top), so the owner's pop of the task at t,
+         * which stores bottom before reading top, is seen here or sees our CAS and races us
+         * through its own CAS. */
+        b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
+        if (t >= b)
+            return n;
+    }
 }
 
 int64_t pawl_deque_size(const struct pawl_deque *d)

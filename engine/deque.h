@@ -59,6 +59,14 @@ struct pawl_task *pawl_deque_pop(struct pawl_deque *d);
 /* Any thread. The oldest task, NULL when empty, or PAWL_DEQUE_ABORT after losing a race. */
 struct pawl_task *pawl_deque_steal(struct pawl_deque *d);
 
+/*
+ * Any thread. Take up to max (>= 1) of the oldest tasks, and at most half of those queued
+ * (rounded up), into out[0..] oldest first. The number taken; 0 when empty; -1 when it lost the
+ * race for the first one (retry or move on). Each task is taken exactly as pawl_deque_steal
+ * takes one, so batches mix freely with single steals and the owner's pops.
+ */
+int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max);
+
 /* Any thread. bottom - top, a racy estimate (may be off by the operations in flight). */
 int64_t pawl_deque_size(const struct pawl_deque *d);
 

@@ -89,8 +89,13 @@ void pawl_future_unref(struct pawl_future *f)
 {
     if (f == NULL)
         return;
-    /* Acq_rel: release our writes; the last owner acquires everyone's before freeing. */
-    if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    /* A count of 1 is ours alone: nobody else can drop a reference, nor take one (taking one
+     * needs one), so we are the last owner without a read-modify-write. That is the common end
+     * of a continuation task (run_cont), whose completer has usually let go already. Acquire:
+     * pairs with the release half of every earlier owner's decrement, as the RMW's would.
+     * Otherwise acq_rel: release our writes; the last owner acquires everyone's before freeing. */
+    if (__atomic_load_n(&f->refs, __ATOMIC_ACQUIRE) != 1 &&
+        __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     /* Nobody can complete f any more. Records still registered (f never completed) are
      * discarded: user continuations are not called; the runtime's inline ones are, so that

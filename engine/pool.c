@@ -3,11 +3,14 @@
  *
  * Each worker owns a Chase–Lev deque (deque.c): tasks a worker submits go to the bottom of its
  * own deque and it pops them LIFO (cache-warm); idle workers steal FIFO from the top of another
- * worker's deque, starting at a random victim. Threads outside the pool submit through one
- * lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer role is taken by
- * one worker at a time with a try-lock, and a worker that gets it moves a small batch into its
- * own deque so that others can steal from there. Every 61st task a worker looks at the injection
- * queue first, so outside work is not starved by a worker feeding itself.
+ * worker's deque, starting at a random victim, and take up to half of it (at most STEAL_BATCH):
+ * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
+ * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
+ * submit through one lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer
+ * role is taken by one worker at a time with a try-lock, and a worker that gets it moves a small
+ * batch into its own deque (one publication for the batch) so that others can steal from there.
+ * Every 61st task a worker looks at the injection queue first, so outside work is not starved by
+ * a worker feeding itself.
  *
  * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
  * written into the deque and published with one store of bottom; from outside, they are linked
@@ -17,6 +20,8 @@
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
+ * (An outside submitter's publication is the seq_cst add to inject_in, a read-modify-write that
+ * orders it before the seq_cst load of sleepers by itself: no fence on that path.)
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
  * wake-up is lost. Only one wake-up is in flight at a time (`waking`, see notify()): a burst of
@@ -45,8 +50,10 @@
 #include <unistd.h>
 
 #define MAX_WORKERS 1024
-#define INJECT_BATCH 16
+#define INJECT_BATCH 32
+#define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
+#define YIELD_ROUNDS 8
 
 struct worker {
     struct pawl_deque dq;
@@ -63,22 +70,59 @@ struct worker {
     uint64_t parks;
 } __attribute__((aligned(PAWL_CACHELINE)));
 
+/*
+ * Cache lines by who writes them, so that each writer keeps its line: the injection count
+ * (written by submitters, polled by idle workers), the consumer role's lock and count of tasks
+ * taken, the parking words, and the fields every worker reads on every search (nworkers,
+ * workers), which nothing writes after start. The tasks queued on the injection queue are at
+ * most inject_in - inject_out: counted in before the push, out after the pop. Two counters rather
+ * than one that both sides write: a submission then leaves the line the consumer writes alone.
+ */
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
-    int64_t inject_n;         /* >= tasks queued (counted before the push); parking reads it */
-    uint32_t inject_lock;     /* 1 while a worker holds the consumer role of inject */
-    char pad0[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
+    int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
+    char pad0[PAWL_CACHELINE - sizeof(int64_t)];
+    int64_t inject_out;   /* tasks ever taken out (after the pop); by the consumer role only */
+    uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject */
+    char pad1[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
     uint32_t stop;    /* set once by pawl_pool_free */
-    char pad1[PAWL_CACHELINE - 4 * sizeof(uint32_t)];
-    uint32_t submitters; /* threads inside inject_chain; pawl_pool_free waits for them */
-    uint64_t wakeups;
-    uint64_t cancelled;
+    uint64_t wakeups; /* futex wake-ups issued (statistics; written only when waking) */
+    char pad2[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
     struct worker *workers;
-};
+    void *workers_raw;  /* what to free for workers (see calloc_lines) */
+    void *raw;          /* what to free for the pool itself */
+    uint64_t cancelled; /* written only by pawl_pool_free */
+} __attribute__((aligned(PAWL_CACHELINE)));
+
+/*
+ * size zeroed bytes at a cache-line boundary, as the padding above and in struct worker assumes
+ * (the allocator hooks promise only malloc's alignment); *raw is what to pass to pawl_free.
+ */
+static void *calloc_lines(size_t size, void **raw)
+{
+    char *p = pawl_calloc(1, size + PAWL_CACHELINE - 1);
+    *raw = p;
+    if (p == NULL)
+        return NULL;
+    return p + (-(uintptr_t)p & (PAWL_CACHELINE - 1));
+}
+
+/*
+ * An upper bound of the tasks on the injection queue (<= 0: none). Out is read first (acquire,
+ * so the read of in comes after it): out only grows, so an older out can only make the result
+ * larger, never hide a task. Callers that decide to sleep on it fence (seq_cst) before calling.
+ */
+static inline int64_t injected_estimate(struct pawl_pool *pool)
+{
+    /* Acquire: orders the load of inject_in after this one (see above). */
+    int64_t out = __atomic_load_n(&pool->inject_out, __ATOMIC_ACQUIRE);
+    /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
+    return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out;
+}
 
 static _Thread_local struct worker *tls_worker;
 
@@ -120,13 +164,12 @@ static inline void count(uint64_t *c)
  * next worker if more is left. This keeps a burst of submissions from issuing one futex call
  * each while the first woken worker is still being scheduled.
  */
-static void notify(struct pawl_pool *pool)
+static void wake_one(struct pawl_pool *pool)
 {
-    /* Seq_cst fence: orders the publication of the task before the reads of sleepers and
-     * waking (the submitter half of the Dekker pattern with park()). */
-    pawl_fence_seq_cst();
-    /* Relaxed: ordered by the fence above; the exchange decides who issues the wake-up. */
-    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0 &&
+    /* Seq_cst load of sleepers: after the caller's seq_cst fence (notify) or seq_cst
+     * read-modify-write that published the work (inject_chain), the submitter half of the
+     * Dekker pattern with park(). Relaxed for waking: the exchange decides who wakes. */
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0 &&
         __atomic_load_n(&pool->waking, __ATOMIC_RELAXED) == 0 &&
         __atomic_exchange_n(&pool->waking, 1, __ATOMIC_ACQ_REL) == 0) {
         /* Release: a worker that sees the new epoch also sees the task (belt and braces; the
@@ -143,27 +186,42 @@ static void notify(struct pawl_pool *pool)
     }
 }
 
-/* Queue the pre-linked chain first .. last of n tasks on the injection queue and wake. */
+static void notify(struct pawl_pool *pool)
+{
+    /* Seq_cst fence: orders the publication of the task before the reads of sleepers and
+     * waking (the submitter half of the Dekker pattern with park()). */
+    pawl_fence_seq_cst();
+    wake_one(pool);
+}
+
+/*
+ * Queue the pre-linked chain first .. last of n tasks on the injection queue and wake: count,
+ * wake, push, in that order. The push is the submitter's last access to the pool, so that
+ * pawl_pool_free, which frees the pool only once it has taken out every task counted in, cannot
+ * free it under a submitter still inside: it reaches our tasks only through the link that the
+ * push stores last (release; its pop acquires), so everything we did to the pool happens before
+ * the free. (Waking before the push costs nothing: a worker woken early sees the count, finds
+ * the queue empty for the few instructions until the push, and keeps searching.)
+ */
 static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct pawl_task *last,
                          int64_t n)
 {
-    /* Acquire-release: pawl_pool_free frees the pool only after it reads 0 here (acquire), so
-     * every access below, notify() included, happens before the free. */
-    __atomic_fetch_add(&pool->submitters, 1, __ATOMIC_ACQ_REL);
     /* Count before pushing, so the count never falls below what is queued (a consumer may pop
-     * a task as soon as it is linked): one add for the whole chain. Relaxed: notify() fences
-     * before reading sleepers. (The count, not the queue's head, is what parking workers
-     * check: a consumer re-pushing the stub can leave the head at the stub while a producer's
-     * node is still being linked in front of it.) */
-    __atomic_fetch_add(&pool->inject_n, n, __ATOMIC_RELAXED);
-    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
+     * a task as soon as it is linked): one add for the whole chain. (The count, not the
+     * queue's head, is what parking workers check: a consumer re-pushing the stub can leave
+     * the head at the stub while a producer's node is still being linked in front of it.)
+     * Seq_cst: this add is the publication parking workers look for, and as a seq_cst
+     * read-modify-write it is ordered before wake_one()'s seq_cst load of sleepers, so no
+     * separate fence is needed (on x86 the locked add is the fence). A worker that sees the
+     * count before the node is linked finds the queue busy and keeps searching: has_work()
+     * keeps it from sleeping. */
+    __atomic_fetch_add(&pool->inject_in, n, __ATOMIC_SEQ_CST);
     /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
      * are left, wakes the next (take_injected). Waking two at once would be no faster and
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
-    notify(pool);
-    /* Release: our last touch of the pool happens before the free that reads 0. */
-    __atomic_fetch_sub(&pool->submitters, 1, __ATOMIC_RELEASE);
+    wake_one(pool);
+    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
 }
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
@@ -218,40 +276,41 @@ int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t)
 static struct pawl_task *take_injected(struct worker *w)
 {
     struct pawl_pool *pool = w->pool;
-    /* Relaxed: a hint; the pop below is what synchronises with producers. */
-    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) <= 0)
+    /* A hint; the pop below is what synchronises with producers. */
+    if (injected_estimate(pool) <= 0)
         return NULL;
     /* Acquire: pairs with the release in the unlock below; the previous holder's queue state
      * (the consumer-side tail) is visible to us. */
     if (__atomic_exchange_n(&pool->inject_lock, 1, __ATOMIC_ACQUIRE) != 0)
         return NULL;
-    struct pawl_task *first = NULL;
-    int64_t n = __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED);
+    struct pawl_task *batch[INJECT_BATCH];
+    int64_t n = injected_estimate(pool);
     int64_t want = PAWL_MIN(INJECT_BATCH, n / pool->nworkers + 1);
     int64_t got = 0;
     while (got < want) {
         void **link = pawl_mpsc_pop(&pool->inject);
         if (link == NULL || link == PAWL_MPSC_BUSY)
             break;
-        struct pawl_task *t = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
-        got++;
-        if (first == NULL) {
-            first = t;
-        } else if (pawl_deque_push(&w->dq, t) != 0) {
-            /* Our deque is full and cannot grow: leave t in the shared queue (still counted). */
-            got--;
-            pawl_mpsc_push(&pool->inject, &t->_next);
-            break;
-        }
+        batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
     }
-    /* Relaxed: see inject_chain. */
-    __atomic_fetch_sub(&pool->inject_n, got, __ATOMIC_RELAXED);
+    /* All but the first go into our deque with one publication (others may steal them). */
+    if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
+        /* Our deque is full and cannot grow: leave them in the shared queue (still counted). */
+        for (int64_t i = 1; i < got; i++)
+            pawl_mpsc_push(&pool->inject, &batch[i]->_next);
+        got = 1;
+    }
+    struct pawl_task *first = got > 0 ? batch[0] : NULL;
+    /* Relaxed load (we are its only writer) and release store: a reader that sees the new count
+     * also sees our pops (it reads inject_out with acquire). */
+    __atomic_store_n(&pool->inject_out, __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) + got,
+                     __ATOMIC_RELEASE);
     /* Release: hand the consumer-side state to the next holder. */
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
     /* Relaxed: a statistics counter with a single writer (see count()). */
     __atomic_store_n(&w->injected, w->injected + (uint64_t)got, __ATOMIC_RELAXED);
     /* More work than we took (in our deque or still injected): pass the wake-up on. */
-    if (got > 1 || __atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+    if (got > 1 || injected_estimate(pool) > 0)
         notify(pool);
     return first;
 }
@@ -277,18 +336,29 @@ static struct pawl_task *steal_any(struct worker *w)
             struct worker *v = &pool->workers[(start + i) % n];
             if (v == w)
                 continue;
-            struct pawl_task *t = pawl_deque_steal(&v->dq);
-            if (t == PAWL_DEQUE_ABORT)
-                t = pawl_deque_steal(&v->dq);
-            if (t != NULL && t != PAWL_DEQUE_ABORT) {
-                count(&w->steals);
-                /* More left there: a third worker, if parked, may help. Never the victim: a
-                 * worker parks only after seeing its own deque empty, and only it pushes there,
-                 * so a deque we could steal from has an owner that is awake. With two workers
-                 * there is nobody else, so the fence in notify() would be wasted. */
-                if (n > 2 && pawl_deque_size(&v->dq) > 0)
+            /* Take up to half of the victim's tasks: we run the oldest and keep the rest in
+             * our own deque, so the next ones cost us a local pop instead of another search
+             * and steal on the victim's lines (and others can steal them from us). */
+            struct pawl_task *got[STEAL_BATCH];
+            int64_t k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+            if (k < 0)
+                k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+            if (k > 0) {
+                /* Relaxed: a statistics counter with a single writer (see count()). */
+                __atomic_store_n(&w->steals, w->steals + (uint64_t)k, __ATOMIC_RELAXED);
+                if (k > 1 && pawl_deque_push_n(&w->dq, got + 1, k - 1) != 0) {
+                    /* Our deque is full and cannot grow: the shared queue takes them. */
+                    for (int64_t j = 1; j < k; j++)
+                        inject_push(pool, got[j]);
+                }
+                /* More left there or here: a third worker, if parked, may help. Never the
+                 * victim: a worker parks only after seeing its own deque empty, and only it
+                 * pushes there, so a deque we could steal from has an owner that is awake.
+                 * With two workers there is nobody else, so the fence in notify() would be
+                 * wasted. */
+                if (n > 2 && (k > 1 || pawl_deque_size(&v->dq) > 0))
                     notify(pool);
-                return t;
+                return got[0];
             }
         }
     }
@@ -310,7 +380,7 @@ static struct pawl_task *find_task(struct worker *w)
 static int has_work(struct pawl_pool *pool)
 {
     /* Relaxed loads: the caller fenced (seq_cst) after announcing itself as a sleeper. */
-    if (__atomic_load_n(&pool->inject_n, __ATOMIC_RELAXED) > 0)
+    if (injected_estimate(pool) > 0)
         return 1;
     for (int i = 0; i < pool->nworkers; i++)
         if (pawl_deque_size(&pool->workers[i].dq) > 0)
@@ -327,6 +397,16 @@ static void park(struct worker *w)
         if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
             return;
         pawl_cpu_relax();
+    }
+    /* Then a few rounds that give the CPU away instead of burning it. When the pool shares its
+     * CPUs with the threads that feed it (an outside submitter, a completing I/O thread), the
+     * yield lets that thread run, and the work it produces meanwhile is found here and taken in
+     * one batch rather than with a futex wake-up per park; on an idle CPU the yield returns at
+     * once and only slows the polling of the submitters' cache lines. */
+    for (int i = 0; i < YIELD_ROUNDS; i++) {
+        if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
+            return;
+        sched_yield();
     }
     /* Acquire: the epoch we will sleep on; any later bump makes futex_wait return at once. */
     uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
@@ -393,12 +473,14 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
     }
     const char *prefix = o.name ? o.name : "pawl-w";
     int rc = PAWL_ENOMEM;
-    struct pawl_pool *pool = pawl_calloc(1, sizeof(*pool));
+    void *raw;
+    struct pawl_pool *pool = calloc_lines(sizeof(*pool), &raw);
     if (pool == NULL)
         goto fail;
+    pool->raw = raw;
     pawl_mpsc_init(&pool->inject);
     pool->nworkers = n;
-    pool->workers = pawl_calloc((size_t)n, sizeof(struct worker));
+    pool->workers = calloc_lines((size_t)n * sizeof(struct worker), &pool->workers_raw);
     if (pool->workers == NULL)
         goto fail;
     for (int i = 0; i < n; i++) {
@@ -436,9 +518,9 @@ fail:
                 if (pool->workers[i].dq.ring)
                     pawl_deque_fini(&pool->workers[i].dq);
             }
-            pawl_free(pool->workers);
+            pawl_free(pool->workers_raw);
         }
-        pawl_free(pool);
+        pawl_free(pool->raw);
     }
     PAWL_ERROR("pool", "cannot start a pool of %d workers: %s", n, pawl_strerror(rc));
     return rc;
@@ -466,9 +548,10 @@ void pawl_pool_free(struct pawl_pool *pool)
         pthread_join(pool->workers[i].thread, NULL);
 
     /* Single-threaded from here, except for foreign submitters racing with free: one already
-     * inside pawl_pool_submit or pawl_pool_submit_batch is waited for and its tasks cancelled.
-     * Submitting after pawl_pool_free has returned is a use after free (the caller stops its
-     * threads first). Cancel until nothing is left and no submitter is inside. */
+     * inside pawl_pool_submit or pawl_pool_submit_batch (it has counted its tasks in) is waited
+     * for and its tasks cancelled. Submitting after pawl_pool_free has returned is a use after
+     * free (the caller stops its threads first). Cancel until nothing is left and every task
+     * counted in has been taken out (see inject_chain). */
     for (int more = 1; more;) {
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {
@@ -486,14 +569,15 @@ void pawl_pool_free(struct pawl_pool *pool)
                 sched_yield(); /* a producer is between its two stores */
                 continue;
             }
-            __atomic_fetch_sub(&pool->inject_n, 1, __ATOMIC_RELAXED);
+            /* Relaxed: the workers are gone; this thread is the consumer. */
+            __atomic_fetch_add(&pool->inject_out, 1, __ATOMIC_RELAXED);
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
             more = 1;
         }
-        /* A foreign submitter that entered before stop may still be pushing or notifying: wait
-         * for it (its task is then cancelled on the next pass). Acquire: pairs with the
-         * submitter's release decrement. */
-        if (!more && __atomic_load_n(&pool->submitters, __ATOMIC_ACQUIRE) != 0) {
+        /* A foreign submitter that counted its tasks in may still be waking or pushing: wait
+         * for its tasks (cancelled on the next pass). Seq_cst: the latest count we can read. */
+        if (!more && __atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
+                         __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED)) {
             sched_yield();
             more = 1;
         }
@@ -503,8 +587,8 @@ void pawl_pool_free(struct pawl_pool *pool)
                    (unsigned long long)pool->cancelled);
     for (int i = 0; i < pool->nworkers; i++)
         pawl_deque_fini(&pool->workers[i].dq);
-    pawl_free(pool->workers);
-    pawl_free(pool);
+    pawl_free(pool->workers_raw);
+    pawl_free(pool->raw);
 }
 
 void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out)

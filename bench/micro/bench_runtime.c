@@ -12,6 +12,8 @@
  *               completed from an outside thread) and one-at-a-time latency across threads.
  *               Baseline: a mutex-protected future whose continuations go to the mutex queue.
  *   timer_arm_fire  arm B timers at delay 0 and wait until all callbacks ran; io_uring, epoll.
+ * The throughput shapes count completed tasks per executor thread (struct done, below), the
+ * same way on both sides; the pool shapes also report steals, parks and futex wake-ups.
  * Run: build/bin/bench_runtime [--benchmark_filter=...] (see the README for the figures).
  */
 #include "gbench_shim.h"
@@ -40,6 +42,62 @@ static void wait_count(uint64_t *c, uint64_t want)
         sched_yield();
 }
 
+/*
+ * Completion counting for the throughput shapes (submit_run inject, inject_batch and spawn, and
+ * future throughput): each task reports that it ran, and the waiting thread sums the reports.
+ * One counter per executor thread, each on its own cache line and written only by that thread,
+ * the same code on both sides: the slot is the thread's index in its executor (a pool worker's
+ * index, a mutex-queue thread's index); any other thread shares one atomic slot. Until
+ * 2026-11-30 the tasks of both sides added to one shared counter instead; then every task paid a
+ * transfer of that line between the two worker threads, which belongs to neither executor and,
+ * on two cores, cost about as much as an executor's own per-task work, pulling both sides'
+ * figures towards the counter's speed. The waiter reads the lines between sched_yield calls.
+ */
+struct done_slot {
+    uint64_t n;
+    char pad[64 - sizeof(uint64_t)];
+};
+
+struct done {
+    struct done_slot slot[WORKERS + 1];
+} __attribute__((aligned(64)));
+
+static _Thread_local int mq_index = -1; /* a mutex-queue thread's index, set by mq_main */
+static _Thread_local int done_index = -1;
+
+static void done_add(struct done *d)
+{
+    if (done_index < 0) {
+        int i = pawl_pool_current_worker();
+        if (i < 0)
+            i = mq_index;
+        done_index = i >= 0 && i < WORKERS ? i : WORKERS;
+    }
+    if (done_index == WORKERS) {
+        /* Acq_rel: shared by the other threads; the waiter's acquire sees the task's effects. */
+        __atomic_fetch_add(&d->slot[WORKERS].n, 1, __ATOMIC_ACQ_REL);
+        return;
+    }
+    /* Relaxed load, release store: this thread is the slot's only writer; the waiter's
+     * acquire load sees the task's effects. */
+    uint64_t *n = &d->slot[done_index].n;
+    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t done_total(struct done *d)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i <= WORKERS; i++)
+        sum += __atomic_load_n(&d->slot[i].n, __ATOMIC_ACQUIRE);
+    return sum;
+}
+
+static void wait_done(struct done *d, uint64_t want)
+{
+    while (done_total(d) < want)
+        sched_yield();
+}
+
 /* ---- the baseline: one mutex + condvar FIFO served by WORKERS threads ---- */
 
 struct mq {
@@ -49,6 +107,7 @@ struct mq {
     int waiters;
     int stop;
     pthread_t th[WORKERS];
+    int started; /* threads that took their index */
 };
 
 static void mq_submit(struct mq *q, struct pawl_task *t)
@@ -95,6 +154,7 @@ static void *mq_main(void *arg)
     struct mq *q = arg;
     mq_current = q;
     pthread_mutex_lock(&q->m);
+    mq_index = q->started++;
     for (;;) {
         while (q->head == NULL && !q->stop) {
             q->waiters++;
@@ -170,6 +230,18 @@ static struct exec ex_new(int baseline)
     return e;
 }
 
+/* Report the pool's steals, parks and futex wake-ups per iteration (pawl side only). */
+static void ex_counters(pawl_bench_state *st, struct exec *e)
+{
+    struct pawl_pool_stats ps;
+    if (e->pool == NULL)
+        return;
+    pawl_pool_stats(e->pool, &ps);
+    pawl_bench_counter(st, "steals", (double)ps.steals, PAWL_BENCH_COUNTER_AVG);
+    pawl_bench_counter(st, "parks", (double)ps.parks, PAWL_BENCH_COUNTER_AVG);
+    pawl_bench_counter(st, "wakeups", (double)ps.wakeups, PAWL_BENCH_COUNTER_AVG);
+}
+
 static void ex_free(struct exec *e)
 {
     if (e->pool)
@@ -182,14 +254,13 @@ static void ex_free(struct exec *e)
 
 struct unit {
     struct pawl_task task;
-    uint64_t *done;
+    struct done *done;
 };
 
 static void unit_fn(struct pawl_task *t, int status)
 {
     struct unit *u = (struct unit *)t;
-    /* Relaxed would do for counting; acq_rel so the waiter sees the task's effects. */
-    __atomic_fetch_add(u->done, 1, __ATOMIC_ACQ_REL);
+    done_add(u->done);
 }
 
 static void bm_inject(pawl_bench_state *st, void *arg)
@@ -197,16 +268,18 @@ static void bm_inject(pawl_bench_state *st, void *arg)
     int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
     struct unit *u = calloc(BATCH, sizeof(*u));
-    uint64_t done = 0, want = 0;
+    struct done done = {0};
+    uint64_t want = 0;
     for (int i = 0; i < BATCH; i++)
         u[i] = (struct unit){{unit_fn, NULL}, &done};
     while (pawl_bench_keep_running(st)) {
         for (int i = 0; i < BATCH; i++)
             ex_submit(&e, &u[i].task);
         want += BATCH;
-        wait_count(&done, want);
+        wait_done(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    ex_counters(st, &e);
     ex_free(&e);
     free(u);
 }
@@ -220,7 +293,8 @@ static void bm_inject_batch(pawl_bench_state *st, void *arg)
     struct exec e = ex_new(baseline);
     struct unit *u = calloc(BATCH, sizeof(*u));
     struct pawl_task **ts = calloc(BATCH, sizeof(*ts));
-    uint64_t done = 0, want = 0;
+    struct done done = {0};
+    uint64_t want = 0;
     for (int i = 0; i < BATCH; i++) {
         u[i] = (struct unit){{unit_fn, NULL}, &done};
         ts[i] = &u[i].task;
@@ -229,9 +303,10 @@ static void bm_inject_batch(pawl_bench_state *st, void *arg)
         for (int i = 0; i < BATCH; i += IBATCH)
             ex_submit_batch(&e, ts + i, (size_t)(BATCH - i < IBATCH ? BATCH - i : IBATCH));
         want += BATCH;
-        wait_count(&done, want);
+        wait_done(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
+    ex_counters(st, &e);
     ex_free(&e);
     free(ts);
     free(u);
@@ -255,21 +330,18 @@ static void bm_spawn(pawl_bench_state *st, void *arg)
     int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
     struct unit *u = calloc(BATCH, sizeof(*u));
-    uint64_t done = 0, want = 0;
+    struct done done = {0};
+    uint64_t want = 0;
     for (int i = 0; i < BATCH; i++)
         u[i] = (struct unit){{unit_fn, NULL}, &done};
     struct fan f = {{fan_fn, NULL}, &e, u};
     while (pawl_bench_keep_running(st)) {
         ex_submit(&e, &f.task);
         want += BATCH;
-        wait_count(&done, want);
+        wait_done(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
-    struct pawl_pool_stats ps;
-    if (e.pool) {
-        pawl_pool_stats(e.pool, &ps);
-        pawl_bench_counter(st, "steals", (double)ps.steals, PAWL_BENCH_COUNTER_AVG);
-    }
+    ex_counters(st, &e);
     ex_free(&e);
     free(u);
 }
@@ -310,6 +382,7 @@ static void bm_chain(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
@@ -377,17 +450,17 @@ struct bcont {
     struct bcont *next;
     struct bfut *f;
     struct mq *q;
-    uint64_t *counter;
+    struct done *counter;
 };
 
 static void bcont_run(struct pawl_task *t, int status)
 {
     struct bcont *c = (struct bcont *)t;
-    __atomic_fetch_add(c->counter, 1, __ATOMIC_ACQ_REL);
+    done_add(c->counter);
     free(c);
 }
 
-static void bfut_on_complete(struct bfut *f, struct mq *q, uint64_t *counter)
+static void bfut_on_complete(struct bfut *f, struct mq *q, struct done *counter)
 {
     struct bcont *c = malloc(sizeof(*c));
     *c = (struct bcont){{bcont_run, NULL}, NULL, f, q, counter};
@@ -417,11 +490,11 @@ static void bfut_complete(struct bfut *f, int64_t token)
     }
 }
 
-static uint64_t fut_counter;
+static struct done fut_done;
 
 static void count_cont(void *arg, struct pawl_future *f)
 {
-    __atomic_fetch_add(&fut_counter, 1, __ATOMIC_ACQ_REL);
+    done_add(&fut_done);
 }
 
 #define FBATCH 2000
@@ -431,7 +504,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
     int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
     uint64_t want = 0;
-    fut_counter = 0;
+    memset(&fut_done, 0, sizeof fut_done);
     if (!baseline) {
         struct pawl_future *fs[FBATCH];
         while (pawl_bench_keep_running(st)) {
@@ -444,7 +517,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
                 pawl_future_unref(fs[i]);
             }
             want += FBATCH;
-            wait_count(&fut_counter, want);
+            wait_done(&fut_done, want);
         }
     } else {
         struct bfut *fs = calloc(FBATCH, sizeof(*fs));
@@ -453,18 +526,19 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
                 pthread_mutex_init(&fs[i].m, NULL);
                 fs[i].done = 0;
                 fs[i].conts = NULL;
-                bfut_on_complete(&fs[i], e.mq, &fut_counter);
+                bfut_on_complete(&fs[i], e.mq, &fut_done);
             }
             for (int i = 0; i < FBATCH; i++)
                 bfut_complete(&fs[i], i);
             want += FBATCH;
-            wait_count(&fut_counter, want);
+            wait_done(&fut_done, want);
             for (int i = 0; i < FBATCH; i++)
                 pthread_mutex_destroy(&fs[i].m);
         }
         free(fs);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * FBATCH);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
@@ -543,6 +617,7 @@ static void bm_future_chain(pawl_bench_state *st, void *arg)
         wait_count(&done, want);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * CHAINS * STEPS);
+    ex_counters(st, &e);
     ex_free(&e);
 }
 
@@ -551,7 +626,7 @@ static void bm_future_latency(pawl_bench_state *st, void *arg)
     int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
     uint64_t want = 0;
-    fut_counter = 0;
+    memset(&fut_done, 0, sizeof fut_done);
     while (pawl_bench_keep_running(st)) {
         if (!baseline) {
             struct pawl_future *f = pawl_future_new();
@@ -561,12 +636,12 @@ static void bm_future_latency(pawl_bench_state *st, void *arg)
         } else {
             struct bfut f = {.done = 0};
             pthread_mutex_init(&f.m, NULL);
-            bfut_on_complete(&f, e.mq, &fut_counter);
+            bfut_on_complete(&f, e.mq, &fut_done);
             bfut_complete(&f, 1);
             pthread_mutex_destroy(&f.m); /* the continuation does not touch f */
         }
         want++;
-        while (__atomic_load_n(&fut_counter, __ATOMIC_ACQUIRE) < want)
+        while (done_total(&fut_done) < want)
             ; /* spin: measure the hand-off, not the scheduler */
     }
     ex_free(&e);

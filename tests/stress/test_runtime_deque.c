@@ -1,7 +1,8 @@
 /*
  * test_runtime_deque.c (stress) — the Chase–Lev deque under long owner/thief races with small
- * initial rings (growth while stealing), pushing one item at a time or in batches: every item
- * taken exactly once, several rounds.
+ * initial rings (growth while stealing), pushing one item at a time or in batches, thieves
+ * stealing one at a time, in batches, or both mixed: every item taken exactly once, several
+ * rounds.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -15,14 +16,28 @@ struct race {
     struct pawl_task *items;
     uint32_t *taken;
     uint64_t done;
+    int steal_max; /* > 1: thieves steal up to this many at a time (odd thieves: one at a time) */
+};
+
+struct thief_arg {
+    struct race *r;
+    int index;
 };
 
 static void nop(struct pawl_task *t, int status) {}
 
 static void *thief(void *arg)
 {
-    struct race *r = arg;
+    struct thief_arg *a = arg;
+    struct race *r = a->r;
     while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+        if (r->steal_max > 1 && a->index % 2 == 0) {
+            struct pawl_task *out[64];
+            int64_t k = pawl_deque_steal_batch(&r->d, out, r->steal_max);
+            for (int64_t i = 0; i < k; i++)
+                __atomic_fetch_add(&r->taken[out[i] - r->items], 1, __ATOMIC_RELAXED);
+            continue;
+        }
         struct pawl_task *t = pawl_deque_steal(&r->d);
         if (t == NULL || t == PAWL_DEQUE_ABORT)
             continue;
@@ -31,16 +46,21 @@ static void *thief(void *arg)
     return NULL;
 }
 
-/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. */
-static void round_(long n, int thieves, int pop_every, int batch)
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. steal_max > 1: the
+ * even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
+static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
 {
     struct race r = {0};
+    r.steal_max = steal_max;
     r.items = calloc((size_t)n, sizeof(*r.items));
     r.taken = calloc((size_t)n, sizeof(*r.taken));
     assert_int_equal(pawl_deque_init(&r.d, 2), 0);
     pthread_t th[4];
-    for (int i = 0; i < thieves; i++)
-        pthread_create(&th[i], NULL, thief, &r);
+    struct thief_arg ta[4];
+    for (int i = 0; i < thieves; i++) {
+        ta[i] = (struct thief_arg){&r, i};
+        pthread_create(&th[i], NULL, thief, &ta[i]);
+    }
     unsigned seed = (unsigned)n;
     struct pawl_task *run[64];
     for (long i = 0; i < n; i++) {
@@ -79,18 +99,28 @@ static void round_(long n, int thieves, int pop_every, int batch)
 static void test_rounds(void **state)
 {
     long n = PAWL_TEST_SCALE(2000000);
-    round_(n, 1, 2, 1);
-    round_(n, 2, 3, 1);
-    round_(n, 3, 1, 1); /* the owner pops after every push: constant last-item races */
-    round_(n, 3, 1000000000, 1);
+    round_(n, 1, 2, 1, 1);
+    round_(n, 2, 3, 1, 1);
+    round_(n, 3, 1, 1, 1); /* the owner pops after every push: constant last-item races */
+    round_(n, 3, 1000000000, 1, 1);
 }
 
 static void test_batch_rounds(void **state)
 {
     long n = PAWL_TEST_SCALE(2000000);
-    round_(n, 1, 2, 64);
-    round_(n, 3, 1, 8); /* a pop after every short batch: last-item races and wrap-around */
-    round_(n, 3, 1000000000, 64);
+    round_(n, 1, 2, 64, 1);
+    round_(n, 3, 1, 8, 1); /* a pop after every short batch: last-item races and wrap-around */
+    round_(n, 3, 1000000000, 64, 1);
+}
+
+/* Batch thieves (two of three; the third steals one at a time) against an owner that pops. */
+static void test_batch_steal_rounds(void **state)
+{
+    long n = PAWL_TEST_SCALE(2000000);
+    round_(n, 1, 2, 1, 32);
+    round_(n, 3, 1, 1, 4);  /* a pop after every push: batches shrink to the last item */
+    round_(n, 3, 3, 8, 32); /* short pushed batches, wrap-around and growth under batch steals */
+    round_(n, 3, 1000000000, 64, 32);
 }
 
 int main(void)
@@ -98,6 +128,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_batch_rounds),
+        cmocka_unit_test(test_batch_steal_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

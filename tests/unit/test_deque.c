@@ -1,8 +1,9 @@
 /*
  * test_deque.c — the Chase–Lev deque: single-thread semantics (LIFO pop, FIFO steal, growth),
  * batched pushes (order, growth by several doublings at once, nothing queued when growing
- * fails) and an owner racing several thieves, pushing one at a time or in batches: every item
- * is taken exactly once.
+ * fails), batch steals (at most half, rounded up, oldest first) and an owner racing several
+ * thieves, pushing one at a time or in batches, the thieves stealing one at a time or in batches:
+ * every item is taken exactly once.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -81,6 +82,37 @@ static void test_push_n(void **state)
     pawl_deque_fini(&d);
 }
 
+static void test_steal_batch(void **state)
+{
+    struct pawl_deque d;
+    struct pawl_task t[100];
+    struct pawl_task *out[64];
+    assert_int_equal(pawl_deque_init(&d, 4), 0);
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 8), 0); /* empty */
+    for (int i = 0; i < 100; i++) {
+        t[i].fn = nop;
+        assert_int_equal(pawl_deque_push(&d, &t[i]), 0);
+    }
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 8), 8); /* capped by max */
+    for (int i = 0; i < 8; i++)
+        assert_ptr_equal(out[i], &t[i]);                       /* oldest first */
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 46); /* half of 92 */
+    for (int i = 0; i < 46; i++)
+        assert_ptr_equal(out[i], &t[8 + i]);
+    assert_int_equal(pawl_deque_size(&d), 46);
+    assert_ptr_equal(pawl_deque_pop(&d), &t[99]);              /* the owner still pops its newest */
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 23); /* half of 45, rounded up */
+    assert_ptr_equal(out[0], &t[54]);
+    for (int i = 98; i >= 77; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 0);
+    assert_int_equal(pawl_deque_push(&d, &t[0]), 0);
+    assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 1); /* one left: a thief takes it */
+    assert_ptr_equal(out[0], &t[0]);
+    assert_null(pawl_deque_pop(&d));
+    pawl_deque_fini(&d);
+}
+
 /* Growth that fails queues nothing: the allocator refuses once the deque exists. */
 static int refuse_alloc;
 
@@ -132,6 +164,7 @@ struct race {
     uint32_t *taken;
     uint64_t done;
     uint64_t stolen;
+    int steal_max; /* > 1: thieves use pawl_deque_steal_batch with this max */
 };
 
 static void take(struct race *r, struct pawl_task *t)
@@ -145,6 +178,18 @@ static void *thief(void *arg)
     struct race *r = arg;
     uint64_t mine = 0;
     while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+        if (r->steal_max > 1) {
+            struct pawl_task *out[64];
+            int64_t k = pawl_deque_steal_batch(&r->d, out, r->steal_max);
+            if (k <= 0) {
+                sched_yield();
+                continue;
+            }
+            for (int64_t i = 0; i < k; i++)
+                take(r, out[i]);
+            mine += (uint64_t)k;
+            continue;
+        }
         struct pawl_task *t = pawl_deque_steal(&r->d);
         if (t == NULL || t == PAWL_DEQUE_ABORT) {
             sched_yield();
@@ -157,10 +202,12 @@ static void *thief(void *arg)
     return NULL;
 }
 
-/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. */
-void deque_race(long n, int thieves, int batch)
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n; steal_max > 1: the
+ * thieves take up to steal_max at a time with pawl_deque_steal_batch. */
+static void deque_race(long n, int thieves, int batch, int steal_max)
 {
     struct race r = {0};
+    r.steal_max = steal_max;
     items = calloc((size_t)n, sizeof(*items));
     r.taken = calloc((size_t)n, sizeof(uint32_t));
     r.n = n;
@@ -201,8 +248,9 @@ void deque_race(long n, int thieves, int batch)
     for (long i = 0; i < n; i++)
         if (r.taken[i] != 1)
             fail_msg("item %ld taken %u times", i, r.taken[i]);
-    print_message("deque race: %ld items (batches up to %d), %llu stolen by %d thieves\n", n, batch,
-                  (unsigned long long)r.stolen, thieves);
+    print_message("deque race: %ld items (batches up to %d), %llu stolen by %d thieves (up to %d "
+                  "at a time)\n",
+                  n, batch, (unsigned long long)r.stolen, thieves, steal_max > 1 ? steal_max : 1);
     pawl_deque_fini(&r.d);
     free(r.taken);
     free(items);
@@ -210,12 +258,18 @@ void deque_race(long n, int thieves, int batch)
 
 static void test_owner_and_thieves(void **state)
 {
-    deque_race(PAWL_TEST_SCALE(1000000), 3, 1);
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 1, 1);
 }
 
 static void test_owner_batches_and_thieves(void **state)
 {
-    deque_race(PAWL_TEST_SCALE(1000000), 3, 64);
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 64, 1);
+}
+
+static void test_owner_and_batch_thieves(void **state)
+{
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 1, 8);
+    deque_race(PAWL_TEST_SCALE(1000000), 3, 64, 32);
 }
 
 int main(void)
@@ -223,9 +277,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_push_n),
+        cmocka_unit_test(test_steal_batch),
         cmocka_unit_test(test_push_n_enomem),
         cmocka_unit_test(test_owner_and_thieves),
         cmocka_unit_test(test_owner_batches_and_thieves),
+        cmocka_unit_test(test_owner_and_batch_thieves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,10 @@
 /*
  * test_pool.c — the work-stealing pool: submission from many outside threads, nested submission
- * from tasks, stealing (counted), parking and prompt wake-up, and shutdown with queued work
- * (every task called exactly once, run or cancelled); the same for batched submission, plus its
- * argument checks, and the injection queue's chain push (order and contiguity under contention).
+ * from tasks, stealing (counted; a busy owner's children all taken by thieves in batches, each
+ * exactly once, also when a thief's batch is stolen again from it), parking and prompt wake-up, and
+ * shutdown with queued work (every task called exactly once, run or cancelled); the same for
+ * batched submission, plus its argument checks, and the injection queue's chain push (order and
+ * contiguity under contention).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -176,6 +178,68 @@ static void test_nested_and_stealing(void **state)
                   (unsigned long long)st.parks, (unsigned long long)st.wakeups);
     assert_true(st.steals > 0);
     pawl_pool_free(p);
+}
+
+/*
+ * A parent pushes n children into its own deque and stays busy until every child has run, so
+ * thieves must take all of them: they steal in batches (into their own deques, where a third
+ * worker may steal them again). Each child runs exactly once, never on the parent's worker.
+ */
+struct busy_parent {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    struct whoami *kids;
+    int n;
+    int worker;
+    uint64_t done;
+};
+
+static void busy_parent_fn(struct pawl_task *t, int status)
+{
+    struct busy_parent *b = (struct busy_parent *)t;
+    b->worker = pawl_pool_current_worker();
+    for (int i = 0; i < b->n; i++)
+        pawl_pool_submit(b->pool, &b->kids[i].task);
+    for (int i = 0; i < b->n; i++)
+        while (!__atomic_load_n(&b->kids[i].done, __ATOMIC_ACQUIRE))
+            sched_yield();
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+}
+
+static void busy_owner_round(int workers, int n)
+{
+    struct pawl_pool_opts o = {.workers = workers};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct whoami *kids = calloc((size_t)n, sizeof(*kids));
+    for (int i = 0; i < n; i++)
+        kids[i] = (struct whoami){{whoami_fn, NULL}, -1, 0};
+    struct busy_parent b = {{busy_parent_fn, NULL}, p, kids, n, -1, 0};
+    pawl_pool_submit(p, &b.task);
+    assert_true(RT_WAIT_UNTIL(rt_load(&b.done) == 1, 60000));
+    int per_worker[8] = {0};
+    for (int i = 0; i < n; i++) {
+        assert_true(kids[i].worker >= 0 && kids[i].worker < workers);
+        assert_int_not_equal(kids[i].worker, b.worker);
+        per_worker[kids[i].worker]++;
+    }
+    struct pawl_pool_stats st;
+    pawl_pool_stats(p, &st);
+    print_message("%d workers, %d children of a busy owner: steals %llu, per worker %d %d %d %d\n",
+                  workers, n, (unsigned long long)st.steals, per_worker[0], per_worker[1],
+                  per_worker[2], per_worker[3]);
+    assert_true(st.steals >= (uint64_t)n);
+    pawl_pool_free(p);
+    free(kids);
+}
+
+static void test_busy_owner_batch_steals(void **state)
+{
+    int n = PAWL_TEST_SANITIZED ? 2000 : 20000;
+    for (int round = 0; round < 5; round++) {
+        busy_owner_round(2, n);
+        busy_owner_round(4, n);
+    }
 }
 
 /* Parking and prompt wake-up: after the pool has gone idle, one submission runs quickly. */
@@ -710,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_current_worker),
         cmocka_unit_test(test_many_producers),
         cmocka_unit_test(test_nested_and_stealing),
+        cmocka_unit_test(test_busy_owner_batch_steals),
         cmocka_unit_test(test_park_and_wake),
         cmocka_unit_test(test_shutdown_with_queued_work),
         cmocka_unit_test(test_mpsc_chains),
