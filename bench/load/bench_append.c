@@ -118,8 +118,13 @@ static int64_t cpu_ns_now(void)
     return total * (1000000000 / sysconf(_SC_CLK_TCK));
 }
 
-/* Find the server's postmaster when it runs here: the parent of our backend. */
-static void find_postmaster(void)
+/*
+ * Before the cells: find the server's postmaster when it runs here (the parent of our backend),
+ * and start from a CHECKPOINT, so that pages a previous run (or a dropped database) left dirty
+ * are not written out during the cells. The checkpoint needs superuser or pg_checkpoint;
+ * without it the run goes on and says so.
+ */
+static void prepare_server(void)
 {
     PGconn *c = PQconnectdb(dsn);
     if (PQstatus(c) == CONNECTION_OK) {
@@ -129,6 +134,10 @@ static void find_postmaster(void)
         if (PQresultStatus(r) == PGRES_TUPLES_OK &&
             proc_cpu((pid_t)atoi(PQgetvalue(r, 0, 0)), 0, &pp, &t) == 0)
             postmaster = pp;
+        PQclear(r);
+        r = PQexec(c, "CHECKPOINT");
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fprintf(stderr, "note: no CHECKPOINT before the cells: %s", PQerrorMessage(c));
         PQclear(r);
     }
     PQfinish(c);
@@ -661,22 +670,11 @@ int main(int argc, char **argv)
         return 2;
     }
     pawl_log_set_level(PAWL_LOG_WARN);
-    find_postmaster();
+    prepare_server();
     char err[512];
     if (pawl_schema_migrate(dsn, err, sizeof err) != 0) {
         fprintf(stderr, "migrate: %s\n", err);
         return 1;
-    }
-    {
-        /* Start from a checkpoint: pages a previous run (or a dropped database) left dirty are
-         * then not written out during the cells. Needs superuser or pg_checkpoint; without it
-         * the run goes on and says so. */
-        PGconn *c = PQconnectdb(dsn);
-        PGresult *r = PQexec(c, "CHECKPOINT");
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            fprintf(stderr, "note: no CHECKPOINT before the cells: %s", PQerrorMessage(c));
-        PQclear(r);
-        PQfinish(c);
     }
     if (baseline) {
         setup_baseline();

@@ -263,33 +263,12 @@ static void unit_fn(struct pawl_task *t, int status)
     done_add(u->done);
 }
 
-static void bm_inject(pawl_bench_state *st, void *arg)
+/*
+ * Submit+run from an outside thread: BATCH tasks per iteration, one at a time (ibatch 0) or in
+ * batches of ibatch tasks (the last one shorter).
+ */
+static void run_inject(pawl_bench_state *st, int baseline, int ibatch)
 {
-    int baseline = arg != NULL;
-    struct exec e = ex_new(baseline);
-    struct unit *u = calloc(BATCH, sizeof(*u));
-    struct done done = {0};
-    uint64_t want = 0;
-    for (int i = 0; i < BATCH; i++)
-        u[i] = (struct unit){{unit_fn, NULL}, &done};
-    while (pawl_bench_keep_running(st)) {
-        for (int i = 0; i < BATCH; i++)
-            ex_submit(&e, &u[i].task);
-        want += BATCH;
-        wait_done(&done, want);
-    }
-    pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * BATCH);
-    ex_counters(st, &e);
-    ex_free(&e);
-    free(u);
-}
-
-/* The same from outside, in batches of IBATCH tasks (the last one shorter). */
-#define IBATCH 64
-
-static void bm_inject_batch(pawl_bench_state *st, void *arg)
-{
-    int baseline = arg != NULL;
     struct exec e = ex_new(baseline);
     struct unit *u = calloc(BATCH, sizeof(*u));
     struct pawl_task **ts = calloc(BATCH, sizeof(*ts));
@@ -300,8 +279,12 @@ static void bm_inject_batch(pawl_bench_state *st, void *arg)
         ts[i] = &u[i].task;
     }
     while (pawl_bench_keep_running(st)) {
-        for (int i = 0; i < BATCH; i += IBATCH)
-            ex_submit_batch(&e, ts + i, (size_t)(BATCH - i < IBATCH ? BATCH - i : IBATCH));
+        if (ibatch == 0)
+            for (int i = 0; i < BATCH; i++)
+                ex_submit(&e, ts[i]);
+        else
+            for (int i = 0; i < BATCH; i += ibatch)
+                ex_submit_batch(&e, ts + i, (size_t)(BATCH - i < ibatch ? BATCH - i : ibatch));
         want += BATCH;
         wait_done(&done, want);
     }
@@ -310,6 +293,19 @@ static void bm_inject_batch(pawl_bench_state *st, void *arg)
     ex_free(&e);
     free(ts);
     free(u);
+}
+
+static void bm_inject(pawl_bench_state *st, void *arg)
+{
+    run_inject(st, arg != NULL, 0);
+}
+
+/* The same in batches of IBATCH tasks. */
+#define IBATCH 64
+
+static void bm_inject_batch(pawl_bench_state *st, void *arg)
+{
+    run_inject(st, arg != NULL, IBATCH);
 }
 
 struct fan {
