@@ -123,6 +123,11 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
 
 int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
 {
+    return pawl_schema_migrate_to(dsn, pawl_schema_lib_version(), err, errlen);
+}
+
+int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen)
+{
     if (err && errlen)
         err[0] = '\0';
     PGconn *c = NULL;
@@ -157,7 +162,7 @@ int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
     }
     for (int i = 0; i < pawl_migrations_count; i++) {
         const struct pawl_migration *m = &pawl_migrations[i];
-        if (m->version <= v)
+        if (m->version <= v || m->version > target)
             continue;
         if ((rc = run(c, "BEGIN", NULL, err, errlen)) != 0)
             goto unlock;

@@ -9,6 +9,8 @@
 #ifndef PAWL_STORE_SCHEMA_H
 #define PAWL_STORE_SCHEMA_H
 
+#include <stddef.h>
+
 struct pawl_migration {
     int version;
     const char *name;
@@ -21,5 +23,9 @@ extern const int pawl_migrations_count;
 
 /* The highest version this library knows. */
 int pawl_schema_lib_version(void);
+
+/* pawl_schema_migrate, stopping at version target (tests build older schemas with it to check
+ * upgrades). A database already past target is left as it is. */
+int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen);
 
 #endif

@@ -5,6 +5,7 @@
  * returning exactly what the C reader returns (issue 2, tests 5 and 6).
  */
 #include "pawl_test.h"
+#include "schema.h"
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -79,24 +80,44 @@ static void test_schema(void **state)
     assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"), libv);
 }
 
+/* A second database next to the test's, named <test db>_<suffix>, created with `with` (SQL
+ * after CREATE DATABASE name, may be ""); its DSN goes to out and its name to name. */
+static void sibling_db(const char *suffix, const char *with, char *out, size_t outlen, char *name,
+                       size_t namelen)
+{
+    snprintf(out, outlen, "%s", dsn);
+    char *db = NULL;
+    for (char *q = strstr(out, "dbname="); q; q = strstr(q + 1, "dbname="))
+        db = q;
+    assert_non_null(db);
+    char base[128];
+    size_t n = strcspn(db + 7, " ");
+    assert_true(n < sizeof base);
+    memcpy(base, db + 7, n);
+    base[n] = '\0';
+    assert_true(db[7 + n] == '\0'); /* dbname is last in the test DSN */
+    snprintf(name, namelen, "%s_%s", base, suffix);
+    char sql[512];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+    pawl_test_exec(dsn, sql);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s %s", name, with);
+    pawl_test_exec(dsn, sql);
+    snprintf(db + 7, outlen - (size_t)(db + 7 - out), "%s", name);
+}
+
+static void drop_db(const char *name)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
+    pawl_test_exec(dsn, sql);
+}
+
 static void test_newer_schema(void **state)
 {
     (void)state;
-    const char *d2 = NULL;
-    char err[512];
+    char err[512], d2[1024], name[160];
     /* A second database whose schema claims a future version. */
-    static char dsn2[1024];
-    snprintf(dsn2, sizeof dsn2, "%s", dsn);
-    char *db = NULL;
-    for (char *q = strstr(dsn2, "dbname="); q; q = strstr(q + 1, "dbname="))
-        db = q;
-    assert_non_null(db);
-    char sql[256], name[128];
-    snprintf(name, sizeof name, "%s", db + 7);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s_f", name);
-    pawl_test_exec(dsn, sql);
-    strcat(dsn2, "_f");
-    d2 = dsn2;
+    sibling_db("f", "", d2, sizeof d2, name, sizeof name);
     assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), 0);
     pawl_test_exec(d2, "INSERT INTO pawl.schema_version VALUES (999, '999_future.sql')");
     assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), PAWL_ESCHEMA);
@@ -104,8 +125,86 @@ static void test_newer_schema(void **state)
     struct pawl_store *s = NULL;
     assert_int_equal(pawl_store_new(&s, d2, NULL, err, sizeof err), PAWL_ESCHEMA);
     assert_non_null(strstr(err, "999"));
-    snprintf(sql, sizeof sql, "DROP DATABASE %s_f WITH (FORCE)", name);
-    pawl_test_exec(dsn, sql);
+    drop_db(name);
+}
+
+/*
+ * Schema 4 gives stream ids the "C" collation (sql/004_stream_collation.sql). A version-3 log in
+ * a database whose default collation is linguistic (ICU en-US: "a" < "b" < "B") is upgraded:
+ * every event stays, readable by the store and the SQL face; the (stream, sequence) index now
+ * orders by bytes ("B" < "a"); appends after the upgrade find the old heads.
+ */
+static void test_upgrade_stream_collation(void **state)
+{
+    (void)state;
+    char err[512], d3[1024], name[160];
+    sibling_db("u", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", d3, sizeof d3,
+               name, sizeof name);
+    assert_int_equal(pawl_schema_migrate_to(d3, 3, err, sizeof err), 0);
+    int dbv = 0;
+    assert_int_equal(pawl_schema_version(d3, &dbv, NULL, err, sizeof err), 0);
+    assert_int_equal(dbv, 3);
+    static const char is_c[] =
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'pawl.events'::regclass"
+        " AND attname = 'stream_id' AND attcollation = 'pg_catalog.\"C\"'::regcollation";
+    assert_int_equal(pawl_test_query_i64(d3, is_c), 0);
+    /* Two appends written the way the version-3 append statement writes them, finalized. */
+    pawl_test_exec(d3, "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload)"
+                       " VALUES (pg_current_xact_id(), 1, 0, 2, 'a', 't', 'a1'),"
+                       "        (pg_current_xact_id(), 1, 1, 2, 'B', 't', 'B1')");
+    pawl_test_exec(d3, "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload)"
+                       " VALUES (pg_current_xact_id(), 1, 0, 2, 'b', 't', 'b1'),"
+                       "        (pg_current_xact_id(), 2, 1, 2, 'b', 't', 'b2')");
+    assert_int_equal(pawl_test_query_i64(d3, "SELECT last_index FROM pawl.finalize()"), 4);
+    static const char first[] =
+        "SELECT ((SELECT stream_id FROM pawl.events ORDER BY stream_id LIMIT 1) = 'B')::int";
+    assert_int_equal(pawl_test_query_i64(d3, first), 0); /* linguistic: "a" first */
+    /* A version-3 database is refused by a store of this version until it is upgraded. */
+    struct pawl_store *s = NULL;
+    assert_int_equal(pawl_store_new(&s, d3, NULL, err, sizeof err), PAWL_ESCHEMA);
+
+    assert_int_equal(pawl_schema_migrate(d3, err, sizeof err), 0);
+    assert_int_equal(pawl_schema_version(d3, &dbv, NULL, err, sizeof err), 0);
+    assert_int_equal(dbv, pawl_schema_lib_version());
+    assert_int_equal(pawl_test_query_i64(d3, is_c), 1);
+    assert_int_equal(pawl_test_query_i64(d3, first), 1); /* bytes: "B" first */
+    /* The index serves that order (and the head lookups) by itself. */
+    pawl_test_exec(d3, "SET enable_seqscan = off");
+    assert_int_equal(pawl_test_query_i64(d3, "SELECT count(*) FROM pawl_api.events"), 4);
+    assert_int_equal(pawl_test_query_i64(d3, "SELECT count(*) FROM pawl_api.read(0, 10)"
+                                             " WHERE stream_id = 'b'"),
+                     2);
+
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.migrate = 0;
+    assert_int_equal(pawl_store_new(&s, d3, &o, err, sizeof err), 0);
+    struct pawl_append_result r;
+    struct pawl_event next[2] = {ev("b", 3, "t", "b3"), ev("a", PAWL_SEQ_ANY, "t", "a2")};
+    assert_int_equal(pawl_append(s, next, 2, &r), 0);
+    struct pawl_event dup = ev("B", 1, "t", "again");
+    assert_int_equal(pawl_append(s, &dup, 1, &r), PAWL_ECONFLICT);
+    struct pawl_batch bt;
+    pawl_batch_init(&bt);
+    int64_t pos = 0;
+    while (pos < 6) {
+        assert_int_equal(pawl_follow(s, pos, 100, &bt, 5000), 0);
+        for (size_t i = 0; i < bt.count; i++) {
+            assert_int_equal(bt.events[i].index, pos + 1);
+            pos = bt.events[i].index;
+        }
+    }
+    assert_int_equal(pawl_read(s, 0, 10, &bt), 0);
+    assert_int_equal(bt.count, 6);
+    static const char *want[6][2] = {{"a", "1"}, {"B", "1"}, {"b", "1"},
+                                     {"b", "2"}, {"b", "3"}, {"a", "2"}};
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(bt.events[i].stream_id, want[i][0]);
+        assert_int_equal(bt.events[i].stream_seq, atoi(want[i][1]));
+    }
+    pawl_batch_fini(&bt);
+    pawl_store_free(s);
+    drop_db(name);
 }
 
 static void test_append_read(void **state)
@@ -389,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_schema),      cmocka_unit_test(test_newer_schema),
         cmocka_unit_test(test_append_read), cmocka_unit_test(test_sql_face_equal),
         cmocka_unit_test(test_bad_dsn),     cmocka_unit_test(test_adaptive_cadence),
+        cmocka_unit_test(test_upgrade_stream_collation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
