@@ -351,7 +351,7 @@ static const struct pawl_flag flags[] = {
      .min = 1,
      .max = 100000,
      .unit = "events",
-     .help = "Events per read from the log; also how far a plain batch that queued no SQL may run ahead of its stored token",
+     .help = "Events per read from the log; also how many of a segment's events plain batches that queued no SQL may handle before its token is written",
      .scope = S_PROC,
      AT(processor.read_batch)},
     {.name = "idle-wait",

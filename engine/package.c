@@ -231,7 +231,10 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
         if (k->has_merge && k->token >= k->merge_token)
             k->has_merge = 0;
         k->last_store_ns = pawl_now_ns();
+        k->unstored = 0;
         pawl_metric_inc(PAWL_M_CHECKPOINTS);
+    } else {
+        k->unstored += n;
     }
     k->work_pos += n;
     if (end > k->consumed)
@@ -269,12 +272,15 @@ static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, in
  * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
  * transaction stays open), or an error (rolled back).
  */
-/* Plain mode: whether the token should be written now although the batch wrote nothing else:
- * every read_batch events, every claim_poll_ms, as for an idle segment (and on release). */
-static int token_due(const struct pkg *k, int64_t end)
+/* Plain mode: whether the token should be written now although the batch of n events wrote
+ * nothing else: once read_batch of this segment's events have passed since the last write, or
+ * claim_poll_ms, as for an idle segment (and on release). Events, not index distance: with S
+ * segments the index moves about S times faster than one segment's events, and counting it
+ * made every segment write (a synchronous commit on a worker) S times as often as documented. */
+static int token_due(const struct pkg *k, size_t n)
 {
     const struct pawl_processor *p = k->p;
-    return end - k->token >= (int64_t)p->o.read_batch ||
+    return k->unstored + n >= p->o.read_batch ||
            pawl_now_ns() - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000;
 }
 
@@ -282,7 +288,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
                         size_t stmts)
 {
     struct pawl_processor *p = k->p;
-    if (p->mode == PAWL_CKPT_PLAIN && stmts == 0 && end > k->token && !token_due(k, end)) {
+    if (p->mode == PAWL_CKPT_PLAIN && stmts == 0 && end > k->token && !token_due(k, n)) {
         /* The handlers queued nothing, so the token is all this transaction would commit: a
          * round trip and a WAL flush per batch, for a position that only bounds redelivery.
          * It is written when due instead; a crash in between redelivers at most that much. */
@@ -700,7 +706,7 @@ static void pkg_step(struct pkg *k)
         k->consumed = PAWL_MAX(k->consumed, k->work_end);
         int64_t now = pawl_now_ns();
         int due = k->consumed > k->token &&
-                  (k->consumed - k->token >= (int64_t)p->o.read_batch ||
+                  (k->unstored >= p->o.read_batch ||
                    now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000);
         if (p->mode == PAWL_CKPT_PLAIN) {
             if (due)

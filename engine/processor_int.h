@@ -43,6 +43,7 @@ struct pkg {
     int64_t work_end; /* queued_pos when work was taken: complete up to here once drained */
     struct pawl_event_batch readbuf;
     int64_t last_store_ns;
+    uint64_t unstored; /* this segment's events passed since the token was last stored */
     int had_success;
 
     /* Checkpoint protocol (worker-only; NULL / unused in plain mode). */

@@ -375,7 +375,6 @@ static void latency_cell(int rate, int run)
     pawl_processor_opts_defaults(&po);
     po.name = name;
     po.initial_token = head;
-    po.claim_poll_ms = 50;
     struct pawl_handler h = {"latency", &L, lat_handle, NULL};
     struct pawl_processor *p = NULL;
     if (pawl_processor_new(&p, &po, src, tok, &h, 1) != 0 || pawl_processor_start(p) != 0)

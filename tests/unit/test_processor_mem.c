@@ -274,6 +274,42 @@ static void test_plain_token_writes(void **state)
     assert_int_equal(min_token(&w, "eager"), 210);
     pawl_processor_free(p);
     assert_exact(&w);
+
+    /* The count is of each segment's own events, not of index positions: 4 segments share 360
+     * events, so with read_batch 100 the segments write at most 3 tokens in all while running
+     * (counting positions, each would write about every 100, 12 or more in all). */
+    atomic_store(&counted_events, 0);
+    opts_fast(&o, "perseg", "n1");
+    o.segments = 4;
+    o.batch_size = 10;
+    o.read_batch = 100;
+    o.claim_poll_ms = 60000;
+    o.initial_token = 210; /* after the events appended above */
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &quiet, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    struct pawl_metrics_snapshot *m0 = malloc(sizeof *m0), *m1 = malloc(sizeof *m1);
+    assert_non_null(m0);
+    assert_non_null(m1);
+    t0 = pawl_test_now_ms();
+    while (pawl_processor_stats(p, &st), st.segments_owned < 4 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_int_equal(pawl_metrics_snapshot(m0), 0);
+    for (int i = 0; i < 36; i++) { /* in small steps, so that batches stay small */
+        append(&w, 10, NSTREAMS);
+        usleep(2000);
+    }
+    t0 = pawl_test_now_ms();
+    while (atomic_load(&counted_events) < 360 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_int_equal(atomic_load(&counted_events), 360);
+    usleep(50000);
+    assert_int_equal(pawl_metrics_snapshot(m1), 0);
+    uint64_t writes = m1->counters[PAWL_M_CHECKPOINTS] - m0->counters[PAWL_M_CHECKPOINTS];
+    assert_true(writes <= 3);
+    pawl_processor_free(p);
+    assert_int_equal(min_token(&w, "perseg"), 210 + 360);
+    free(m0);
+    free(m1);
     world_fini(&w);
 }
 
