@@ -145,17 +145,68 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     return ex;
 }
 
-/* Refuse (exit 4) when any of the rows is claimed, naming the owners. */
-static int refuse_if_claimed(const struct tool_status *st, const char *what)
+/*
+ * A claim not extended for the claim timeout belongs to a node that stopped (crashed, was
+ * killed, lost its connection): any other node may take it over, by the same rule. Such claims
+ * do not block reset, split or merge; with --execute they are released first.
+ */
+static int claim_expired(const struct pawl_config *cfg, const struct pawl_segment_status *r)
 {
+    return r->owner[0] != '\0' && r->claim_age_ms >= (int64_t)cfg->processor.claim_timeout_ms;
+}
+
+/* Refuse (exit 4) when any of the rows has a live claim, naming the owners; name the expired
+ * claims that would be released (preview) or will be (execute). */
+static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_status *st,
+                             const char *what)
+{
+    struct tool_status live = *st;
+    struct tool_seg_row *rows = calloc(st->n ? st->n : 1, sizeof *rows);
+    if (rows == NULL) {
+        tool_err("%s: out of memory", what);
+        return TOOL_FAILED;
+    }
+    live.rows = rows;
+    live.n = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        const struct pawl_segment_status *r = &st->rows[i].st;
+        if (claim_expired(cfg, r))
+            printf("  segment %u: the claim of %s expired (not extended for %.1f s; claim timeout "
+                   "%.1f s): %s\n",
+                   r->seg.id, r->owner, (double)r->claim_age_ms / 1000,
+                   (double)cfg->processor.claim_timeout_ms / 1000,
+                   cfg->tool.execute ? "releasing it" : "would release it");
+        else if (r->owner[0] != '\0')
+            rows[live.n++] = st->rows[i];
+    }
     char owners[512];
-    tool_status_owners(st, owners, sizeof owners);
+    tool_status_owners(&live, owners, sizeof owners);
+    free(rows);
     if (owners[0] == '\0')
         return TOOL_OK;
-    tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait for "
-             "their claims to expire) and try again",
-             what, st->proc, owners);
+    tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait until "
+             "their claims are older than --claim-timeout, %.1f s) and try again",
+             what, st->proc, owners, (double)cfg->processor.claim_timeout_ms / 1000);
     return TOOL_REFUSED;
+}
+
+/* Release the expired claims among the rows (see claim_expired). A claim released here that its
+ * node then tries to extend is lost to it, as when another node takes it over. */
+static int release_expired(const struct pawl_config *cfg, struct pawl_tokens *tok,
+                           const struct tool_status *st, const char *what)
+{
+    for (size_t i = 0; i < st->n; i++) {
+        const struct pawl_segment_status *r = &st->rows[i].st;
+        if (!claim_expired(cfg, r))
+            continue;
+        int rc = tok->ops->release(tok, st->proc, r->seg.id, r->owner);
+        if (rc != 0) {
+            tool_err("%s: releasing the expired claim of %s on segment %u failed: %s (%s)", what,
+                     r->owner, r->seg.id, tok->ops->errmsg(tok), pawl_strerror(rc));
+            return tool_exit_for(rc);
+        }
+    }
+    return TOOL_OK;
 }
 
 int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
@@ -206,13 +257,15 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
                r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
                d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "", r->owner);
     }
-    ex = refuse_if_claimed(&st, "reset");
+    ex = refuse_if_claimed(cfg, &st, "reset");
     if (ex != TOOL_OK)
         goto out;
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
         goto out;
     }
+    if ((ex = release_expired(cfg, s.tok, &st, "reset")) != TOOL_OK)
+        goto out;
     int64_t set = 0;
     rc = pawl_processor_reset(s.tok, s.src, proc, kind, value, &set);
     if (rc != 0) {
@@ -310,13 +363,15 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
                parent.mask, PAWL_MIN(row->st.token, sib->st.token),
                PAWL_MAX(row->st.token, sib->st.token));
     }
-    ex = refuse_if_claimed(&involved, what);
+    ex = refuse_if_claimed(cfg, &involved, what);
     if (ex != TOOL_OK)
         goto out;
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
         goto out;
     }
+    if ((ex = release_expired(cfg, s.tok, &involved, what)) != TOOL_OK)
+        goto out;
     rc =
         merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);
     if (rc != 0) {

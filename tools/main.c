@@ -86,22 +86,23 @@ static const struct tool_cmd commands[] = {
      "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative: -15m). Prints "
      "what it would do, per segment, and changes nothing unless --execute is given. Refused "
      "(exit 4, naming the owners) while any segment of the processor is claimed: stop its nodes "
-     "first. After a reset backwards, handlers see the events up to each segment's previous "
+     "first. A claim not extended for --claim-timeout (its node died) does not count: --execute "
+     "releases it. After a reset backwards, handlers see the events up to each segment's previous "
      "position as replays (pawl_ctx_is_replay) until the processor passes it.",
      cmd_reset, 1},
     {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
-     "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed; "
-     "a running node picks the new segments up through its claim cycle.",
+     "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed "
+     "(a claim older than --claim-timeout is released instead); a running node picks the new segments up through its claim cycle.",
      cmd_split, 1},
     {"merge", PAWL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
      "Merge a segment with its sibling",
      "Merges segment ID with its sibling (the other half of its parent) into the parent. The "
      "merged segment starts from the lower of the two tokens and skips the faster half's "
      "events up to its token, so nothing is delivered twice. Prints what it would do unless "
-     "--execute. Refused (exit 4) while either half is claimed or an earlier merge is still "
-     "catching up.",
+     "--execute. Refused (exit 4) while either half is claimed (a claim older than "
+     "--claim-timeout is released instead) or an earlier merge is still catching up.",
      cmd_merge, 1},
     {"demo", PAWL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
      "Append at a target rate with a follower, and show what happens",

@@ -2,7 +2,8 @@
 # test_tool_proc.sh — the processor side of the `pawl` tool through its real binary against the
 # private PostgreSQL: run (count and print handlers, metrics endpoint), status as a table and as
 # JSON (parsed and checked), reset preview vs execute and refused while claimed (naming the
-# owner), replays after a reset, split and merge (preview, refused while claimed, executed).
+# owner), a dead node's expired claim released by reset, replays after a reset, split and merge
+# (preview, refused while claimed, executed).
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -98,6 +99,21 @@ status_json; [ "$(jq 'all(.segments[]; .token == 300)' "$tmp/st.json")" = true ]
 status_json
 [ "$(jq 'all(.segments[]; .token == 0 and .replaying and .high_water == 300) and .lag_events == 300' "$tmp/st.json")" = true ]
 check "tokens at 0, lag 300, replaying up to 300" $?
+
+# ---- a dead node's claim: refused while fresh, released once older than --claim-timeout ------
+claim() { psql "$PAWL_DSN" -qAtc "UPDATE pawl.tokens SET owner = 'dead-node', mode = 0, claimed_at = now() - interval '$1' WHERE processor = 'p' AND segment_id = 2"; }
+claim "2 seconds"
+"$PAWL" reset p --to start --claim-timeout 1m 2>"$tmp/err"; expect_rc "reset refused: a fresh claim" 4 $?
+grep -q 'claimed by dead-node' "$tmp/err" && grep -q 'claim-timeout, 60.0 s' "$tmp/err"; check "the refusal names the owner and the timeout" $?
+"$PAWL" reset p --to start >"$tmp/out" 2>"$tmp/err"; expect_rc "reset refused under the default 10 s timeout: the claim is 2 s old" 4 $?
+claim "1 hour"
+"$PAWL" reset p --to start >"$tmp/out"; expect_rc "reset preview with an expired claim" 0 $?
+grep -q 'segment 2: the claim of dead-node expired .*would release it' "$tmp/out"; check "preview names the expired claim" $?
+status_json; [ "$(jq '[.segments[] | select(.owner == "dead-node")] | length' "$tmp/st.json")" -eq 1 ]; check "preview released nothing" $?
+"$PAWL" reset p --to start --execute >"$tmp/out"; expect_rc "reset --execute releases the expired claim" 0 $?
+grep -q 'releasing it' "$tmp/out"; check "execute says it releases the claim" $?
+status_json
+[ "$(jq 'all(.segments[]; .owner == null and .token == 0)' "$tmp/st.json")" = true ]; check "claim released, every token at 0" $?
 
 # ---- replays are visible to handlers ---------------------------------------------------------
 "$PAWL" run --processor p --handler print --claim-poll 100ms --progress off >"$tmp/print.out" 2>/dev/null &
