@@ -17,7 +17,9 @@
  *                        does not finalize and wakes on the log's notifications, as a consumer
  *                        process would. Latency = handler call - the append's commit
  *                        acknowledgement, both on this process's monotonic clock; the finalize
- *                        delay alone comes from the appending store's statistics.
+ *                        delay alone comes from the appending store's statistics. --split adds
+ *                        the processor's part: from the moment the reading store knew the
+ *                        event's index was final to the handler call.
  *   catchup  --segments 1,4,16 --workers 1,2
  *                        per cell: a fresh processor from token 0 over the filled log with a
  *                        no-op handler or a handler writing one projection row per event into
@@ -64,6 +66,7 @@ static char workers_arg[64] = "1,2";
 static char batches_arg[64] = "100,1000";
 static int per_append = 10;
 static double warmup_s = 1.5;
+static int split_latency; /* --split: also time the processor's part (see latency_cell) */
 
 static void usage(void);
 
@@ -254,7 +257,38 @@ struct lat {
     _Atomic int64_t inflight;
     _Atomic int64_t errors;
     int64_t cell; /* tags this cell's events */
+    /* --split: when the reading store learned that each index is final (0: not yet), indexed by
+     * global index - known_base - 1, and per measured event the time from then to its handler. */
+    _Atomic int64_t *known_ns;
+    int64_t known_base, known_cap;
+    double *proc_ms;
+    _Atomic int64_t nproc;
+    struct pawl_store *rd;
+    _Atomic int stop;
 };
+
+/*
+ * --split: a thread that follows what the reading store knows (the same wake-up the processor's
+ * coordinator waits on) and stamps every index with the time it became known, so that the
+ * handler can tell the processor's part (read, dispatch, scheduling, handler call) from the
+ * finalization and notification before it. Off by default: it is one more thread woken per
+ * finalization run.
+ */
+static void *known_main(void *arg)
+{
+    struct lat *L = arg;
+    int64_t seen = L->known_base;
+    while (!atomic_load_explicit(&L->stop, memory_order_relaxed)) {
+        if (pawl_store_wait(L->rd, seen, 50) != 0)
+            continue;
+        int64_t idx = pawl_store_last_index(L->rd), t = pawl_now_ns();
+        for (int64_t i = seen + 1; i <= idx && i - L->known_base - 1 < L->known_cap; i++)
+            /* Release: the handler's acquire load sees the stamp once non-zero. */
+            atomic_store_explicit(&L->known_ns[i - L->known_base - 1], t, memory_order_release);
+        seen = idx;
+    }
+    return NULL;
+}
 
 /* The payload of a latency event: which cell appended it, and its append number. */
 struct tag {
@@ -304,6 +338,15 @@ static int lat_handle(void *self, struct pawl_event_ctx *ctx)
     /* Acquire: pairs with the commit callback's release store. */
     int64_t c = atomic_load_explicit(&L->commit_ns[no], memory_order_acquire);
     double ms = 0;
+    if (L->known_ns) {
+        int64_t k = e->index - L->known_base - 1, kt = 0;
+        if (k >= 0 && k < L->known_cap)
+            kt = atomic_load_explicit(&L->known_ns[k], memory_order_acquire);
+        /* Relaxed: each slot is written once; read after the processor stops. */
+        int64_t j = kt ? atomic_fetch_add_explicit(&L->nproc, 1, memory_order_relaxed) : -1;
+        if (j >= 0 && j < L->cap)
+            L->proc_ms[j] = (double)(t - kt) / 1e6;
+    }
     if (c == 0)
         atomic_fetch_add_explicit(&L->early, 1, memory_order_relaxed);
     else
@@ -368,6 +411,18 @@ static void latency_cell(int rate, int run)
         die("latency", "out of memory");
     atomic_store(&L.first_measured, INT64_MAX);
     L.cell = (int64_t)getpid() * 1000 + run;
+    pthread_t known_th;
+    if (split_latency) {
+        L.known_base = head;
+        L.known_cap = L.cap * 2 + 1024; /* room for other cells' late events too */
+        L.known_ns = calloc((size_t)L.known_cap, sizeof *L.known_ns);
+        L.proc_ms = calloc((size_t)L.cap, sizeof *L.proc_ms);
+        if (!L.known_ns || !L.proc_ms)
+            die("latency", "out of memory");
+        L.rd = rd;
+        if (pthread_create(&known_th, NULL, known_main, &L) != 0)
+            die("latency", "cannot start the --split thread");
+    }
 
     char name[64];
     snprintf(name, sizeof name, "e2e-%d-%d-%d", rate, run, (int)getpid());
@@ -442,18 +497,33 @@ static void latency_cell(int rate, int run)
     pawl_store_stats(app, &st, 0);
     pawl_processor_stop(p);
     pawl_processor_free(p);
+    char split[160] = "";
+    if (split_latency) {
+        atomic_store_explicit(&L.stop, 1, memory_order_relaxed);
+        pthread_join(known_th, NULL);
+        int64_t m = atomic_load(&L.nproc);
+        if (m > L.cap)
+            m = L.cap;
+        qsort(L.proc_ms, (size_t)m, sizeof(double), cmp_double);
+        snprintf(split, sizeof split,
+                 "; after the reader knew the index: p50 %.2f p99 %.2f p999 %.2f max %.2f ms",
+                 pct(L.proc_ms, m, 0.5), pct(L.proc_ms, m, 0.99), pct(L.proc_ms, m, 0.999),
+                 m ? L.proc_ms[m - 1] : 0);
+        free(L.known_ns);
+        free(L.proc_ms);
+    }
 
     int64_t n = atomic_load(&L.nlat);
     if (n > L.cap)
         n = L.cap;
     qsort(L.lat_ms, (size_t)n, sizeof(double), cmp_double);
-    char p1[32], extra[256];
+    char p1[32], extra[448];
     snprintf(p1, sizeof p1, "%d", rate);
     snprintf(extra, sizeof extra,
-             "achieved %.0f ev/s; missing %lld; early %lld; errors %lld; dropped %lld",
+             "achieved %.0f ev/s; missing %lld; early %lld; errors %lld; dropped %lld%s",
              (double)sent / offered_s, (long long)(want - atomic_load(&L.delivered)),
              (long long)atomic_load(&L.early), (long long)atomic_load(&L.errors),
-             (long long)dropped);
+             (long long)dropped, split);
     char p2[16];
     snprintf(p2, sizeof p2, "%d", per_append);
     csv_row("latency", head, "append-to-handler", p1, p2, n, offered_s, pct(L.lat_ms, n, 0.5),
@@ -859,7 +929,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: bench_e2e fill|latency|catchup|growth --dsn DSN [--csv FILE]\n"
                     "  [--seconds S] [--to N] [--conns N] [--rates a,b] [--segments a,b]\n"
-                    "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S]\n"
+                    "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S] [--split]\n"
                     "  append: --workers = writer counts, --rates = events per append\n");
     exit(2);
 }
@@ -875,7 +945,8 @@ int main(int argc, char **argv)
         {"conns", required_argument, NULL, 'n'},      {"rates", required_argument, NULL, 'r'},
         {"segments", required_argument, NULL, 'g'},   {"workers", required_argument, NULL, 'w'},
         {"per-append", required_argument, NULL, 'p'}, {"batches", required_argument, NULL, 'b'},
-        {"warmup", required_argument, NULL, 'u'},     {NULL, 0, NULL, 0}};
+        {"warmup", required_argument, NULL, 'u'},     {"split", no_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -903,6 +974,9 @@ int main(int argc, char **argv)
             break;
         case 'w':
             snprintf(workers_arg, sizeof workers_arg, "%s", optarg);
+            break;
+        case 'S':
+            split_latency = 1;
             break;
         case 'p':
             per_append = atoi(optarg);
