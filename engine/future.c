@@ -1,26 +1,39 @@
 /*
  * future.c — one-shot futures of a token or an error.
  *
- * State: `claimed` decides the single winner among completers (an exchange: the loser gets
- * PAWL_EALREADY); the winner writes the outcome, then publishes it by moving `state` to DONE
- * (release), then closes the continuation stack by exchanging it with CLOSED and dispatches
- * every record it took. Registration pushes a record onto that Treiber stack with a CAS; a
- * registrant that finds CLOSED dispatches its record itself. Either way each record is dispatched
- * exactly once and only after the outcome is visible. The stack is only ever pushed and then
- * taken whole, so there is no ABA problem and the path is lock-free.
+ * State: one word, `head`, holds the continuation stack (a Treiber stack of records, newest
+ * first) with three flags in the low bits that a record's alignment leaves free:
+ *   CLAIMED  a completer has won; set by an atomic OR, so exactly one completer sees it clear
+ *            (the others get PAWL_EALREADY);
+ *   DONE     the outcome is published; set together with emptying the stack, by one exchange;
+ *   WAITERS  a blocking waiter may be asleep on `wake`.
+ * Completion is two read-modify-writes of head: fetch_or(CLAIMED) (the claim; relaxed would do,
+ * acquire keeps the winner after earlier users), then, once the outcome is written,
+ * exchange(head, CLAIMED|DONE) (acq_rel: release publishes the outcome to every acquire reader
+ * that sees DONE; acquire takes the records pushed so far, and their contents, whole). The
+ * completer then dispatches every record it took, oldest first. Registration pushes a record with
+ * a CAS that keeps the flags as they are (release: the completer that takes the stack sees the
+ * record's fields); a registrant that reads DONE (acquire: the outcome is visible to it)
+ * dispatches its record itself. Every record is therefore dispatched exactly once and only after
+ * the outcome is visible. The stack is only ever pushed and then taken whole, so there is no ABA
+ * problem, and nothing on the path waits for another thread: it is lock-free.
  *
  * Dispatching pushes the record's task onto its executor: a serial executor's MPSC queue or the
  * pool (the completing worker's deque or the lock-free injection queue). User callbacks therefore
  * never run on the completing thread. Inline records (future.h) are the runtime's own.
  *
- * Blocking waiters (threads outside the pool) sleep on `state` as a futex word: they move it from
- * PENDING to PENDING_WAITERS, and the completer wakes all only when it sees that flag.
+ * Blocking waiters (threads outside the pool) set WAITERS with an atomic OR on head and sleep on
+ * `wake`, a separate 32-bit futex word, while it is 0. The completer's exchange returns the flag
+ * if any waiter's OR came before it in head's modification order (only that exchange clears it);
+ * it then stores 1 to `wake` (release) and wakes all. A waiter whose OR came after the exchange
+ * reads DONE from the OR itself and does not sleep; one whose OR came before is either woken or
+ * finds `wake` already 1 (the kernel compares it atomically with the sleep). No wake-up is lost.
  *
  * Lifetime: reference counted. A registered continuation holds no reference (so a future that
  * everybody drops without completing is freed, its records with it); once dispatched, the queued
  * task holds one until its callback returns. A completing or registering thread must hold one for
- * the duration of the call (the stack exchange and the futex wake touch the future after the
- * outcome is published).
+ * the duration of the call (the dispatch and the futex wake touch the future after the outcome is
+ * published).
  */
 #include "future.h"
 
@@ -35,7 +48,11 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { PENDING = 0, PENDING_WAITERS = 1, DONE = 2 };
+/* Flags in the low bits of pawl_future.head (records are at least 8-byte aligned). */
+#define F_CLAIMED ((uintptr_t)1)
+#define F_DONE ((uintptr_t)2)
+#define F_WAITERS ((uintptr_t)4)
+#define F_FLAGS (F_CLAIMED | F_DONE | F_WAITERS)
 enum { KIND_POOL, KIND_SERIAL, KIND_INLINE };
 
 struct cont {
@@ -49,16 +66,21 @@ struct cont {
     struct pawl_future *f;
 };
 
-#define CLOSED ((struct cont *)1)
+_Static_assert(_Alignof(struct cont) >= 8,
+               "the flags need three free low bits in a record's address");
+
+static inline struct cont *head_stack(uintptr_t h)
+{
+    return (struct cont *)(h & ~F_FLAGS);
+}
 
 struct pawl_future {
+    uintptr_t head; /* the continuation stack's top | F_* flags: see the file's comment */
     uint32_t refs;
-    uint32_t claimed;
-    uint32_t state; /* futex word */
+    uint32_t wake; /* futex word of blocking waiters: 0, then 1 once a waiter must wake */
     int code;
     int64_t token;
     char *msg;
-    struct cont *conts;  /* Treiber stack of continuation records, or CLOSED */
     uint32_t first_used; /* 1 once `first` has been handed to a registration */
     struct cont first;   /* the first continuation's record: no allocation in the common case */
 };
@@ -100,8 +122,9 @@ void pawl_future_unref(struct pawl_future *f)
     /* Nobody can complete f any more. Records still registered (f never completed) are
      * discarded: user continuations are not called; the runtime's inline ones are, so that
      * combinators settle (they see f still pending and treat it as abandoned). */
-    struct cont *c = f->conts;
-    while (c != NULL && c != CLOSED) {
+    /* Relaxed: we are the last owner and acquired every earlier owner's writes above. */
+    struct cont *c = head_stack(__atomic_load_n(&f->head, __ATOMIC_RELAXED));
+    while (c != NULL) {
         struct cont *n = c->next;
         if (c->kind == KIND_INLINE)
             c->cb(c->arg, f);
@@ -143,13 +166,12 @@ static void dispatch(struct cont *c)
 
 static void finish(struct pawl_future *f)
 {
-    /* Release: publishes token/code/msg to every acquire reader of state. */
-    uint32_t old = __atomic_exchange_n(&f->state, DONE, __ATOMIC_ACQ_REL);
-    /* Acq_rel: take every registered record (acquire their contents); release our outcome to
-     * registrants that will find CLOSED. */
-    struct cont *list = __atomic_exchange_n(&f->conts, CLOSED, __ATOMIC_ACQ_REL);
+    /* Acq_rel: release publishes token/code/msg to every acquire reader that sees DONE
+     * (registrants, pawl_future_done, waiters); acquire takes every record pushed so far and
+     * their contents. The stack is emptied in the same step, so later registrants see DONE. */
+    uintptr_t old = __atomic_exchange_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_ACQ_REL);
     /* The stack is newest-first; dispatch in registration order. */
-    struct cont *rev = NULL;
+    struct cont *list = head_stack(old), *rev = NULL;
     while (list) {
         struct cont *n = list->next;
         list->next = rev;
@@ -161,21 +183,26 @@ static void finish(struct pawl_future *f)
         dispatch(rev);
         rev = n;
     }
-    if (old == PENDING_WAITERS)
-        pawl_futex_wake(&f->state, 0x7fffffff);
+    if (old & F_WAITERS) {
+        /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
+        __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);
+        pawl_futex_wake(&f->wake, 0x7fffffff);
+    }
 }
 
-static int claim(struct pawl_future *f)
+/* True if another completer got there first. */
+static bool claimed_already(struct pawl_future *f)
 {
-    /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. */
-    return __atomic_exchange_n(&f->claimed, 1, __ATOMIC_ACQUIRE) == 0;
+    /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. The
+     * OR is totally ordered with every other completer's: exactly one sees CLAIMED clear. */
+    return (__atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE) & F_CLAIMED) != 0;
 }
 
 int pawl_future_complete(struct pawl_future *f, int64_t token)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (!claim(f))
+    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
         return PAWL_EALREADY;
     f->token = token;
     f->code = 0;
@@ -187,7 +214,7 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (!claim(f))
+    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
         return PAWL_EALREADY;
     f->code = code < 0 ? code : PAWL_EINVAL;
     f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
@@ -199,7 +226,7 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
 int pawl_future_done(const struct pawl_future *f)
 {
     /* Acquire: pairs with finish(); the outcome is visible after a 1. */
-    return __atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == DONE;
+    return (__atomic_load_n(&f->head, __ATOMIC_ACQUIRE) & F_DONE) != 0;
 }
 
 int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, const char **msg)
@@ -235,18 +262,19 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
     c->cb = cb;
     c->arg = arg;
     c->f = f; /* no reference while registered: see pawl_future_unref */
-    /* Acquire: if this reads CLOSED, finish() has published the outcome to us. */
-    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_ACQUIRE);
+    /* Acquire: if this reads DONE, finish() has published the outcome to us. */
+    uintptr_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
     for (;;) {
-        if (head == CLOSED) {
+        if (head & F_DONE) {
             dispatch(c);
             return 0;
         }
-        c->next = head;
-        /* Release: the completer that takes the stack sees the record's fields; acquire on
-         * failure: a CLOSED we read orders the outcome before our dispatch. */
-        if (__atomic_compare_exchange_n(&f->conts, &head, c, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_ACQUIRE))
+        c->next = head_stack(head);
+        /* Release: the completer that takes the stack sees the record's fields; the flags are
+         * kept as they are. Acquire on failure: a DONE we read orders the outcome before our
+         * dispatch. */
+        if (__atomic_compare_exchange_n(&f->head, &head, (uintptr_t)c | (head & F_FLAGS), true,
+                                        __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
             return 0;
     }
 }
@@ -269,25 +297,25 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
     if (f == NULL || pawl_pool_current() != NULL)
         return PAWL_EINVAL;
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + timeout_ms * 1000000 : -1;
+    /* Acquire: pairs with finish()'s exchange; the outcome is visible once DONE is. */
+    uintptr_t h = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+    if (h & F_DONE)
+        return 0;
+    /* Acquire: announce a sleeper. The OR is ordered with finish()'s exchange on head: before
+     * it, the completer sees WAITERS and will wake us; after it, we read DONE here. */
+    if ((__atomic_fetch_or(&f->head, F_WAITERS, __ATOMIC_ACQUIRE) & F_DONE) != 0)
+        return 0;
     for (;;) {
-        /* Acquire: pairs with finish(). */
-        uint32_t s = __atomic_load_n(&f->state, __ATOMIC_ACQUIRE);
-        if (s == DONE)
-            return 0;
-        if (s == PENDING) {
-            uint32_t want = PENDING;
-            /* Relaxed/acquire: announce a sleeper; a lost CAS re-reads the state. */
-            if (!__atomic_compare_exchange_n(&f->state, &want, PENDING_WAITERS, false,
-                                             __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
-                continue;
-        }
         int64_t left = -1;
         if (deadline >= 0) {
             left = deadline - pawl_now_ns();
             if (left <= 0)
                 return pawl_future_done(f) ? 0 : PAWL_ETIMEDOUT;
         }
-        pawl_futex_wait(&f->state, PENDING_WAITERS, left);
+        pawl_futex_wait(&f->wake, 0, left);
+        /* Acquire: pairs with finish()'s release store of 1 (stored after DONE was published). */
+        if (__atomic_load_n(&f->wake, __ATOMIC_ACQUIRE) != 0 || pawl_future_done(f))
+            return 0;
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_future.c — futures: outcome and double completion, error propagation, continuations on
  * the pool and on serial executors (never on the completing thread), completion from foreign
- * threads racing with blocking waits and with registration, all-of (success, one failure,
+ * threads racing with blocking waits and with registration, two completers racing on one
+ * future, sleepers woken by one completion, all-of (success, one failure,
  * empty), or-timeout firing and not firing, and continuations at pool shutdown.
  */
 #include "pawl_test.h"
@@ -66,6 +67,84 @@ static void test_outcome_and_double_completion(void **state)
 
     f = pawl_future_new();
     assert_int_equal(pawl_future_wait(f, 20), PAWL_ETIMEDOUT);
+    pawl_future_unref(f);
+}
+
+/* Two completers race on every future (one completes, one fails): exactly one wins each. */
+struct duel {
+    struct pawl_future **fs;
+    uint8_t *won;
+    int n;
+    int fails;
+};
+
+static void *duel_complete(void *arg)
+{
+    struct duel *d = arg;
+    for (int i = 0; i < d->n; i++) {
+        int rc = d->fails ? pawl_future_fail(d->fs[i], PAWL_EHANDLER, NULL)
+                          : pawl_future_complete(d->fs[i], i);
+        d->won[i] = rc == 0;
+        if (rc != 0)
+            assert_int_equal(rc, PAWL_EALREADY);
+    }
+    return NULL;
+}
+
+static void test_double_completion_race(void **state)
+{
+    int n = PAWL_TEST_SCALE(20000);
+    struct pawl_future **fs = calloc((size_t)n, sizeof(*fs));
+    uint8_t *won_a = calloc((size_t)n, 1), *won_b = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++)
+        fs[i] = pawl_future_new();
+    struct duel a = {fs, won_a, n, 0}, b = {fs, won_b, n, 1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, duel_complete, &a);
+    pthread_create(&tb, NULL, duel_complete, &b);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pawl_future_wait(fs[i], 30000), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(won_a[i] + won_b[i], 1);
+        int64_t tok;
+        int code;
+        assert_int_equal(pawl_future_poll(fs[i], &tok, &code, NULL), 0);
+        assert_int_equal(code, won_a[i] ? 0 : PAWL_EHANDLER);
+        if (won_a[i])
+            assert_int_equal(tok, i);
+        pawl_future_unref(fs[i]);
+    }
+    free(won_b);
+    free(won_a);
+    free(fs);
+}
+
+/* Several threads asleep in pawl_future_wait are all woken by one completion. */
+static void *wait_forever(void *arg)
+{
+    return (void *)(intptr_t)pawl_future_wait(arg, -1);
+}
+
+static void test_sleepers_woken(void **state)
+{
+    struct pawl_future *f = pawl_future_new();
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, wait_forever, f);
+    usleep(30000); /* let them go to sleep (not required for correctness) */
+    assert_int_equal(pawl_future_done(f), 0);
+    assert_int_equal(pawl_future_complete(f, 5), 0);
+    for (int i = 0; i < 3; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    assert_int_equal(pawl_future_complete(f, 6), PAWL_EALREADY);
+    int64_t tok;
+    assert_int_equal(pawl_future_poll(f, &tok, NULL, NULL), 0);
+    assert_int_equal(tok, 5);
     pawl_future_unref(f);
 }
 
@@ -409,6 +488,8 @@ int main(void)
         cmocka_unit_test(test_continuation_on_serial),
         cmocka_unit_test(test_foreign_completion_races_wait),
         cmocka_unit_test(test_no_lost_wakeups),
+        cmocka_unit_test(test_double_completion_race),
+        cmocka_unit_test(test_sleepers_woken),
         cmocka_unit_test(test_all_of),
         cmocka_unit_test(test_or_timeout_fires),
         cmocka_unit_test(test_or_timeout_does_not_fire),
