@@ -4,7 +4,10 @@
  * exactly once), blocking waits racing completion, all-of groups with random failures, and two
  * completers racing each other on every future while a third thread registers a continuation
  * and blocks in a wait on it (exactly one completion wins; the outcome is the winner's; every
- * continuation runs once; no waiter sleeps through the completion).
+ * continuation runs once; no waiter sleeps through the completion), and the object cache under
+ * churn: short-lived threads create futures whose last reference is dropped on pool workers, so
+ * objects keep moving between threads through the depot while threads exit and hand theirs in
+ * (every new future must be pristine, every continuation must see its own future's outcome).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -147,6 +150,66 @@ static void test_completers_race(void **state)
     pawl_pool_free(pool);
 }
 
+#define CHURN_N 3000
+
+static uint64_t churn_bad, churn_regs;
+
+static void churn_check(void *arg, struct pawl_future *f)
+{
+    int64_t tok = -1;
+    if (pawl_future_poll(f, &tok, NULL, NULL) != 0 || tok != (int64_t)(intptr_t)arg)
+        rt_inc(&churn_bad);
+    rt_inc(&calls);
+}
+
+static void *churn_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    struct pawl_future *fs[64];
+    for (int done = 0; done < CHURN_N;) {
+        int n = 1 + rand_r(&seed) % 64;
+        for (int i = 0; i < n; i++) {
+            fs[i] = pawl_future_new();
+            if (pawl_future_done(fs[i]) || pawl_future_poll(fs[i], NULL, NULL, NULL) != PAWL_EAGAIN)
+                rt_inc(&churn_bad); /* a recycled object that was not reset, or still in use */
+            int64_t tok = (int64_t)(seed % 1000000);
+            for (int k = 0; k < (i % 3 == 0 ? 2 : 1); k++) {
+                assert_int_equal(
+                    pawl_future_on_complete(fs[i], NULL, pool, churn_check, (void *)(intptr_t)tok),
+                    0);
+                rt_inc(&churn_regs);
+            }
+            pawl_future_complete(fs[i], tok);
+        }
+        for (int i = 0; i < n; i++)
+            pawl_future_unref(fs[i]);
+        done += n;
+    }
+    return NULL;
+}
+
+static void test_cache_churn(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    calls = 0;
+    churn_bad = 0;
+    churn_regs = 0;
+    int rounds = PAWL_TEST_SCALE(200);
+    for (int r = 0; r < rounds; r++) {
+        pthread_t th[3];
+        for (int t = 0; t < 3; t++)
+            pthread_create(&th[t], NULL, churn_thread, (void *)(uintptr_t)(r * 3 + t + 1));
+        for (int t = 0; t < 3; t++)
+            pthread_join(th[t], NULL);
+    }
+    assert_true(rt_load(&churn_regs) > (uint64_t)rounds * 3 * CHURN_N);
+    assert_true(RT_WAIT_UNTIL(rt_load(&calls) == rt_load(&churn_regs), 120000));
+    pawl_pool_free(pool);
+    assert_int_equal(calls, churn_regs); /* none ran twice */
+    assert_int_equal(churn_bad, 0);
+}
+
 static void test_all_of_random(void **state)
 {
     int groups = PAWL_TEST_SCALE(50000);
@@ -183,10 +246,9 @@ static void test_all_of_random(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_million),
-        cmocka_unit_test(test_wait_races),
-        cmocka_unit_test(test_all_of_random),
-        cmocka_unit_test(test_completers_race),
+        cmocka_unit_test(test_million),       cmocka_unit_test(test_wait_races),
+        cmocka_unit_test(test_all_of_random), cmocka_unit_test(test_completers_race),
+        cmocka_unit_test(test_cache_churn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
