@@ -59,13 +59,13 @@ enum { KIND_POOL, KIND_SERIAL, KIND_INLINE };
 
 struct cont {
     struct pawl_task task; /* must stay first: dispatch submits &task */
-    struct cont *next;
+    pawl_future_cb cb;     /* task, cb, arg, f: what a worker reads to run the record */
+    void *arg;
+    struct pawl_future *f;
+    struct cont *next; /* the rest is written by the registrant and read by the dispatcher */
     int kind;
     struct pawl_serial *ex;
     struct pawl_pool *pool;
-    pawl_future_cb cb;
-    void *arg;
-    struct pawl_future *f;
 };
 
 _Static_assert(_Alignof(struct cont) >= 8,
@@ -76,16 +76,25 @@ static inline struct cont *head_stack(uintptr_t h)
     return (struct cont *)(h & ~F_FLAGS);
 }
 
+/*
+ * The first 64 bytes hold what a pool worker touches to run a continuation whose record is the
+ * embedded one and to drop the last reference: head, refs, the outcome and the record's task,
+ * cb, arg and f. Those are the lines that move from the completing core to the worker: one or
+ * two (depending on where the allocator placed the object) instead of the whole object.
+ */
 struct pawl_future {
     uintptr_t head; /* the continuation stack's top | F_* flags: see the file's comment */
     uint32_t refs;
-    uint32_t wake; /* futex word of blocking waiters: 0, then 1 once a waiter must wake */
     int code;
     int64_t token;
-    char *msg;
-    uint32_t first_used; /* 1 once `first` has been handed to a registration */
     struct cont first;   /* the first continuation's record: no allocation in the common case */
+    char *msg;           /* set only by pawl_future_fail (then code != 0) */
+    uint32_t wake;       /* futex word of blocking waiters: 0, then 1 once a waiter must wake */
+    uint32_t first_used; /* 1 once `first` has been handed to a registration */
 };
+
+_Static_assert(offsetof(struct pawl_future, first.f) + sizeof(void *) <= 64,
+               "the worker's fields share the first cache line");
 
 static void cont_release(struct cont *c)
 {
@@ -388,7 +397,8 @@ void pawl_future_unref(struct pawl_future *f)
         cont_release(c);
         c = n;
     }
-    pawl_free(f->msg);
+    if (f->code != 0) /* msg is set only on failure: leave its line alone otherwise */
+        pawl_free(f->msg);
     future_release(f);
 }
 
