@@ -1,26 +1,41 @@
 /*
  * future.c — one-shot futures of a token or an error.
  *
- * State: `claimed` decides the single winner among completers (an exchange: the loser gets
- * PAWL_EALREADY); the winner writes the outcome, then publishes it by moving `state` to DONE
- * (release), then closes the continuation stack by exchanging it with CLOSED and dispatches
- * every record it took. Registration pushes a record onto that Treiber stack with a CAS; a
- * registrant that finds CLOSED dispatches its record itself. Either way each record is dispatched
- * exactly once and only after the outcome is visible. The stack is only ever pushed and then
- * taken whole, so there is no ABA problem and the path is lock-free.
+ * State: one word, `head`, holds the continuation stack (a Treiber stack of records, newest
+ * first) with three flags in the low bits that a record's alignment leaves free:
+ *   CLAIMED  a completer has won; set by an atomic OR, so exactly one completer sees it clear
+ *            (the others get PAWL_EALREADY);
+ *   DONE     the outcome is published; set together with emptying the stack, by one exchange;
+ *   WAITERS  a blocking waiter may be asleep on `wake`.
+ * Completion is two read-modify-writes of head: fetch_or(CLAIMED) (the claim; relaxed would do,
+ * acquire keeps the winner after earlier users), then, once the outcome is written,
+ * exchange(head, CLAIMED|DONE) (acq_rel: release publishes the outcome to every acquire reader
+ * that sees DONE; acquire takes the records pushed so far, and their contents, whole). The
+ * completer then dispatches every record it took, oldest first. Registration pushes a record with
+ * a CAS that keeps the flags as they are (release: the completer that takes the stack sees the
+ * record's fields); a registrant that reads DONE (acquire: the outcome is visible to it)
+ * dispatches its record itself. Every record is therefore dispatched exactly once and only after
+ * the outcome is visible. The stack is only ever pushed and then taken whole, so there is no ABA
+ * problem, and nothing on the path waits for another thread: it is lock-free.
  *
  * Dispatching pushes the record's task onto its executor: a serial executor's MPSC queue or the
  * pool (the completing worker's deque or the lock-free injection queue). User callbacks therefore
  * never run on the completing thread. Inline records (future.h) are the runtime's own.
  *
- * Blocking waiters (threads outside the pool) sleep on `state` as a futex word: they move it from
- * PENDING to PENDING_WAITERS, and the completer wakes all only when it sees that flag.
+ * Blocking waiters (threads outside the pool) set WAITERS with an atomic OR on head and sleep on
+ * `wake`, a separate 32-bit futex word, while it is 0. The completer's exchange returns the flag
+ * if any waiter's OR came before it in head's modification order (only that exchange clears it);
+ * it then stores 1 to `wake` (release) and wakes all. A waiter whose OR came after the exchange
+ * reads DONE from the OR itself and does not sleep; one whose OR came before is either woken or
+ * finds `wake` already 1 (the kernel compares it atomically with the sleep). No wake-up is lost.
  *
  * Lifetime: reference counted. A registered continuation holds no reference (so a future that
  * everybody drops without completing is freed, its records with it); once dispatched, the queued
  * task holds one until its callback returns. A completing or registering thread must hold one for
- * the duration of the call (the stack exchange and the futex wake touch the future after the
- * outcome is published).
+ * the duration of the call (the dispatch and the futex wake touch the future after the outcome is
+ * published). Freed objects go to a per-thread cache and are handed out again by
+ * pawl_future_new (see "the object cache" below: its depot takes a mutex once per 64 objects,
+ * on allocation and on the last unref, never on the completion path).
  */
 #include "future.h"
 
@@ -31,37 +46,57 @@
 #include "pool.h"
 #include "timers.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { PENDING = 0, PENDING_WAITERS = 1, DONE = 2 };
+/* Flags in the low bits of pawl_future.head (records are at least 8-byte aligned). */
+#define F_CLAIMED ((uintptr_t)1)
+#define F_DONE ((uintptr_t)2)
+#define F_WAITERS ((uintptr_t)4)
+#define F_FLAGS (F_CLAIMED | F_DONE | F_WAITERS)
 enum { KIND_POOL, KIND_SERIAL, KIND_INLINE };
 
 struct cont {
     struct pawl_task task; /* must stay first: dispatch submits &task */
-    struct cont *next;
+    pawl_future_cb cb;     /* task, cb, arg, f: what a worker reads to run the record */
+    void *arg;
+    struct pawl_future *f;
+    struct cont *next; /* the rest is written by the registrant and read by the dispatcher */
     int kind;
     struct pawl_serial *ex;
     struct pawl_pool *pool;
-    pawl_future_cb cb;
-    void *arg;
-    struct pawl_future *f;
 };
 
-#define CLOSED ((struct cont *)1)
+_Static_assert(_Alignof(struct cont) >= 8,
+               "the flags need three free low bits in a record's address");
 
+static inline struct cont *head_stack(uintptr_t h)
+{
+    return (struct cont *)(h & ~F_FLAGS);
+}
+
+/*
+ * The first 64 bytes hold what a pool worker touches to run a continuation whose record is the
+ * embedded one and to drop the last reference: head, refs, the outcome and the record's task,
+ * cb, arg and f. Those are the lines that move from the completing core to the worker: one or
+ * two (depending on where the allocator placed the object) instead of the whole object.
+ */
 struct pawl_future {
+    uintptr_t head; /* the continuation stack's top | F_* flags: see the file's comment */
     uint32_t refs;
-    uint32_t claimed;
-    uint32_t state; /* futex word */
     int code;
     int64_t token;
-    char *msg;
-    struct cont *conts;  /* Treiber stack of continuation records, or CLOSED */
-    uint32_t first_used; /* 1 once `first` has been handed to a registration */
     struct cont first;   /* the first continuation's record: no allocation in the common case */
+    char *msg;           /* set only by pawl_future_fail (then code != 0) */
+    uint32_t wake;       /* futex word of blocking waiters: 0, then 1 once a waiter must wake */
+    uint32_t first_used; /* 1 once `first` has been handed to a registration */
 };
+
+_Static_assert(offsetof(struct pawl_future, first.f) + sizeof(void *) <= 64,
+               "the worker's fields share the first cache line");
 
 static void cont_release(struct cont *c)
 {
@@ -69,9 +104,273 @@ static void cont_release(struct cont *c)
         pawl_free(c);
 }
 
+/* ---- the object cache ----
+ *
+ * Futures are typically created on one thread and freed on another (the last reference is
+ * usually dropped by the continuation task, on a pool worker). Handing each object back to the
+ * general allocator then costs a remote free on the consumer and a refill on the producer, both
+ * under the allocator's locks. This cache recycles whole future objects instead, in the style of
+ * Bonwick's magazines:
+ *
+ *  - Each thread keeps two intrusive lists of free objects, `cur` (0..MAG_SIZE objects) and
+ *    `spare` (empty or exactly MAG_SIZE), in thread-local storage: allocating and freeing touch
+ *    only these, with no atomic operation. A free into a full `cur` makes it the spare (handing
+ *    the old full spare, if any, to the depot); an allocation from an empty `cur` takes the full
+ *    spare, or else a magazine from the depot, or else falls back to the allocator.
+ *  - The depot is a stack of magazines (each a list, its first object holding the count and the
+ *    link to the next magazine) behind one mutex, taken once per MAG_SIZE objects: a consumer's
+ *    frees reach the producer's allocations in O(1) per magazine. A lock-free stack would need
+ *    ABA protection on pop for no measurable gain at that rate.
+ *  - The depot holds at most DEPOT_MAX objects (about 0.5 MiB); magazines beyond that go back to
+ *    the allocator. A thread holds at most 2 * MAG_SIZE objects; when it exits, a pthread key's
+ *    destructor hands them to the depot (so they are not stranded with the thread).
+ *
+ * Allocator hooks: the cache is used only while the hooks are the defaults (libc's calloc and
+ * free); it therefore only ever holds objects from calloc, and drains them with free(). With
+ * custom hooks (pawl_set_allocator), every future is allocated and freed through them as before,
+ * and a thread that finds objects cached from before the change gives them back to free().
+ *
+ * AddressSanitizer: recycled objects would hide a use-after-free of a future from ASan (the
+ * memory is never freed to it), so the cache is compiled out under ASan; build with
+ * -DPAWL_FUTURE_CACHE=0 to compile it out elsewhere too.
+ */
+#ifndef PAWL_FUTURE_CACHE
+#if defined(__SANITIZE_ADDRESS__)
+#define PAWL_FUTURE_CACHE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PAWL_FUTURE_CACHE 0
+#endif
+#endif
+#endif
+#ifndef PAWL_FUTURE_CACHE
+#define PAWL_FUTURE_CACHE 1
+#endif
+
+#define MAG_SIZE 64
+#define DEPOT_MAX 4096
+
+#if PAWL_FUTURE_CACHE
+
+/* A free object's memory while it is in the cache. */
+struct cached {
+    struct cached *next;     /* the next object of the same magazine */
+    struct cached *next_mag; /* in the depot, first object only: the next magazine */
+    uint32_t n;              /* in the depot, first object only: objects in this magazine */
+};
+
+_Static_assert(sizeof(struct cached) <= sizeof(struct pawl_future), "a future holds a link");
+
+static _Thread_local struct {
+    struct cached *cur;   /* objects to allocate from and free to */
+    struct cached *spare; /* NULL or a full magazine */
+    uint32_t ncur;
+    bool registered; /* the exit destructor is armed for this thread */
+} tc;
+
+static pthread_mutex_t depot_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cached *depot; /* stack of magazines; under depot_lock */
+static uint32_t depot_objs;  /* objects in the depot; written under depot_lock */
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+static bool tc_key_ok;
+
+/* True while the allocator hooks are libc's: only then may objects be recycled. */
+static inline bool cache_usable(void)
+{
+    return pawl_alloc_.calloc == calloc && pawl_alloc_.free == free;
+}
+
+static void free_list(struct cached *o)
+{
+    while (o) {
+        struct cached *n = o->next;
+        free(o); /* the cache holds only objects from calloc (see above) */
+        o = n;
+    }
+}
+
+/* Park a magazine of n objects in the depot, or free it if the depot is full. */
+static void depot_put(struct cached *mag, uint32_t n)
+{
+    if (mag == NULL)
+        return;
+    pthread_mutex_lock(&depot_lock);
+    if (depot_objs + n <= DEPOT_MAX) {
+        mag->next_mag = depot;
+        mag->n = n;
+        depot = mag;
+        /* Relaxed: the lock orders it; lock-free readers take it as a hint only. */
+        __atomic_store_n(&depot_objs, depot_objs + n, __ATOMIC_RELAXED);
+        mag = NULL;
+    }
+    pthread_mutex_unlock(&depot_lock);
+    free_list(mag);
+}
+
+static struct cached *depot_take(uint32_t *n)
+{
+    /* Relaxed: a hint that saves the lock when the depot is empty; the lock decides. */
+    if (__atomic_load_n(&depot_objs, __ATOMIC_RELAXED) == 0)
+        return NULL;
+    pthread_mutex_lock(&depot_lock);
+    struct cached *mag = depot;
+    if (mag) {
+        depot = mag->next_mag;
+        *n = mag->n;
+        /* Relaxed: as in depot_put. */
+        __atomic_store_n(&depot_objs, depot_objs - mag->n, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&depot_lock);
+    return mag;
+}
+
+/* Thread exit: hand this thread's objects to the depot. */
+static void tc_exit(void *unused)
+{
+    (void)unused;
+    depot_put(tc.cur, tc.ncur);
+    depot_put(tc.spare, MAG_SIZE);
+    tc.cur = tc.spare = NULL;
+    tc.ncur = 0;
+    tc.registered = false; /* a later free in this thread (another destructor) re-arms it */
+}
+
+static void tc_key_init(void)
+{
+    tc_key_ok = pthread_key_create(&tc_key, tc_exit) == 0;
+}
+
+/* Arm the exit destructor before this thread first holds objects; false if that fails. */
+static bool tc_register(void)
+{
+    pthread_once(&tc_once, tc_key_init);
+    if (!tc_key_ok || pthread_setspecific(tc_key, &tc) != 0)
+        return false;
+    tc.registered = true;
+    return true;
+}
+
+/* The hooks are not libc's: give back whatever was cached before they changed. */
+static void cache_drain(void)
+{
+    if (PAWL_UNLIKELY(tc.cur != NULL || tc.spare != NULL)) {
+        free_list(tc.cur);
+        free_list(tc.spare);
+        tc.cur = tc.spare = NULL;
+        tc.ncur = 0;
+    }
+    uint32_t n;
+    struct cached *mag;
+    while ((mag = depot_take(&n)) != NULL)
+        free_list(mag);
+}
+
+static __attribute__((noinline)) struct cached *cache_refill(void)
+{
+    if (tc.spare) {
+        tc.cur = tc.spare;
+        tc.ncur = MAG_SIZE;
+        tc.spare = NULL;
+        return tc.cur;
+    }
+    if (!tc.registered && !tc_register())
+        return NULL;
+    uint32_t n = 0;
+    struct cached *mag = depot_take(&n);
+    tc.cur = mag;
+    tc.ncur = mag ? n : 0;
+    return mag;
+}
+
+static struct pawl_future *future_alloc(void)
+{
+    if (PAWL_LIKELY(cache_usable())) {
+        struct cached *o = tc.cur;
+        if (PAWL_UNLIKELY(o == NULL))
+            o = cache_refill();
+        if (PAWL_LIKELY(o != NULL)) {
+            struct cached *next = o->next;
+            tc.cur = next;
+            tc.ncur--;
+            /* The next object was most likely freed on another core: start fetching its lines
+             * for writing now, so the next allocation does not wait for them. */
+            if (next) {
+                __builtin_prefetch(next, 1);
+                __builtin_prefetch((char *)next + sizeof(struct pawl_future) - 1, 1);
+            }
+            struct pawl_future *f = (struct pawl_future *)o;
+            /* Reset the fields that are read before they are written (refs: the caller); the
+             * record `first` is filled by the registration that takes it. Field stores rather
+             * than a memset of the object: no `rep stos` start-up. */
+            f->head = 0;
+            f->code = 0;
+            f->token = 0;
+            f->msg = NULL;
+            f->wake = 0;
+            f->first_used = 0;
+            return f;
+        }
+    } else {
+        cache_drain();
+    }
+    return pawl_calloc(1, sizeof(struct pawl_future));
+}
+
+static void future_release(struct pawl_future *f)
+{
+    if (PAWL_LIKELY(cache_usable())) {
+        if (PAWL_UNLIKELY(tc.ncur == MAG_SIZE)) {
+            depot_put(tc.spare, MAG_SIZE);
+            tc.spare = tc.cur;
+            tc.cur = NULL;
+            tc.ncur = 0;
+        }
+        if (PAWL_LIKELY(tc.registered) || tc_register()) {
+            struct cached *o = (struct cached *)f;
+            o->next = tc.cur;
+            tc.cur = o;
+            tc.ncur++;
+            return;
+        }
+    } else {
+        cache_drain();
+    }
+    pawl_free(f);
+}
+
+void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st)
+{
+    st->enabled = cache_usable();
+    st->thread_objs = tc.ncur + (tc.spare ? MAG_SIZE : 0);
+    /* Relaxed: a snapshot for tests. */
+    st->depot_objs = __atomic_load_n(&depot_objs, __ATOMIC_RELAXED);
+    st->magazine = MAG_SIZE;
+    st->depot_max = DEPOT_MAX;
+}
+
+#else /* !PAWL_FUTURE_CACHE */
+
+static struct pawl_future *future_alloc(void)
+{
+    return pawl_calloc(1, sizeof(struct pawl_future));
+}
+
+static void future_release(struct pawl_future *f)
+{
+    pawl_free(f);
+}
+
+void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st)
+{
+    memset(st, 0, sizeof(*st));
+}
+
+#endif
+
 struct pawl_future *pawl_future_new(void)
 {
-    struct pawl_future *f = pawl_calloc(1, sizeof(*f));
+    struct pawl_future *f = future_alloc();
     if (f)
         f->refs = 1;
     return f;
@@ -100,16 +399,18 @@ void pawl_future_unref(struct pawl_future *f)
     /* Nobody can complete f any more. Records still registered (f never completed) are
      * discarded: user continuations are not called; the runtime's inline ones are, so that
      * combinators settle (they see f still pending and treat it as abandoned). */
-    struct cont *c = f->conts;
-    while (c != NULL && c != CLOSED) {
+    /* Relaxed: we are the last owner and acquired every earlier owner's writes above. */
+    struct cont *c = head_stack(__atomic_load_n(&f->head, __ATOMIC_RELAXED));
+    while (c != NULL) {
         struct cont *n = c->next;
         if (c->kind == KIND_INLINE)
             c->cb(c->arg, f);
         cont_release(c);
         c = n;
     }
-    pawl_free(f->msg);
-    pawl_free(f);
+    if (f->code != 0) /* msg is set only on failure: leave its line alone otherwise */
+        pawl_free(f->msg);
+    future_release(f);
 }
 
 static void run_cont(struct pawl_task *task, int status)
@@ -143,13 +444,12 @@ static void dispatch(struct cont *c)
 
 static void finish(struct pawl_future *f)
 {
-    /* Release: publishes token/code/msg to every acquire reader of state. */
-    uint32_t old = __atomic_exchange_n(&f->state, DONE, __ATOMIC_ACQ_REL);
-    /* Acq_rel: take every registered record (acquire their contents); release our outcome to
-     * registrants that will find CLOSED. */
-    struct cont *list = __atomic_exchange_n(&f->conts, CLOSED, __ATOMIC_ACQ_REL);
+    /* Acq_rel: release publishes token/code/msg to every acquire reader that sees DONE
+     * (registrants, pawl_future_done, waiters); acquire takes every record pushed so far and
+     * their contents. The stack is emptied in the same step, so later registrants see DONE. */
+    uintptr_t old = __atomic_exchange_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_ACQ_REL);
     /* The stack is newest-first; dispatch in registration order. */
-    struct cont *rev = NULL;
+    struct cont *list = head_stack(old), *rev = NULL;
     while (list) {
         struct cont *n = list->next;
         list->next = rev;
@@ -161,21 +461,26 @@ static void finish(struct pawl_future *f)
         dispatch(rev);
         rev = n;
     }
-    if (old == PENDING_WAITERS)
-        pawl_futex_wake(&f->state, 0x7fffffff);
+    if (old & F_WAITERS) {
+        /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
+        __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);
+        pawl_futex_wake(&f->wake, 0x7fffffff);
+    }
 }
 
-static int claim(struct pawl_future *f)
+/* True if another completer got there first. */
+static bool claimed_already(struct pawl_future *f)
 {
-    /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. */
-    return __atomic_exchange_n(&f->claimed, 1, __ATOMIC_ACQUIRE) == 0;
+    /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. The
+     * OR is totally ordered with every other completer's: exactly one sees CLAIMED clear. */
+    return (__atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE) & F_CLAIMED) != 0;
 }
 
 int pawl_future_complete(struct pawl_future *f, int64_t token)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (!claim(f))
+    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
         return PAWL_EALREADY;
     f->token = token;
     f->code = 0;
@@ -187,7 +492,7 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (!claim(f))
+    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
         return PAWL_EALREADY;
     f->code = code < 0 ? code : PAWL_EINVAL;
     f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
@@ -199,7 +504,7 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
 int pawl_future_done(const struct pawl_future *f)
 {
     /* Acquire: pairs with finish(); the outcome is visible after a 1. */
-    return __atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == DONE;
+    return (__atomic_load_n(&f->head, __ATOMIC_ACQUIRE) & F_DONE) != 0;
 }
 
 int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, const char **msg)
@@ -235,18 +540,19 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
     c->cb = cb;
     c->arg = arg;
     c->f = f; /* no reference while registered: see pawl_future_unref */
-    /* Acquire: if this reads CLOSED, finish() has published the outcome to us. */
-    struct cont *head = __atomic_load_n(&f->conts, __ATOMIC_ACQUIRE);
+    /* Acquire: if this reads DONE, finish() has published the outcome to us. */
+    uintptr_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
     for (;;) {
-        if (head == CLOSED) {
+        if (head & F_DONE) {
             dispatch(c);
             return 0;
         }
-        c->next = head;
-        /* Release: the completer that takes the stack sees the record's fields; acquire on
-         * failure: a CLOSED we read orders the outcome before our dispatch. */
-        if (__atomic_compare_exchange_n(&f->conts, &head, c, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_ACQUIRE))
+        c->next = head_stack(head);
+        /* Release: the completer that takes the stack sees the record's fields; the flags are
+         * kept as they are. Acquire on failure: a DONE we read orders the outcome before our
+         * dispatch. */
+        if (__atomic_compare_exchange_n(&f->head, &head, (uintptr_t)c | (head & F_FLAGS), true,
+                                        __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
             return 0;
     }
 }
@@ -269,25 +575,25 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
     if (f == NULL || pawl_pool_current() != NULL)
         return PAWL_EINVAL;
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + timeout_ms * 1000000 : -1;
+    /* Acquire: pairs with finish()'s exchange; the outcome is visible once DONE is. */
+    uintptr_t h = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+    if (h & F_DONE)
+        return 0;
+    /* Acquire: announce a sleeper. The OR is ordered with finish()'s exchange on head: before
+     * it, the completer sees WAITERS and will wake us; after it, we read DONE here. */
+    if ((__atomic_fetch_or(&f->head, F_WAITERS, __ATOMIC_ACQUIRE) & F_DONE) != 0)
+        return 0;
     for (;;) {
-        /* Acquire: pairs with finish(). */
-        uint32_t s = __atomic_load_n(&f->state, __ATOMIC_ACQUIRE);
-        if (s == DONE)
-            return 0;
-        if (s == PENDING) {
-            uint32_t want = PENDING;
-            /* Relaxed/acquire: announce a sleeper; a lost CAS re-reads the state. */
-            if (!__atomic_compare_exchange_n(&f->state, &want, PENDING_WAITERS, false,
-                                             __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
-                continue;
-        }
         int64_t left = -1;
         if (deadline >= 0) {
             left = deadline - pawl_now_ns();
             if (left <= 0)
                 return pawl_future_done(f) ? 0 : PAWL_ETIMEDOUT;
         }
-        pawl_futex_wait(&f->state, PENDING_WAITERS, left);
+        pawl_futex_wait(&f->wake, 0, left);
+        /* Acquire: pairs with finish()'s release store of 1 (stored after DONE was published). */
+        if (__atomic_load_n(&f->wake, __ATOMIC_ACQUIRE) != 0 || pawl_future_done(f))
+            return 0;
     }
 }
 

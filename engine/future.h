@@ -12,4 +12,18 @@
  * if f is already done). 0 or PAWL_ENOMEM. */
 int pawl_future_on_complete_inline(struct pawl_future *f, pawl_future_cb cb, void *arg);
 
+/*
+ * The future object cache (future.c), for tests: whether it is in use (compiled in and the
+ * allocator hooks are libc's), the objects the calling thread holds, the objects in the shared
+ * depot, and the constants. All zero when the cache is compiled out (under ASan).
+ */
+struct pawl_future_cache_stats_ {
+    int enabled;
+    uint32_t thread_objs;
+    uint32_t depot_objs;
+    uint32_t depot_max;
+    uint32_t magazine;
+};
+void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st);
+
 #endif

@@ -1,7 +1,13 @@
 /*
  * test_runtime_future.c (stress) — futures at volume: a million futures whose continuations are
  * registered while another thread completes them (no lost wake-up: every continuation runs
- * exactly once), blocking waits racing completion, and all-of groups with random failures.
+ * exactly once), blocking waits racing completion, all-of groups with random failures, and two
+ * completers racing each other on every future while a third thread registers a continuation
+ * and blocks in a wait on it (exactly one completion wins; the outcome is the winner's; every
+ * continuation runs once; no waiter sleeps through the completion), and the object cache under
+ * churn: short-lived threads create futures whose last reference is dropped on pool workers, so
+ * objects keep moving between threads through the depot while threads exit and hand theirs in
+ * (every new future must be pristine, every continuation must see its own future's outcome).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -75,6 +81,135 @@ static void test_wait_races(void **state)
     free(fs);
 }
 
+struct duel {
+    struct pawl_future **fs;
+    uint32_t *wins; /* completions that returned 0, per future */
+    uint8_t *won;   /* 1 where this completer won (its own array) */
+    int n;
+    int fails; /* this completer fails its futures instead of completing them */
+};
+
+static void *duel_complete(void *arg)
+{
+    struct duel *d = arg;
+    for (int i = 0; i < d->n; i++) {
+        int rc = d->fails ? pawl_future_fail(d->fs[i], PAWL_EHANDLER, "the failing side")
+                          : pawl_future_complete(d->fs[i], i);
+        if (rc == 0) {
+            d->won[i] = 1;
+            /* Relaxed: totalled after the join. */
+            __atomic_fetch_add(&d->wins[i], 1, __ATOMIC_RELAXED);
+        } else {
+            assert_int_equal(rc, PAWL_EALREADY);
+        }
+    }
+    return NULL;
+}
+
+static void test_completers_race(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    int n = PAWL_TEST_SCALE(200000);
+    struct pawl_future **fs = calloc((size_t)n, sizeof(*fs));
+    uint32_t *wins = calloc((size_t)n, sizeof(*wins));
+    uint8_t *won_a = calloc((size_t)n, 1), *won_b = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++)
+        fs[i] = pawl_future_new();
+    calls = 0;
+    struct duel a = {fs, wins, won_a, n, 0}, b = {fs, wins, won_b, n, 1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, duel_complete, &a);
+    pthread_create(&tb, NULL, duel_complete, &b);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pawl_future_on_complete(fs[i], NULL, pool, count_cb, NULL), 0);
+        if (i % 2 == 0)
+            assert_int_equal(pawl_future_wait(fs[i], 60000), 0);
+    }
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(wins[i], 1);
+        assert_int_equal(won_a[i] + won_b[i], 1);
+        int64_t tok;
+        int code;
+        assert_int_equal(pawl_future_poll(fs[i], &tok, &code, NULL), 0);
+        if (won_a[i]) {
+            assert_int_equal(code, 0);
+            assert_int_equal(tok, i);
+        } else {
+            assert_int_equal(code, PAWL_EHANDLER);
+        }
+        pawl_future_unref(fs[i]);
+    }
+    assert_true(RT_WAIT_UNTIL(rt_load(&calls) == (uint64_t)n, 120000));
+    free(won_b);
+    free(won_a);
+    free(wins);
+    free(fs);
+    pawl_pool_free(pool);
+}
+
+#define CHURN_N 3000
+
+static uint64_t churn_bad, churn_regs;
+
+static void churn_check(void *arg, struct pawl_future *f)
+{
+    int64_t tok = -1;
+    if (pawl_future_poll(f, &tok, NULL, NULL) != 0 || tok != (int64_t)(intptr_t)arg)
+        rt_inc(&churn_bad);
+    rt_inc(&calls);
+}
+
+static void *churn_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    struct pawl_future *fs[64];
+    for (int done = 0; done < CHURN_N;) {
+        int n = 1 + rand_r(&seed) % 64;
+        for (int i = 0; i < n; i++) {
+            fs[i] = pawl_future_new();
+            if (pawl_future_done(fs[i]) || pawl_future_poll(fs[i], NULL, NULL, NULL) != PAWL_EAGAIN)
+                rt_inc(&churn_bad); /* a recycled object that was not reset, or still in use */
+            int64_t tok = (int64_t)(seed % 1000000);
+            for (int k = 0; k < (i % 3 == 0 ? 2 : 1); k++) {
+                assert_int_equal(
+                    pawl_future_on_complete(fs[i], NULL, pool, churn_check, (void *)(intptr_t)tok),
+                    0);
+                rt_inc(&churn_regs);
+            }
+            pawl_future_complete(fs[i], tok);
+        }
+        for (int i = 0; i < n; i++)
+            pawl_future_unref(fs[i]);
+        done += n;
+    }
+    return NULL;
+}
+
+static void test_cache_churn(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    calls = 0;
+    churn_bad = 0;
+    churn_regs = 0;
+    int rounds = PAWL_TEST_SCALE(200);
+    for (int r = 0; r < rounds; r++) {
+        pthread_t th[3];
+        for (int t = 0; t < 3; t++)
+            pthread_create(&th[t], NULL, churn_thread, (void *)(uintptr_t)(r * 3 + t + 1));
+        for (int t = 0; t < 3; t++)
+            pthread_join(th[t], NULL);
+    }
+    assert_true(rt_load(&churn_regs) > (uint64_t)rounds * 3 * CHURN_N);
+    assert_true(RT_WAIT_UNTIL(rt_load(&calls) == rt_load(&churn_regs), 120000));
+    pawl_pool_free(pool);
+    assert_int_equal(calls, churn_regs); /* none ran twice */
+    assert_int_equal(churn_bad, 0);
+}
+
 static void test_all_of_random(void **state)
 {
     int groups = PAWL_TEST_SCALE(50000);
@@ -111,9 +246,9 @@ static void test_all_of_random(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_million),
-        cmocka_unit_test(test_wait_races),
-        cmocka_unit_test(test_all_of_random),
+        cmocka_unit_test(test_million),       cmocka_unit_test(test_wait_races),
+        cmocka_unit_test(test_all_of_random), cmocka_unit_test(test_completers_race),
+        cmocka_unit_test(test_cache_churn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,12 @@
 /*
  * test_future.c — futures: outcome and double completion, error propagation, continuations on
  * the pool and on serial executors (never on the completing thread), completion from foreign
- * threads racing with blocking waits and with registration, all-of (success, one failure,
+ * threads racing with blocking waits and with registration, two completers racing on one
+ * future, sleepers woken by one completion, the object cache (reuse, objects handed back at
+ * thread exit, the depot's cap, custom allocator hooks bypassing it), all-of (success, one failure,
  * empty), or-timeout firing and not firing, and continuations at pool shutdown.
  */
+#include "future.h"
 #include "pawl_test.h"
 #include "runtime_test.h"
 
@@ -67,6 +70,207 @@ static void test_outcome_and_double_completion(void **state)
     f = pawl_future_new();
     assert_int_equal(pawl_future_wait(f, 20), PAWL_ETIMEDOUT);
     pawl_future_unref(f);
+}
+
+/* Two completers race on every future (one completes, one fails): exactly one wins each. */
+struct duel {
+    struct pawl_future **fs;
+    uint8_t *won;
+    int n;
+    int fails;
+};
+
+static void *duel_complete(void *arg)
+{
+    struct duel *d = arg;
+    for (int i = 0; i < d->n; i++) {
+        int rc = d->fails ? pawl_future_fail(d->fs[i], PAWL_EHANDLER, NULL)
+                          : pawl_future_complete(d->fs[i], i);
+        d->won[i] = rc == 0;
+        if (rc != 0)
+            assert_int_equal(rc, PAWL_EALREADY);
+    }
+    return NULL;
+}
+
+static void test_double_completion_race(void **state)
+{
+    int n = PAWL_TEST_SCALE(20000);
+    struct pawl_future **fs = calloc((size_t)n, sizeof(*fs));
+    uint8_t *won_a = calloc((size_t)n, 1), *won_b = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++)
+        fs[i] = pawl_future_new();
+    struct duel a = {fs, won_a, n, 0}, b = {fs, won_b, n, 1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, duel_complete, &a);
+    pthread_create(&tb, NULL, duel_complete, &b);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pawl_future_wait(fs[i], 30000), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(won_a[i] + won_b[i], 1);
+        int64_t tok;
+        int code;
+        assert_int_equal(pawl_future_poll(fs[i], &tok, &code, NULL), 0);
+        assert_int_equal(code, won_a[i] ? 0 : PAWL_EHANDLER);
+        if (won_a[i])
+            assert_int_equal(tok, i);
+        pawl_future_unref(fs[i]);
+    }
+    free(won_b);
+    free(won_a);
+    free(fs);
+}
+
+/* Several threads asleep in pawl_future_wait are all woken by one completion. */
+static void *wait_forever(void *arg)
+{
+    return (void *)(intptr_t)pawl_future_wait(arg, -1);
+}
+
+static void test_sleepers_woken(void **state)
+{
+    struct pawl_future *f = pawl_future_new();
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, wait_forever, f);
+    usleep(30000); /* let them go to sleep (not required for correctness) */
+    assert_int_equal(pawl_future_done(f), 0);
+    assert_int_equal(pawl_future_complete(f, 5), 0);
+    for (int i = 0; i < 3; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    assert_int_equal(pawl_future_complete(f, 6), PAWL_EALREADY);
+    int64_t tok;
+    assert_int_equal(pawl_future_poll(f, &tok, NULL, NULL), 0);
+    assert_int_equal(tok, 5);
+    pawl_future_unref(f);
+}
+
+/* ---- the object cache (skipped where it is compiled out: ASan builds) ---- */
+
+static struct pawl_future_cache_stats_ cache_stats(void)
+{
+    struct pawl_future_cache_stats_ st;
+    pawl_future_cache_stats_(&st);
+    return st;
+}
+
+static void skip_without_cache(void)
+{
+    if (!cache_stats().enabled) {
+        print_message("the future cache is compiled out in this build\n");
+        skip();
+    }
+}
+
+/* A freed future is the next one this thread gets, and it comes back pristine. */
+static void test_cache_reuses_objects(void **state)
+{
+    skip_without_cache();
+    struct pawl_future *f = pawl_future_new();
+    assert_int_equal(pawl_future_fail(f, PAWL_EHANDLER, "a message to free"), 0);
+    pawl_future_unref(f);
+    struct pawl_future *g = pawl_future_new();
+    assert_ptr_equal(g, f);
+    assert_int_equal(pawl_future_done(g), 0);
+    assert_int_equal(pawl_future_poll(g, NULL, NULL, NULL), PAWL_EAGAIN);
+    assert_int_equal(pawl_future_wait(g, 0), PAWL_ETIMEDOUT);
+    assert_int_equal(pawl_future_complete(g, 9), 0);
+    int64_t tok;
+    int code;
+    const char *msg = "x";
+    assert_int_equal(pawl_future_poll(g, &tok, &code, &msg), 0);
+    assert_int_equal(tok, 9);
+    assert_int_equal(code, 0);
+    assert_null(msg);
+    pawl_future_unref(g);
+}
+
+struct churn {
+    int n;
+    struct pawl_future_cache_stats_ end; /* the thread's view just before it exits */
+};
+
+/* Create n futures, then drop them all: this thread ends up holding some of them. */
+static void *churn_and_exit(void *arg)
+{
+    struct churn *c = arg;
+    struct pawl_future **fs = calloc((size_t)c->n, sizeof(*fs));
+    for (int i = 0; i < c->n; i++)
+        fs[i] = pawl_future_new();
+    for (int i = 0; i < c->n; i++)
+        pawl_future_unref(fs[i]);
+    free(fs);
+    c->end = cache_stats();
+    return NULL;
+}
+
+/* A thread's cached objects go to the depot when it exits. */
+static void test_cache_thread_exit(void **state)
+{
+    skip_without_cache();
+    struct churn c = {.n = 100};
+    pthread_t th;
+    pthread_create(&th, NULL, churn_and_exit, &c);
+    pthread_join(th, NULL);
+    /* It freed 100, so it holds some (it may also hold what it took from the depot). */
+    assert_true(c.end.thread_objs > 0 && c.end.thread_objs <= 2 * c.end.magazine);
+    assert_true(c.end.depot_objs + c.end.thread_objs <= c.end.depot_max); /* room for them */
+    assert_int_equal(cache_stats().depot_objs, c.end.depot_objs + c.end.thread_objs);
+}
+
+/* However many objects are freed, the depot holds at most depot_max, a thread 2 magazines. */
+static void test_cache_cap(void **state)
+{
+    skip_without_cache();
+    struct churn c = {.n = (int)(3 * cache_stats().depot_max)};
+    pthread_t th;
+    pthread_create(&th, NULL, churn_and_exit, &c);
+    pthread_join(th, NULL);
+    assert_true(c.end.thread_objs <= 2 * c.end.magazine);
+    assert_true(c.end.depot_objs <= c.end.depot_max);
+    assert_true(c.end.depot_objs + c.end.magazine > c.end.depot_max); /* it did fill up */
+    assert_true(cache_stats().depot_objs <= c.end.depot_max);
+}
+
+static uint64_t hook_allocs, hook_frees;
+
+static void *hook_calloc(size_t n, size_t size)
+{
+    hook_allocs++;
+    return calloc(n, size);
+}
+
+static void hook_free(void *p)
+{
+    if (p)
+        hook_frees++;
+    free(p);
+}
+
+/* Custom allocator hooks see every future; what was cached before goes back to free(). */
+static void test_cache_honours_allocator(void **state)
+{
+    struct pawl_future *warm = pawl_future_new(); /* leave something cached */
+    pawl_future_unref(warm);
+    hook_allocs = hook_frees = 0;
+    pawl_set_allocator(&(struct pawl_allocator){.calloc = hook_calloc, .free = hook_free});
+    assert_int_equal(cache_stats().enabled, 0);
+    for (int i = 0; i < 10; i++) {
+        struct pawl_future *f = pawl_future_new();
+        assert_non_null(f);
+        pawl_future_complete(f, i);
+        pawl_future_unref(f);
+    }
+    assert_int_equal(hook_allocs, 10);
+    assert_int_equal(hook_frees, 10);
+    assert_int_equal(cache_stats().thread_objs, 0);
+    assert_int_equal(cache_stats().depot_objs, 0);
+    pawl_set_allocator(&(struct pawl_allocator){.calloc = calloc, .free = free});
 }
 
 struct cont_rec {
@@ -409,11 +613,22 @@ int main(void)
         cmocka_unit_test(test_continuation_on_serial),
         cmocka_unit_test(test_foreign_completion_races_wait),
         cmocka_unit_test(test_no_lost_wakeups),
+        cmocka_unit_test(test_double_completion_race),
+        cmocka_unit_test(test_sleepers_woken),
         cmocka_unit_test(test_all_of),
         cmocka_unit_test(test_or_timeout_fires),
         cmocka_unit_test(test_or_timeout_does_not_fire),
         cmocka_unit_test(test_or_timeout_race),
         cmocka_unit_test(test_continuation_at_shutdown),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* The cache's tests run with no pool (so no other thread frees futures meanwhile, and the
+     * allocator hooks may change: the pool's workers have been joined). */
+    const struct CMUnitTest cache_tests[] = {
+        cmocka_unit_test(test_cache_reuses_objects),
+        cmocka_unit_test(test_cache_thread_exit),
+        cmocka_unit_test(test_cache_cap),
+        cmocka_unit_test(test_cache_honours_allocator),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    return failed + cmocka_run_group_tests(cache_tests, NULL, NULL);
 }

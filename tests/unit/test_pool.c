@@ -505,13 +505,18 @@ static void bnode_fn(struct pawl_task *t, int status)
     struct bnode *b = (struct bnode *)t;
     __atomic_fetch_add(&b->calls, 1, __ATOMIC_RELAXED);
     b->status = status;
+    /* Read what we need of b before counting it: once the count is complete the test frees
+     * the tree (the children cannot have run before we submit them, so their count waits). */
+    struct bnode *kids = b->kids;
+    int nkids = b->nkids;
+    struct pawl_pool *pool = b->pool;
     rt_inc(status == 0 ? b->ran : b->cancelled);
-    if (status != 0 || b->nkids == 0)
+    if (status != 0 || nkids == 0)
         return;
-    struct pawl_task **arr = malloc((size_t)b->nkids * sizeof(*arr));
-    for (int i = 0; i < b->nkids; i++)
-        arr[i] = &b->kids[i].task;
-    assert_int_equal(pawl_pool_submit_batch(b->pool, arr, (size_t)b->nkids), 0);
+    struct pawl_task **arr = malloc((size_t)nkids * sizeof(*arr));
+    for (int i = 0; i < nkids; i++)
+        arr[i] = &kids[i].task;
+    assert_int_equal(pawl_pool_submit_batch(pool, arr, (size_t)nkids), 0);
     free(arr); /* borrowed for the call only */
 }
 
