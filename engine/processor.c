@@ -80,7 +80,7 @@ void pawl_processor_opts_defaults(struct pawl_processor_opts *o)
     o->segments = 16;
     o->batch_size = 100;
     o->max_segments_per_node = 0;
-    o->threads = 4;
+    o->threads = 0; /* one per online CPU */
     o->claim_timeout_ms = 10000;
     o->claim_extend_interval_ms = 0;
     o->claim_poll_ms = 1000;
@@ -129,7 +129,7 @@ static int check_opts(const struct pawl_processor_opts *o)
     }
     RANGE_(batch_size, 1, 100000)
     RANGE_(max_segments_per_node, 0, 65536)
-    RANGE_(threads, 1, 256)
+    RANGE_(threads, 0, 256)
     RANGE_(claim_timeout_ms, 100, 3600000)
     if (o->claim_extend_interval_ms != 0)
         RANGE_(claim_extend_interval_ms, 10, o->claim_timeout_ms / 2)
@@ -829,8 +829,8 @@ int pawl_processor_start(struct pawl_processor *p)
         pthread_join(p->extend_thread, NULL);
         goto fail;
     }
-    PAWL_INFO(MOD, "%s: started as %s (%u threads, batch %u)", p->name, p->node, p->o.threads,
-              p->o.batch_size);
+    PAWL_INFO(MOD, "%s: started as %s (%d threads, batch %u)", p->name, p->node,
+              pawl_pool_workers(p->seg_pool), p->o.batch_size);
     return 0;
 fail:
     pawl_pool_free(p->seg_pool);

@@ -17,7 +17,8 @@
  *                        does not finalize and wakes on the log's notifications, as a consumer
  *                        process would. Latency = handler call - the append's commit
  *                        acknowledgement, both on this process's monotonic clock; the finalize
- *                        delay alone comes from the appending store's statistics. --split adds
+ *                        delay alone comes from the appending store's statistics. --threads N
+ *                        sets the processor's workers (default: its default). --split adds
  *                        the processor's part: from the moment the reading store knew the
  *                        event's index was final to the handler call.
  *   catchup  --segments 1,4,16 --workers 1,2
@@ -67,6 +68,7 @@ static char batches_arg[64] = "100,1000";
 static int per_append = 10;
 static double warmup_s = 1.5;
 static int split_latency; /* --split: also time the processor's part (see latency_cell) */
+static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
 
 static void usage(void);
 
@@ -430,6 +432,8 @@ static void latency_cell(int rate, int run)
     pawl_processor_opts_defaults(&po);
     po.name = name;
     po.initial_token = head;
+    if (lat_threads >= 0)
+        po.threads = (uint32_t)lat_threads;
     struct pawl_handler h = {"latency", &L, lat_handle, NULL};
     struct pawl_processor *p = NULL;
     if (pawl_processor_new(&p, &po, src, tok, &h, 1) != 0 || pawl_processor_start(p) != 0)
@@ -930,6 +934,7 @@ static void usage(void)
     fprintf(stderr, "usage: bench_e2e fill|latency|catchup|growth --dsn DSN [--csv FILE]\n"
                     "  [--seconds S] [--to N] [--conns N] [--rates a,b] [--segments a,b]\n"
                     "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S] [--split]\n"
+                    "  latency: [--threads N] (the processor's workers; default: its default)\n"
                     "  append: --workers = writer counts, --rates = events per append\n");
     exit(2);
 }
@@ -946,7 +951,7 @@ int main(int argc, char **argv)
         {"segments", required_argument, NULL, 'g'},   {"workers", required_argument, NULL, 'w'},
         {"per-append", required_argument, NULL, 'p'}, {"batches", required_argument, NULL, 'b'},
         {"warmup", required_argument, NULL, 'u'},     {"split", no_argument, NULL, 'S'},
-        {NULL, 0, NULL, 0}};
+        {"threads", required_argument, NULL, 'T'},    {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -977,6 +982,13 @@ int main(int argc, char **argv)
             break;
         case 'S':
             split_latency = 1;
+            break;
+        case 'T':
+            lat_threads = atoi(optarg);
+            if (lat_threads < 0 || lat_threads > 256) {
+                fprintf(stderr, "--threads must be 0 (one per CPU) to 256\n");
+                exit(2);
+            }
             break;
         case 'p':
             per_append = atoi(optarg);

@@ -353,7 +353,8 @@ struct pawl_processor_opts {
     uint32_t batch_size;               /* events per batch transaction, 1..100000; default 100 */
     uint32_t max_segments_per_node;    /* 0 = no limit (default); else 1..65536 */
     uint32_t threads;                  /* segment workers: threads of the processor's
-                                          work-stealing pool, 1..256; default 4 */
+                                          work-stealing pool, 1..256; 0 (the default): one
+                                          per online CPU */
     uint32_t claim_timeout_ms;         /* a claim older than this may be taken; 100..3600000;
                                           default 10000 */
     uint32_t claim_extend_interval_ms; /* 0 (default): claim_timeout_ms / 3; else 10..timeout/2 */

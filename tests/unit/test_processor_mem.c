@@ -324,6 +324,7 @@ static void test_opts_and_errors(void **state)
     struct pawl_processor *p;
     pawl_processor_opts_defaults(&o);
     assert_int_equal(o.segments, 16);
+    assert_int_equal(o.threads, 0); /* one per online CPU */
     assert_int_equal(o.claim_timeout_ms, 10000);
     assert_int_equal(o.backoff_min_ms, 1000);
     assert_int_equal(o.backoff_max_ms, 60000);
