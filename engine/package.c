@@ -102,16 +102,47 @@ static void enqueue(struct pawl_processor *p, struct pkg *k)
     pawl_pool_yield(p->seg_pool, &k->step);
 }
 
-/* Queue k unless a step is already queued or running. */
-void pawl_pkg_schedule(struct pkg *k)
+/* Mark k queued unless a step is already queued or running; 1 if the caller must queue it. */
+static int claim_schedule(struct pkg *k)
 {
     pthread_mutex_lock(&k->mu);
     int go = !k->scheduled && k->state == PKG_RUN;
     if (go)
         k->scheduled = 1;
     pthread_mutex_unlock(&k->mu);
-    if (go)
+    return go;
+}
+
+/* Queue k unless a step is already queued or running. */
+void pawl_pkg_schedule(struct pkg *k)
+{
+    if (claim_schedule(k))
         enqueue(k->p, k);
+}
+
+/* pawl_pkg_schedule for every package of the list from first on (kicked_only: only those the
+ * coordinator marked `kicked`; the marks are cleared), with one submission per 64 packages: the coordinator dispatches a read to many packages at once, and one submission is
+ * one wake-up (the woken worker passes it on if there is more), where one per package could wake
+ * a worker for each. Called from outside the pool, so the steps go through the injection queue,
+ * behind whatever waits there, as enqueue()'s do. */
+void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
+{
+    struct pawl_task *batch[64];
+    size_t n = 0;
+    for (struct pkg *k = first; k; k = k->next) {
+        int kicked = k->kicked;
+        k->kicked = 0;
+        if ((kicked_only && !kicked) || !claim_schedule(k))
+            continue;
+        k->step.fn = step_task;
+        batch[n++] = &k->step;
+        if (n == sizeof batch / sizeof batch[0]) {
+            pawl_pool_submit_batch(p->seg_pool, batch, n);
+            n = 0;
+        }
+    }
+    if (n > 0)
+        pawl_pool_submit_batch(p->seg_pool, batch, n);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -474,6 +474,7 @@ static int coord_read(struct pawl_processor *p, int *held)
             continue; /* a segment nobody here holds */
         pthread_mutex_lock(&k->mu);
         if (k->attached && k->state == PKG_RUN && e->index > k->queued_pos) {
+            k->kicked = 1;
             if (k->inbox.n >= p->o.read_ahead || k->inbox._used >= p->o.read_ahead_bytes) {
                 /* Full: this package catches up on its own reads from here. */
                 k->attached = 0;
@@ -493,8 +494,12 @@ static int coord_read(struct pawl_processor *p, int *held)
     }
     p->R = last;
     pthread_mutex_unlock(&p->dispatch_mu);
-    for (struct pkg *k = p->pkgs; k; k = k->next)
-        pawl_pkg_schedule(k);
+    /* Wake the packages that got events (or were detached), with one submission. In plain mode
+     * the others only learnt that they are complete up to `last`, which their token needs no
+     * sooner than the claim cycle's nudge brings them; a step each would cost a wake-up per
+     * package per read. In the checkpoint modes every package is woken, as a trigger may now be
+     * ready at the new position. */
+    pawl_pkg_schedule_list(p, p->pkgs, p->mode == PAWL_CKPT_PLAIN);
     return 1;
 }
 
@@ -537,8 +542,7 @@ static void *coord_main(void *arg)
             claim_cycle(p);
             /* Claim cycles also nudge idle packages, so they advance their stored token. */
             pthread_mutex_lock(&p->mu);
-            for (struct pkg *k = p->pkgs; k; k = k->next)
-                pawl_pkg_schedule(k);
+            pawl_pkg_schedule_list(p, p->pkgs, 0);
             pthread_mutex_unlock(&p->mu);
             next_claim = now + (int64_t)p->o.claim_poll_ms * 1000000;
         }

@@ -78,6 +78,7 @@ struct pkg {
     uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
     int failed;
     int fail_rc;
+    int kicked; /* the last dispatch gave it events or detached it: schedule it */
 
     /* The pool task that runs this package's next step (queued at most once: `scheduled`). */
     struct pawl_task step;
@@ -176,5 +177,6 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
 void pawl_pkg_free(struct pkg *k);
 /* package.c: queue k's next step unless one is queued or running. Any thread. */
 void pawl_pkg_schedule(struct pkg *k);
+void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only);
 
 #endif
