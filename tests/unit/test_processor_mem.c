@@ -313,6 +313,38 @@ static void test_plain_token_writes(void **state)
     world_fini(&w);
 }
 
+/* Plain mode: segments that get no events still move their stored token up to what the
+ * processor has read, through the claim cycle's nudges (a read wakes only the packages it gave
+ * events to), while the processor runs, not only at release. */
+static void test_plain_idle_tokens(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w);
+    atomic_store(&counted_events, 0);
+    struct pawl_processor_opts o;
+    opts_fast(&o, "idle", "n1");
+    o.segments = 4;
+    o.batch_size = 10;
+    o.read_batch = 100000; /* only the time rule writes tokens */
+    o.claim_poll_ms = 100;
+    struct pawl_handler quiet = {"quiet", NULL, count_only, NULL};
+    struct pawl_processor *p;
+    assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &quiet, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    append(&w, 50, 1); /* one stream: one segment gets all, three stay idle */
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(&counted_events) < 50 && pawl_test_now_ms() - t0 < 10000)
+        usleep(2000);
+    assert_int_equal(atomic_load(&counted_events), 50);
+    t0 = pawl_test_now_ms();
+    while (min_token(&w, "idle") < 50 && pawl_test_now_ms() - t0 < 5000)
+        usleep(10000);
+    assert_int_equal(min_token(&w, "idle"), 50);
+    pawl_processor_free(p);
+    world_fini(&w);
+}
+
 static void test_opts_and_errors(void **state)
 {
     (void)state;
@@ -1146,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_deferred),
         cmocka_unit_test(test_ckpt_auto),
         cmocka_unit_test(test_plain_token_writes),
+        cmocka_unit_test(test_plain_idle_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
