@@ -97,6 +97,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
             ex = tool_exit_for(rc);
             break;
         }
+        st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
         if (live)
             fputs("\033[H\033[2J", stdout); /* home and clear: redraw in place */
         if (cfg->tool.json) {

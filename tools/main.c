@@ -74,7 +74,8 @@ static const struct tool_cmd commands[] = {
      "Show a processor's segments: owner, token, lag",
      "Prints, per segment of the processor: id and mask, owner and claim age, stored token, the "
      "log's head, lag in events and in seconds, checkpoint mode, and notes (replaying after a "
-     "reset up to the old position; a merge in progress). Lag counts the events after the "
+     "reset up to the old position; a merge in progress; a claim expired: not extended for "
+     "--claim-timeout, its node gone). Lag counts the events after the "
      "token that belong to the segment, by one scan of the log (up to 1,000,000 events; beyond "
      "that it shows head - token, marked <=). Lag in seconds is the age of the oldest unhandled "
      "event. --json prints the same as one JSON document; --watch refreshes every interval "

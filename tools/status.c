@@ -160,6 +160,14 @@ static void fmt_age_ms(int64_t ms, char *buf, size_t len)
         snprintf(buf, len, "%" PRId64 "s", ms / 1000);
 }
 
+/* A claim not extended for the claim timeout: its node stopped, and any node may take it over
+ * (reset, split and merge release it). */
+static int claim_expired(const struct tool_status *st, const struct tool_seg_row *r)
+{
+    return st->claim_timeout_ms > 0 && r->st.owner[0] != '\0' &&
+           r->st.claim_age_ms >= st->claim_timeout_ms;
+}
+
 void tool_status_print_table(FILE *f, const struct tool_status *st)
 {
     int64_t total = 0;
@@ -184,6 +192,9 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
             snprintf(note + strlen(note), sizeof note - strlen(note), "%smerging %u/%u to %" PRId64,
                      note[0] ? "; " : "", r->st.merge_seg.id, r->st.merge_seg.mask,
                      r->st.merge_token);
+        if (claim_expired(st, r))
+            snprintf(note + strlen(note), sizeof note - strlen(note),
+                     "%sclaim expired (node gone?)", note[0] ? "; " : "");
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
                 r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age, r->st.token,
                 st->head, lag, lagsec, mode_text(r->st.mode), note);
@@ -212,6 +223,7 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
         json_object_set_new(s, "claim_age_ms",
                             r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms)
                                                     : json_null());
+        json_object_set_new(s, "claim_expired", json_boolean(claim_expired(st, r)));
         json_object_set_new(s, "token", json_integer(r->st.token));
         json_object_set_new(s, "head", json_integer(st->head));
         json_object_set_new(s, "lag_events", json_integer(r->lag_events));

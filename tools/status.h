@@ -29,7 +29,8 @@ struct tool_status {
     char proc[PAWL_NAME_MAX + 1];
     int64_t head;
     int64_t now_us;
-    int64_t scanned; /* events read to compute lag */
+    int64_t scanned;          /* events read to compute lag */
+    int64_t claim_timeout_ms; /* claims at least this old are shown as expired (0: not shown) */
     size_t n;
     struct tool_seg_row *rows; /* owned */
 };

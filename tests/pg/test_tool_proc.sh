@@ -106,7 +106,11 @@ claim "2 seconds"
 "$PAWL" reset p --to start --claim-timeout 1m 2>"$tmp/err"; expect_rc "reset refused: a fresh claim" 4 $?
 grep -q 'claimed by dead-node' "$tmp/err" && grep -q 'claim-timeout, 60.0 s' "$tmp/err"; check "the refusal names the owner and the timeout" $?
 "$PAWL" reset p --to start >"$tmp/out" 2>"$tmp/err"; expect_rc "reset refused under the default 10 s timeout: the claim is 2 s old" 4 $?
-claim "1 hour"
+status_json; [ "$(jq '[.segments[] | select(.claim_expired)] | length' "$tmp/st.json")" -eq 0 ]; check "status: a 2 s old claim is not expired" $?
+claim "50 minutes"
+status_json; [ "$(jq -c '[.segments[] | select(.claim_expired) | .segment]' "$tmp/st.json")" = "[2]" ]; check "status JSON marks the 50 minutes old claim expired" $?
+"$PAWL" status p >"$tmp/st.txt"; grep -q '^2 .*dead-node.*claim expired' "$tmp/st.txt"; check "status table notes the expired claim" $?
+"$PAWL" status p --json --claim-timeout 1h >"$tmp/st.json"; [ "$(jq '[.segments[] | select(.claim_expired)] | length' "$tmp/st.json")" -eq 0 ]; check "status honours --claim-timeout" $?
 "$PAWL" reset p --to start >"$tmp/out"; expect_rc "reset preview with an expired claim" 0 $?
 grep -q 'segment 2: the claim of dead-node expired .*would release it' "$tmp/out"; check "preview names the expired claim" $?
 status_json; [ "$(jq '[.segments[] | select(.owner == "dead-node")] | length' "$tmp/st.json")" -eq 1 ]; check "preview released nothing" $?
