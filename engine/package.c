@@ -98,7 +98,6 @@ static void step_task(struct pawl_task *t, int status)
 
 static void enqueue(struct pawl_processor *p, struct pkg *k)
 {
-    k->step.fn = step_task;
     pawl_pool_yield(p->seg_pool, &k->step);
 }
 
@@ -121,10 +120,11 @@ void pawl_pkg_schedule(struct pkg *k)
 }
 
 /* pawl_pkg_schedule for every package of the list from first on (kicked_only: only those the
- * coordinator marked `kicked`; the marks are cleared), with one submission per 64 packages: the coordinator dispatches a read to many packages at once, and one submission is
- * one wake-up (the woken worker passes it on if there is more), where one per package could wake
- * a worker for each. Called from outside the pool, so the steps go through the injection queue,
- * behind whatever waits there, as enqueue()'s do. */
+ * coordinator marked `kicked`; the marks are cleared), with one submission per 64 packages: the
+ * coordinator dispatches a read to many packages at once, and one submission is one wake-up (the
+ * woken worker passes it on if there is more), where one per package could wake a worker for
+ * each. Called from outside the pool, so the steps go through the injection queue, behind
+ * whatever waits there, as enqueue()'s do. */
 void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
 {
     struct pawl_task *batch[64];
@@ -134,7 +134,6 @@ void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kic
         k->kicked = 0;
         if ((kicked_only && !kicked) || !claim_schedule(k))
             continue;
-        k->step.fn = step_task;
         batch[n++] = &k->step;
         if (n == sizeof batch / sizeof batch[0]) {
             pawl_pool_submit_batch(p->seg_pool, batch, n);
@@ -165,6 +164,7 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
     k->queued_pos = row->token;
     k->work_end = row->token;
     k->last_store_ns = pawl_now_ns();
+    k->step.fn = step_task; /* the one task of the package, queued at most once (scheduled) */
     pawl_event_batch_init(&k->work);
     pawl_event_batch_init(&k->readbuf);
     pawl_event_batch_init(&k->inbox);
@@ -303,11 +303,12 @@ static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, in
  * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
  * transaction stays open), or an error (rolled back).
  */
-/* Plain mode: whether the token should be written now although the batch of n events wrote
- * nothing else: once read_batch of this segment's events have passed since the last write, or
- * claim_poll_ms, as for an idle segment (and on release). Events, not index distance: with S
- * segments the index moves about S times faster than one segment's events, and counting it
- * made every segment write (a synchronous commit on a worker) S times as often as documented. */
+/* Plain mode (and idle segments in auto mode): whether the token should be written now although
+ * the batch of n events (0: none, an idle step) wrote nothing else: once read_batch of this
+ * segment's events have passed since the last write, or claim_poll_ms (and on release). Events,
+ * not index distance: with S segments the index moves about S times faster than one segment's
+ * events, and counting it made every segment write (a synchronous commit on a worker) S times as
+ * often as documented. */
 static int token_due(const struct pkg *k, size_t n)
 {
     const struct pawl_processor *p = k->p;
@@ -735,10 +736,7 @@ static void pkg_step(struct pkg *k)
         /* No events of ours: move the token along now and then (plain and auto), and honour a
          * trigger request (deferred and auto) — never an unconfirmed position in deferred. */
         k->consumed = PAWL_MAX(k->consumed, k->work_end);
-        int64_t now = pawl_now_ns();
-        int due = k->consumed > k->token &&
-                  (k->unstored >= p->o.read_batch ||
-                   now - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000);
+        int due = k->consumed > k->token && token_due(k, 0);
         if (p->mode == PAWL_CKPT_PLAIN) {
             if (due)
                 rc = store_now(k, k->consumed);

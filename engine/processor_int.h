@@ -177,6 +177,7 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
 void pawl_pkg_free(struct pkg *k);
 /* package.c: queue k's next step unless one is queued or running. Any thread. */
 void pawl_pkg_schedule(struct pkg *k);
+/* package.c: pawl_pkg_schedule for a list of packages in one submission. Coordinator only. */
 void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only);
 
 #endif

@@ -146,18 +146,9 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     return ex;
 }
 
-/*
- * A claim not extended for the claim timeout belongs to a node that stopped (crashed, was
- * killed, lost its connection): any other node may take it over, by the same rule. Such claims
- * do not block reset, split or merge; with --execute they are released first.
- */
-static int claim_expired(const struct pawl_config *cfg, const struct pawl_segment_status *r)
-{
-    return r->owner[0] != '\0' && r->claim_age_ms >= (int64_t)cfg->processor.claim_timeout_ms;
-}
-
 /* Refuse (exit 4) when any of the rows has a live claim, naming the owners; name the expired
- * claims that would be released (preview) or will be (execute). */
+ * claims (tool_status_claim_expired: their nodes stopped, and any node may take them over) that
+ * would be released (preview) or will be (execute). */
 static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_status *st,
                              const char *what)
 {
@@ -171,11 +162,11 @@ static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_st
     live.n = 0;
     for (size_t i = 0; i < st->n; i++) {
         const struct pawl_segment_status *r = &st->rows[i].st;
-        if (claim_expired(cfg, r))
+        if (tool_status_claim_expired(st, r))
             printf("  segment %u: the claim of %s expired (not extended for %.1f s; claim timeout "
                    "%.1f s): %s\n",
                    r->seg.id, r->owner, (double)r->claim_age_ms / 1000,
-                   (double)cfg->processor.claim_timeout_ms / 1000,
+                   (double)st->claim_timeout_ms / 1000,
                    cfg->tool.execute ? "releasing it" : "would release it");
         else if (r->owner[0] != '\0')
             rows[live.n++] = st->rows[i];
@@ -187,18 +178,17 @@ static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_st
         return TOOL_OK;
     tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait until "
              "their claims are older than --claim-timeout, %.1f s) and try again",
-             what, st->proc, owners, (double)cfg->processor.claim_timeout_ms / 1000);
+             what, st->proc, owners, (double)st->claim_timeout_ms / 1000);
     return TOOL_REFUSED;
 }
 
-/* Release the expired claims among the rows (see claim_expired). A claim released here that its
- * node then tries to extend is lost to it, as when another node takes it over. */
-static int release_expired(const struct pawl_config *cfg, struct pawl_tokens *tok,
-                           const struct tool_status *st, const char *what)
+/* Release the expired claims among the rows. A claim released here that its node then tries to
+ * extend is lost to it, as when another node takes it over. */
+static int release_expired(struct pawl_tokens *tok, const struct tool_status *st, const char *what)
 {
     for (size_t i = 0; i < st->n; i++) {
         const struct pawl_segment_status *r = &st->rows[i].st;
-        if (!claim_expired(cfg, r))
+        if (!tool_status_claim_expired(st, r))
             continue;
         int rc = tok->ops->release(tok, st->proc, r->seg.id, r->owner);
         if (rc != 0) {
@@ -233,6 +223,7 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
         stores_close(&s);
         return tool_exit_for(rc);
     }
+    st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
     /* The token the reset would set (the store computes it again when executing). */
     int64_t target = value;
     if (kind == PAWL_RESET_START)
@@ -265,7 +256,7 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
         printf("nothing changed: add --execute to apply\n");
         goto out;
     }
-    if ((ex = release_expired(cfg, s.tok, &st, "reset")) != TOOL_OK)
+    if ((ex = release_expired(s.tok, &st, "reset")) != TOOL_OK)
         goto out;
     int64_t set = 0;
     rc = pawl_processor_reset(s.tok, s.src, proc, kind, value, &set);
@@ -309,6 +300,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
         stores_close(&s);
         return tool_exit_for(rc);
     }
+    st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
     uint32_t id = (uint32_t)cfg->tool.segment;
     const struct tool_seg_row *row = find_row(&st, id);
     const struct tool_seg_row *sib = NULL;
@@ -371,7 +363,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
         printf("nothing changed: add --execute to apply\n");
         goto out;
     }
-    if ((ex = release_expired(cfg, s.tok, &involved, what)) != TOOL_OK)
+    if ((ex = release_expired(s.tok, &involved, what)) != TOOL_OK)
         goto out;
     rc =
         merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);

@@ -160,12 +160,10 @@ static void fmt_age_ms(int64_t ms, char *buf, size_t len)
         snprintf(buf, len, "%" PRId64 "s", ms / 1000);
 }
 
-/* A claim not extended for the claim timeout: its node stopped, and any node may take it over
- * (reset, split and merge release it). */
-static int claim_expired(const struct tool_status *st, const struct tool_seg_row *r)
+int tool_status_claim_expired(const struct tool_status *st, const struct pawl_segment_status *r)
 {
-    return st->claim_timeout_ms > 0 && r->st.owner[0] != '\0' &&
-           r->st.claim_age_ms >= st->claim_timeout_ms;
+    return st->claim_timeout_ms > 0 && r->owner[0] != '\0' &&
+           r->claim_age_ms >= st->claim_timeout_ms;
 }
 
 void tool_status_print_table(FILE *f, const struct tool_status *st)
@@ -192,7 +190,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
             snprintf(note + strlen(note), sizeof note - strlen(note), "%smerging %u/%u to %" PRId64,
                      note[0] ? "; " : "", r->st.merge_seg.id, r->st.merge_seg.mask,
                      r->st.merge_token);
-        if (claim_expired(st, r))
+        if (tool_status_claim_expired(st, &r->st))
             snprintf(note + strlen(note), sizeof note - strlen(note),
                      "%sclaim expired (node gone?)", note[0] ? "; " : "");
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
@@ -223,7 +221,7 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
         json_object_set_new(s, "claim_age_ms",
                             r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms)
                                                     : json_null());
-        json_object_set_new(s, "claim_expired", json_boolean(claim_expired(st, r)));
+        json_object_set_new(s, "claim_expired", json_boolean(tool_status_claim_expired(st, &r->st)));
         json_object_set_new(s, "token", json_integer(r->st.token));
         json_object_set_new(s, "head", json_integer(st->head));
         json_object_set_new(s, "lag_events", json_integer(r->lag_events));

@@ -44,6 +44,10 @@ struct tool_status {
 int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
                         int64_t scan_limit, struct tool_status *out, char *err, size_t errlen);
 void tool_status_fini(struct tool_status *st);
+/* Whether r's claim has not been extended for st->claim_timeout_ms (0: never): its node stopped,
+ * and any node may take the segment over. status notes it; reset, split and merge release it. */
+int tool_status_claim_expired(const struct tool_status *st, const struct pawl_segment_status *r);
+
 void tool_status_print_table(FILE *f, const struct tool_status *st);
 int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty);
 

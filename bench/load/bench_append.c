@@ -17,8 +17,9 @@
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
  *                     [--rate-only]
- * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell; --min-interval-us: the finalizer cadence; --streams:
- * how many streams one append's events go to, 0 = a random one per event, the default.)
+ * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell;
+ * --min-interval-us: the finalizer cadence; --streams: how many streams one append's events go
+ * to, 0 = a random one per event, the default.)
  */
 #include "pawl.h"
 

@@ -273,21 +273,13 @@ static const char *other_db(const char *suffix, char *name, size_t nlen)
 {
     static char d[1100];
     snprintf(name, nlen, "bad_input_%s_%d", suffix, (int)getpid());
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    pawl_test_exec(base_dsn, sql);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
-    pawl_test_exec(base_dsn, sql);
-    int len = snprintf(d, sizeof d, "%s dbname=%s", base_dsn, name);
-    assert_true(len > 0 && (size_t)len < sizeof d); /* the whole DSN, never a truncated one */
+    pawl_test_db_make(base_dsn, name, NULL, d, sizeof d); /* fails on a truncated DSN */
     return d;
 }
 
 static void drop_db(const char *name)
 {
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    pawl_test_exec(base_dsn, sql);
+    pawl_test_db_drop(base_dsn, name);
 }
 
 static void test_newer_schema(void **state)

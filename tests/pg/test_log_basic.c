@@ -80,36 +80,13 @@ static void test_schema(void **state)
     assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"), libv);
 }
 
-/* A second database next to the test's, named <test db>_<suffix>, created with `with` (SQL
- * after CREATE DATABASE name, may be ""); its DSN goes to out and its name to name. */
-static void sibling_db(const char *suffix, const char *with, char *out, size_t outlen, char *name,
-                       size_t namelen)
+/* A second database for one test, t_log_basic_<suffix>_<pid>, created with `with` (SQL after
+ * CREATE DATABASE name, may be NULL); its DSN goes to out and its name to name. */
+static void other_db(const char *suffix, const char *with, char *out, size_t outlen, char *name,
+                     size_t namelen)
 {
-    snprintf(out, outlen, "%s", dsn);
-    char *db = NULL;
-    for (char *q = strstr(out, "dbname="); q; q = strstr(q + 1, "dbname="))
-        db = q;
-    assert_non_null(db);
-    char base[128];
-    size_t n = strcspn(db + 7, " ");
-    assert_true(n < sizeof base);
-    memcpy(base, db + 7, n);
-    base[n] = '\0';
-    assert_true(db[7 + n] == '\0'); /* dbname is last in the test DSN */
-    snprintf(name, namelen, "%s_%s", base, suffix);
-    char sql[512];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    pawl_test_exec(dsn, sql);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s %s", name, with);
-    pawl_test_exec(dsn, sql);
-    snprintf(db + 7, outlen - (size_t)(db + 7 - out), "%s", name);
-}
-
-static void drop_db(const char *name)
-{
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
-    pawl_test_exec(dsn, sql);
+    snprintf(name, namelen, "t_log_basic_%s_%d", suffix, (int)getpid());
+    pawl_test_db_make(pawl_test_dsn(), name, with, out, outlen);
 }
 
 static void test_newer_schema(void **state)
@@ -117,7 +94,7 @@ static void test_newer_schema(void **state)
     (void)state;
     char err[512], d2[1024], name[160];
     /* A second database whose schema claims a future version. */
-    sibling_db("f", "", d2, sizeof d2, name, sizeof name);
+    other_db("f", NULL, d2, sizeof d2, name, sizeof name);
     assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), 0);
     pawl_test_exec(d2, "INSERT INTO pawl.schema_version VALUES (999, '999_future.sql')");
     assert_int_equal(pawl_schema_migrate(d2, err, sizeof err), PAWL_ESCHEMA);
@@ -125,7 +102,7 @@ static void test_newer_schema(void **state)
     struct pawl_store *s = NULL;
     assert_int_equal(pawl_store_new(&s, d2, NULL, err, sizeof err), PAWL_ESCHEMA);
     assert_non_null(strstr(err, "999"));
-    drop_db(name);
+    pawl_test_db_drop(pawl_test_dsn(), name);
 }
 
 /*
@@ -138,8 +115,8 @@ static void test_upgrade_stream_collation(void **state)
 {
     (void)state;
     char err[512], d3[1024], name[160];
-    sibling_db("u", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", d3, sizeof d3,
-               name, sizeof name);
+    other_db("u", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", d3, sizeof d3, name,
+             sizeof name);
     assert_int_equal(pawl_schema_migrate_to(d3, 3, err, sizeof err), 0);
     int dbv = 0;
     assert_int_equal(pawl_schema_version(d3, &dbv, NULL, err, sizeof err), 0);
@@ -204,7 +181,7 @@ static void test_upgrade_stream_collation(void **state)
     }
     pawl_batch_fini(&bt);
     pawl_store_free(s);
-    drop_db(name);
+    pawl_test_db_drop(pawl_test_dsn(), name);
 }
 
 static void test_append_read(void **state)

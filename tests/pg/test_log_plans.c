@@ -21,12 +21,7 @@ static char base_dsn[1024];
 
 static void make_db(const char *name, char *dsn_out, size_t len)
 {
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    pawl_test_exec(base_dsn, sql);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
-    pawl_test_exec(base_dsn, sql);
-    snprintf(dsn_out, len, "%s dbname=%s", base_dsn, name);
+    pawl_test_db_make(base_dsn, name, NULL, dsn_out, len);
     char err[256];
     if (pawl_schema_migrate(dsn_out, err, sizeof err) != 0)
         fail_msg("migrate: %s", err);
@@ -37,9 +32,7 @@ static void make_db(const char *name, char *dsn_out, size_t len)
 
 static void drop_db(const char *name)
 {
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-    pawl_test_exec(base_dsn, sql);
+    pawl_test_db_drop(base_dsn, name);
 }
 
 static struct pawl_store *open_store(const char *dsn)

@@ -50,18 +50,32 @@ const char *pawl_test_db_create(const char *tag)
     const char *base = pawl_test_dsn();
     drop_created_db();
     snprintf(created_db, sizeof created_db, "t_%s_%ld", tag, (long)getpid());
-    char sql[256];
-    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", created_db);
-    pawl_test_exec(base, sql);
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", created_db);
-    pawl_test_exec(base, sql);
-    snprintf(created_dsn, sizeof created_dsn, "%s dbname=%s", base, created_db);
+    pawl_test_db_make(base, created_db, NULL, created_dsn, sizeof created_dsn);
     static int registered;
     if (!registered) {
         atexit(drop_created_db);
         registered = 1;
     }
     return created_dsn;
+}
+
+void pawl_test_db_make(const char *base_dsn, const char *name, const char *with, char *dsn_out,
+                       size_t len)
+{
+    pawl_test_db_drop(base_dsn, name);
+    char sql[512];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s %s", name, with ? with : "");
+    pawl_test_exec(base_dsn, sql);
+    int n = snprintf(dsn_out, len, "%s dbname=%s", base_dsn, name);
+    if (n < 0 || (size_t)n >= len)
+        fail_msg("the DSN of database %s does not fit in %zu bytes", name, len);
+}
+
+void pawl_test_db_drop(const char *base_dsn, const char *name)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+    pawl_test_exec(base_dsn, sql);
 }
 
 void pawl_test_exec(const char *dsn, const char *sql)

@@ -28,6 +28,17 @@ const char *pawl_test_dsn(void);
  */
 const char *pawl_test_db_create(const char *tag);
 
+/*
+ * Create database name (dropping a leftover of that name first) through base_dsn, with `with`
+ * appended to CREATE DATABASE (NULL: nothing), and write its DSN, base_dsn + " dbname=name", to
+ * dsn_out (the test fails if it does not fit). The caller drops it with pawl_test_db_drop.
+ */
+void pawl_test_db_make(const char *base_dsn, const char *name, const char *with, char *dsn_out,
+                       size_t len);
+
+/* Drop database name, if it exists, through base_dsn. */
+void pawl_test_db_drop(const char *base_dsn, const char *name);
+
 /* Run sql on dsn with a plain blocking libpq connection; fails the test on error. */
 void pawl_test_exec(const char *dsn, const char *sql);
 
