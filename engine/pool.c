@@ -26,7 +26,8 @@
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
  * wake-up is lost. Only one wake-up is in flight at a time (`waking`, see notify()): a burst of
  * submissions costs one futex call, and the woken worker, once it has found work, wakes the next
- * if more is waiting — so sleepers are woken in a chain, as fast as they find work.
+ * if more is waiting and worth a wake-up (the pass-on rule, see worth_waking) — so sleepers are
+ * woken in a chain, as fast as they find work, but not for work the woken one finishes sooner.
  *
  * Shutdown (pawl_pool_free): set stop, wake everybody, join; workers finish the task they are
  * running and leave the rest. Then the freeing thread cancels what is queued (deques, injection
@@ -54,6 +55,11 @@
 #define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
 #define YIELD_ROUNDS 8
+/* Work worth waking a parked worker for: about what the wake-up costs before the helper runs
+ * (the futex call, the wakee's scheduling, its search), in nanoseconds of tasks. */
+#define PASS_ON_NS 50000
+/* Tasks per sample of a worker's time per task while it stays busy. */
+#define COST_SAMPLE 64
 
 struct worker {
     struct pawl_deque dq;
@@ -63,11 +69,20 @@ struct worker {
     int started;
     uint32_t tick;
     uint64_t rng;
+    /* The pass-on rule (see worth_waking), all private to the worker: its estimate of the time
+     * one task takes, the span being measured for it, and when it last kept queued work to
+     * itself (0: it holds none it chose not to share). */
+    int64_t cost_ns;
+    int64_t span_t0;
+    uint32_t span_n;
+    int64_t kept_since;
+    int64_t kept_size;
     /* Counters written only by this worker (relaxed atomic stores), read by pawl_pool_stats. */
     uint64_t executed;
     uint64_t steals;
     uint64_t injected;
     uint64_t parks;
+    uint64_t kept;
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
@@ -157,12 +172,67 @@ static inline void count(uint64_t *c)
 }
 
 /*
+ * The pass-on rule. A worker that finds more work than the task it is about to run used to wake
+ * a parked worker at once, which woke the next, and so on: a burst of ten tasks of a few
+ * microseconds each woke every worker of the pool, each wake-up a futex call, a context switch
+ * and a search that found nothing left, all on the CPUs the rest of the process and the server
+ * need (end-to-end p99 grew with the thread count: 4-5 ms at one worker, 8 ms at two and 16 ms
+ * at four on two CPUs). Now a worker passes the wake-up on only when the work it sees left is
+ * worth it: left tasks times its running estimate of the time per task at least PASS_ON_NS.
+ * Otherwise it keeps the work (it takes a whole small injected batch rather than its share) and
+ * runs it itself.
+ *
+ * Nothing is lost by keeping: the tasks are in our own deque (we pop them next) or on the
+ * injection queue (we look there once our deque is empty), and a worker that is awake still
+ * steals them. What keeping risks is waiting: behind a task slower than the estimate, or behind
+ * tasks that make more tasks (a count of queued tasks does not show those). So while it holds
+ * kept work the worker looks after each task: once its deque is empty the keeping ends; if the
+ * deque did not shrink (the tasks are making more) or the kept work has waited PASS_ON_NS, it
+ * wakes a helper after all. Only the task running at that moment can delay the rest longer, and
+ * tasks that are about to block say so (pawl_pool_will_block), which shares the work at once.
+ * The estimate starts at PASS_ON_NS (any work left is worth a helper: the eager rule) and follows
+ * measured spans with a weight of 1/4, so it learns within a few bursts; a span is a run of
+ * tasks between parks, sampled every COST_SAMPLE tasks while the worker stays busy, so the clock
+ * is read twice per span (and after each task only while work is kept). Slow tasks make the
+ * estimate large and the rule eager again.
+ */
+static int worth_waking(const struct worker *w, int64_t left)
+{
+    /* At most 1e6 tasks' worth is looked at, so the product cannot overflow. */
+    return left > 0 && PAWL_MIN(left, (int64_t)1000000) * w->cost_ns >= PASS_ON_NS;
+}
+
+static void cost_sample(struct worker *w, int64_t now)
+{
+    if (w->span_n == 0)
+        return;
+    int64_t per = (now - w->span_t0) / (int64_t)w->span_n;
+    per = PAWL_MIN(PAWL_MAX(per, 1), (int64_t)1000000000);
+    w->cost_ns += (per - w->cost_ns) / 4;
+    w->span_n = 0;
+    w->span_t0 = now;
+}
+
+/* We hold work we did not share: remember since when (see the rule above). */
+static void keep(struct worker *w)
+{
+    if (w->kept_since == 0) {
+        w->kept_since = pawl_now_ns();
+        count(&w->kept);
+    }
+    /* What we hold: the deque and the task in hand, which we are about to run. After each
+     * task the deque must be smaller than at the last look, or the tasks are making tasks. */
+    w->kept_size = pawl_deque_size(&w->dq) + 1;
+}
+
+/*
  * Wake one parked worker if there is one and no wake-up is already on its way. Called after
  * publishing work. Skipping the wake-up while `waking` is set loses nothing: the worker it
  * announces clears the flag on its way out of park() and then searches every queue (after a
  * fence), so it finds the work we published before reading the flag; finding work, it wakes the
- * next worker if more is left. This keeps a burst of submissions from issuing one futex call
- * each while the first woken worker is still being scheduled.
+ * next worker if more is left and worth it, and otherwise runs it itself (worth_waking). This
+ * keeps a burst of submissions from issuing one futex call each while the first woken worker is
+ * still being scheduled.
  */
 static void wake_one(struct pawl_pool *pool)
 {
@@ -285,7 +355,8 @@ static struct pawl_task *take_injected(struct worker *w)
         return NULL;
     struct pawl_task *batch[INJECT_BATCH];
     int64_t n = injected_estimate(pool);
-    int64_t want = PAWL_MIN(INJECT_BATCH, n / pool->nworkers + 1);
+    /* Our share if the rest is worth a helper, else as much as we may take (the pass-on rule). */
+    int64_t want = PAWL_MIN(INJECT_BATCH, worth_waking(w, n - 1) ? n / pool->nworkers + 1 : n);
     int64_t got = 0;
     while (got < want) {
         void **link = pawl_mpsc_pop(&pool->inject);
@@ -309,9 +380,15 @@ static struct pawl_task *take_injected(struct worker *w)
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
     /* Relaxed: a statistics counter with a single writer (see count()). */
     __atomic_store_n(&w->injected, w->injected + (uint64_t)got, __ATOMIC_RELAXED);
-    /* More work than we took (in our deque or still injected): pass the wake-up on. */
-    if (got > 1 || injected_estimate(pool) > 0)
+    /* More work than the task we return (in our deque or still injected): pass the wake-up on
+     * if it is worth it, else keep it. */
+    if (got == 0)
+        return NULL; /* a producer is still linking what it counted: we retry, awake */
+    int64_t left = got - 1 + PAWL_MAX(injected_estimate(pool), 0);
+    if (worth_waking(w, left))
         notify(pool);
+    else if (left > 0)
+        keep(w);
     return first;
 }
 
@@ -356,8 +433,13 @@ static struct pawl_task *steal_any(struct worker *w)
                  * pushes there, so a deque we could steal from has an owner that is awake.
                  * With two workers there is nobody else, so the fence in notify() would be
                  * wasted. */
-                if (n > 2 && (k > 1 || pawl_deque_size(&v->dq) > 0))
-                    notify(pool);
+                if (n > 2) {
+                    int64_t left = k - 1 + PAWL_MAX(pawl_deque_size(&v->dq), 0);
+                    if (worth_waking(w, left))
+                        notify(pool);
+                    else if (left > 0)
+                        keep(w);
+                }
                 return got[0];
             }
         }
@@ -388,7 +470,26 @@ static int has_work(struct pawl_pool *pool)
     return 0;
 }
 
-static int has_work(struct pawl_pool *pool);
+/* How many tasks are queued anywhere (an estimate: relaxed loads, racing with everybody). */
+static int64_t work_estimate(struct pawl_pool *pool)
+{
+    int64_t n = PAWL_MAX(injected_estimate(pool), 0);
+    for (int i = 0; i < pool->nworkers; i++)
+        n += PAWL_MAX(pawl_deque_size(&pool->workers[i].dq), 0);
+    return n;
+}
+
+void pawl_pool_will_block(void)
+{
+    struct worker *w = tls_worker;
+    if (w == NULL)
+        return;
+    /* Whatever is queued, ours or not, would otherwise wait for a worker that may be parked
+     * while we are blocked: wake one if any sleeps (notify() checks). */
+    w->kept_since = 0;
+    if (work_estimate(w->pool) > 0)
+        notify(w->pool);
+}
 
 static void park(struct worker *w)
 {
@@ -434,21 +535,47 @@ static void *worker_main(void *arg)
     struct pawl_pool *pool = w->pool;
     tls_worker = w;
     int woke = 0;
+    w->span_t0 = pawl_now_ns();
     for (;;) {
         /* Acquire: pairs with the store in pawl_pool_free; stop is checked between tasks. */
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
             break;
         struct pawl_task *t = find_task(w);
         if (t != NULL) {
-            /* Fresh out of park() with work in hand: if more is waiting anywhere, pass the
-             * wake-up on (submitters skipped theirs while ours was in flight). */
-            if (woke && has_work(pool))
-                notify(pool);
-            woke = 0;
+            if (woke) {
+                /* Fresh out of park() with work in hand: if more is waiting anywhere, pass
+                 * the wake-up on if it is worth it (submitters skipped theirs while ours was
+                 * in flight); a new span of busy time starts. */
+                int64_t left = work_estimate(pool);
+                if (worth_waking(w, left))
+                    notify(pool);
+                else if (left > 0)
+                    keep(w);
+                w->span_t0 = pawl_now_ns();
+                w->span_n = 0;
+                woke = 0;
+            }
             t->fn(t, 0);
             count(&w->executed);
+            if (++w->span_n == COST_SAMPLE)
+                cost_sample(w, pawl_now_ns());
+            if (w->kept_since != 0) {
+                /* Kept work waited long enough: share it after all (see worth_waking). */
+                int64_t size = pawl_deque_size(&w->dq);
+                if (size <= 0) {
+                    w->kept_since = 0;
+                } else if (size >= w->kept_size || pawl_now_ns() - w->kept_since >= PASS_ON_NS) {
+                    w->kept_since = 0;
+                    notify(pool);
+                } else {
+                    w->kept_size = size;
+                }
+            }
             continue;
         }
+        /* Out of work: the span ends here (the search and the park are not task time). */
+        cost_sample(w, pawl_now_ns());
+        w->kept_since = 0;
         park(w);
         woke = 1;
     }
@@ -488,6 +615,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         w->pool = pool;
         w->index = i;
         w->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        w->cost_ns = PASS_ON_NS;
         if (pawl_deque_init(&w->dq, o.deque_capacity ? o.deque_capacity : 256) != 0)
             goto fail;
     }
@@ -602,6 +730,7 @@ void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out)
         out->steals += __atomic_load_n(&w->steals, __ATOMIC_RELAXED);
         out->injected += __atomic_load_n(&w->injected, __ATOMIC_RELAXED);
         out->parks += __atomic_load_n(&w->parks, __ATOMIC_RELAXED);
+        out->kept += __atomic_load_n(&w->kept, __ATOMIC_RELAXED);
     }
     out->wakeups = __atomic_load_n(&pool->wakeups, __ATOMIC_RELAXED);
     out->cancelled = __atomic_load_n(&pool->cancelled, __ATOMIC_RELAXED);

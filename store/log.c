@@ -18,6 +18,7 @@
  * free list; the user callback runs before it is recycled. `inflight` counts submitted ops.
  */
 #include "pawl/log.h"
+#include "pawl/runtime.h"
 
 #include "common.h"
 #include "dsn.h"
@@ -1128,6 +1129,7 @@ int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
     pthread_cond_init(&w.cond, NULL);
     int rc = append_submit(s, events, n, sync_cb, &w, 0);
     if (rc == 0) {
+        pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
         pthread_mutex_lock(&w.mu);
         while (!w.done)
             pthread_cond_wait(&w.cond, &w.mu);

@@ -28,6 +28,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "pawl/runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -1258,6 +1259,7 @@ int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *r
     req->ud = &w;
     int rc = submit(p, conn_index, req);
     if (rc == 0) {
+        pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
         pthread_mutex_lock(&w.mu);
         while (!w.done)
             pthread_cond_wait(&w.cond, &w.mu);

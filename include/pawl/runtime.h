@@ -103,7 +103,9 @@ struct pawl_pool_stats {
     uint64_t steals;    /* tasks taken from another worker's deque */
     uint64_t injected;  /* tasks submitted from outside the pool */
     uint64_t parks;     /* times a worker went to sleep for lack of work */
-    uint64_t wakeups;   /* futex wake-ups issued by submitters */
+    uint64_t wakeups;   /* futex wake-ups issued (by submitters, and by workers passing one on) */
+    uint64_t kept;      /* times a worker kept queued work to itself rather than wake a helper
+                         * for it (too little to be worth a wake-up; see the README) */
     int workers;
 };
 
@@ -112,6 +114,18 @@ void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out);
 
 /* Number of worker threads. */
 int pawl_pool_workers(const struct pawl_pool *pool);
+
+/*
+ * Call from a task before a wait that may take long (I/O, SQL, a lock held elsewhere). A worker
+ * that finds a small burst of short tasks runs them itself rather than wake a parked worker for
+ * them (the wake-up would cost more than the work); should one of them then block, the rest
+ * would wait behind it. This wakes a parked worker if any task is queued, so they do not. pawl's
+ * own blocking calls (pawl_append, the store's synchronous statements) call it; tasks that block
+ * in other ways should. Tasks that block without it are found out by the time they take (the
+ * worker then stops keeping work), but a burst kept before that waits for the slow task.
+ * Cheap when nothing is queued; a no-op outside a pool worker.
+ */
+void pawl_pool_will_block(void);
 
 /* The calling thread's worker index in [0, workers), or -1 outside any pawl pool. */
 int pawl_pool_current_worker(void);

@@ -3,8 +3,9 @@
  * from tasks, stealing (counted; a busy owner's children all taken by thieves in batches, each
  * exactly once, also when a thief's batch is stolen again from it), parking and prompt wake-up, and
  * shutdown with queued work (every task called exactly once, run or cancelled); the same for
- * batched submission, plus its argument checks, and the injection queue's chain push (order and
- * contiguity under contention).
+ * batched submission, plus its argument checks, the injection queue's chain push (order and
+ * contiguity under contention), and the pass-on rule (short bursts are not spread by waking
+ * parked workers; tasks that block get their queued neighbours shared).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -771,6 +772,113 @@ static void test_allocator_hooks(void **state)
     assert_int_equal(n_alloc, n_free);
 }
 
+/*
+ * The pass-on rule (pool.c, worth_waking): a burst of a few short tasks submitted from outside
+ * is run by the worker it wakes, which does not wake a second worker for the rest; tasks that
+ * block, by saying so (pawl_pool_will_block) or by being slow, get their queued neighbours
+ * shared with a parked worker.
+ */
+static uint32_t meet_in;
+static uint32_t meet_ok;
+
+/* Both tasks of a pair must be running at once: each waits (up to 3 s) for the other. */
+static void meet_wait(void)
+{
+    __atomic_fetch_add(&meet_in, 1, __ATOMIC_ACQ_REL);
+    int64_t deadline = rt_now_ms() + 3000;
+    while (__atomic_load_n(&meet_in, __ATOMIC_ACQUIRE) < 2 && rt_now_ms() < deadline)
+        usleep(200);
+    if (__atomic_load_n(&meet_in, __ATOMIC_ACQUIRE) >= 2)
+        __atomic_fetch_add(&meet_ok, 1, __ATOMIC_ACQ_REL);
+}
+
+static void meet_hinted_fn(struct pawl_task *t, int status)
+{
+    pawl_pool_will_block(); /* about to wait: share what is queued */
+    meet_wait();
+    counted_fn(t, status);
+}
+
+static void meet_silent_fn(struct pawl_task *t, int status)
+{
+    meet_wait();
+    counted_fn(t, status);
+}
+
+static void slow_fn(struct pawl_task *t, int status)
+{
+    usleep(20000); /* slow, and it does not say so */
+    counted_fn(t, status);
+}
+
+/* Submit n counted tasks from outside in one batch and wait until they ran. */
+static void burst(struct pawl_pool *p, struct counted *c, int n, uint64_t *runs)
+{
+    struct pawl_task *ts[8];
+    uint64_t want = rt_load(runs) + (uint64_t)n;
+    for (int i = 0; i < n; i++)
+        ts[i] = &c[i].task;
+    assert_int_equal(pawl_pool_submit_batch(p, ts, (size_t)n), 0);
+    assert_true(RT_WAIT_UNTIL(rt_load(runs) >= want, 10000));
+}
+
+static void test_pass_on_rule(void **state)
+{
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct counted c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+
+    /* The workers learn that these tasks are short (they start out eager). */
+    for (int i = 0; i < 60; i++) {
+        usleep(2000); /* the workers park between bursts */
+        burst(p, c, 4, &runs);
+    }
+    struct pawl_pool_stats a, b;
+    pawl_pool_stats(p, &a);
+    const int bursts = 40;
+    for (int i = 0; i < bursts; i++) {
+        usleep(2000);
+        burst(p, c, 4, &runs);
+    }
+    pawl_pool_stats(p, &b);
+    uint64_t wakeups = b.wakeups - a.wakeups, kept = b.kept - a.kept;
+    print_message("%d bursts of 4 short tasks: %llu wake-ups, kept %llu times\n", bursts,
+                  (unsigned long long)wakeups, (unsigned long long)kept);
+    /* One wake-up per burst (the submitter's), where passing on would be two; slack for a
+     * burst preempted past the keeping limit on a busy machine. */
+    assert_true(wakeups <= (uint64_t)bursts * 3 / 2);
+    assert_true(kept >= (uint64_t)bursts / 2);
+
+    /* Two tasks of one burst that wait for each other, saying so: the one that runs first
+     * shares the other before it waits. */
+    c[0].task.fn = meet_hinted_fn;
+    c[1].task.fn = meet_hinted_fn;
+    meet_in = meet_ok = 0;
+    usleep(2000);
+    burst(p, c, 2, &runs);
+    assert_int_equal(__atomic_load_n(&meet_ok, __ATOMIC_ACQUIRE), 2);
+
+    /* Silent waiters behind a slow task: the worker that kept them sees its queue not
+     * shrinking once the slow task is done and wakes a helper, so they still meet. */
+    for (int i = 0; i < 60; i++) { /* short again */
+        c[0].task.fn = c[1].task.fn = counted_fn;
+        usleep(2000);
+        burst(p, c, 4, &runs);
+    }
+    c[0].task.fn = slow_fn;
+    c[1].task.fn = meet_silent_fn;
+    c[2].task.fn = meet_silent_fn;
+    meet_in = meet_ok = 0;
+    usleep(2000);
+    burst(p, c, 3, &runs);
+    assert_int_equal(__atomic_load_n(&meet_ok, __ATOMIC_ACQUIRE), 2);
+    pawl_pool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -788,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_batch_from_inside),
         cmocka_unit_test(test_batch_inside_order),
         cmocka_unit_test(test_batch_shutdown),
+        cmocka_unit_test(test_pass_on_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

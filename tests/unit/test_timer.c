@@ -260,6 +260,9 @@ static void blocker(struct pawl_task *t, int status)
 {
     (void)t;
     (void)status;
+    /* A task that blocks says so, as the pool asks: the other blocker may be queued behind
+     * this one on the same worker (see pawl_pool_will_block). */
+    pawl_pool_will_block();
     atomic_fetch_add(&blockers_in, 1);
     while (!atomic_load(&blockers_go))
         usleep(1000);
