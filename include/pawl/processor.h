@@ -87,7 +87,9 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  * pawl_processor_free (copy nothing; keep it alive). handle() runs on a worker thread, for one
  * segment's events in index order; it returns 0, or a negative code that fails the batch: the
  * batch transaction rolls back, the segment is released and re-claimed after a back-off, and
- * the events from the last stored token on are redelivered.
+ * the events from the last stored token on are redelivered. A handler that blocks in a way of
+ * its own (a network call, a lock) should call pawl_pool_will_block() first, so that other
+ * segments' steps queued on its worker are handed to an idle one (pawl/runtime.h).
  *
  * ckpt == NULL makes an ordinary handler; otherwise the handler is a checkpointing unit (see
  * pawl/checkpoint.h) and the processor's checkpoint mode follows: no unit -> the token is
