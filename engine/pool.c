@@ -46,6 +46,9 @@
 
 #include <pthread.h>
 #include <sched.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,8 +61,50 @@
 /* Work worth waking a parked worker for: about what the wake-up costs before the helper runs
  * (the futex call, the wakee's scheduling, its search), in nanoseconds of tasks. */
 #define PASS_ON_NS 50000
-/* Tasks per sample of a worker's time per task while it stays busy. */
+/* Tasks per sample of a worker's time per task while it stays busy; while it keeps work, it
+ * reads the clock after the first task and then after every KEPT_CLOCK-th (a clock read costs
+ * about as much as a short task: reading it after each one cost a fifth of the time of a burst
+ * of empty tasks). */
 #define COST_SAMPLE 64
+#define KEPT_CLOCK 4
+
+/*
+ * The pass-on rule's clock: the time-stamp counter where there is one (a read costs a third of
+ * the vDSO's clock_gettime here, which cost a tenth of the time of a burst of empty tasks even
+ * when read every fourth task), calibrated once per process against CLOCK_MONOTONIC; elsewhere
+ * CLOCK_MONOTONIC itself. Only durations of tens of microseconds are compared, so a coarse
+ * calibration (200 µs) is plenty; a counter that looks wrong (out of 0.01..100 ticks per ns)
+ * falls back to the monotonic clock. pass_on_ticks is PASS_ON_NS in the clock's ticks; both are
+ * written once under pthread_once, before any pool starts its workers.
+ */
+static int64_t pass_on_ticks = PASS_ON_NS;
+static int use_tsc;
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+
+static void clock_calibrate(void)
+{
+#if defined(__x86_64__)
+    int64_t t0 = pawl_now_ns(), t1;
+    uint64_t c0 = __rdtsc();
+    do
+        t1 = pawl_now_ns();
+    while (t1 - t0 < 200000);
+    double per_ns = (double)(__rdtsc() - c0) / (double)(t1 - t0);
+    if (per_ns > 0.01 && per_ns < 100) {
+        use_tsc = 1;
+        pass_on_ticks = (int64_t)(PASS_ON_NS * per_ns);
+    }
+#endif
+}
+
+static inline int64_t ticks(void)
+{
+#if defined(__x86_64__)
+    if (use_tsc)
+        return (int64_t)__rdtsc();
+#endif
+    return pawl_now_ns();
+}
 
 struct worker {
     struct pawl_deque dq;
@@ -72,11 +117,12 @@ struct worker {
     /* The pass-on rule (see worth_waking), all private to the worker: its estimate of the time
      * one task takes, the span being measured for it, and when it last kept queued work to
      * itself (0: it holds none it chose not to share). */
-    int64_t cost_ns;
+    int64_t cost;
     int64_t span_t0;
     uint32_t span_n;
     int64_t kept_since;
     int64_t kept_size;
+    uint32_t kept_n;
     /* Counters written only by this worker (relaxed atomic stores), read by pawl_pool_stats. */
     uint64_t executed;
     uint64_t steals;
@@ -187,19 +233,19 @@ static inline void count(uint64_t *c)
  * steals them. What keeping risks is waiting: behind a task slower than the estimate, or behind
  * tasks that make more tasks (a count of queued tasks does not show those). So while it holds
  * kept work the worker looks after each task: once its deque is empty the keeping ends; if the
- * deque did not shrink (the tasks are making more) or the kept work has waited PASS_ON_NS, it
- * wakes a helper after all. Only the task running at that moment can delay the rest longer, and
- * tasks that are about to block say so (pawl_pool_will_block), which shares the work at once.
- * The estimate starts at PASS_ON_NS (any work left is worth a helper: the eager rule) and follows
- * measured spans with a weight of 1/4, so it learns within a few bursts; a span is a run of
- * tasks between parks, sampled every COST_SAMPLE tasks while the worker stays busy, so the clock
- * is read twice per span (and after each task only while work is kept). Slow tasks make the
- * estimate large and the rule eager again.
+ * deque did not shrink (the tasks are making more) or the kept work has waited PASS_ON_NS (the
+ * clock is read after the first kept task and every KEPT_CLOCK-th), it wakes a helper after all.
+ * Only the task running at that moment can delay the rest longer, and tasks that are about to block
+ * say so (pawl_pool_will_block), which shares the work at once. The estimate starts at PASS_ON_NS
+ * (any work left is worth a helper: the eager rule) and follows measured spans with a weight of
+ * 1/4, so it learns within a few bursts; a span is a run of tasks between parks, sampled every
+ * COST_SAMPLE tasks while the worker stays busy, so the clock is read twice per span (and every few
+ * tasks while work is kept). Slow tasks make the estimate large and the rule eager again.
  */
 static int worth_waking(const struct worker *w, int64_t left)
 {
     /* At most 1e6 tasks' worth is looked at, so the product cannot overflow. */
-    return left > 0 && PAWL_MIN(left, (int64_t)1000000) * w->cost_ns >= PASS_ON_NS;
+    return left > 0 && PAWL_MIN(left, (int64_t)1000000) * w->cost >= pass_on_ticks;
 }
 
 static void cost_sample(struct worker *w, int64_t now)
@@ -207,8 +253,8 @@ static void cost_sample(struct worker *w, int64_t now)
     if (w->span_n == 0)
         return;
     int64_t per = (now - w->span_t0) / (int64_t)w->span_n;
-    per = PAWL_MIN(PAWL_MAX(per, 1), (int64_t)1000000000);
-    w->cost_ns += (per - w->cost_ns) / 4;
+    per = PAWL_MIN(PAWL_MAX(per, 1), pass_on_ticks * 20000); /* at most about a second */
+    w->cost += (per - w->cost) / 4;
     w->span_n = 0;
     w->span_t0 = now;
 }
@@ -217,7 +263,8 @@ static void cost_sample(struct worker *w, int64_t now)
 static void keep(struct worker *w)
 {
     if (w->kept_since == 0) {
-        w->kept_since = pawl_now_ns();
+        w->kept_since = ticks();
+        w->kept_n = 0;
         count(&w->kept);
     }
     /* What we hold: the deque and the task in hand, which we are about to run. After each
@@ -535,7 +582,7 @@ static void *worker_main(void *arg)
     struct pawl_pool *pool = w->pool;
     tls_worker = w;
     int woke = 0;
-    w->span_t0 = pawl_now_ns();
+    w->span_t0 = ticks();
     for (;;) {
         /* Acquire: pairs with the store in pawl_pool_free; stop is checked between tasks. */
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
@@ -551,20 +598,21 @@ static void *worker_main(void *arg)
                     notify(pool);
                 else if (left > 0)
                     keep(w);
-                w->span_t0 = pawl_now_ns();
+                w->span_t0 = ticks();
                 w->span_n = 0;
                 woke = 0;
             }
             t->fn(t, 0);
             count(&w->executed);
             if (++w->span_n == COST_SAMPLE)
-                cost_sample(w, pawl_now_ns());
+                cost_sample(w, ticks());
             if (w->kept_since != 0) {
                 /* Kept work waited long enough: share it after all (see worth_waking). */
                 int64_t size = pawl_deque_size(&w->dq);
                 if (size <= 0) {
                     w->kept_since = 0;
-                } else if (size >= w->kept_size || pawl_now_ns() - w->kept_since >= PASS_ON_NS) {
+                } else if (size >= w->kept_size || (++w->kept_n % KEPT_CLOCK == 1 &&
+                                                    ticks() - w->kept_since >= pass_on_ticks)) {
                     w->kept_since = 0;
                     notify(pool);
                 } else {
@@ -574,7 +622,7 @@ static void *worker_main(void *arg)
             continue;
         }
         /* Out of work: the span ends here (the search and the park are not task time). */
-        cost_sample(w, pawl_now_ns());
+        cost_sample(w, ticks());
         w->kept_since = 0;
         park(w);
         woke = 1;
@@ -593,6 +641,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
     if (out == NULL || o.workers < 0 || o.workers > MAX_WORKERS || o.deque_capacity < 0)
         return PAWL_EINVAL;
     *out = NULL;
+    pthread_once(&clock_once, clock_calibrate);
     int n = o.workers;
     if (n == 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
@@ -615,7 +664,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         w->pool = pool;
         w->index = i;
         w->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-        w->cost_ns = PASS_ON_NS;
+        w->cost = pass_on_ticks;
         if (pawl_deque_init(&w->dq, o.deque_capacity ? o.deque_capacity : 256) != 0)
             goto fail;
     }
