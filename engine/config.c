@@ -270,7 +270,7 @@ static const struct pawl_flag flags[] = {
      .def = "0",
      .min = 0,
      .max = 256,
-     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online CPU. Fewer threads give lower latency tails; handlers that block on I/O need more",
+     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online CPU. Handlers that block on I/O want more",
      .scope = S_PROC,
      AT(processor.threads)},
     {.name = "timer-backend",
