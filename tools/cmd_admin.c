@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 struct stores {
-    struct pawl_source *src;
+    struct pawl_store *log;
+    struct pawl_source *src; /* over log, borrowed */
     struct pawl_tokens *tok;
 };
 
@@ -25,23 +26,38 @@ static void stores_close(struct stores *s)
 {
     pawl_tokens_free(s->tok);
     pawl_source_free(s->src);
+    pawl_store_free(s->log);
     memset(s, 0, sizeof *s);
 }
 
+/*
+ * Open the log (with the store flags) and the token store. A failure names the server's own
+ * message where there is one; only a connection failure is "cannot reach the database" (exit 3):
+ * a refusal by a reachable server (permissions, a failed statement) is a failed operation
+ * (exit 1), and a missing schema is exit 5 with a hint.
+ */
 static int stores_open(struct pawl_config *cfg, struct stores *s)
 {
     memset(s, 0, sizeof *s);
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
-    int rc = pawl_source_pg_new(&s->src, dsn);
+    char err[512] = "";
+    int rc = pawl_store_new(&s->log, dsn, &cfg->store, err, sizeof err);
     if (rc == 0)
-        rc = pawl_tokens_pg_new(&s->tok, dsn);
+        rc = pawl_source_pg_from_store(&s->src, s->log, dsn);
+    if (rc == 0 && (rc = pawl_tokens_pg_new(&s->tok, dsn)) != 0)
+        snprintf(err, sizeof err, "the token store: %s (the line above has the server's reason)",
+                 pawl_strerror(rc));
     if (rc != 0) {
         tool_err("cannot open the log and token store at %s: %s%s", tool_dsn_printable(dsn),
-                 pawl_strerror(rc), rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+                 err[0] ? err : pawl_strerror(rc),
+                 rc == PAWL_ESCHEMA && !err[0] ? " (run `pawl init` first)" : "");
         stores_close(s);
-        return tool_exit_for(rc) == TOOL_FAILED ? TOOL_NODB : tool_exit_for(rc);
+        return rc == PAWL_ECONN     ? TOOL_NODB
+               : rc == PAWL_EINVAL  ? TOOL_USAGE
+               : rc == PAWL_ESCHEMA ? TOOL_NOTFOUND
+                                    : TOOL_FAILED;
     }
     return TOOL_OK;
 }

@@ -93,8 +93,12 @@ as $proc "DELETE FROM pawl.events" | grep -q 'permission denied'; check "process
 
 # ---- a role in no group ---------------------------------------------------------------------
 export PAWL_DSN="$OWNER user=$other"
-echo '{"stream":"o-1","type":"T"}' | "$PAWL" append >/dev/null 2>&1; rc=$?
-[ $rc -ne 0 ]; check "other: pawl append refused (exit $rc)" $?
+echo '{"stream":"o-1","type":"T"}' | "$PAWL" append >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ]; check "other: pawl append refused (exit $rc, want 1: a refusal, not an unreachable database)" $?
+grep -q '42501\|permission denied' "$tmp/err"; check "other: the append's message says permission denied" $?
+"$PAWL" status pp >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ]; check "other: pawl status refused (exit $rc, want 1)" $?
+grep -q '42501\|permission denied' "$tmp/err"; check "other: the status message says permission denied" $?
 as $other "SELECT pawl.finalize(10)" | grep -q 'permission denied'; check "other: finalize denied" $?
 as $other "SELECT count(*) FROM pawl.tokens" | grep -q 'permission denied'; check "other: tokens unreadable" $?
 [ "$(q 'SELECT count(*) FROM pawl.events')" -eq "$before" ]; check "other: nothing appended" $?
