@@ -311,6 +311,16 @@ static void notify(struct pawl_pool *pool)
     wake_one(pool);
 }
 
+/* The pass-on rule applied by a worker that sees `left` tasks besides the one it is about to run:
+ * wake a helper if they are worth it, else keep them (see worth_waking). */
+static void pass_on(struct worker *w, int64_t left)
+{
+    if (worth_waking(w, left))
+        notify(w->pool);
+    else if (left > 0)
+        keep(w);
+}
+
 /*
  * Queue the pre-linked chain first .. last of n tasks on the injection queue and wake: count,
  * wake, push, in that order. The push is the submitter's last access to the pool, so that
@@ -432,10 +442,7 @@ static struct pawl_task *take_injected(struct worker *w)
     if (got == 0)
         return NULL; /* a producer is still linking what it counted: we retry, awake */
     int64_t left = got - 1 + PAWL_MAX(injected_estimate(pool), 0);
-    if (worth_waking(w, left))
-        notify(pool);
-    else if (left > 0)
-        keep(w);
+    pass_on(w, left);
     return first;
 }
 
@@ -480,13 +487,8 @@ static struct pawl_task *steal_any(struct worker *w)
                  * pushes there, so a deque we could steal from has an owner that is awake.
                  * With two workers there is nobody else, so the fence in notify() would be
                  * wasted. */
-                if (n > 2) {
-                    int64_t left = k - 1 + PAWL_MAX(pawl_deque_size(&v->dq), 0);
-                    if (worth_waking(w, left))
-                        notify(pool);
-                    else if (left > 0)
-                        keep(w);
-                }
+                if (n > 2)
+                    pass_on(w, k - 1 + PAWL_MAX(pawl_deque_size(&v->dq), 0));
                 return got[0];
             }
         }
@@ -506,24 +508,19 @@ static struct pawl_task *find_task(struct worker *w)
     return steal_any(w);
 }
 
-static int has_work(struct pawl_pool *pool)
-{
-    /* Relaxed loads: the caller fenced (seq_cst) after announcing itself as a sleeper. */
-    if (injected_estimate(pool) > 0)
-        return 1;
-    for (int i = 0; i < pool->nworkers; i++)
-        if (pawl_deque_size(&pool->workers[i].dq) > 0)
-            return 1;
-    return 0;
-}
-
-/* How many tasks are queued anywhere (an estimate: relaxed loads, racing with everybody). */
+/* How many tasks are queued anywhere (an estimate: relaxed loads, racing with everybody; a
+ * caller deciding to sleep on it fenced (seq_cst) after announcing itself as a sleeper). */
 static int64_t work_estimate(struct pawl_pool *pool)
 {
     int64_t n = PAWL_MAX(injected_estimate(pool), 0);
     for (int i = 0; i < pool->nworkers; i++)
         n += PAWL_MAX(pawl_deque_size(&pool->workers[i].dq), 0);
     return n;
+}
+
+static int has_work(struct pawl_pool *pool)
+{
+    return work_estimate(pool) > 0;
 }
 
 void pawl_pool_will_block(void)
@@ -593,11 +590,7 @@ static void *worker_main(void *arg)
                 /* Fresh out of park() with work in hand: if more is waiting anywhere, pass
                  * the wake-up on if it is worth it (submitters skipped theirs while ours was
                  * in flight); a new span of busy time starts. */
-                int64_t left = work_estimate(pool);
-                if (worth_waking(w, left))
-                    notify(pool);
-                else if (left > 0)
-                    keep(w);
+                pass_on(w, work_estimate(pool));
                 w->span_t0 = ticks();
                 w->span_n = 0;
                 woke = 0;

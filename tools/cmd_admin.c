@@ -54,11 +54,23 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
                  err[0] ? err : pawl_strerror(rc),
                  rc == PAWL_ESCHEMA && !err[0] ? " (run `pawl init` first)" : "");
         stores_close(s);
-        return rc == PAWL_ECONN     ? TOOL_NODB
-               : rc == PAWL_EINVAL  ? TOOL_USAGE
-               : rc == PAWL_ESCHEMA ? TOOL_NOTFOUND
-                                    : TOOL_FAILED;
+        return tool_exit_for(rc);
     }
+    return TOOL_OK;
+}
+
+/* Gather proc's status (tool_status_collect) with the claim timeout that marks expired claims;
+ * on failure print "what: the reason" and return the exit code. */
+static int status_collect(struct pawl_config *cfg, struct stores *s, const char *proc,
+                          int64_t scan_limit, struct tool_status *st, const char *what)
+{
+    char err[512];
+    int rc = tool_status_collect(s->tok, s->src, proc, scan_limit, st, err, sizeof err);
+    if (rc != 0) {
+        tool_err("%s: %s", what, err);
+        return tool_exit_for(rc);
+    }
+    st->claim_timeout_ms = cfg->processor.claim_timeout_ms;
     return TOOL_OK;
 }
 
@@ -106,14 +118,8 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     for (;;) {
         struct tool_status st;
         char err[512];
-        int rc =
-            tool_status_collect(s.tok, s.src, proc, TOOL_STATUS_SCAN_LIMIT, &st, err, sizeof err);
-        if (rc != 0) {
-            tool_err("status: %s", err);
-            ex = tool_exit_for(rc);
+        if ((ex = status_collect(cfg, &s, proc, TOOL_STATUS_SCAN_LIMIT, &st, "status")) != TOOL_OK)
             break;
-        }
-        st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
         if (live)
             fputs("\033[H\033[2J", stdout); /* home and clear: redraw in place */
         if (cfg->tool.json) {
@@ -168,14 +174,6 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
 static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_status *st,
                              const char *what)
 {
-    struct tool_status live = *st;
-    struct tool_seg_row *rows = calloc(st->n ? st->n : 1, sizeof *rows);
-    if (rows == NULL) {
-        tool_err("%s: out of memory", what);
-        return TOOL_FAILED;
-    }
-    live.rows = rows;
-    live.n = 0;
     for (size_t i = 0; i < st->n; i++) {
         const struct pawl_segment_status *r = &st->rows[i].st;
         if (tool_status_claim_expired(st, r))
@@ -184,12 +182,9 @@ static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_st
                    r->seg.id, r->owner, (double)r->claim_age_ms / 1000,
                    (double)st->claim_timeout_ms / 1000,
                    cfg->tool.execute ? "releasing it" : "would release it");
-        else if (r->owner[0] != '\0')
-            rows[live.n++] = st->rows[i];
     }
     char owners[512];
-    tool_status_owners(&live, owners, sizeof owners);
-    free(rows);
+    tool_status_owners(st, owners, sizeof owners);
     if (owners[0] == '\0')
         return TOOL_OK;
     tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait until "
@@ -233,13 +228,11 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
     if (ex != TOOL_OK)
         return ex;
     struct tool_status st;
-    int rc = tool_status_collect(s.tok, s.src, proc, 0, &st, err, sizeof err);
-    if (rc != 0) {
-        tool_err("reset: %s", err);
+    int rc;
+    if ((ex = status_collect(cfg, &s, proc, 0, &st, "reset")) != TOOL_OK) {
         stores_close(&s);
-        return tool_exit_for(rc);
+        return ex;
     }
-    st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
     /* The token the reset would set (the store computes it again when executing). */
     int64_t target = value;
     if (kind == PAWL_RESET_START)
@@ -309,14 +302,11 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
     if (ex != TOOL_OK)
         return ex;
     struct tool_status st;
-    char err[512];
-    int rc = tool_status_collect(s.tok, s.src, proc, 0, &st, err, sizeof err);
-    if (rc != 0) {
-        tool_err("%s: %s", what, err);
+    int rc;
+    if ((ex = status_collect(cfg, &s, proc, 0, &st, what)) != TOOL_OK) {
         stores_close(&s);
-        return tool_exit_for(rc);
+        return ex;
     }
-    st.claim_timeout_ms = cfg->processor.claim_timeout_ms;
     uint32_t id = (uint32_t)cfg->tool.segment;
     const struct tool_seg_row *row = find_row(&st, id);
     const struct tool_seg_row *sib = NULL;

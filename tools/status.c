@@ -129,7 +129,7 @@ void tool_status_owners(const struct tool_status *st, char *out, size_t outlen)
     out[0] = '\0';
     for (size_t i = 0; i < st->n; i++) {
         const char *o = st->rows[i].st.owner;
-        if (o[0] == '\0')
+        if (o[0] == '\0' || tool_status_claim_expired(st, &st->rows[i].st))
             continue;
         int dup = 0;
         for (size_t j = 0; j < i; j++)
@@ -221,7 +221,8 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
         json_object_set_new(s, "claim_age_ms",
                             r->st.claim_age_ms >= 0 ? json_integer(r->st.claim_age_ms)
                                                     : json_null());
-        json_object_set_new(s, "claim_expired", json_boolean(tool_status_claim_expired(st, &r->st)));
+        json_object_set_new(s, "claim_expired",
+                            json_boolean(tool_status_claim_expired(st, &r->st)));
         json_object_set_new(s, "token", json_integer(r->st.token));
         json_object_set_new(s, "head", json_integer(st->head));
         json_object_set_new(s, "lag_events", json_integer(r->lag_events));

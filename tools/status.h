@@ -51,7 +51,8 @@ int tool_status_claim_expired(const struct tool_status *st, const struct pawl_se
 void tool_status_print_table(FILE *f, const struct tool_status *st);
 int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty);
 
-/* Owners holding a claim on any segment, comma-separated, into out ("" when none). */
+/* Owners holding a live (not expired) claim on any segment, comma-separated, into out ("" when
+ * none). */
 void tool_status_owners(const struct tool_status *st, char *out, size_t outlen);
 
 /*
