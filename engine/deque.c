@@ -8,17 +8,26 @@
  * store to bottom rather than a release fence and a relaxed store.
  *
  * Why each ordering is needed is written next to it. The key races:
- *   - owner pop vs thief steal of the last item: both read the other's index after a seq_cst
- *     fence (a store-buffer/Dekker pattern), so at most one of them sees the item as available
- *     without CAS; when top == bottom - 1 both go through the CAS on top, and one wins.
- *   - thief vs thief: the CAS on top decides.
- *   - batch steal (pawl_deque_steal_batch): a thief takes several tasks, but each through its own
- *     CAS on top, with bottom re-read (seq_cst) between them, so each one is taken exactly as a
- *     single steal takes it and the owner's pop needs no change. (Moving top by several in one
- *     CAS would not be safe: the owner pops without CAS whenever top < bottom, and could take
- *     a task inside the range the thief claims.) What the batch saves is the rest: one victim
- *     search, and the tasks go into the thief's own deque, where it pops them without touching
- *     the victim's lines while the victim pops its own.
+ *   - owner pop vs thieves. A thief reads top (t), then bottom (b), both seq_cst, and takes
+ *     t .. t+k-1 with one seq_cst CAS of top from t to t+k, where k <= PAWL_DEQUE_CHUNK (C) and
+ *     k <= b - t. The owner pops slot b' without CAS only after storing bottom = b' and then
+ *     reading top = t' (both seq_cst) with b' - t' >= C; otherwise it gives the claim back and
+ *     takes the oldest task through top by CAS, as a thief would (and when it believes C or fewer
+ *     are queued it goes that way at once). Why a thief's successful CAS never covers a slot b'
+ *     the owner took without CAS: top equals t from the thief's read until its CAS. If the
+ *     owner's read of top comes after the thief's CAS, t' >= t + k, so b' >= t' + C > t + k. If it
+ *     comes between the thief's read of top and its CAS, t' = t and b' >= t + C >= t + k. If it
+ *     comes before the thief's read of top, then in the seq_cst total order the owner's store of
+ *     b' precedes the thief's read of bottom, which therefore sees b' (then t + k <= b') or a
+ *     later bottom; a later bottom above b' means the owner pushed at b' again, and the slot the
+ *     thief then reads (after that acquire) holds the new task, not the one the owner took.
+ *     The paper's algorithm is the case C = 1. Moving top by more than C in one CAS would not be
+ *     safe: the owner could take a slot inside the thief's range without noticing.
+ *   - owner through top vs thieves, and thief vs thief: the CAS on top decides.
+ *   - batch steal (pawl_deque_steal_batch): up to half of what the thief saw, in chunks of C per
+ *     CAS, bottom re-read (seq_cst) between chunks. The chunk is what makes a fan-out cheap to
+ *     split: a thief used to pay one CAS (and one transfer of top's cache line to the owner's
+ *     next pop) per task.
  *   - growth: the owner copies live slots into a new ring and publishes it with release; a thief
  *     that read the old ring still reads correct values there (the owner never overwrites slots
  *     in [top, bottom) of the old ring once it has switched) and the old ring is not freed.
@@ -138,6 +147,29 @@ int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
     return 0;
 }
 
+/*
+ * The small-deque path of pop, and the tail of the large one when thieves came close: take the
+ * oldest task the way a thief does, through a CAS on top, without touching bottom. t is a value
+ * of top read by the owner (a hint: the CAS validates it). Loops while thieves keep winning.
+ */
+static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r, int64_t b,
+                                 int64_t t)
+{
+    while (t < b) {
+        /* Relaxed: the owner wrote this slot itself; the CAS below says whether it is ours. */
+        struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
+        /* Seq_cst CAS, as a thief's: against thieves' CAS on top the first one wins; on
+         * failure t is the new top (acquire: a valid top_seen, see make_room). */
+        if (__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE)) {
+            d->top_seen = t + 1;
+            return x;
+        }
+    }
+    d->top_seen = t;
+    return NULL;
+}
+
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
 {
     /* Relaxed: owner-only field. */
@@ -145,84 +177,75 @@ struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
     /* Empty for sure: top >= top_seen >= b, and only we add tasks. No claim, no fence. */
     if (b <= d->top_seen)
         return NULL;
-    b--;
     struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    /* Few tasks (as far as we know; top only grows): take the oldest through top. Acquire:
+     * a valid top_seen if the CAS fails on the first try and we return (see pop_top). */
+    if (b - d->top_seen <= PAWL_DEQUE_CHUNK)
+        return pop_top(d, r, b, __atomic_load_n(&d->top, __ATOMIC_ACQUIRE));
+    b--;
     /* Seq_cst store then seq_cst load of top: our claim on slot b and a thief's reading of
-     * bottom must fall in one total order with its read of top, or both could take the last
-     * task (the paper's fence). Also a release, so a thief acquiring this value synchronises
-     * with the pushes before it. */
+     * bottom must fall in one total order with its read of top (the paper's fence): either the
+     * thief sees our claim and leaves slot b alone, or we see its top. Also a release, so a
+     * thief acquiring this value synchronises with the pushes before it. */
     __atomic_store_n(&d->bottom, b, __ATOMIC_SEQ_CST);
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
     d->top_seen = t; /* a seq_cst load is an acquire: a valid bound (see make_room) */
-    if (t > b) {
-        /* Empty: restore bottom. Release for the same reason as above. */
-        __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
-        return NULL;
+    if (PAWL_LIKELY(b - t >= PAWL_DEQUE_CHUNK)) {
+        /* At least a chunk lies between top and slot b, and a thief moves top by at most a
+         * chunk per CAS, within what it saw: slot b is ours (the proof is in the file's
+         * comment). Relaxed: the owner wrote this slot itself. */
+        return __atomic_load_n(&r->slot[b & r->mask], __ATOMIC_RELAXED);
     }
-    /* Relaxed: the owner wrote this slot itself. */
-    struct pawl_task *x = __atomic_load_n(&r->slot[b & r->mask], __ATOMIC_RELAXED);
-    if (t == b) {
-        /* The last task: race the thieves for it through top. Seq_cst CAS, per the paper. */
-        if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
-                                         __ATOMIC_RELAXED))
-            x = NULL;
-        /* The deque is empty either way; bottom returns to top (release: as above). */
-        __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
-    }
-    return x;
+    /* Thieves came close: give the claim back (release, as above) and take the oldest task
+     * through top instead. */
+    __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
+    return pop_top(d, r, b + 1, t);
 }
 
 struct pawl_task *pawl_deque_steal(struct pawl_deque *d)
 {
-    /* Seq_cst loads of top then bottom: pair with pop's seq_cst store of bottom and load of
-     * top (see there). The bottom load also acquires push's release: slot and task are
-     * visible. */
-    int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
-    if (t >= b)
-        return NULL;
-    /* Acquire: pairs with the release publication of a grown ring. */
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_ACQUIRE);
-    /* Relaxed: the slot is published by bottom; the CAS below validates that it was still ours. */
-    struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
-    /* Seq_cst CAS: take index t; fails if the owner or another thief got there first. */
-    if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        return PAWL_DEQUE_ABORT;
-    return x;
+    struct pawl_task *x;
+    int64_t k = pawl_deque_steal_batch(d, &x, 1);
+    return k > 0 ? x : k < 0 ? PAWL_DEQUE_ABORT : NULL;
 }
 
 int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max)
 {
-    /* Seq_cst loads of top then bottom: as in pawl_deque_steal. */
+    /* Seq_cst loads of top then bottom: pair with pop's seq_cst store of bottom and load of top
+     * (see there). The bottom load also acquires push's release: slots and tasks are visible. */
     int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
     int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
     if (t >= b)
         return 0;
-    /* Half of what we saw, rounded up: the owner keeps the rest, which it pops without CAS. */
+    /* Half of what we saw, rounded up: the owner keeps the rest. */
     int64_t want = PAWL_MIN(max, (b - t + 1) / 2);
     int64_t n = 0;
     for (;;) {
+        /* One chunk: at most PAWL_DEQUE_CHUNK, and only tasks below the bottom we just read. */
+        int64_t k = PAWL_MIN(PAWL_MIN(want - n, PAWL_DEQUE_CHUNK), b - t);
+        if (k <= 0)
+            return n;
         /* Acquire: pairs with the release publication of a grown ring (re-read each time: the
          * bottom we just read may cover slots pushed into a newer ring). */
         struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_ACQUIRE);
-        /* Relaxed: published by bottom; the CAS below validates that it was still ours. */
-        struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
-        /* Seq_cst CAS: take index t, exactly as pawl_deque_steal does. A loss after the first
-         * task ends the batch; a loss on the first reports the race. */
-        if (!__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
+        for (int64_t i = 0; i < k; i++) {
+            /* Relaxed: published by bottom; the CAS below validates that they were still
+             * queued (the owner overwrites a slot only after top has passed it). */
+            out[n + i] = __atomic_load_n(&r->slot[(t + i) & r->mask], __ATOMIC_RELAXED);
+        }
+        /* Seq_cst CAS: take indexes t .. t+k-1; fails if the owner or another thief moved top
+         * first. A loss after the first chunk ends the batch; a loss on the first reports the
+         * race. */
+        if (!__atomic_compare_exchange_n(&d->top, &t, t + k, false, __ATOMIC_SEQ_CST,
                                          __ATOMIC_RELAXED))
             return n > 0 ? n : -1;
-        out[n++] = x;
-        t++;
+        n += k;
+        t += k;
         if (n == want)
             return n;
         /* Seq_cst load of bottom after our seq_cst CAS of top: the same pair as the loads at
-         * the top of this function (the CAS reads top), so the owner's pop of the task at t,
-         * which stores bottom before reading top, is seen here or sees our CAS and races us
-         * through its own CAS. */
+         * the top of this function (the CAS reads top). */
         b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
-        if (t >= b)
-            return n;
     }
 }
 

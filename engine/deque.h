@@ -4,6 +4,11 @@
  * Models", PPoPP 2013), on __atomic builtins.
  *
  * The owner pushes and pops at the bottom (LIFO); any number of thieves steal at the top (FIFO).
+ * Two departures from the paper, both so that a thief moves top by several tasks in one CAS:
+ * a thief takes at most PAWL_DEQUE_CHUNK tasks per CAS, and the owner pops at the bottom
+ * without a CAS only while at least that many lie between top and the slot it takes; with
+ * fewer queued it takes the oldest through top, as a thief does (so the last PAWL_DEQUE_CHUNK
+ * tasks of a deque run oldest first). deque.c has the proof.
  * The ring grows by doubling when full; a replaced ring is kept on a retired list until
  * pawl_deque_fini because a thief may still be reading it (no epoch reclamation needed: at most
  * log2(max/initial) rings are ever retired). If growing fails, push returns PAWL_ENOMEM and the
@@ -37,6 +42,11 @@ struct pawl_deque {
     char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(void *)];
 };
 
+/* Tasks a thief takes per CAS on top, and the depth below which the owner pops through top. */
+#ifndef PAWL_DEQUE_CHUNK
+#define PAWL_DEQUE_CHUNK 8
+#endif
+
 #define PAWL_DEQUE_ABORT ((struct pawl_task *)1) /* steal lost a race; retry or move on */
 
 /* capacity is rounded up to a power of two (minimum 2). 0 or PAWL_ENOMEM. */
@@ -53,7 +63,8 @@ int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);
  */
 int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
 
-/* Owner only. The most recently pushed task, or NULL when empty. */
+/* Owner only. The most recently pushed task while more than PAWL_DEQUE_CHUNK are queued, else
+ * the oldest; NULL when empty. */
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d);
 
 /* Any thread. The oldest task, NULL when empty, or PAWL_DEQUE_ABORT after losing a race. */
@@ -62,8 +73,7 @@ struct pawl_task *pawl_deque_steal(struct pawl_deque *d);
 /*
  * Any thread. Take up to max (>= 1) of the oldest tasks, and at most half of those queued
  * (rounded up), into out[0..] oldest first. The number taken; 0 when empty; -1 when it lost the
- * race for the first one (retry or move on). Each task is taken exactly as pawl_deque_steal
- * takes one, so batches mix freely with single steals and the owner's pops.
+ * race for the first one (retry or move on). One CAS on top per PAWL_DEQUE_CHUNK tasks.
  */
 int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max);
 

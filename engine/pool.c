@@ -2,8 +2,9 @@
  * pool.c — the work-stealing pool.
  *
  * Each worker owns a Chase–Lev deque (deque.c): tasks a worker submits go to the bottom of its
- * own deque and it pops them LIFO (cache-warm); idle workers steal FIFO from the top of another
- * worker's deque, starting at a random victim, and take up to half of it (at most STEAL_BATCH):
+ * own deque and it pops them LIFO (cache-warm) while its deque is deep, oldest first for the last
+ * few; idle workers steal FIFO from the top of another worker's deque, starting at a random
+ * victim, and take up to half of it (at most STEAL_BATCH, one CAS per PAWL_DEQUE_CHUNK tasks):
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
  * submit through one lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer

@@ -123,12 +123,82 @@ static void test_batch_steal_rounds(void **state)
     round_(n, 3, 1000000000, 64, 32);
 }
 
+/*
+ * The owner's pop against chunked steals: rounds in which the owner pushes a few chunks' worth
+ * and pops everything back while thieves steal in batches, so the owner's pops keep crossing the
+ * depth (PAWL_DEQUE_CHUNK) below which it must go through top. A pop that took a slot without
+ * CAS inside a thief's chunk would show as an item taken twice (and another never).
+ */
+struct drain {
+    struct pawl_deque d;
+    struct pawl_task *items;
+    uint8_t *taken;
+    uint64_t done;
+};
+
+static void *drain_thief(void *arg)
+{
+    struct drain *r = arg;
+    struct pawl_task *out[64];
+    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
+        int64_t k = pawl_deque_steal_batch(&r->d, out, 64);
+        for (int64_t i = 0; i < k; i++)
+            __atomic_fetch_add(&r->taken[out[i] - r->items], 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void test_pop_across_chunks(void **state)
+{
+    enum { PER = 3 * PAWL_DEQUE_CHUNK };
+    long rounds = PAWL_TEST_SCALE(200000), n = rounds * PER;
+    struct drain r = {0};
+    r.items = calloc((size_t)n, sizeof(*r.items));
+    r.taken = calloc((size_t)n, 1);
+    assert_non_null(r.items);
+    assert_non_null(r.taken);
+    assert_int_equal(pawl_deque_init(&r.d, 2 * PER), 0);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, drain_thief, &r);
+    long popped = 0;
+    for (long round = 0; round < rounds; round++) {
+        struct pawl_task *run[PER];
+        for (int j = 0; j < PER; j++) {
+            r.items[round * PER + j].fn = nop;
+            run[j] = &r.items[round * PER + j];
+        }
+        assert_int_equal(pawl_deque_push_n(&r.d, run, PER), 0);
+        struct pawl_task *t;
+        while ((t = pawl_deque_pop(&r.d)) != NULL) {
+            __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
+            popped++;
+        }
+    }
+    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    long twice = 0, never = 0;
+    for (long i = 0; i < n; i++) {
+        twice += r.taken[i] > 1;
+        never += r.taken[i] == 0;
+    }
+    print_message("pop across chunks: %ld rounds of %d, %ld popped by the owner, %ld stolen\n",
+                  rounds, PER, popped, n - popped);
+    if (twice || never)
+        fail_msg("%ld items taken twice, %ld never", twice, never);
+    pawl_deque_fini(&r.d);
+    free(r.items);
+    free(r.taken);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_batch_rounds),
         cmocka_unit_test(test_batch_steal_rounds),
+        cmocka_unit_test(test_pop_across_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,10 @@ static void test_single_thread(void **state)
     assert_ptr_equal(pawl_deque_pop(&d), &t[99]);  /* owner: LIFO */
     assert_ptr_equal(pawl_deque_steal(&d), &t[0]); /* thief: FIFO */
     assert_ptr_equal(pawl_deque_steal(&d), &t[1]);
-    for (int i = 98; i >= 2; i--)
+    /* LIFO while more than a chunk lies between top and the slot popped; then oldest first. */
+    for (int i = 98; i >= 2 + PAWL_DEQUE_CHUNK; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    for (int i = 2; i < 2 + PAWL_DEQUE_CHUNK; i++)
         assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
     assert_null(pawl_deque_pop(&d));
     assert_null(pawl_deque_steal(&d));
@@ -66,7 +69,9 @@ static void test_push_n(void **state)
     assert_ptr_equal(pawl_deque_pop(&d), &t[199]); /* owner: last first */
     assert_int_equal(pawl_deque_push(&d, &t[200]), 0);
     assert_ptr_equal(pawl_deque_pop(&d), &t[200]);
-    for (int i = 198; i >= 1; i--)
+    for (int i = 198; i >= 1 + PAWL_DEQUE_CHUNK; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    for (int i = 1; i < 1 + PAWL_DEQUE_CHUNK; i++) /* the last chunk: oldest first */
         assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
     assert_null(pawl_deque_pop(&d));
     assert_null(pawl_deque_steal(&d));
@@ -75,7 +80,9 @@ static void test_push_n(void **state)
         assert_int_equal(pawl_deque_push_n(&d, p + 200, 100), 0);
         for (int i = 0; i < 50; i++)
             assert_ptr_equal(pawl_deque_steal(&d), &t[200 + i]);
-        for (int i = 99; i >= 50; i--)
+        for (int i = 99; i >= 50 + PAWL_DEQUE_CHUNK; i--)
+            assert_ptr_equal(pawl_deque_pop(&d), &t[200 + i]);
+        for (int i = 50; i < 50 + PAWL_DEQUE_CHUNK; i++)
             assert_ptr_equal(pawl_deque_pop(&d), &t[200 + i]);
         assert_null(pawl_deque_pop(&d));
     }
@@ -103,7 +110,9 @@ static void test_steal_batch(void **state)
     assert_ptr_equal(pawl_deque_pop(&d), &t[99]);              /* the owner still pops its newest */
     assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 23); /* half of 45, rounded up */
     assert_ptr_equal(out[0], &t[54]);
-    for (int i = 98; i >= 77; i--)
+    for (int i = 98; i >= 77 + PAWL_DEQUE_CHUNK; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    for (int i = 77; i < 77 + PAWL_DEQUE_CHUNK; i++) /* the last chunk: oldest first */
         assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
     assert_int_equal(pawl_deque_steal_batch(&d, out, 64), 0);
     assert_int_equal(pawl_deque_push(&d, &t[0]), 0);
@@ -149,7 +158,9 @@ static void test_push_n_enomem(void **state)
     assert_int_equal(pawl_deque_size(&d), 5);
     assert_int_equal(pawl_deque_push_n(&d, p + 5, 3), 0); /* exactly full */
     assert_int_equal(pawl_deque_push(&d, &t[8]), PAWL_ENOMEM);
-    for (int i = 7; i >= 0; i--)
+    for (int i = 7; i >= PAWL_DEQUE_CHUNK; i--)
+        assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
+    for (int i = 0; i < 8 && i < PAWL_DEQUE_CHUNK; i++) /* within a chunk: oldest first */
         assert_ptr_equal(pawl_deque_pop(&d), &t[i]);
     assert_null(pawl_deque_pop(&d));
     refuse_alloc = 0;
