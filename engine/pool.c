@@ -7,22 +7,26 @@
  * victim, and take up to half of it (at most STEAL_BATCH, one CAS per PAWL_DEQUE_CHUNK tasks):
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
- * submit through one lock-free MPSC injection queue (mpsc.c): producers never wait; the consumer
- * role is taken by one worker at a time with a try-lock, and a worker that gets it moves a small
- * batch into its own deque (one publication for the batch) so that others can steal from there.
+ * submit through the injection ring (an array of task pointers, one CAS per submission or batch;
+ * see ring_push), or, when it is full, a lock-free MPSC list (mpsc.c): producers never wait; the
+ * consumer role over both is taken by one worker at a time with a try-lock, and a worker that gets
+ * it moves a small batch into its own deque (one publication for the batch) so that others can
+ * steal from there.
  * Every 61st task a worker looks at the injection queue first, so outside work is not starved by
  * a worker feeding itself.
  *
  * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
- * written into the deque and published with one store of bottom; from outside, they are linked
- * into a chain that enters the injection queue with one exchange and is counted with one add.
- * Either way one notify() follows.
+ * written into the deque and published with one store of bottom; from outside, they
+ * reserve their slots in the injection ring with one CAS (or, when it is full, are linked into a
+ * chain that enters the list with one exchange and is counted with one add). Either way one
+ * wake-up check follows.
  *
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
- * (An outside submitter's publication is the seq_cst add to inject_in, a read-modify-write that
- * orders it before the seq_cst load of sleepers by itself: no fence on that path.)
+ * (An outside submitter's publication is the seq_cst CAS of ring_tail or add to inject_in, a
+ * read-modify-write that orders it before the seq_cst load of sleepers by itself: no fence on
+ * that path.)
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
  * epoch (the wait then returns at once or is woken), or the worker's re-check sees the task. No
  * wake-up is lost. Only one wake-up is in flight at a time (`waking`, see notify()): a burst of
@@ -32,8 +36,8 @@
  *
  * Shutdown (pawl_pool_free): set stop, wake everybody, join; workers finish the task they are
  * running and leave the rest. Then the freeing thread cancels what is queued (deques, injection
- * queue) until nothing is left — a cancelled task may submit more, which lands in the injection
- * queue and is cancelled in a later round.
+ * ring and list) until nothing is left — a cancelled task may submit more, which lands in the
+ * injection queue and is cancelled in a later round.
  *
  * Threads: pawl_pool_submit and pawl_pool_submit_batch from anywhere; pawl_pool_free from a thread
  * outside the pool.
@@ -56,6 +60,11 @@
 
 #define MAX_WORKERS 1024
 #define INJECT_BATCH 32
+#ifndef PAWL_POOL_RING
+#define PAWL_POOL_RING 16384 /* slots of the injection ring (a power of two; -D for tests) */
+#endif
+#define RING_SIZE PAWL_POOL_RING
+#define LIST_TURN 4 /* the consumer looks at the list first on every LIST_TURN-th take */
 #define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
 #define YIELD_ROUNDS 8
@@ -139,14 +148,20 @@ struct worker {
  * workers), which nothing writes after start. The tasks queued on the injection queue are at
  * most inject_in - inject_out: counted in before the push, out after the pop. Two counters rather
  * than one that both sides write: a submission then leaves the line the consumer writes alone.
+ * The ring's tail (reserved by submitters) and head (taken by the consumer) are the same pair for
+ * the ring, on the same two lines' pattern.
  */
 struct pawl_pool {
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
     int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
     int64_t inject_out;   /* tasks ever taken out (after the pop); by the consumer role only */
-    uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject */
-    char pad1[PAWL_CACHELINE - sizeof(int64_t) - sizeof(uint32_t)];
+    int64_t ring_head;    /* next ring slot to take; by the consumer role only */
+    uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject and the ring */
+    uint32_t list_turn;   /* consumer role only: takes since the list last went first */
+    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(uint32_t)];
+    int64_t ring_tail; /* next ring slot to reserve; advanced by submitters' CAS */
+    char pad3[PAWL_CACHELINE - sizeof(int64_t)];
     uint32_t epoch;   /* futex word of the eventcount */
     int32_t sleepers; /* workers between "announce" and "wake" in park() */
     uint32_t waking;  /* 1 while a wake-up is on its way (at most one at a time) */
@@ -154,6 +169,9 @@ struct pawl_pool {
     uint64_t wakeups; /* futex wake-ups issued (statistics; written only when waking) */
     char pad2[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
+    uint64_t id;             /* unique in the process, never 0 (see ring_seen) */
+    struct pawl_task **ring; /* RING_SIZE slots, NULL when free (see ring_push) */
+    void *ring_raw;          /* what to free for ring */
     struct worker *workers;
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
     void *raw;          /* what to free for the pool itself */
@@ -180,10 +198,13 @@ static void *calloc_lines(size_t size, void **raw)
  */
 static inline int64_t injected_estimate(struct pawl_pool *pool)
 {
-    /* Acquire: orders the load of inject_in after this one (see above). */
+    /* Acquire: orders the loads of inject_in and ring_tail after these (see above; the ring's
+     * head and tail are the same pair of counters). */
     int64_t out = __atomic_load_n(&pool->inject_out, __ATOMIC_ACQUIRE);
+    int64_t head = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
     /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
-    return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out;
+    return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out +
+           __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED) - head;
 }
 
 static _Thread_local struct worker *tls_worker;
@@ -357,6 +378,104 @@ static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
     inject_chain(pool, t, t, 1);
 }
 
+/*
+ * The injection ring: RING_SIZE task pointers, reserved by submitters with one CAS on ring_tail
+ * and taken in order by the consumer role (ring_head). It carries outside submissions while it
+ * has room; the linked queue above takes what does not fit. Against the linked queue it saves a
+ * submission one locked operation (the CAS is both the count and the reservation) and the
+ * consumer a dependent cache miss per task: it reads pointers from consecutive slots (eight per
+ * line) instead of following a link stored in each task, and a batch written by a submitter
+ * touches the ring's lines, not every task's. The slot protocol:
+ *   - a slot is NULL while free. A submitter reserves slots [t, t + n) only if t + n - head <=
+ *     RING_SIZE for a head it read with acquire: the consumer cleared (stored NULL into) every
+ *     slot below head before publishing head (release), so the reserved slots are free and no
+ *     one else writes them. head only grows, so an old head only makes the check stricter.
+ *   - the submitter then wakes (the CAS, a seq_cst read-modify-write, is the publication that
+ *     parking workers look for, as the add to inject_in is for the list) and stores the
+ *     pointers (release), its last access to the pool: pawl_pool_free frees only after taking
+ *     every reserved slot, which it can only do once the pointer is there.
+ *   - the consumer reads a slot with acquire (the task's fields are visible), clears it, and
+ *     publishes its new head with release. A reserved slot still NULL (its submitter is between
+ *     the CAS and the store) stops the consumer there; the count still says work is queued, so
+ *     no worker parks on it.
+ * Order: the ring and the list are each FIFO; between them a task may overtake another, which
+ * the pool never promised. The consumer looks at the list first every LIST_TURN-th time, so a
+ * busy ring cannot starve it.
+ */
+/* A head of the pool with that id this thread read (acquire): a lower bound of its head, which
+ * spares a submission the read of the consumer's line while the ring has room. By id, not
+ * address: a new pool may be allocated where a freed one was. */
+static _Thread_local struct {
+    uint64_t id;
+    int64_t head;
+} ring_seen;
+static uint64_t pool_ids; /* the last id given to a pool */
+
+static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
+{
+    /* Relaxed: a first guess; the CAS validates it. */
+    int64_t t = __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED);
+    for (;;) {
+        int64_t h = ring_seen.id == pool->id ? ring_seen.head : INT64_MIN / 2;
+        if (t + n - h > RING_SIZE) {
+            /* Acquire: the consumer's clearing of the slots below head (see above). */
+            h = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
+            ring_seen.id = pool->id;
+            ring_seen.head = h;
+            if (t + n - h > RING_SIZE)
+                return false;
+        }
+        /* Seq_cst: the publication, ordered before wake_one()'s load of sleepers. On failure t
+         * is the current tail; the room is checked again. */
+        if (__atomic_compare_exchange_n(&pool->ring_tail, &t, t + n, true, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    wake_one(pool);
+    for (int64_t i = 0; i < n; i++) {
+        /* Release: the consumer that reads the pointer (acquire) sees the task's fields. */
+        __atomic_store_n(&pool->ring[(t + i) & (RING_SIZE - 1)], ts[i], __ATOMIC_RELEASE);
+    }
+    return true;
+}
+
+/* Consumer role only: take up to want tasks from the ring, oldest first. */
+static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
+{
+    /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
+    int64_t h = __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED);
+    /* Acquire: a hint of how far to look; the slots themselves say what is there. */
+    int64_t avail = __atomic_load_n(&pool->ring_tail, __ATOMIC_ACQUIRE) - h;
+    int64_t got = 0;
+    while (got < want && got < avail) {
+        struct pawl_task **slot = &pool->ring[(h + got) & (RING_SIZE - 1)];
+        /* Acquire: pairs with the submitter's release store of the pointer. */
+        struct pawl_task *x = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+        if (x == NULL)
+            break; /* reserved, not written yet */
+        /* Relaxed: published to the next submitter by the release store of head below. */
+        __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);
+        out[got++] = x;
+    }
+    /* Release: submitters that read the new head (acquire) see the slots cleared. */
+    if (got > 0)
+        __atomic_store_n(&pool->ring_head, h + got, __ATOMIC_RELEASE);
+    return got;
+}
+
+/* Queue tasks from outside the pool (or a deque that cannot take them): the ring if they fit,
+ * else one chain on the list. */
+static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
+{
+    if (ring_push(pool, ts, n))
+        return;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        /* Relaxed: the chain is published by pawl_mpsc_push_chain's release operations. */
+        __atomic_store_n(&ts[i]->_next, (void *)&ts[i + 1]->_next, __ATOMIC_RELAXED);
+    }
+    inject_chain(pool, ts[0], ts[n - 1], n);
+}
+
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
 {
     if (PAWL_UNLIKELY(pool == NULL || t == NULL || t->fn == NULL))
@@ -366,7 +485,7 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
         notify(pool);
         return 0;
     }
-    inject_push(pool, t);
+    inject_tasks(pool, &t, 1);
     return 0;
 }
 
@@ -385,17 +504,13 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
         notify(pool);
         return 0;
     }
-    for (size_t i = 0; i + 1 < n; i++) {
-        /* Relaxed: the chain is published by pawl_mpsc_push_chain's release operations. */
-        __atomic_store_n(&tasks[i]->_next, (void *)&tasks[i + 1]->_next, __ATOMIC_RELAXED);
-    }
-    inject_chain(pool, tasks[0], tasks[n - 1], (int64_t)n);
+    inject_tasks(pool, tasks, (int64_t)n);
     return 0;
 }
 
 int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t)
 {
-    inject_push(pool, t);
+    inject_tasks(pool, &t, 1);
     return 0;
 }
 
@@ -415,24 +530,41 @@ static struct pawl_task *take_injected(struct worker *w)
     int64_t n = injected_estimate(pool);
     /* Our share if the rest is worth a helper, else as much as we may take (the pass-on rule). */
     int64_t want = PAWL_MIN(INJECT_BATCH, worth_waking(w, n - 1) ? n / pool->nworkers + 1 : n);
-    int64_t got = 0;
-    while (got < want) {
-        void **link = pawl_mpsc_pop(&pool->inject);
-        if (link == NULL || link == PAWL_MPSC_BUSY)
-            break;
-        batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
+    /* The ring first, then the list; the list first every LIST_TURN-th time (see ring_push). */
+    int list_first = ++pool->list_turn % LIST_TURN == 0;
+    int64_t got = 0, from_list = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == list_first) {
+            got += ring_take(pool, batch + got, want - got);
+            continue;
+        }
+        while (got < want) {
+            void **link = pawl_mpsc_pop(&pool->inject);
+            if (link == NULL || link == PAWL_MPSC_BUSY)
+                break;
+            batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
+            from_list++;
+        }
     }
     /* All but the first go into our deque with one publication (others may steal them). */
     if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
-        /* Our deque is full and cannot grow: leave them in the shared queue (still counted). */
+        /* Our deque is full and cannot grow: back onto the list, counted in there (what came
+         * off the list is simply not counted out). */
+        int64_t first_from_list = list_first ? from_list > 0 : from_list == got;
+        /* Relaxed: counted in before the push, as submitters do; we hold the consumer role and
+         * stay awake to take them again. */
+        __atomic_fetch_add(&pool->inject_in, (got - 1) - (from_list - first_from_list),
+                           __ATOMIC_RELAXED);
         for (int64_t i = 1; i < got; i++)
             pawl_mpsc_push(&pool->inject, &batch[i]->_next);
+        from_list = first_from_list;
         got = 1;
     }
     struct pawl_task *first = got > 0 ? batch[0] : NULL;
     /* Relaxed load (we are its only writer) and release store: a reader that sees the new count
      * also sees our pops (it reads inject_out with acquire). */
-    __atomic_store_n(&pool->inject_out, __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) + got,
+    __atomic_store_n(&pool->inject_out,
+                     __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) + from_list,
                      __ATOMIC_RELEASE);
     /* Release: hand the consumer-side state to the next holder. */
     __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
@@ -649,7 +781,12 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         goto fail;
     pool->raw = raw;
     pawl_mpsc_init(&pool->inject);
+    pool->ring = calloc_lines(RING_SIZE * sizeof(struct pawl_task *), &pool->ring_raw);
+    if (pool->ring == NULL)
+        goto fail;
     pool->nworkers = n;
+    /* Relaxed: only uniqueness matters. */
+    pool->id = __atomic_add_fetch(&pool_ids, 1, __ATOMIC_RELAXED);
     pool->workers = calloc_lines((size_t)n * sizeof(struct worker), &pool->workers_raw);
     if (pool->workers == NULL)
         goto fail;
@@ -691,6 +828,7 @@ fail:
             }
             pawl_free(pool->workers_raw);
         }
+        pawl_free(pool->ring_raw);
         pawl_free(pool->raw);
     }
     PAWL_ERROR("pool", "cannot start a pool of %d workers: %s", n, pawl_strerror(rc));
@@ -745,10 +883,18 @@ void pawl_pool_free(struct pawl_pool *pool)
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
             more = 1;
         }
-        /* A foreign submitter that counted its tasks in may still be waking or pushing: wait
-         * for its tasks (cancelled on the next pass). Seq_cst: the latest count we can read. */
-        if (!more && __atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
-                         __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED)) {
+        struct pawl_task *t;
+        while (ring_take(pool, &t, 1) == 1) {
+            cancel(pool, t);
+            more = 1;
+        }
+        /* A foreign submitter that counted its tasks in (or reserved ring slots) may still be
+         * waking or pushing: wait for its tasks (cancelled on the next pass). Seq_cst: the
+         * latest counts we can read. */
+        if (!more && (__atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
+                          __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) ||
+                      __atomic_load_n(&pool->ring_tail, __ATOMIC_SEQ_CST) !=
+                          __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED))) {
             sched_yield();
             more = 1;
         }
@@ -759,6 +905,7 @@ void pawl_pool_free(struct pawl_pool *pool)
     for (int i = 0; i < pool->nworkers; i++)
         pawl_deque_fini(&pool->workers[i].dq);
     pawl_free(pool->workers_raw);
+    pawl_free(pool->ring_raw);
     pawl_free(pool->raw);
 }
 
