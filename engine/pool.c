@@ -170,7 +170,7 @@ struct pawl_pool {
     char pad2[PAWL_CACHELINE - 4 * sizeof(uint32_t) - sizeof(uint64_t)];
     int nworkers;
     uint64_t id;             /* unique in the process, never 0 (see ring_seen) */
-    struct pawl_task **ring; /* RING_SIZE slots, NULL when free (see ring_push) */
+    struct pawl_task **ring; /* RING_SIZE slots, tagged with their lap (see ring_push) */
     void *ring_raw;          /* what to free for ring */
     struct worker *workers;
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
@@ -386,21 +386,24 @@ static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
  * consumer a dependent cache miss per task: it reads pointers from consecutive slots (eight per
  * line) instead of following a link stored in each task, and a batch written by a submitter
  * touches the ring's lines, not every task's. The slot protocol:
- *   - a slot is NULL while free. A submitter reserves slots [t, t + n) only if t + n - head <=
- *     RING_SIZE for a head it read with acquire: the consumer cleared (stored NULL into) every
- *     slot below head before publishing head (release), so the reserved slots are free and no
- *     one else writes them. head only grows, so an old head only makes the check stricter.
+ *   - slot i holds the task of index i with lap(i) = (i / RING_SIZE) & 1 in its low bit (a task
+ *     is at least 8-byte aligned), so the consumer tells a task written this lap from the one
+ *     left there a lap ago (or the NULL of a slot never used) without anyone clearing slots: the
+ *     consumer only reads them, and a submitter's next store to the line does not have to take
+ *     it back from the consumer's write. A submitter reserves slots [t, t + n) only if
+ *     t + n - head <= RING_SIZE for a head it read with acquire: the consumer read every slot
+ *     below head before publishing head (release), so the reserved slots are free and no one
+ *     else writes them. head only grows, so an old head only makes the check stricter.
  *   - the submitter then wakes (the CAS, a seq_cst read-modify-write, is the publication that
  *     parking workers look for, as the add to inject_in is for the list) and stores the
  *     pointers (release), its last access to the pool: pawl_pool_free frees only after taking
  *     every reserved slot, which it can only do once the pointer is there.
- *   - the consumer reads a slot with acquire (the task's fields are visible), clears it, and
- *     publishes its new head with release. A reserved slot still NULL (its submitter is between
- *     the CAS and the store) stops the consumer there; the count still says work is queued, so
- *     no worker parks on it.
- * Order: the ring and the list are each FIFO; between them a task may overtake another, which
- * the pool never promised. The consumer looks at the list first every LIST_TURN-th time, so a
- * busy ring cannot starve it.
+ *   - the consumer reads a slot with acquire (the task's fields are visible) and publishes its
+ *     new head with release. A reserved slot that still holds last lap's value (its submitter is
+ *     between the CAS and the store) stops the consumer there; the count still says work is queued,
+ * so no worker parks on it. Order: the ring and the list are each FIFO; between them a task may
+ * overtake another, which the pool never promised. The consumer looks at the list first every
+ * LIST_TURN-th time, so a busy ring cannot starve it.
  */
 /* A head of the pool with that id this thread read (acquire): a lower bound of its head, which
  * spares a submission the read of the consumer's line while the ring has room. By id, not
@@ -410,6 +413,15 @@ static _Thread_local struct {
     int64_t head;
 } ring_seen;
 static uint64_t pool_ids; /* the last id given to a pool */
+
+_Static_assert(_Alignof(struct pawl_task) >= 2, "the ring keeps a lap bit in a task's address");
+_Static_assert((RING_SIZE & (RING_SIZE - 1)) == 0, "the ring's size is a power of two");
+
+/* Slot i's value for task x: x with lap(i) in its low bit (see above). */
+static inline struct pawl_task *ring_tag(struct pawl_task *x, int64_t i)
+{
+    return (struct pawl_task *)((uintptr_t)x | (uintptr_t)((i & RING_SIZE) != 0));
+}
 
 static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
 {
@@ -434,7 +446,8 @@ static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64
     wake_one(pool);
     for (int64_t i = 0; i < n; i++) {
         /* Release: the consumer that reads the pointer (acquire) sees the task's fields. */
-        __atomic_store_n(&pool->ring[(t + i) & (RING_SIZE - 1)], ts[i], __ATOMIC_RELEASE);
+        __atomic_store_n(&pool->ring[(t + i) & (RING_SIZE - 1)], ring_tag(ts[i], t + i),
+                         __ATOMIC_RELEASE);
     }
     return true;
 }
@@ -448,16 +461,15 @@ static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t
     int64_t avail = __atomic_load_n(&pool->ring_tail, __ATOMIC_ACQUIRE) - h;
     int64_t got = 0;
     while (got < want && got < avail) {
-        struct pawl_task **slot = &pool->ring[(h + got) & (RING_SIZE - 1)];
+        int64_t i = h + got;
         /* Acquire: pairs with the submitter's release store of the pointer. */
-        struct pawl_task *x = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-        if (x == NULL)
-            break; /* reserved, not written yet */
-        /* Relaxed: published to the next submitter by the release store of head below. */
-        __atomic_store_n(slot, NULL, __ATOMIC_RELAXED);
-        out[got++] = x;
+        struct pawl_task *x = __atomic_load_n(&pool->ring[i & (RING_SIZE - 1)], __ATOMIC_ACQUIRE);
+        uintptr_t lap = (uintptr_t)((i & RING_SIZE) != 0);
+        if (((uintptr_t)x & 1) != lap || ((uintptr_t)x & ~(uintptr_t)1) == 0)
+            break; /* reserved, not written yet: last lap's value, or never used */
+        out[got++] = (struct pawl_task *)((uintptr_t)x & ~(uintptr_t)1);
     }
-    /* Release: submitters that read the new head (acquire) see the slots cleared. */
+    /* Release: submitters that read the new head (acquire) may reuse the slots we read. */
     if (got > 0)
         __atomic_store_n(&pool->ring_head, h + got, __ATOMIC_RELEASE);
     return got;
