@@ -336,85 +336,6 @@ static void test_shutdown_with_queued_work(void **state)
     free(tasks);
 }
 
-/*
- * More outside submissions than the injection ring holds (16384 slots) while every worker is
- * blocked: the rest goes to the linked list, and both are drained, in a run and in a shutdown.
- * Two threads submit, one task at a time and in batches of up to 100.
- */
-enum { OVERFLOW_N = 3 * 16384 + 7 };
-
-struct overflow_producer {
-    struct pawl_pool *pool;
-    struct counted *tasks;
-    int n;
-};
-
-static void *produce_overflow(void *arg)
-{
-    struct overflow_producer *pr = arg;
-    unsigned seed = (unsigned)pr->n;
-    struct pawl_task *batch[100];
-    for (int i = 0; i < pr->n;) {
-        int k = rand_r(&seed) % 2 ? 1 : 1 + rand_r(&seed) % 100;
-        if (k > pr->n - i)
-            k = pr->n - i;
-        for (int j = 0; j < k; j++)
-            batch[j] = &pr->tasks[i + j].task;
-        if (k == 1)
-            assert_int_equal(pawl_pool_submit(pr->pool, batch[0]), 0);
-        else
-            assert_int_equal(pawl_pool_submit_batch(pr->pool, batch, (size_t)k), 0);
-        i += k;
-    }
-    return NULL;
-}
-
-static void injection_overflow(int shutdown)
-{
-    uint64_t runs = 0, cancels = 0;
-    struct pawl_pool_opts o = {.workers = 2};
-    struct pawl_pool *p;
-    assert_int_equal(pawl_pool_new(&p, &o), 0);
-    release_blocker = 0;
-    struct counted blockers[2];
-    for (int i = 0; i < 2; i++) {
-        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = &runs, .cancels = &cancels};
-        pawl_pool_submit(p, &blockers[i].task);
-    }
-    usleep(20000); /* both blockers taken: every later task waits in the ring or the list */
-    struct counted *tasks = calloc(OVERFLOW_N, sizeof(*tasks));
-    for (int i = 0; i < OVERFLOW_N; i++)
-        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
-    struct overflow_producer pr[2] = {{p, tasks, OVERFLOW_N / 2},
-                                      {p, tasks + OVERFLOW_N / 2, OVERFLOW_N - OVERFLOW_N / 2}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, produce_overflow, &pr[i]);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    pthread_t rel;
-    pthread_create(&rel, NULL, release_later, NULL);
-    if (!shutdown)
-        assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
-    pawl_pool_free(p);
-    pthread_join(rel, NULL);
-    for (int i = 0; i < OVERFLOW_N; i++)
-        if (tasks[i].calls != 1)
-            fail_msg("task %d called %u times", i, tasks[i].calls);
-    assert_int_equal(runs + cancels, OVERFLOW_N + 2);
-    if (!shutdown)
-        assert_int_equal(cancels, 0);
-    print_message("injection overflow%s: %llu ran, %llu cancelled\n", shutdown ? " (shutdown)" : "",
-                  (unsigned long long)runs, (unsigned long long)cancels);
-    free(tasks);
-}
-
-static void test_injection_overflow(void **state)
-{
-    injection_overflow(0);
-    injection_overflow(1);
-}
-
 /* ---- batched submission ---- */
 
 /* The injection queue's chain push: producers push chains of 1..16 nodes at once while one
@@ -566,6 +487,59 @@ static void *produce_batches(void *arg)
 static void test_batch_from_outside(void **state)
 {
     run_producers(produce_batches, "outside batches");
+}
+
+/*
+ * More outside submissions than the injection ring holds (16384 slots) while every worker is
+ * blocked: the rest goes to the linked list, and both are drained, in a run and in a shutdown.
+ * Two threads submit, one task at a time and in batches of 1..67.
+ */
+enum { OVERFLOW_N = 3 * 16384 + 7 };
+
+static void injection_overflow(int shutdown)
+{
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    release_blocker = 0;
+    struct counted blockers[2];
+    for (int i = 0; i < 2; i++) {
+        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = &runs, .cancels = &cancels};
+        pawl_pool_submit(p, &blockers[i].task);
+    }
+    usleep(20000); /* both blockers taken: every later task waits in the ring or the list */
+    struct counted *tasks = calloc(OVERFLOW_N, sizeof(*tasks));
+    for (int i = 0; i < OVERFLOW_N; i++)
+        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    struct producer pr[2] = {{p, tasks, OVERFLOW_N / 2},
+                             {p, tasks + OVERFLOW_N / 2, OVERFLOW_N - OVERFLOW_N / 2}};
+    pthread_t th[2];
+    pthread_create(&th[0], NULL, produce, &pr[0]);
+    pthread_create(&th[1], NULL, produce_batches, &pr[1]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    pthread_t rel;
+    pthread_create(&rel, NULL, release_later, NULL);
+    if (!shutdown)
+        assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
+    pawl_pool_free(p);
+    pthread_join(rel, NULL);
+    for (int i = 0; i < OVERFLOW_N; i++)
+        if (tasks[i].calls != 1)
+            fail_msg("task %d called %u times", i, tasks[i].calls);
+    assert_int_equal(runs + cancels, OVERFLOW_N + 2);
+    if (!shutdown)
+        assert_int_equal(cancels, 0);
+    print_message("injection overflow%s: %llu ran, %llu cancelled\n", shutdown ? " (shutdown)" : "",
+                  (unsigned long long)runs, (unsigned long long)cancels);
+    free(tasks);
+}
+
+static void test_injection_overflow(void **state)
+{
+    injection_overflow(0);
+    injection_overflow(1);
 }
 
 /* From a worker: a task submits its children as one batch (large enough to grow a deque that
