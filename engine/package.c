@@ -123,8 +123,9 @@ void pawl_pkg_schedule(struct pkg *k)
  * coordinator marked `kicked`; the marks are cleared), with one submission per 64 packages: the
  * coordinator dispatches a read to many packages at once, and one submission is one wake-up (the
  * woken worker passes it on if there is more), where one per package could wake a worker for
- * each. Called from outside the pool, so the steps go through the injection queue, behind
- * whatever waits there, as enqueue()'s do. */
+ * each. Called from outside the pool, so the steps go through the pool's injection ring (a batch)
+ * while enqueue()'s single steps take its FIFO list; the consumer serves the list first on every
+ * fourth take, so neither waits behind the other for long. */
 void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
 {
     struct pawl_task *batch[64];

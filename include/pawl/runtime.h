@@ -62,8 +62,9 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
 
 /*
  * Queue t; callable from any thread. From a worker of this pool the task goes onto that worker's
- * own deque (LIFO for the owner, stolen FIFO by idle workers); from any other thread onto the
- * pool's lock-free injection queue, and a parked worker is woken. Never blocks, never allocates
+ * own deque (LIFO for the owner while the deque is deep, the last few oldest first; stolen FIFO
+ * by idle workers); from any other thread onto the pool's lock-free injection queue (FIFO), and a
+ * parked worker is woken. Never blocks, never allocates
  * per task (a deque may grow, amortised; if growing fails the task takes the injection queue).
  * Returns 0, or PAWL_EINVAL for a NULL task or a task without fn.
  */
@@ -73,9 +74,11 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
  * Queue tasks[0..n-1] as n calls of pawl_pool_submit in that order would, for about the cost of
  * one. From a worker of this pool they go onto its deque together: one publication, one wake-up
  * check (if the deque cannot grow, the whole batch takes the injection queue). From any other
- * thread they enter the injection queue as one pre-linked chain: one atomic exchange, one atomic
- * add, at most one futex call, and the worker it wakes wakes the next one if more than one task
- * is left; the batch leaves the queue in array order, with no other submitter's task in between.
+ * thread they take consecutive slots of the pool's injection ring with one atomic CAS (or, when
+ * it is full, enter the injection queue as one pre-linked chain: one atomic exchange, one atomic
+ * add), with at most one futex call, and the worker it wakes wakes the next one if more than one
+ * task is left; the batch is taken in array order, with no other submitter's task in between
+ * (but it may overtake single tasks submitted from outside before it).
  * The array is borrowed for the call only. The tasks are the caller's as with pawl_pool_submit
  * (valid until their function has been called); none may already be queued or appear twice.
  * Never blocks, never allocates per task. Returns 0, or PAWL_EINVAL, with nothing queued, for a
