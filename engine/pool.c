@@ -431,7 +431,7 @@ static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64
     for (;;) {
         int64_t h = ring_seen.id == pool->id ? ring_seen.head : INT64_MIN / 2;
         if (t + n - h > RING_SIZE) {
-            /* Acquire: the consumer's clearing of the slots below head (see above). */
+            /* Acquire: the consumer's reads of the slots below head are done (see above). */
             h = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
             ring_seen.id = pool->id;
             ring_seen.head = h;
