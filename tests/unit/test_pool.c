@@ -542,6 +542,58 @@ static void test_injection_overflow(void **state)
     injection_overflow(1);
 }
 
+/*
+ * A submitter remembers how far the consumer of a pool's ring has got; a pool created after
+ * another (often at the same address) must not inherit that. This thread first puts batches
+ * through one pool's ring while its workers run them, then through a new pool's while both of
+ * its workers are blocked: the new ring fills at once and the rest must take the list, so a
+ * remembered position from the first pool would overwrite queued tasks. Every task runs once.
+ */
+static void ring_batches(struct pawl_pool *p, struct counted *tasks, int n, uint64_t *runs,
+                         uint64_t *cancels)
+{
+    enum { B = 50 };
+    for (int i = 0; i < n; i++)
+        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = runs, .cancels = cancels};
+    for (int i = 0; i < n; i += B) {
+        struct pawl_task *arr[B];
+        int k = n - i < B ? n - i : B;
+        for (int j = 0; j < k; j++)
+            arr[j] = &tasks[i + j].task;
+        assert_int_equal(pawl_pool_submit_batch(p, arr, (size_t)k), 0);
+    }
+}
+
+static void test_ring_across_pools(void **state)
+{
+    struct counted *tasks = calloc(OVERFLOW_N, sizeof(*tasks));
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    ring_batches(p, tasks, OVERFLOW_N, &runs, &cancels);
+    assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N, 20000));
+    pawl_pool_free(p);
+    runs = 0;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    release_blocker = 0;
+    struct counted blockers[2];
+    for (int i = 0; i < 2; i++) {
+        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = &runs, .cancels = &cancels};
+        pawl_pool_submit(p, &blockers[i].task);
+    }
+    usleep(20000); /* both blockers taken */
+    ring_batches(p, tasks, OVERFLOW_N, &runs, &cancels);
+    __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+    assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
+    pawl_pool_free(p);
+    for (int i = 0; i < OVERFLOW_N; i++)
+        if (tasks[i].calls != 1)
+            fail_msg("task %d called %u times", i, tasks[i].calls);
+    assert_int_equal(cancels, 0);
+    free(tasks);
+}
+
 /* From a worker: a task submits its children as one batch (large enough to grow a deque that
  * starts with 2 slots), and each child fans out a small batch of its own. */
 struct bnode {
@@ -944,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_park_and_wake),
         cmocka_unit_test(test_shutdown_with_queued_work),
         cmocka_unit_test(test_injection_overflow),
+        cmocka_unit_test(test_ring_across_pools),
         cmocka_unit_test(test_mpsc_chains),
         cmocka_unit_test(test_batch_invalid_arguments),
         cmocka_unit_test(test_batch_from_outside),
