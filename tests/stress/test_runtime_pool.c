@@ -24,22 +24,29 @@ struct node {
 static void node_fn(struct pawl_task *t, int status)
 {
     struct node *n = (struct node *)t;
+    /* Read what we need of n before counting it: once the count is complete the test frees the
+     * nodes (a node's children are counted only after we submitted them, so the children
+     * array stays valid until our last submission). */
+    struct pawl_pool *pool = n->pool;
+    struct node *kids = n->kids;
+    int fan = n->fan, batch = n->batch;
+    uint64_t *ran = n->ran, *cancelled = n->cancelled;
     __atomic_fetch_add(&n->calls, 1, __ATOMIC_RELAXED);
     n->status = status;
     if (status != 0) {
-        rt_inc(n->cancelled);
+        rt_inc(cancelled);
         return;
     }
-    rt_inc(n->ran);
-    if (n->batch && n->fan > 0) {
+    rt_inc(ran);
+    if (batch && fan > 0) {
         struct pawl_task *arr[8];
-        for (int i = 0; i < n->fan; i++)
-            arr[i] = &n->kids[i].task;
-        assert_int_equal(pawl_pool_submit_batch(n->pool, arr, (size_t)n->fan), 0);
+        for (int i = 0; i < fan; i++)
+            arr[i] = &kids[i].task;
+        assert_int_equal(pawl_pool_submit_batch(pool, arr, (size_t)fan), 0);
         return;
     }
-    for (int i = 0; i < n->fan; i++)
-        pawl_pool_submit(n->pool, &n->kids[i].task);
+    for (int i = 0; i < fan; i++)
+        pawl_pool_submit(pool, &kids[i].task);
 }
 
 struct prod {
