@@ -496,19 +496,27 @@ static void test_batch_from_outside(void **state)
  */
 enum { OVERFLOW_N = 3 * 16384 + 7 };
 
+/* Occupy both workers of p with blocker_fn tasks (until release_blocker is set), so that every
+ * later task waits in the ring or the list. */
+static void block_workers(struct pawl_pool *p, struct counted blockers[2], uint64_t *runs,
+                          uint64_t *cancels)
+{
+    release_blocker = 0;
+    for (int i = 0; i < 2; i++) {
+        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = runs, .cancels = cancels};
+        pawl_pool_submit(p, &blockers[i].task);
+    }
+    usleep(20000); /* both blockers taken */
+}
+
 static void injection_overflow(int shutdown)
 {
     uint64_t runs = 0, cancels = 0;
     struct pawl_pool_opts o = {.workers = 2};
     struct pawl_pool *p;
     assert_int_equal(pawl_pool_new(&p, &o), 0);
-    release_blocker = 0;
     struct counted blockers[2];
-    for (int i = 0; i < 2; i++) {
-        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = &runs, .cancels = &cancels};
-        pawl_pool_submit(p, &blockers[i].task);
-    }
-    usleep(20000); /* both blockers taken: every later task waits in the ring or the list */
+    block_workers(p, blockers, &runs, &cancels);
     struct counted *tasks = calloc(OVERFLOW_N, sizeof(*tasks));
     for (int i = 0; i < OVERFLOW_N; i++)
         tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
@@ -576,13 +584,8 @@ static void test_ring_across_pools(void **state)
     pawl_pool_free(p);
     runs = 0;
     assert_int_equal(pawl_pool_new(&p, &o), 0);
-    release_blocker = 0;
     struct counted blockers[2];
-    for (int i = 0; i < 2; i++) {
-        blockers[i] = (struct counted){.task.fn = blocker_fn, .runs = &runs, .cancels = &cancels};
-        pawl_pool_submit(p, &blockers[i].task);
-    }
-    usleep(20000); /* both blockers taken */
+    block_workers(p, blockers, &runs, &cancels);
     ring_batches(p, tasks, OVERFLOW_N, &runs, &cancels);
     __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
     assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
