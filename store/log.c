@@ -248,6 +248,7 @@ struct pawl_store {
     /* Statistics. */
     atomic_llong appends_ok, events_ok, appends_failed;
     atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events, fin_piggy;
+    atomic_llong retries; /* appends re-run after a retryable error (op_done) */
     atomic_llong fin_skipped;
     /* Cadence under load: append latency moving average (ns; written by whichever thread
      * finishes an append, a lost update only drops a sample) and the interval in force. */
@@ -458,7 +459,9 @@ static int json_object_check(const char *s, size_t n, char *why, size_t wlen)
     int ok = json_is_object(v);
     if (!ok)
         snprintf(why, wlen, "a JSON %s, not an object",
-                 json_is_array(v) ? "array" : json_is_string(v) ? "string" : "value");
+                 json_is_array(v)    ? "array"
+                 : json_is_string(v) ? "string"
+                                     : "value");
     json_decref(v);
     return ok;
 }
@@ -669,8 +672,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
  * Encode an append's parameters (see pawl_log_append_sql) as binary arrays. ix is validate()'s
  * order: positions sorted by stream, then position, so each stream's events are a run in it.
  */
-static int encode(struct append_op *op, const struct pawl_event *ev, size_t n,
-                  const uint32_t *ix)
+static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, const uint32_t *ix)
 {
     /* Streams: m runs in ix; the run holding event 0 goes first (the in-doubt check reads the
      * first event's stream as ($1)[1]). */
@@ -712,9 +714,9 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n,
 
     /* $1 streams and $2 their expected first numbers; $3/$4 filled per run. */
     start[0] = p;
-    char *q = p + sz_s;          /* $2 */
-    char *si = q + sz_q;         /* $3 */
-    char *rk = si + sz_si;       /* $4 */
+    char *q = p + sz_s;    /* $2 */
+    char *si = q + sz_q;   /* $3 */
+    char *rk = si + sz_si; /* $4 */
     start[1] = q;
     start[2] = si;
     start[3] = rk;
@@ -778,8 +780,8 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n,
     }
     start[7] = p;
     p = put32(p, (uint32_t)n);
-    const char *end[8] = {s_end, q, si_body + n * 8, rk_body + n * 8, start[5], start[6],
-                          start[7], p};
+    const char *end[8] = {s_end,    q,        si_body + n * 8, rk_body + n * 8,
+                          start[5], start[6], start[7],        p};
     for (int i = 0; i < 8; i++) {
         op->values[i] = start[i];
         op->lengths[i] = (int)(end[i] - start[i]);
@@ -944,6 +946,8 @@ static void op_done(struct pawl_pgreq *req, int rc)
                         (op->any && strcmp(req->sqlstate, "23505") == 0);
         if (retryable && op->retries < ANY_RETRIES) {
             op->retries++;
+            /* relaxed: statistics. */
+            atomic_fetch_add_explicit(&s->retries, 1, memory_order_relaxed);
             if (submit_op(s, op) == 0)
                 return;
         }
@@ -1569,6 +1573,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->appends_ok = LD(appends_ok);
     st->events_ok = LD(events_ok);
     st->appends_failed = LD(appends_failed);
+    st->append_retries = LD(retries);
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);

@@ -10,16 +10,17 @@
  * also run against the per-event design (bench/baselines/renumber.sql: every event row renumbered
  * by the finalizer), which is what the per-run design is measured against.
  *
- * The run starts with a CHECKPOINT. Between cells, everything appended is finalized (untimed)
- * so each cell starts clean.
+ * Each cell starts with a CHECKPOINT (see checkpoint()), and after each cell everything
+ * appended is finalized (untimed), so each cell starts clean.
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
- *                     [--rate-only]
+ *                     [--stream-space N] [--rate-only]
  * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell;
  * --min-interval-us: the finalizer cadence; --streams: how many streams one append's events go
- * to, 0 = a random one per event, the default.)
+ * to, 0 = a random one per event, the default; --stream-space: how many streams they are picked
+ * from, default 100 000.)
  */
 #include "pawl.h"
 
@@ -60,6 +61,7 @@ struct cell {
     double p50, p99, max;
     int64_t delay_count;
     double fin_runs_s;
+    double retries; /* re-runs per append (conflicts on shared streams; per-run cells only) */
 };
 
 /* ---- CPU accounting ------------------------------------------------------------------------- */
@@ -120,11 +122,31 @@ static int64_t cpu_ns_now(void)
 }
 
 /*
- * Before the cells: find the server's postmaster when it runs here (the parent of our backend),
- * and start from a CHECKPOINT, so that pages a previous run (or a dropped database) left dirty
- * are not written out during the cells. The checkpoint needs superuser or pg_checkpoint;
- * without it the run goes on and says so.
+ * A CHECKPOINT before every cell (untimed): the pages earlier cells (or an earlier run, or a
+ * dropped database) left dirty are written and synced before the cell starts, not by the
+ * kernel's writeback in the middle of it. Without it the rate-limited cell, which follows the
+ * heaviest cells, met the writeback of their data about 30 s later (the kernel's dirty expiry)
+ * as commit flushes of 100-200 ms. The checkpoint needs superuser or pg_checkpoint; without it
+ * the run goes on and says so once.
  */
+static int checkpoints = 1;
+
+static void checkpoint(void)
+{
+    if (!checkpoints)
+        return;
+    PGconn *c = PQconnectdb(dsn);
+    PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, "CHECKPOINT") : NULL;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        fprintf(stderr, "note: no CHECKPOINT between the cells: %s", PQerrorMessage(c));
+        checkpoints = 0;
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* Before the cells: find the server's postmaster when it runs here (the parent of our backend),
+ * and start from a checkpoint. */
 static void prepare_server(void)
 {
     PGconn *c = PQconnectdb(dsn);
@@ -135,10 +157,6 @@ static void prepare_server(void)
         if (PQresultStatus(r) == PGRES_TUPLES_OK &&
             proc_cpu((pid_t)atoi(PQgetvalue(r, 0, 0)), 0, &pp, &t) == 0)
             postmaster = pp;
-        PQclear(r);
-        r = PQexec(c, "CHECKPOINT");
-        if (PQresultStatus(r) != PGRES_COMMAND_OK)
-            fprintf(stderr, "note: no CHECKPOINT before the cells: %s", PQerrorMessage(c));
         PQclear(r);
     }
     PQfinish(c);
@@ -244,14 +262,15 @@ static void sleep_ns(int64_t ns)
  * events over them in turn (N = 1: the usual event-sourcing append, one aggregate's events).
  */
 static int streams_per_append;
+static unsigned stream_space = 100000; /* --stream-space: how many streams there are */
 
 static void stream_name(char *out, size_t len, int k, unsigned *seed, unsigned *picked)
 {
     unsigned id;
     if (streams_per_append <= 0)
-        id = rand_r(seed) % 100000;
+        id = (unsigned)rand_r(seed) % stream_space;
     else if (k < streams_per_append)
-        id = picked[k] = rand_r(seed) % 100000;
+        id = picked[k] = (unsigned)rand_r(seed) % stream_space;
     else
         id = picked[k % streams_per_append];
     snprintf(out, len, "s-%u", id);
@@ -357,6 +376,10 @@ static void run_store_cell(struct cell *c)
     c->max = st.delay_max_ms;
     c->delay_count = st.delay_count;
     c->fin_runs_s = (double)(st.finalize_runs - st0.finalize_runs) / ((t1 - t_measure) / 1e9);
+    c->retries = ev1 > ev0 ? (double)(st.append_retries - st0.append_retries) /
+                                 ((double)(ev1 - ev0) / c->batch)
+                           : 0;
+    fprintf(stderr, "  appends re-run after a conflict: %.3f per append\n", c->retries);
     if (c->finalizer)
         fprintf(stderr,
                 "  finalizer interval %.2f ms (append latency average %.2f ms, p50 %.2f, p99 "
@@ -603,17 +626,23 @@ int main(int argc, char **argv)
     const char *csv_path = NULL;
     int quick = 0, rate_only = 0;
     dsn = getenv("PAWL_DSN");
-    static const struct option lo[] = {
-        {"dsn", required_argument, 0, 'd'},       {"seconds", required_argument, 0, 's'},
-        {"rate", required_argument, 0, 'r'},      {"inflight", required_argument, 0, 'i'},
-        {"csv", required_argument, 0, 'c'},       {"baseline", no_argument, 0, 'b'},
-        {"quick", no_argument, 0, 'q'},           {"min-interval-us", required_argument, 0, 'm'},
-        {"rounds", required_argument, 0, 'R'},    {"rate-batch", required_argument, 0, 'B'},
-        {"piggyback", required_argument, 0, 'P'}, {"streams", required_argument, 0, 'S'},
-        {"rate-only", no_argument, 0, 'O'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"dsn", required_argument, 0, 'd'},
+                                       {"seconds", required_argument, 0, 's'},
+                                       {"rate", required_argument, 0, 'r'},
+                                       {"inflight", required_argument, 0, 'i'},
+                                       {"csv", required_argument, 0, 'c'},
+                                       {"baseline", no_argument, 0, 'b'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {"min-interval-us", required_argument, 0, 'm'},
+                                       {"rounds", required_argument, 0, 'R'},
+                                       {"rate-batch", required_argument, 0, 'B'},
+                                       {"piggyback", required_argument, 0, 'P'},
+                                       {"streams", required_argument, 0, 'S'},
+                                       {"rate-only", no_argument, 0, 'O'},
+                                       {"stream-space", required_argument, 0, 'N'},
+                                       {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:O", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:ON:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -658,10 +687,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'N': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end != '\0' || v < 1 || v > 1000000000) {
+                fprintf(stderr, "--stream-space must be a number of streams, 1 to 1000000000\n");
+                return 2;
+            }
+            stream_space = (unsigned)v;
+            break;
+        }
         default:
             fprintf(stderr,
                     "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
-                    "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N] [--rate-only]\n",
+                    "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N] "
+                    "[--stream-space N] [--rate-only]\n",
                     argv[0]);
             return 2;
         }
@@ -710,10 +750,15 @@ int main(int argc, char **argv)
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
-                 "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event\n");
+                 "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event,"
+                 "reruns_per_append\n");
     /*
-     * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved
-     * (off, on, off, on, ...), and the figures are the means over rounds (max: the maximum).
+     * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved, and
+     * the figures are the means over rounds (max: the maximum). The order alternates, off, on,
+     * on, off, off, on, ...: every cell appends to the same tables, which grow through the run,
+     * and a cell on a bigger table is slower (bigger indexes). In a fixed off-on order the
+     * finalizer's cells always ran second; with an even number of rounds both sides see the
+     * same table sizes on average.
      */
     for (int i = 0; i < nc; i++) {
         int pair = i + 1 < nc && !cells[i].finalizer && cells[i + 1].finalizer &&
@@ -723,8 +768,10 @@ int main(int argc, char **argv)
         struct cell acc[2];
         memset(acc, 0, sizeof acc);
         for (int r = 0; r < rounds; r++) {
-            for (int w = 0; w < width; w++) {
+            for (int k = 0; k < width; k++) {
+                int w = r % 2 ? width - 1 - k : k;
                 struct cell one = cells[i + w];
+                checkpoint();
                 fprintf(stderr, "round %d/%d: %s conns=%d batch=%d finalizer=%s%s ...\n", r + 1,
                         rounds, one.design, one.conns, one.batch, one.finalizer ? "on" : "off",
                         one.target_rate ? " (rate-limited)" : "");
@@ -739,6 +786,7 @@ int main(int argc, char **argv)
                 acc[w].max = one.max > acc[w].max ? one.max : acc[w].max;
                 acc[w].delay_count += one.delay_count;
                 acc[w].fin_runs_s += one.fin_runs_s / rounds;
+                acc[w].retries += one.retries / rounds;
             }
         }
         for (int w = 0; w < width; w++) {
@@ -750,10 +798,11 @@ int main(int argc, char **argv)
             c->max = acc[w].max;
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
-            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f\n", c->design,
-                    c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s, c->p50,
-                    c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
-                    streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev);
+            c->retries = acc[w].retries;
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f,%.3f\n", c->design,
+                    c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s,
+                    c->p50, c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
+                    streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev, c->retries);
             fflush(csv);
         }
         i += width - 1;
@@ -769,13 +818,13 @@ int main(int argc, char **argv)
         if (off->finalizer || !on->finalizer || off->conns != on->conns ||
             off->batch != on->batch || strcmp(off->design, on->design) || on->target_rate)
             continue;
-        fprintf(stderr,
-                "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.2f ms | %.2f ms "
-                "| %.2f ms |\n",
-                on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
-                off->cpu_us_ev, on->cpu_us_ev,
-                off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->p50, on->p99,
-                on->max);
+        fprintf(
+            stderr,
+            "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.2f ms | %.2f ms "
+            "| %.2f ms |\n",
+            on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
+            off->cpu_us_ev, on->cpu_us_ev,
+            off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->p50, on->p99, on->max);
     }
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)

@@ -241,6 +241,9 @@ struct pawl_log_stats {
     int64_t appends_ok;           /* appends committed through this store */
     int64_t events_ok;            /* their events */
     int64_t appends_failed;       /* appends that reported an error */
+    int64_t append_retries;       /* re-runs of appends after a retryable error: a deadlock, a
+                                   * serialization failure, or (ANY sequences) another append
+                                   * to one of the same streams committing first */
     int64_t appends_pending;      /* committed here and not yet covered by a finalization run */
     int64_t inflight;             /* async appends submitted and not completed */
     int64_t finalize_runs;        /* runs of this process's finalizer that did work */

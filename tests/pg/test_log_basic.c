@@ -380,6 +380,75 @@ static void test_bad_dsn(void **state)
 }
 
 /*
+ * An ANY append that loses a race for a stream's next number is run again, and counted: a raw
+ * transaction holds stream retry-1's number 2 uncommitted, the store's ANY append computes the
+ * same number and waits on the unique index; once the raw one commits, the append fails with
+ * 23505 inside the store, is re-run and lands at 3. An explicit sequence that conflicts is the
+ * caller's error and is not re-run.
+ */
+struct retry_wait {
+    int done;
+    int rc;
+};
+
+static void on_retry_done(void *ud, const struct pawl_append_result *res)
+{
+    struct retry_wait *w = ud;
+    w->rc = res->rc;
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+}
+
+static void test_any_append_rerun(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(0);
+    struct pawl_event first = ev("retry-1", 0, "a", "");
+    assert_int_equal(pawl_append(s, &first, 1, NULL), 0);
+    struct pawl_event dup = ev("retry-1", 1, "again", "");
+    assert_int_equal(pawl_append(s, &dup, 1, NULL), PAWL_ECONFLICT);
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    assert_int_equal(st.append_retries, 0);
+
+    PGconn *raw = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(raw), CONNECTION_OK);
+    PGresult *r = PQexec(raw, "BEGIN; INSERT INTO pawl.events (xid, stream_seq, k, n, "
+                              "stream_id, type, payload) VALUES (pg_current_xact_id(), 2, 0, "
+                              "1, 'retry-1', 'raw', '')");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    struct retry_wait w = {0};
+    struct pawl_event any = ev("retry-1", 0, "b", "");
+    assert_int_equal(pawl_append_async(s, &any, 1, on_retry_done, &w), 0);
+    /* Until the append waits for the raw transaction's number 2. */
+    double t0 = pawl_test_now_ms();
+    while (pawl_test_query_i64(dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND wait_event_type = 'Lock'") == 0) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(2000);
+    }
+    r = PQexec(raw, "COMMIT");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(raw);
+    t0 = pawl_test_now_ms();
+    while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(1000);
+    }
+    assert_int_equal(w.rc, 0);
+    pawl_store_stats(s, &st, 0);
+    assert_int_equal(st.append_retries, 1);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT stream_seq FROM pawl.events WHERE "
+                                              "stream_id = 'retry-1' AND type = 'b'"),
+                     3);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events WHERE "
+                                              "stream_id = 'retry-1'"),
+                     3);
+    pawl_store_free(s);
+}
+
+/*
  * The finalizer's cadence stretches with the append latency under load and comes back when the
  * load goes: a burst of queued appends (latency in the tens of ms) spaces runs by
  * finalizer_latency_share_pct of it, capped; sequential appends (latency about a commit) bring
@@ -426,9 +495,10 @@ static void test_adaptive_cadence(void **state)
     (void)state;
     struct pawl_log_stats loaded, calm;
     burst_then_calm(10, &loaded, &calm);
-    print_message("cadence: burst latency avg %.1f ms -> interval %.2f ms; calm %.2f ms -> %.2f ms\n",
-                  loaded.append_latency_avg_ms, loaded.finalizer_interval_ms,
-                  calm.append_latency_avg_ms, calm.finalizer_interval_ms);
+    print_message(
+        "cadence: burst latency avg %.1f ms -> interval %.2f ms; calm %.2f ms -> %.2f ms\n",
+        loaded.append_latency_avg_ms, loaded.finalizer_interval_ms, calm.append_latency_avg_ms,
+        calm.finalizer_interval_ms);
     /* 3000 appends queued on one connection wait for each other: far above a commit. */
     assert_true(loaded.append_latency_avg_ms > 30.0);
     assert_true(loaded.finalizer_interval_ms > 2.9);
@@ -462,10 +532,14 @@ int main(void)
 {
     dsn = pawl_test_db_create("log_basic");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schema),      cmocka_unit_test(test_newer_schema),
-        cmocka_unit_test(test_append_read), cmocka_unit_test(test_sql_face_equal),
-        cmocka_unit_test(test_bad_dsn),     cmocka_unit_test(test_adaptive_cadence),
+        cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_newer_schema),
+        cmocka_unit_test(test_append_read),
+        cmocka_unit_test(test_sql_face_equal),
+        cmocka_unit_test(test_bad_dsn),
+        cmocka_unit_test(test_adaptive_cadence),
         cmocka_unit_test(test_upgrade_stream_collation),
+        cmocka_unit_test(test_any_append_rerun),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
