@@ -16,11 +16,11 @@
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
- *                     [--stream-space N] [--rate-only]
+ *                     [--stream-space N] [--latency-share PCT] [--rate-only]
  * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell;
  * --min-interval-us: the finalizer cadence; --streams: how many streams one append's events go
  * to, 0 = a random one per event, the default; --stream-space: how many streams they are picked
- * from, default 100 000.)
+ * from, default 100 000; --latency-share: the finalizer's finalizer_latency_share_pct.)
  */
 #include "pawl.h"
 
@@ -46,6 +46,7 @@ static int rate = 10000;
 static int inflight_per_conn = 64;
 static int baseline;
 static int min_interval_us = -1;
+static int latency_share = -1; /* --latency-share: the store's default when < 0 */
 static int rounds = 3;
 static int rate_batch = 10;
 static int piggyback = -1;
@@ -307,6 +308,8 @@ static void run_store_cell(struct cell *c)
     o.max_inflight_appends = 100000;
     if (min_interval_us >= 0)
         o.finalizer_min_interval_us = min_interval_us;
+    if (latency_share >= 0)
+        o.finalizer_latency_share_pct = latency_share;
     if (piggyback >= 0)
         o.append_finalizes = c->finalizer ? piggyback : 0;
     else if (!c->finalizer)
@@ -640,9 +643,10 @@ int main(int argc, char **argv)
                                        {"streams", required_argument, 0, 'S'},
                                        {"rate-only", no_argument, 0, 'O'},
                                        {"stream-space", required_argument, 0, 'N'},
+                                       {"latency-share", required_argument, 0, 'L'},
                                        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:ON:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:ON:L:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -687,6 +691,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'L': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end != '\0' || v < 0 || v > 100) {
+                fprintf(stderr, "--latency-share must be a percentage, 0 to 100\n");
+                return 2;
+            }
+            latency_share = (int)v;
+            break;
+        }
         case 'N': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -701,7 +715,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s --dsn DSN [--seconds N] [--rate EV_PER_S] [--inflight N] "
                     "[--csv FILE] [--baseline] [--quick] [--rounds N] [--streams N] "
-                    "[--stream-space N] [--rate-only]\n",
+                    "[--stream-space N] [--latency-share PCT] [--rate-only]\n",
                     argv[0]);
             return 2;
         }
