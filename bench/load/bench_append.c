@@ -146,6 +146,31 @@ static void checkpoint(void)
     PQfinish(c);
 }
 
+/*
+ * The cluster's WAL counters (pg_stat_wal: flushes to disk and bytes written), read around a
+ * cell's measured part to show what a design costs in commits. Cluster-wide: meaningful while
+ * nothing else writes. 0 when they cannot be read.
+ */
+struct wal_mark {
+    double syncs, bytes;
+};
+
+static struct wal_mark wal_now(void)
+{
+    struct wal_mark m = {0, 0};
+    PGconn *c = PQconnectdb(dsn);
+    PGresult *r = PQstatus(c) == CONNECTION_OK
+                      ? PQexec(c, "SELECT wal_sync, wal_bytes FROM pg_stat_wal")
+                      : NULL;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+        m.syncs = atof(PQgetvalue(r, 0, 0));
+        m.bytes = atof(PQgetvalue(r, 0, 1));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return m;
+}
+
 /* Before the cells: find the server's postmaster when it runs here (the parent of our backend),
  * and start from a checkpoint. */
 static void prepare_server(void)
@@ -337,9 +362,12 @@ static void run_store_cell(struct cell *c)
     int64_t next = t0;
     struct pawl_log_stats st0;
     int64_t cpu0 = 0;
+    struct wal_mark w0 = {0, 0};
     while (1) {
         int64_t now = now_ns();
         if (!measuring && now >= t_measure) {
+            w0 = wal_now(); /* a connection: the window starts after it */
+            now = now_ns();
             cpu0 = cpu_ns_now();
             ev0 = atomic_load(&d.done_events);
             pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
@@ -367,6 +395,12 @@ static void run_store_cell(struct cell *c)
     int64_t ev1 = atomic_load(&d.done_events);
     int64_t t1 = now_ns();
     c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
+    struct wal_mark w1 = wal_now();
+    double secs = (double)(t1 - t_measure) / 1e9, appends = (double)(ev1 - ev0) / c->batch;
+    if (w1.syncs > 0 && appends > 0)
+        fprintf(stderr, "  WAL: %.0f flushes/s (%.2f per append), %.0f bytes per event\n",
+                (w1.syncs - w0.syncs) / secs, (w1.syncs - w0.syncs) / appends,
+                (w1.bytes - w0.bytes) / (double)(ev1 - ev0));
     struct pawl_log_stats st;
     /* Let the last finalization finish so the delay histogram includes the tail. */
     pawl_store_drain(s);
