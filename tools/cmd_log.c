@@ -42,7 +42,7 @@ static size_t store_metrics(void *ud, char *buf, size_t cap)
     struct pawl_store *s = ud;
     struct pawl_log_stats st;
     pawl_store_stats(s, &st, 0);
-    char tmp[2048];
+    char tmp[4096];
     int n = snprintf(
         tmp, sizeof tmp,
         "# HELP pawl_store_appends_pending Appends committed here and not yet finalized\n"
@@ -65,11 +65,15 @@ static size_t store_metrics(void *ud, char *buf, size_t cap)
         "pawl_store_finalize_delay_seconds_count %" PRId64 "\n"
         "# HELP pawl_store_finalizer_interval_seconds Current interval between finalization runs\n"
         "# TYPE pawl_store_finalizer_interval_seconds gauge\n"
-        "pawl_store_finalizer_interval_seconds %.6f\n",
+        "pawl_store_finalizer_interval_seconds %.6f\n"
+        "# HELP pawl_store_append_retries_total Appends run again after a deadlock, a "
+        "serialization failure or a race for a stream's next number\n"
+        "# TYPE pawl_store_append_retries_total counter\n"
+        "pawl_store_append_retries_total %" PRId64 "\n",
         st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized, st.last_index,
         st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count,
-        st.finalizer_interval_ms / 1e3);
-    size_t len = n > 0 ? (size_t)n : 0;
+        st.finalizer_interval_ms / 1e3, st.append_retries);
+    size_t len = n > 0 && (size_t)n < sizeof tmp ? (size_t)n : 0; /* never cut short */
     if (buf && cap > len)
         memcpy(buf, tmp, len + 1);
     return len;
@@ -610,27 +614,27 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
     const struct pawl_metrics_hist *al = &now->hists[PAWL_H_APPEND_LATENCY];
     const struct pawl_metrics_hist *e2e = &now->hists[PAWL_H_E2E_LAG];
     char b0[32], b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
-    printf("\npawl demo summary\n"
-           "  appended        %" PRId64 " events in %" PRId64 " appends over %.1fs: %.0f events/s "
-           "(target %s)\n"
-           "  read back       %" PRId64 " events by the follower, up to index %" PRId64 "%s\n"
-           "  append latency  p50 %s  p99 %s  max %s\n"
-           "  end-to-end lag  p50 %s  p99 %s  max %s  (commit to follower)\n"
-           "  finalize delay  worst 1-interval p99 %.1fms  (runs every %.1fms at the end)\n"
-           "  errors          %" PRId64 "%s%s\n",
-           ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9),
-           cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, b0, sizeof b0) : "max",
-           atomic_load(&f.read), atomic_load(&f.last_index),
-           atomic_load(&f.read) >= ev ? ""
-                                      : " (fewer: the follower was stopped before it caught up)",
-           tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.5), b1, sizeof b1),
-           tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.99), b2, sizeof b2),
-           tool_fmt_ns((int64_t)al->max_ns, b3, sizeof b3),
-           tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.5), b4, sizeof b4),
-           tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.99), b5, sizeof b5),
-           tool_fmt_ns((int64_t)e2e->max_ns, b6, sizeof b6), worst_fin_p99,
-           st.finalizer_interval_ms, errs,
-           errs ? "; first: " : "", errs ? load.first_error : "");
+    printf(
+        "\npawl demo summary\n"
+        "  appended        %" PRId64 " events in %" PRId64 " appends over %.1fs: %.0f events/s "
+        "(target %s)\n"
+        "  read back       %" PRId64 " events by the follower, up to index %" PRId64 "%s\n"
+        "  append latency  p50 %s  p99 %s  max %s\n"
+        "  end-to-end lag  p50 %s  p99 %s  max %s  (commit to follower)\n"
+        "  finalize delay  worst 1-interval p99 %.1fms  (runs every %.1fms at the end)\n"
+        "  re-runs         %" PRId64 "  (appends run again after racing another for a stream)\n"
+        "  errors          %" PRId64 "%s%s\n",
+        ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9),
+        cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, b0, sizeof b0) : "max",
+        atomic_load(&f.read), atomic_load(&f.last_index),
+        atomic_load(&f.read) >= ev ? "" : " (fewer: the follower was stopped before it caught up)",
+        tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.5), b1, sizeof b1),
+        tool_fmt_ns(pawl_metrics_quantile_ns(al, 0.99), b2, sizeof b2),
+        tool_fmt_ns((int64_t)al->max_ns, b3, sizeof b3),
+        tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.5), b4, sizeof b4),
+        tool_fmt_ns(pawl_metrics_quantile_ns(e2e, 0.99), b5, sizeof b5),
+        tool_fmt_ns((int64_t)e2e->max_ns, b6, sizeof b6), worst_fin_p99, st.finalizer_interval_ms,
+        st.append_retries, errs, errs ? "; first: " : "", errs ? load.first_error : "");
     ex = errs && ev == 0 ? TOOL_FAILED : TOOL_OK;
 out:
     free(prev);

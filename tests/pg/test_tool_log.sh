@@ -146,6 +146,8 @@ awk '
 check "Prometheus text parses; histograms consistent" $?
 awk '$1 == "pawl_append_latency_seconds_count" && $2 > 0 { f = 1 } END { exit !f }' "$tmp/metrics.txt"
 check "append latency recorded" $?
+grep -q '^pawl_store_append_retries_total [0-9][0-9]*$' "$tmp/metrics.txt"
+check "append re-runs exported" $?
 for _ in $(seq 1 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
 kill "$bg" 2>/dev/null
 wait "$bg"; rc=$?; bg=
