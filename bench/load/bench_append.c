@@ -29,6 +29,7 @@
 #include "pgconn.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -658,6 +659,20 @@ static void setup_baseline(void)
     PQfinish(c);
 }
 
+/* A whole decimal number in [lo, hi] for flag `name`, or a message and -1. */
+static int int_arg(const char *name, const char *arg, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        fprintf(stderr, "%s must be a whole number from %ld to %ld, not '%s'\n", name, lo, hi, arg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
@@ -725,23 +740,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'L': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end != '\0' || v < 0 || v > 100) {
-                fprintf(stderr, "--latency-share must be a percentage, 0 to 100\n");
+        case 'L':
+            if (int_arg("--latency-share", optarg, 0, 100, &latency_share) != 0)
                 return 2;
-            }
-            latency_share = (int)v;
             break;
-        }
         case 'N': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end != '\0' || v < 1 || v > 1000000000) {
-                fprintf(stderr, "--stream-space must be a number of streams, 1 to 1000000000\n");
+            int v;
+            if (int_arg("--stream-space", optarg, 1, 1000000000, &v) != 0)
                 return 2;
-            }
             stream_space = (unsigned)v;
             break;
         }
