@@ -401,10 +401,11 @@ static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
  *     every reserved slot, which it can only do once the pointer is there.
  *   - the consumer reads a slot with acquire (the task's fields are visible) and publishes its
  *     new head with release. A reserved slot that still holds last lap's value (its submitter is
- *     between the CAS and the store) stops the consumer there; the count still says work is queued,
- * so no worker parks on it. Order: the ring and the list are each FIFO; between them a task may
- * overtake another, which the pool never promised. The consumer looks at the list first every
- * LIST_TURN-th time, so a busy ring cannot starve it.
+ *     between the CAS and the store) stops the consumer there; the count still says work is
+ *     queued, so no worker parks on it.
+ * Order: the ring and the list are each FIFO; between them a task may overtake another, which
+ * the pool never promised. The consumer looks at the list first every LIST_TURN-th time, so a
+ * busy ring cannot starve it.
  */
 /* A head of the pool with that id this thread read (acquire): a lower bound of its head, which
  * spares a submission the read of the consumer's line while the ring has room. By id, not
@@ -418,10 +419,16 @@ static uint64_t pool_ids; /* the last id given to a pool */
 _Static_assert(_Alignof(struct pawl_task) >= 2, "the ring keeps a lap bit in a task's address");
 _Static_assert((RING_SIZE & (RING_SIZE - 1)) == 0, "the ring's size is a power of two");
 
-/* Slot i's value for task x: x with lap(i) in its low bit (see above). */
+/* lap(i): the low bit that slot i's value carries in this lap (see above). */
+static inline uintptr_t ring_lap(int64_t i)
+{
+    return (uintptr_t)((i & RING_SIZE) != 0);
+}
+
+/* Slot i's value for task x: x with lap(i) in its low bit. */
 static inline struct pawl_task *ring_tag(struct pawl_task *x, int64_t i)
 {
-    return (struct pawl_task *)((uintptr_t)x | (uintptr_t)((i & RING_SIZE) != 0));
+    return (struct pawl_task *)((uintptr_t)x | ring_lap(i));
 }
 
 static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
@@ -465,8 +472,7 @@ static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t
         int64_t i = h + got;
         /* Acquire: pairs with the submitter's release store of the pointer. */
         struct pawl_task *x = __atomic_load_n(&pool->ring[i & (RING_SIZE - 1)], __ATOMIC_ACQUIRE);
-        uintptr_t lap = (uintptr_t)((i & RING_SIZE) != 0);
-        if (((uintptr_t)x & 1) != lap || ((uintptr_t)x & ~(uintptr_t)1) == 0)
+        if (((uintptr_t)x & 1) != ring_lap(i) || ((uintptr_t)x & ~(uintptr_t)1) == 0)
             break; /* reserved, not written yet: last lap's value, or never used */
         out[got++] = (struct pawl_task *)((uintptr_t)x & ~(uintptr_t)1);
     }

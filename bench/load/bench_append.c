@@ -123,6 +123,16 @@ static int64_t cpu_ns_now(void)
     return total * (1000000000 / sysconf(_SC_CLK_TCK));
 }
 
+/* One connection for the run's own queries between and around the cells (the checkpoints, the
+ * WAL counters), opened by prepare_server; NULL or broken: those figures are left out. */
+static PGconn *admin;
+
+/* admin's result for sql, or NULL (nothing to clear) when there is no usable connection. */
+static PGresult *admin_exec(const char *sql)
+{
+    return PQstatus(admin) == CONNECTION_OK ? PQexec(admin, sql) : NULL;
+}
+
 /*
  * A CHECKPOINT before every cell (untimed): the pages earlier cells (or an earlier run, or a
  * dropped database) left dirty are written and synced before the cell starts, not by the
@@ -137,14 +147,12 @@ static void checkpoint(void)
 {
     if (!checkpoints)
         return;
-    PGconn *c = PQconnectdb(dsn);
-    PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, "CHECKPOINT") : NULL;
+    PGresult *r = admin_exec("CHECKPOINT");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        fprintf(stderr, "note: no CHECKPOINT between the cells: %s", PQerrorMessage(c));
+        fprintf(stderr, "note: no CHECKPOINT between the cells: %s", PQerrorMessage(admin));
         checkpoints = 0;
     }
     PQclear(r);
-    PQfinish(c);
 }
 
 /*
@@ -159,34 +167,27 @@ struct wal_mark {
 static struct wal_mark wal_now(void)
 {
     struct wal_mark m = {0, 0};
-    PGconn *c = PQconnectdb(dsn);
-    PGresult *r = PQstatus(c) == CONNECTION_OK
-                      ? PQexec(c, "SELECT wal_sync, wal_bytes FROM pg_stat_wal")
-                      : NULL;
+    PGresult *r = admin_exec("SELECT wal_sync, wal_bytes FROM pg_stat_wal");
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
         m.syncs = atof(PQgetvalue(r, 0, 0));
         m.bytes = atof(PQgetvalue(r, 0, 1));
     }
     PQclear(r);
-    PQfinish(c);
     return m;
 }
 
-/* Before the cells: find the server's postmaster when it runs here (the parent of our backend),
- * and start from a checkpoint. */
+/* Before the cells: open admin, and find the server's postmaster when it runs here (the parent
+ * of admin's backend). */
 static void prepare_server(void)
 {
-    PGconn *c = PQconnectdb(dsn);
-    if (PQstatus(c) == CONNECTION_OK) {
-        PGresult *r = PQexec(c, "SELECT pg_backend_pid()");
-        pid_t pp;
-        int64_t t;
-        if (PQresultStatus(r) == PGRES_TUPLES_OK &&
-            proc_cpu((pid_t)atoi(PQgetvalue(r, 0, 0)), 0, &pp, &t) == 0)
-            postmaster = pp;
-        PQclear(r);
-    }
-    PQfinish(c);
+    admin = PQconnectdb(dsn);
+    PGresult *r = admin_exec("SELECT pg_backend_pid()");
+    pid_t pp;
+    int64_t t;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK &&
+        proc_cpu((pid_t)atoi(PQgetvalue(r, 0, 0)), 0, &pp, &t) == 0)
+        postmaster = pp;
+    PQclear(r);
     if (postmaster == 0)
         fprintf(stderr, "the server is not on this machine: no CPU figures\n");
 }
@@ -367,8 +368,7 @@ static void run_store_cell(struct cell *c)
     while (1) {
         int64_t now = now_ns();
         if (!measuring && now >= t_measure) {
-            w0 = wal_now(); /* a connection: the window starts after it */
-            now = now_ns();
+            w0 = wal_now();
             cpu0 = cpu_ns_now();
             ev0 = atomic_load(&d.done_events);
             pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
@@ -887,5 +887,6 @@ int main(int argc, char **argv)
                     "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
                     cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50, cells[i].p99,
                     cells[i].max);
+    PQfinish(admin);
     return 0;
 }

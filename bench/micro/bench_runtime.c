@@ -495,6 +495,19 @@ static void count_cont(void *arg, struct pawl_future *f)
 
 #define FBATCH 2000
 
+/* Time spent per phase of the throughput shape, summed over iterations (see below). */
+struct phases {
+    int64_t reg, complete, drain;
+};
+
+/* One iteration's phase boundaries: register [t0, t1), complete [t1, t2), drain [t2, t3). */
+static void phases_add(struct phases *ph, int64_t t0, int64_t t1, int64_t t2, int64_t t3)
+{
+    ph->reg += t1 - t0;
+    ph->complete += t2 - t1;
+    ph->drain += t3 - t2;
+}
+
 static void bm_future_throughput(pawl_bench_state *st, void *arg)
 {
     int baseline = arg != NULL;
@@ -503,7 +516,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
     /* Where the time goes, per future: registering (the completing thread, before any
      * completion), completing (the completing thread, while the executor starts running
      * continuations) and draining (the executor's rest, the completing thread waiting). */
-    int64_t t_reg = 0, t_complete = 0, t_drain = 0;
+    struct phases ph = {0, 0, 0};
     memset(&fut_done, 0, sizeof fut_done);
     if (!baseline) {
         struct pawl_future *fs[FBATCH];
@@ -521,10 +534,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
             int64_t t2 = now_ns();
             want += FBATCH;
             wait_done(&fut_done, want);
-            int64_t t3 = now_ns();
-            t_reg += t1 - t0;
-            t_complete += t2 - t1;
-            t_drain += t3 - t2;
+            phases_add(&ph, t0, t1, t2, now_ns());
         }
     } else {
         struct bfut *fs = calloc(FBATCH, sizeof(*fs));
@@ -542,10 +552,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
             int64_t t2 = now_ns();
             want += FBATCH;
             wait_done(&fut_done, want);
-            int64_t t3 = now_ns();
-            t_reg += t1 - t0;
-            t_complete += t2 - t1;
-            t_drain += t3 - t2;
+            phases_add(&ph, t0, t1, t2, now_ns());
             for (int i = 0; i < FBATCH; i++)
                 pthread_mutex_destroy(&fs[i].m);
         }
@@ -553,9 +560,9 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
     }
     double n = (double)pawl_bench_iterations(st) * FBATCH;
     if (n > 0) {
-        pawl_bench_counter(st, "register_ns", (double)t_reg / n, PAWL_BENCH_COUNTER_PLAIN);
-        pawl_bench_counter(st, "complete_ns", (double)t_complete / n, PAWL_BENCH_COUNTER_PLAIN);
-        pawl_bench_counter(st, "drain_ns", (double)t_drain / n, PAWL_BENCH_COUNTER_PLAIN);
+        pawl_bench_counter(st, "register_ns", (double)ph.reg / n, PAWL_BENCH_COUNTER_PLAIN);
+        pawl_bench_counter(st, "complete_ns", (double)ph.complete / n, PAWL_BENCH_COUNTER_PLAIN);
+        pawl_bench_counter(st, "drain_ns", (double)ph.drain / n, PAWL_BENCH_COUNTER_PLAIN);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st) * FBATCH);
     ex_counters(st, &e);
