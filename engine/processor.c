@@ -47,8 +47,9 @@
  * units' release reports and stores the result while the claim is still held. Claim extension
  * never writes a token, so a deferred token only moves on a reconciled request.
  *
- * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu. The package list changes only on the coordinator thread, under p->mu; the
- * coordinator reads it without the lock, other threads under p->mu.
+ * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu. The package
+ * list changes only on the coordinator thread, under p->mu; the coordinator reads it without the
+ * lock, other threads under p->mu.
  */
 #include "processor_int.h"
 
@@ -918,6 +919,7 @@ void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats 
     pthread_mutex_unlock(&p->mu);
     s->steps = ps.executed;
     s->steps_stolen = ps.steals;
+    s->steps_kept = ps.kept;
 }
 
 const char *pawl_processor_node_id(const struct pawl_processor *p)

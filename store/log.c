@@ -1743,6 +1743,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             rc = PAWL_ESYS;
             goto fail;
         }
+        pthread_setname_np(s->fin_thread, "pawl-finalizer");
         s->fin_started = 1;
     }
     *out = s;

@@ -1036,6 +1036,9 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         *out = NULL;
         goto fail;
     }
+    char tname[32]; /* shown by top -H and perf; the kernel keeps 15 bytes */
+    snprintf(tname, sizeof tname, "pg-%.12s", p->name);
+    pthread_setname_np(p->thread, tname);
 
     if (wait_ms > 0) {
         int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;

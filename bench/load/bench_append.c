@@ -11,7 +11,9 @@
  * by the finalizer), which is what the per-run design is measured against.
  *
  * Each cell starts with a CHECKPOINT (see checkpoint()), and after each cell everything
- * appended is finalized (untimed), so each cell starts clean.
+ * appended is finalized (untimed), so each cell starts clean. Per cell: the whole system's CPU
+ * per event and, of it, the finalizer's own (its server process and the store's threads that
+ * serve it; see fin_cpu_ns_now()).
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
@@ -63,7 +65,8 @@ struct cell {
     double p50, p99, max;
     int64_t delay_count;
     double fin_runs_s;
-    double retries; /* re-runs per append (conflicts on shared streams; per-run cells only) */
+    double retries;       /* re-runs per append (conflicts on shared streams; per-run cells only) */
+    double fin_cpu_us_ev; /* of cpu_us_ev, the finalizer's own: its backend and its threads */
 };
 
 /* ---- CPU accounting ------------------------------------------------------------------------- */
@@ -77,11 +80,10 @@ struct cell {
  */
 static pid_t postmaster; /* 0: the server is not local, no CPU figures */
 
-/* utime + stime (+ cutime + cstime when children) and the parent of a process, in ticks. */
-static int proc_cpu(pid_t pid, int children, pid_t *ppid, int64_t *ticks)
+/* From a stat file: utime + stime (+ cutime + cstime when children) in ticks, and the parent. */
+static int stat_cpu(const char *path, int children, pid_t *ppid, int64_t *ticks)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char buf[1024];
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -97,6 +99,21 @@ static int proc_cpu(pid_t pid, int children, pid_t *ppid, int64_t *ticks)
     *ppid = pp;
     *ticks = v[0] + v[1] + (children ? v[2] + v[3] : 0);
     return 0;
+}
+
+/* utime + stime (+ cutime + cstime when children) and the parent of a process, in ticks. */
+static int proc_cpu(pid_t pid, int children, pid_t *ppid, int64_t *ticks)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return stat_cpu(path, children, ppid, ticks);
+}
+
+/* utime + stime of one of this process's threads (path: its stat file), in ticks. */
+static int proc_task_cpu(const char *path, int64_t *ticks)
+{
+    pid_t pp;
+    return stat_cpu(path, 0, &pp, ticks);
 }
 
 static int64_t cpu_ns_now(void)
@@ -190,6 +207,53 @@ static void prepare_server(void)
     PQclear(r);
     if (postmaster == 0)
         fprintf(stderr, "the server is not on this machine: no CPU figures\n");
+}
+
+/*
+ * The finalizer's own CPU, to tell what it costs directly (its backend's statements and commits,
+ * the store's finalizer thread and the I/O thread of its connection) from what it costs the
+ * appends around it. backend: the finalizer connection's server process (0: none).
+ */
+static int64_t fin_cpu_ns_now(pid_t backend)
+{
+    if (postmaster == 0 || backend == 0)
+        return 0;
+    pid_t pp;
+    int64_t total = 0, t;
+    if (proc_cpu(backend, 0, &pp, &t) == 0)
+        total += t;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[320], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        int named = fgets(comm, sizeof comm, f) != NULL &&
+                    (strcmp(comm, "pawl-finalizer\n") == 0 || strcmp(comm, "pg-finalizer\n") == 0);
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
+        if (named && proc_task_cpu(path, &t) == 0)
+            total += t;
+    }
+    if (d)
+        closedir(d);
+    return total * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+/* The server process of this database's finalizer connection, or 0. */
+static pid_t fin_backend(void)
+{
+    PGresult *r = admin_exec("SELECT pid FROM pg_stat_activity WHERE application_name = "
+                             "'pawl finalizer' AND datname = current_database()");
+    pid_t pid = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
+                    ? (pid_t)atoi(PQgetvalue(r, 0, 0))
+                    : 0;
+    PQclear(r);
+    return pid;
 }
 
 static double cpu_us_per_event(int64_t cpu0, int64_t cpu1, int64_t events)
@@ -365,11 +429,14 @@ static void run_store_cell(struct cell *c)
     struct pawl_log_stats st0;
     int64_t cpu0 = 0;
     struct wal_mark w0 = {0, 0};
+    pid_t fin_pid = c->finalizer ? fin_backend() : 0;
+    int64_t fin_cpu0 = 0;
     while (1) {
         int64_t now = now_ns();
         if (!measuring && now >= t_measure) {
             w0 = wal_now();
             cpu0 = cpu_ns_now();
+            fin_cpu0 = fin_cpu_ns_now(fin_pid);
             ev0 = atomic_load(&d.done_events);
             pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
             measuring = 1;
@@ -396,8 +463,12 @@ static void run_store_cell(struct cell *c)
     int64_t ev1 = atomic_load(&d.done_events);
     int64_t t1 = now_ns();
     c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
+    c->fin_cpu_us_ev = cpu_us_per_event(fin_cpu0, fin_cpu_ns_now(fin_pid), ev1 - ev0);
     struct wal_mark w1 = wal_now();
     double secs = (double)(t1 - t_measure) / 1e9, appends = (double)(ev1 - ev0) / c->batch;
+    if (fin_pid)
+        fprintf(stderr, "  CPU per event %.1f µs, of which the finalizer's own %.1f µs\n",
+                c->cpu_us_ev, c->fin_cpu_us_ev);
     if (w1.syncs > 0 && appends > 0)
         fprintf(stderr, "  WAL: %.0f flushes/s (%.2f per append), %.0f bytes per event\n",
                 (w1.syncs - w0.syncs) / secs, (w1.syncs - w0.syncs) / appends,
@@ -805,7 +876,7 @@ int main(int argc, char **argv)
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
                  "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event,"
-                 "reruns_per_append\n");
+                 "reruns_per_append,finalizer_cpu_us_per_event\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved, and
      * the figures are the means over rounds (max: the maximum). The order alternates, off, on,
@@ -841,6 +912,7 @@ int main(int argc, char **argv)
                 acc[w].delay_count += one.delay_count;
                 acc[w].fin_runs_s += one.fin_runs_s / rounds;
                 acc[w].retries += one.retries / rounds;
+                acc[w].fin_cpu_us_ev += one.fin_cpu_us_ev / rounds;
             }
         }
         for (int w = 0; w < width; w++) {
@@ -853,10 +925,12 @@ int main(int argc, char **argv)
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
             c->retries = acc[w].retries;
-            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f,%.3f\n", c->design,
-                    c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate, c->ev_s,
-                    c->p50, c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
-                    streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev, c->retries);
+            c->fin_cpu_us_ev = acc[w].fin_cpu_us_ev;
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f,%.3f,%.2f\n",
+                    c->design, c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate,
+                    c->ev_s, c->p50, c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
+                    streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev, c->retries,
+                    c->fin_cpu_us_ev);
             fflush(csv);
         }
         i += width - 1;
@@ -865,8 +939,8 @@ int main(int argc, char **argv)
         fclose(csv);
 
     fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | CPU/event "
-                    "off | on | on/off | delay p50 | p99 | max |\n"
-                    "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                    "off | on | on/off | finalizer's own | delay p50 | p99 | max |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i + 1 < nc; i++) {
         struct cell *off = &cells[i], *on = &cells[i + 1];
         if (off->finalizer || !on->finalizer || off->conns != on->conns ||
@@ -874,11 +948,12 @@ int main(int argc, char **argv)
             continue;
         fprintf(
             stderr,
-            "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.2f ms | %.2f ms "
-            "| %.2f ms |\n",
+            "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.1f µs | %.2f ms "
+            "| %.2f ms | %.2f ms |\n",
             on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
             off->cpu_us_ev, on->cpu_us_ev,
-            off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->p50, on->p99, on->max);
+            off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->fin_cpu_us_ev, on->p50,
+            on->p99, on->max);
     }
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)

@@ -410,6 +410,8 @@ struct pawl_processor_stats {
     int mode;                /* enum pawl_ckpt_mode */
     uint64_t steps;          /* package steps run by the segment workers (the pool's tasks) */
     uint64_t steps_stolen;   /* of those, taken from another worker's deque */
+    uint64_t steps_kept;     /* times a worker kept a burst of queued steps to itself rather
+                              * than wake a parked worker for it (the pool's pass-on rule) */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 

@@ -74,6 +74,9 @@ exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
 awk '$1 == "pawl_events_handled_total" && $2 >= 300 { a = 1 } $1 == "pawl_claims_held" && $2 == 4 { b = 1 }
      END { exit !(a && b) }' "$tmp/metrics"
 check "metrics endpoint of run: events handled, claims held" $?
+awk '$1 == "pawl_processor_steps_total" && $2 >= 1 { a = 1 } $1 == "pawl_processor_steps_stolen_total" { b = 1 }
+     $1 == "pawl_processor_steps_kept_total" && $2 ~ /^[0-9]+$/ { c = 1 } END { exit !(a && b && c) }' "$tmp/metrics"
+check "metrics endpoint of run: the segment workers' steps, steals and keeps" $?
 "$PAWL" status p --metrics --metrics-port $port >"$tmp/stm.txt"; expect_rc "status --metrics" 0 $?
 grep -q '^METRICS of the pawl process' "$tmp/stm.txt" && grep -Eq 'pawl_events_handled_total +[0-9]' "$tmp/stm.txt" &&
     grep -Eq 'pawl_batch_seconds +count [1-9]' "$tmp/stm.txt"
