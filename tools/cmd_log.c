@@ -73,10 +73,7 @@ static size_t store_metrics(void *ud, char *buf, size_t cap)
         st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized, st.last_index,
         st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count,
         st.finalizer_interval_ms / 1e3, st.append_retries);
-    size_t len = n > 0 && (size_t)n < sizeof tmp ? (size_t)n : 0; /* never cut short */
-    if (buf && cap > len)
-        memcpy(buf, tmp, len + 1);
-    return len;
+    return tool_httpd_extra_text(buf, cap, tmp, n, sizeof tmp);
 }
 
 static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct tool_httpd **h)

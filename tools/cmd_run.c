@@ -83,10 +83,7 @@ static size_t run_metrics(void *ud, char *buf, size_t cap)
         "# TYPE pawl_processor_steps_kept_total counter\n"
         "pawl_processor_steps_kept_total %" PRIu64 "\n",
         ps.steps, ps.steps_stolen, ps.steps_kept);
-    size_t len = n > 0 && (size_t)n < sizeof tmp ? (size_t)n : 0; /* never cut short */
-    if (buf && cap > len)
-        memcpy(buf, tmp, len + 1);
-    return len;
+    return tool_httpd_extra_text(buf, cap, tmp, n, sizeof tmp);
 }
 
 int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)

@@ -24,6 +24,14 @@ struct tool_httpd {
     void *ud;
 };
 
+size_t tool_httpd_extra_text(char *buf, size_t cap, const char *text, int n, size_t textcap)
+{
+    size_t len = n > 0 && (size_t)n < textcap ? (size_t)n : 0;
+    if (buf && cap > len)
+        memcpy(buf, text, len + 1);
+    return len;
+}
+
 static char *render(struct tool_httpd *h, size_t *len)
 {
     struct pawl_metrics_snapshot *s = malloc(sizeof *s);

@@ -17,6 +17,10 @@ struct tool_httpd;
  * into buf and returns the length it needed.
  */
 typedef size_t (*tool_httpd_extra_fn)(void *ud, char *buf, size_t cap);
+
+/* For an extra function: hand over text, which snprintf reported as n characters (n < 0 or a
+ * text cut short by its buffer of size textcap counts as nothing, never half a figure). */
+size_t tool_httpd_extra_text(char *buf, size_t cap, const char *text, int n, size_t textcap);
 int tool_httpd_start(struct tool_httpd **out, int port, tool_httpd_extra_fn extra, void *ud,
                      char *err, size_t errlen);
 void tool_httpd_stop(struct tool_httpd *h); /* NULL is a no-op */

@@ -109,11 +109,40 @@ static int proc_cpu(pid_t pid, int children, pid_t *ppid, int64_t *ticks)
     return stat_cpu(path, children, ppid, ticks);
 }
 
-/* utime + stime of one of this process's threads (path: its stat file), in ticks. */
-static int proc_task_cpu(const char *path, int64_t *ticks)
+static int64_t ticks_ns(int64_t ticks)
 {
+    return ticks * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+/*
+ * The sum of one(dir/entry) over the numeric entries of dir (processes in /proc, threads in
+ * /proc/self/task), in ticks; one returns 0 for an entry that does not count.
+ */
+static int64_t sum_entries(const char *dir, int64_t (*one)(const char *path))
+{
+    int64_t total = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[320];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        total += one(path);
+    }
+    if (d)
+        closedir(d);
+    return total;
+}
+
+/* A process's own ticks if the postmaster is its parent. */
+static int64_t server_child_ticks(const char *path)
+{
+    char stat[340];
+    snprintf(stat, sizeof stat, "%s/stat", path);
     pid_t pp;
-    return stat_cpu(path, 0, &pp, ticks);
+    int64_t t;
+    return stat_cpu(stat, 0, &pp, &t) == 0 && pp == postmaster ? t : 0;
 }
 
 static int64_t cpu_ns_now(void)
@@ -121,23 +150,12 @@ static int64_t cpu_ns_now(void)
     if (postmaster == 0)
         return 0;
     pid_t pp;
-    int64_t total = 0, t;
+    int64_t own = 0, t;
     if (proc_cpu(postmaster, 1, &pp, &t) == 0)
-        total += t;
+        own += t;
     if (proc_cpu(getpid(), 0, &pp, &t) == 0)
-        total += t;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        pid_t pid = (pid_t)atoi(de->d_name);
-        if (proc_cpu(pid, 0, &pp, &t) == 0 && pp == postmaster)
-            total += t;
-    }
-    if (d)
-        closedir(d);
-    return total * (1000000000 / sysconf(_SC_CLK_TCK));
+        own += t;
+    return ticks_ns(own + sum_entries("/proc", server_child_ticks));
 }
 
 /* One connection for the run's own queries between and around the cells (the checkpoints, the
@@ -209,6 +227,23 @@ static void prepare_server(void)
         fprintf(stderr, "the server is not on this machine: no CPU figures\n");
 }
 
+/* A thread's ticks if it is one of the store's finalizer threads (by the names it gives them). */
+static int64_t finalizer_thread_ticks(const char *path)
+{
+    char file[340], comm[32] = "";
+    snprintf(file, sizeof file, "%s/comm", path);
+    FILE *f = fopen(file, "r");
+    if (f == NULL)
+        return 0;
+    int named = fgets(comm, sizeof comm, f) != NULL &&
+                (strcmp(comm, "pawl-finalizer\n") == 0 || strcmp(comm, "pg-finalizer\n") == 0);
+    fclose(f);
+    snprintf(file, sizeof file, "%s/stat", path);
+    pid_t pp;
+    int64_t t;
+    return named && stat_cpu(file, 0, &pp, &t) == 0 ? t : 0;
+}
+
 /*
  * The finalizer's own CPU, to tell what it costs directly (its backend's statements and commits,
  * the store's finalizer thread and the I/O thread of its connection) from what it costs the
@@ -219,29 +254,9 @@ static int64_t fin_cpu_ns_now(pid_t backend)
     if (postmaster == 0 || backend == 0)
         return 0;
     pid_t pp;
-    int64_t total = 0, t;
-    if (proc_cpu(backend, 0, &pp, &t) == 0)
-        total += t;
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        char path[320], comm[32] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        int named = fgets(comm, sizeof comm, f) != NULL &&
-                    (strcmp(comm, "pawl-finalizer\n") == 0 || strcmp(comm, "pg-finalizer\n") == 0);
-        fclose(f);
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
-        if (named && proc_task_cpu(path, &t) == 0)
-            total += t;
-    }
-    if (d)
-        closedir(d);
-    return total * (1000000000 / sysconf(_SC_CLK_TCK));
+    int64_t t;
+    int64_t own = proc_cpu(backend, 0, &pp, &t) == 0 ? t : 0;
+    return ticks_ns(own + sum_entries("/proc/self/task", finalizer_thread_ticks));
 }
 
 /* The server process of this database's finalizer connection, or 0. */
