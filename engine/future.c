@@ -33,9 +33,11 @@
  * everybody drops without completing is freed, its records with it); once dispatched, the queued
  * task holds one until its callback returns. A completing or registering thread must hold one for
  * the duration of the call (the dispatch and the futex wake touch the future after the outcome is
- * published). Freed objects go to a per-thread cache and are handed out again by
- * pawl_future_new (see "the object cache" below: its depot takes a mutex once per 64 objects,
- * on allocation and on the last unref, never on the completion path).
+ * published); pawl_future_complete_unref and _fail_unref consume that reference, handing it to
+ * the continuation task queued last when there is one (see finish()). Freed objects go to a
+ * per-thread cache and are handed out again by pawl_future_new (see "the object cache" below: its
+ * depot takes a mutex once per 64 objects, on allocation and on the last unref, never on the
+ * completion path).
  */
 #include "future.h"
 
@@ -423,8 +425,9 @@ static void run_cont(struct pawl_task *task, int status)
     pawl_future_unref(f); /* the reference dispatch() took */
 }
 
-/* The caller holds a reference to c->f (the completer, or the registrant). */
-static void dispatch(struct cont *c)
+/* The caller holds a reference to c->f (the completer, or the registrant). A record queued to an
+ * executor takes a reference of its own for its task, unless own_ref hands it the caller's. */
+static void dispatch(struct cont *c, bool own_ref)
 {
     switch (c->kind) {
     case KIND_INLINE:
@@ -432,24 +435,42 @@ static void dispatch(struct cont *c)
         cont_release(c);
         break;
     case KIND_SERIAL:
-        pawl_future_ref(c->f); /* held while the task is queued */
+        if (!own_ref)
+            pawl_future_ref(c->f); /* held while the task is queued */
         pawl_serial_submit(c->ex, &c->task);
         break;
     default:
-        pawl_future_ref(c->f);
+        if (!own_ref)
+            pawl_future_ref(c->f);
         pawl_pool_submit(c->pool, &c->task);
         break;
     }
 }
 
-static void finish(struct pawl_future *f)
+/*
+ * Publish the outcome and dispatch every record taken. give_ref: the caller's reference is
+ * consumed. If the record dispatched last is queued to an executor, the reference passes to its
+ * task, which would otherwise take one of its own (saving two atomic read-modify-writes: that
+ * increment and the caller's decrement); otherwise it is dropped at the end. Nothing touches f
+ * once that record is queued (its task may run and free f at once, the embedded record with
+ * it): the waiters are woken first, and the loop reads each record's link before dispatching it.
+ */
+static void finish(struct pawl_future *f, bool give_ref)
 {
     /* Acq_rel: release publishes token/code/msg to every acquire reader that sees DONE
      * (registrants, pawl_future_done, waiters); acquire takes every record pushed so far and
      * their contents. The stack is emptied in the same step, so later registrants see DONE. */
     uintptr_t old = __atomic_exchange_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_ACQ_REL);
+    if (old & F_WAITERS) {
+        /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
+        __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);
+        pawl_futex_wake(&f->wake, 0x7fffffff);
+    }
     /* The stack is newest-first; dispatch in registration order. */
     struct cont *list = head_stack(old), *rev = NULL;
+    /* The newest record is dispatched last: it takes the caller's reference if it is queued (an
+     * inline record runs here and needs none). */
+    struct cont *heir = give_ref && list != NULL && list->kind != KIND_INLINE ? list : NULL;
     while (list) {
         struct cont *n = list->next;
         list->next = rev;
@@ -458,14 +479,11 @@ static void finish(struct pawl_future *f)
     }
     while (rev) {
         struct cont *n = rev->next;
-        dispatch(rev);
+        dispatch(rev, rev == heir);
         rev = n;
     }
-    if (old & F_WAITERS) {
-        /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
-        __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);
-        pawl_futex_wake(&f->wake, 0x7fffffff);
-    }
+    if (give_ref && heir == NULL)
+        pawl_future_unref(f);
 }
 
 /* True if another completer got there first. */
@@ -476,29 +494,55 @@ static bool claimed_already(struct pawl_future *f)
     return (__atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE) & F_CLAIMED) != 0;
 }
 
-int pawl_future_complete(struct pawl_future *f, int64_t token)
+static int complete(struct pawl_future *f, int64_t token, bool give_ref)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
+    if (claimed_already(f)) { /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
+        if (give_ref)
+            pawl_future_unref(f);
         return PAWL_EALREADY;
+    }
     f->token = token;
     f->code = 0;
-    finish(f);
+    finish(f, give_ref);
     return 0;
+}
+
+static int fail(struct pawl_future *f, int code, const char *msg, bool give_ref)
+{
+    if (f == NULL)
+        return PAWL_EINVAL;
+    if (claimed_already(f)) {
+        if (give_ref)
+            pawl_future_unref(f);
+        return PAWL_EALREADY;
+    }
+    f->code = code < 0 ? code : PAWL_EINVAL;
+    f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
+                                                                 falls back to pawl_strerror */
+    finish(f, give_ref);
+    return 0;
+}
+
+int pawl_future_complete(struct pawl_future *f, int64_t token)
+{
+    return complete(f, token, false);
 }
 
 int pawl_future_fail(struct pawl_future *f, int code, const char *msg)
 {
-    if (f == NULL)
-        return PAWL_EINVAL;
-    if (claimed_already(f)) /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
-        return PAWL_EALREADY;
-    f->code = code < 0 ? code : PAWL_EINVAL;
-    f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
-                                                                 falls back to pawl_strerror */
-    finish(f);
-    return 0;
+    return fail(f, code, msg, false);
+}
+
+int pawl_future_complete_unref(struct pawl_future *f, int64_t token)
+{
+    return complete(f, token, true);
+}
+
+int pawl_future_fail_unref(struct pawl_future *f, int code, const char *msg)
+{
+    return fail(f, code, msg, true);
 }
 
 int pawl_future_done(const struct pawl_future *f)
@@ -544,7 +588,7 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
     uintptr_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
     for (;;) {
         if (head & F_DONE) {
-            dispatch(c);
+            dispatch(c, false);
             return 0;
         }
         c->next = head_stack(head);

@@ -148,8 +148,7 @@ static void *worker_main(void *arg)
         while (ready != NULL) {
             struct waiter *w = ready;
             ready = w->next;
-            pawl_future_complete(w->f, w->requested);
-            pawl_future_unref(w->f);
+            pawl_future_complete_unref(w->f, w->requested);
             free(w);
         }
         if (t != NULL && request > 0)
@@ -368,8 +367,7 @@ void ex_async_free(struct ex_async *a)
         while (s->waiters != NULL) {
             struct waiter *w = s->waiters;
             s->waiters = w->next;
-            pawl_future_fail(w->f, PAWL_ESHUTDOWN, NULL);
-            pawl_future_unref(w->f);
+            pawl_future_fail_unref(w->f, PAWL_ESHUTDOWN, NULL);
             free(w);
         }
         pawl_trigger_unref(s->trigger);

@@ -124,10 +124,9 @@ static void *writer_main(void *arg)
         if (rc == 0 && fail > 0)
             rc = PAWL_ESYS;
         if (rc == 0)
-            pawl_future_complete(j->f, j->st.pos);
+            pawl_future_complete_unref(j->f, j->st.pos);
         else
-            pawl_future_fail(j->f, rc, "cannot write the projection's snapshot");
-        pawl_future_unref(j->f);
+            pawl_future_fail_unref(j->f, rc, "cannot write the projection's snapshot");
         free(j);
         pthread_mutex_lock(&p->mu);
     }

@@ -528,8 +528,7 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
             }
             int64_t t1 = now_ns();
             for (int i = 0; i < FBATCH; i++) {
-                pawl_future_complete(fs[i], i);
-                pawl_future_unref(fs[i]);
+                pawl_future_complete_unref(fs[i], i);
             }
             int64_t t2 = now_ns();
             want += FBATCH;
@@ -601,8 +600,7 @@ static void fchain_step(struct fchain *c)
     if (c->e->pool) {
         struct pawl_future *f = pawl_future_new();
         pawl_future_on_complete(f, NULL, c->e->pool, fchain_cont, c);
-        pawl_future_complete(f, c->left);
-        pawl_future_unref(f);
+        pawl_future_complete_unref(f, c->left);
     } else {
         struct bfut *f = malloc(sizeof(*f));
         pthread_mutex_init(&f->m, NULL);
@@ -658,8 +656,7 @@ static void bm_future_latency(pawl_bench_state *st, void *arg)
         if (!baseline) {
             struct pawl_future *f = pawl_future_new();
             pawl_future_on_complete(f, NULL, e.pool, count_cont, NULL);
-            pawl_future_complete(f, 1);
-            pawl_future_unref(f);
+            pawl_future_complete_unref(f, 1);
         } else {
             struct bfut f = {.done = 0};
             pthread_mutex_init(&f.m, NULL);

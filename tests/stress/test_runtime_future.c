@@ -1,13 +1,14 @@
 /*
  * test_runtime_future.c (stress) — futures at volume: a million futures whose continuations are
  * registered while another thread completes them (no lost wake-up: every continuation runs
- * exactly once), blocking waits racing completion, all-of groups with random failures, and two
- * completers racing each other on every future while a third thread registers a continuation
- * and blocks in a wait on it (exactly one completion wins; the outcome is the winner's; every
- * continuation runs once; no waiter sleeps through the completion), and the object cache under
- * churn: short-lived threads create futures whose last reference is dropped on pool workers, so
- * objects keep moving between threads through the depot while threads exit and hand theirs in
- * (every new future must be pristine, every continuation must see its own future's outcome).
+ * exactly once), the same with the completer handing its reference over (complete_unref), blocking
+ * waits racing completion, all-of groups with random failures, and two completers racing each other
+ * on every future while a third thread registers a continuation and blocks in a wait on it (exactly
+ * one completion wins; the outcome is the winner's; every continuation runs once; no waiter sleeps
+ * through the completion), and the object cache under churn: short-lived threads create futures
+ * whose last reference is dropped on pool workers, so objects keep moving between threads through
+ * the depot while threads exit and hand theirs in (every new future must be pristine, every
+ * continuation must see its own future's outcome).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -57,6 +58,75 @@ static void test_million(void **state)
     }
     assert_true(RT_WAIT_UNTIL(rt_load(&calls) == (uint64_t)total, 120000));
     free(fs);
+    pawl_pool_free(pool);
+}
+
+/* complete_unref at volume: the completer holds its own reference to every future and hands it
+ * over as it completes (every third fails instead), while this thread registers one or two
+ * continuations on the pool or a serial executor, blocks in a wait on some, and drops its own
+ * reference, often before the completion. Every continuation runs once and sees its future's own
+ * outcome; use after free and leaks are the ASan build's to find. */
+static uint64_t handover_bad;
+
+static void handover_cb(void *arg, struct pawl_future *f)
+{
+    intptr_t i = (intptr_t)arg;
+    int64_t tok;
+    int code;
+    if (pawl_future_poll(f, &tok, &code, NULL) != 0 ||
+        (i % 3 == 2 ? code != PAWL_EHANDLER : code != 0 || tok != i))
+        rt_inc(&handover_bad);
+    rt_inc(&calls);
+}
+
+static void *complete_unref_all(void *arg)
+{
+    struct completer *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        int rc = i % 3 == 2 ? pawl_future_fail_unref(c->fs[i], PAWL_EHANDLER, "handed over")
+                            : pawl_future_complete_unref(c->fs[i], i);
+        if (rc != 0)
+            rt_inc(&handover_bad);
+    }
+    return NULL;
+}
+
+static void test_million_handover(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    struct pawl_serial s;
+    pawl_serial_init(&s, pool);
+    int total = PAWL_TEST_SCALE(1000000), chunk = 50000;
+    struct pawl_future **fs = calloc((size_t)chunk, sizeof(*fs));
+    calls = handover_bad = 0;
+    uint64_t want = 0;
+    for (int done = 0; done < total; done += chunk) {
+        int n = total - done < chunk ? total - done : chunk;
+        for (int i = 0; i < n; i++)
+            fs[i] = pawl_future_ref(pawl_future_new()); /* this thread's and the completer's */
+        struct completer c = {fs, n};
+        pthread_t th;
+        pthread_create(&th, NULL, complete_unref_all, &c);
+        for (int i = 0; i < n; i++) {
+            void *arg = (void *)(intptr_t)i;
+            assert_int_equal(
+                pawl_future_on_complete(fs[i], i % 4 == 1 ? &s : NULL, pool, handover_cb, arg), 0);
+            want++;
+            if (i % 4 == 3) {
+                assert_int_equal(pawl_future_on_complete(fs[i], NULL, pool, handover_cb, arg), 0);
+                want++;
+            }
+            if (i % 8 == 0)
+                assert_int_equal(pawl_future_wait(fs[i], 60000), 0);
+            pawl_future_unref(fs[i]);
+        }
+        pthread_join(th, NULL);
+    }
+    assert_true(RT_WAIT_UNTIL(rt_load(&calls) == want, 120000));
+    assert_int_equal(rt_load(&handover_bad), 0);
+    free(fs);
+    pawl_serial_fini(&s);
     pawl_pool_free(pool);
 }
 
@@ -248,7 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_million),       cmocka_unit_test(test_wait_races),
         cmocka_unit_test(test_all_of_random), cmocka_unit_test(test_completers_race),
-        cmocka_unit_test(test_cache_churn),
+        cmocka_unit_test(test_cache_churn),   cmocka_unit_test(test_million_handover),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

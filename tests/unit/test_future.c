@@ -2,7 +2,8 @@
  * test_future.c — futures: outcome and double completion, error propagation, continuations on
  * the pool and on serial executors (never on the completing thread), completion from foreign
  * threads racing with blocking waits and with registration, two completers racing on one
- * future, sleepers woken by one completion, the object cache (reuse, objects handed back at
+ * future, sleepers woken by one completion, completing and handing over the reference in one
+ * call (complete_unref, fail_unref), the object cache (reuse, objects handed back at
  * thread exit, the depot's cap, custom allocator hooks bypassing it), all-of (success, one failure,
  * empty), or-timeout firing and not firing, and continuations at pool shutdown.
  */
@@ -245,6 +246,12 @@ static void *hook_calloc(size_t n, size_t size)
     return calloc(n, size);
 }
 
+static void *hook_malloc(size_t size)
+{
+    hook_allocs++;
+    return malloc(size);
+}
+
 static void hook_free(void *p)
 {
     if (p)
@@ -271,6 +278,42 @@ static void test_cache_honours_allocator(void **state)
     assert_int_equal(cache_stats().thread_objs, 0);
     assert_int_equal(cache_stats().depot_objs, 0);
     pawl_set_allocator(&(struct pawl_allocator){.calloc = calloc, .free = free});
+}
+
+/* What complete_unref frees and when, counted through allocator hooks (the cache is off while
+ * they are set): with no continuation the future is freed inside the call; with a reference
+ * still held elsewhere, only at that reference's unref; with only an inline record (an all-of's),
+ * inside the call too, after the record ran. */
+static void test_complete_unref_frees(void **state)
+{
+    pawl_set_allocator(
+        &(struct pawl_allocator){.malloc = hook_malloc, .calloc = hook_calloc, .free = hook_free});
+    hook_allocs = hook_frees = 0;
+    struct pawl_future *f = pawl_future_new();
+    assert_int_equal(pawl_future_complete_unref(f, 1), 0);
+    assert_true(hook_allocs >= 1);
+    assert_int_equal(hook_frees, hook_allocs);
+
+    hook_allocs = hook_frees = 0;
+    f = pawl_future_new();
+    pawl_future_ref(f);
+    assert_int_equal(pawl_future_fail_unref(f, PAWL_EHANDLER, NULL), 0);
+    assert_int_equal(hook_frees, 0); /* ours is still held */
+    assert_int_equal(pawl_future_complete_unref(f, 2), PAWL_EALREADY);
+    assert_true(hook_allocs >= 1);
+    assert_int_equal(hook_frees, hook_allocs); /* the future and its message */
+
+    hook_allocs = hook_frees = 0;
+    f = pawl_future_new();
+    struct pawl_future *all = pawl_future_all(&f, 1);
+    uint64_t allocs = hook_allocs;
+    assert_int_equal(pawl_future_complete_unref(f, 9), 0);
+    int64_t tok;
+    assert_int_equal(pawl_future_poll(all, &tok, NULL, NULL), 0);
+    assert_int_equal(tok, 9);
+    pawl_future_unref(all);
+    assert_int_equal(hook_frees, allocs); /* everything: f, the combinator's state, all */
+    pawl_set_allocator(&(struct pawl_allocator){.malloc = malloc, .calloc = calloc, .free = free});
 }
 
 struct cont_rec {
@@ -312,6 +355,64 @@ static void test_continuation_on_pool(void **state)
     assert_int_equal(before.token, 7);
     assert_int_equal(after.token, 7);
     assert_int_equal(pawl_future_on_complete(NULL, NULL, pool, cont_cb, &after), PAWL_EINVAL);
+}
+
+/* complete_unref / fail_unref: the outcome reaches every continuation (pool, serial, and an
+ * all-of's inline record registered last, which takes no reference); a second completion is
+ * refused and still consumes the reference; NULL is refused. What is freed when is checked by
+ * the hook-counting test below and, for use after free and leaks, by the ASan build. */
+static void test_complete_unref(void **state)
+{
+    struct pawl_serial s;
+    pawl_serial_init(&s, pool);
+    struct cont_rec a = {0}, b = {0}, c = {0};
+    struct pawl_future *f = pawl_future_new();
+    assert_int_equal(pawl_future_on_complete(f, NULL, pool, cont_cb, &a), 0);
+    assert_int_equal(pawl_future_on_complete(f, &s, NULL, cont_cb, &b), 0);
+    assert_int_equal(pawl_future_on_complete(f, NULL, pool, cont_cb, &c), 0); /* the heir */
+    completing = 1;
+    assert_int_equal(pawl_future_complete_unref(f, 41), 0); /* f may be gone from here on */
+    completing = 0;
+    assert_true(RT_WAIT_UNTIL(
+        rt_load(&a.calls) == 1 && rt_load(&b.calls) == 1 && rt_load(&c.calls) == 1, 10000));
+    assert_int_equal(a.inline_calls + b.inline_calls + c.inline_calls, 0);
+    assert_int_equal(a.token, 41);
+    assert_int_equal(b.token, 41);
+    assert_int_equal(c.token, 41);
+
+    /* The newest record is inline (an all-of): the reference is dropped at the end instead. */
+    struct cont_rec d = {0};
+    f = pawl_future_new();
+    assert_int_equal(pawl_future_on_complete(f, NULL, pool, cont_cb, &d), 0);
+    struct pawl_future *all = pawl_future_all(&f, 1);
+    assert_non_null(all);
+    assert_int_equal(pawl_future_fail_unref(f, PAWL_ECHECKPOINT, "handed over"), 0);
+    int64_t tok;
+    int code;
+    const char *msg;
+    assert_int_equal(pawl_future_poll(all, &tok, &code, &msg), 0);
+    assert_int_equal(code, PAWL_ECHECKPOINT);
+    assert_string_equal(msg, "handed over");
+    assert_true(RT_WAIT_UNTIL(rt_load(&d.calls) == 1, 10000));
+    assert_int_equal(d.code, PAWL_ECHECKPOINT);
+    pawl_future_unref(all);
+
+    /* Already completed: refused, nothing changes, and the caller's reference is consumed. */
+    f = pawl_future_new();
+    pawl_future_ref(f); /* two references: ours to keep, one to hand over */
+    assert_int_equal(pawl_future_complete(f, 5), 0);
+    assert_int_equal(pawl_future_complete_unref(f, 6), PAWL_EALREADY);
+    pawl_future_ref(f);
+    assert_int_equal(pawl_future_fail_unref(f, PAWL_EHANDLER, "late"), PAWL_EALREADY);
+    assert_int_equal(pawl_future_poll(f, &tok, &code, NULL), 0);
+    assert_int_equal(code, 0);
+    assert_int_equal(tok, 5);
+    pawl_future_unref(f);
+
+    assert_int_equal(pawl_future_complete_unref(NULL, 1), PAWL_EINVAL);
+    assert_int_equal(pawl_future_fail_unref(NULL, PAWL_EHANDLER, NULL), PAWL_EINVAL);
+    assert_true(RT_WAIT_UNTIL(pawl_serial_ran(&s) == 1, 10000));
+    pawl_serial_fini(&s);
 }
 
 /* Continuations on one serial executor run in registration order, never concurrently. */
@@ -611,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_outcome_and_double_completion),
         cmocka_unit_test(test_continuation_on_pool),
         cmocka_unit_test(test_continuation_on_serial),
+        cmocka_unit_test(test_complete_unref),
         cmocka_unit_test(test_foreign_completion_races_wait),
         cmocka_unit_test(test_no_lost_wakeups),
         cmocka_unit_test(test_double_completion_race),
@@ -628,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_cache_thread_exit),
         cmocka_unit_test(test_cache_cap),
         cmocka_unit_test(test_cache_honours_allocator),
+        cmocka_unit_test(test_complete_unref_frees),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     return failed + cmocka_run_group_tests(cache_tests, NULL, NULL);
