@@ -486,23 +486,26 @@ static void finish(struct pawl_future *f, bool give_ref)
         pawl_future_unref(f);
 }
 
-/* True if another completer got there first. */
-static bool claimed_already(struct pawl_future *f)
+/* True if another completer got there first; then a reference handed over (give_ref) is
+ * dropped here, since nothing will be dispatched to take it. */
+static bool claimed_already(struct pawl_future *f, bool give_ref)
 {
     /* Acquire: nothing to acquire really, but keeps the winner ordered after earlier users. The
-     * OR is totally ordered with every other completer's: exactly one sees CLAIMED clear. */
-    return (__atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE) & F_CLAIMED) != 0;
+     * OR is totally ordered with every other completer's: exactly one sees CLAIMED clear.
+     * (Tested this way round, GCC emits `lock bts`, not a CAS loop.) */
+    if ((__atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE) & F_CLAIMED) == 0)
+        return false;
+    if (give_ref)
+        pawl_future_unref(f);
+    return true;
 }
 
 static int complete(struct pawl_future *f, int64_t token, bool give_ref)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (claimed_already(f)) { /* (tested this way round, GCC emits `lock bts`, not a CAS loop) */
-        if (give_ref)
-            pawl_future_unref(f);
+    if (claimed_already(f, give_ref))
         return PAWL_EALREADY;
-    }
     f->token = token;
     f->code = 0;
     finish(f, give_ref);
@@ -513,11 +516,8 @@ static int fail(struct pawl_future *f, int code, const char *msg, bool give_ref)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    if (claimed_already(f)) {
-        if (give_ref)
-            pawl_future_unref(f);
+    if (claimed_already(f, give_ref))
         return PAWL_EALREADY;
-    }
     f->code = code < 0 ? code : PAWL_EINVAL;
     f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
                                                                  falls back to pawl_strerror */

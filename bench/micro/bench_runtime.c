@@ -527,9 +527,8 @@ static void bm_future_throughput(pawl_bench_state *st, void *arg)
                 pawl_future_on_complete(fs[i], NULL, e.pool, count_cont, NULL);
             }
             int64_t t1 = now_ns();
-            for (int i = 0; i < FBATCH; i++) {
+            for (int i = 0; i < FBATCH; i++)
                 pawl_future_complete_unref(fs[i], i);
-            }
             int64_t t2 = now_ns();
             want += FBATCH;
             wait_done(&fut_done, want);
