@@ -143,7 +143,7 @@ static const struct pawl_flag flags[] = {
      AT(store.finalizer_min_interval_us)},
     {.name = "finalizer-latency-share",
      .type = PAWL_FLAG_INT,
-     .def = "10",
+     .def = "25",
      .min = 0,
      .max = 100,
      .unit = "%",

@@ -354,7 +354,7 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalize_batch_max = 2000;
     o->finalizer_retry_ms = 2;
     o->finalizer_min_interval_us = 500;
-    o->finalizer_latency_share_pct = 10;
+    o->finalizer_latency_share_pct = 25;
     o->finalizer_max_interval_us = 20000;
     o->append_finalizes = 0;
     o->listen = 1;

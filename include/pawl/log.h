@@ -72,7 +72,7 @@ struct pawl_store_opts {
      * appends queue, their latency grows, and one run then covers many more of them: the
      * finalizer's cost per event falls, and the delay it adds stays a small part of what a
      * writer already waits for its acknowledgment. Unloaded, append latency is about a
-     * commit and the minimum interval rules. 0 turns it off. 0..100 %, default 10. */
+     * commit and the minimum interval rules. 0 turns it off. 0..100 %, default 25. */
     int finalizer_latency_share_pct;
     /* The longest interval the latency share may stretch the cadence to (never below
      * finalizer_min_interval_us). 0..1000000 µs, default 20000. */
