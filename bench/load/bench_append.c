@@ -14,6 +14,9 @@
  * appended is finalized (untimed), so each cell starts clean. Per cell: the whole system's CPU
  * per event and, of it, the finalizer's own (its server process and the store's threads that
  * serve it; see fin_cpu_ns_now()).
+ * Each off/on pair runs --rounds times, the two cells of a round next to each other; besides the
+ * means over rounds, the geometric mean of the rounds' own on/off ratios is reported with its
+ * 95% interval, which says whether a difference of a few percent is the finalizer or the machine.
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
@@ -34,6 +37,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <libpq-fe.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,7 +71,46 @@ struct cell {
     double fin_runs_s;
     double retries;       /* re-runs per append (conflicts on shared streams; per-run cells only) */
     double fin_cpu_us_ev; /* of cpu_us_ev, the finalizer's own: its backend and its threads */
+    /* On an "on" cell of an off/on pair: the on/off ratios of each round's two cells (run next
+     * to each other), as a geometric mean and its 95% interval; n = 0 when not computed. */
+    struct ratio_ci {
+        int n;
+        double mean, lo, hi;
+    } thr_ratio, cpu_ratio;
 };
+
+/* Two-sided 95% Student t quantiles for 1..10 degrees of freedom (then ~2.09 to 20, ~2.0). */
+static double t95(int df)
+{
+    static const double t[] = {12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
+    return df <= 10 ? t[df - 1] : df <= 20 ? 2.09 : 2.0;
+}
+
+/*
+ * The geometric mean of n ratios and its 95% interval (on their logarithms). The two cells of a
+ * round run seconds apart, so their ratio cancels most of what a shared machine does to both;
+ * the spread of those ratios says how far the mean can be trusted.
+ */
+static struct ratio_ci ratio_ci_of(const double *r, int n)
+{
+    struct ratio_ci c = {0};
+    int k = 0;
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i] > 0) {
+            sum += log(r[i]);
+            k++;
+        }
+    if (k == 0)
+        return c;
+    double m = sum / k;
+    for (int i = 0; i < n; i++)
+        if (r[i] > 0)
+            sq += (log(r[i]) - m) * (log(r[i]) - m);
+    double half = k > 1 ? t95(k - 1) * sqrt(sq / (k - 1) / k) : 0;
+    c = (struct ratio_ci){.n = k, .mean = exp(m), .lo = exp(m - half), .hi = exp(m + half)};
+    return c;
+}
 
 /* ---- CPU accounting ------------------------------------------------------------------------- */
 
@@ -891,7 +934,9 @@ int main(int argc, char **argv)
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
                  "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event,"
-                 "reruns_per_append,finalizer_cpu_us_per_event\n");
+                 "reruns_per_append,finalizer_cpu_us_per_event,round_ratio_events_per_s,"
+                 "round_ratio_events_per_s_lo95,round_ratio_events_per_s_hi95,round_ratio_cpu,"
+                 "round_ratio_cpu_lo95,round_ratio_cpu_hi95\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved, and
      * the figures are the means over rounds (max: the maximum). The order alternates, off, on,
@@ -907,7 +952,14 @@ int main(int argc, char **argv)
         int width = pair ? 2 : 1;
         struct cell acc[2];
         memset(acc, 0, sizeof acc);
+        double *thr_r = calloc((size_t)rounds, sizeof *thr_r);
+        double *cpu_r = calloc((size_t)rounds, sizeof *cpu_r);
+        if (!thr_r || !cpu_r) {
+            fprintf(stderr, "bench_append: out of memory\n");
+            return 1;
+        }
         for (int r = 0; r < rounds; r++) {
+            struct cell got[2];
             for (int k = 0; k < width; k++) {
                 int w = r % 2 ? width - 1 - k : k;
                 struct cell one = cells[i + w];
@@ -928,8 +980,22 @@ int main(int argc, char **argv)
                 acc[w].fin_runs_s += one.fin_runs_s / rounds;
                 acc[w].retries += one.retries / rounds;
                 acc[w].fin_cpu_us_ev += one.fin_cpu_us_ev / rounds;
+                got[w] = one;
+                fprintf(stderr, "  %.0f events/s\n", one.ev_s);
+            }
+            if (pair) {
+                thr_r[r] = got[0].ev_s > 0 ? got[1].ev_s / got[0].ev_s : 0;
+                cpu_r[r] = got[0].cpu_us_ev > 0 ? got[1].cpu_us_ev / got[0].cpu_us_ev : 0;
+                fprintf(stderr, "  this round's on/off: %.3f events/s, %.3f CPU per event\n",
+                        thr_r[r], cpu_r[r]);
             }
         }
+        if (pair) {
+            cells[i + 1].thr_ratio = ratio_ci_of(thr_r, rounds);
+            cells[i + 1].cpu_ratio = ratio_ci_of(cpu_r, rounds);
+        }
+        free(thr_r);
+        free(cpu_r);
         for (int w = 0; w < width; w++) {
             struct cell *c = &cells[i + w];
             c->ev_s = acc[w].ev_s;
@@ -941,11 +1007,16 @@ int main(int argc, char **argv)
             c->fin_runs_s = acc[w].fin_runs_s;
             c->retries = acc[w].retries;
             c->fin_cpu_us_ev = acc[w].fin_cpu_us_ev;
-            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f,%.3f,%.2f\n",
+            fprintf(csv, "%s,%d,%d,%s,%d,%.0f,%.2f,%.2f,%.2f,%lld,%.0f,%d,%.2f,%.3f,%.2f",
                     c->design, c->conns, c->batch, c->finalizer ? "on" : "off", c->target_rate,
                     c->ev_s, c->p50, c->p99, c->max, (long long)c->delay_count, c->fin_runs_s,
                     streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev, c->retries,
                     c->fin_cpu_us_ev);
+            if (c->thr_ratio.n > 0)
+                fprintf(csv, ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", c->thr_ratio.mean, c->thr_ratio.lo,
+                        c->thr_ratio.hi, c->cpu_ratio.mean, c->cpu_ratio.lo, c->cpu_ratio.hi);
+            else
+                fputs(",,,,,,\n", csv);
             fflush(csv);
         }
         i += width - 1;
@@ -956,6 +1027,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | CPU/event "
                     "off | on | on/off | finalizer's own | delay p50 | p99 | max |\n"
                     "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    int with_ci = 0;
     for (int i = 0; i + 1 < nc; i++) {
         struct cell *off = &cells[i], *on = &cells[i + 1];
         if (off->finalizer || !on->finalizer || off->conns != on->conns ||
@@ -969,6 +1041,24 @@ int main(int argc, char **argv)
             off->cpu_us_ev, on->cpu_us_ev,
             off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->fin_cpu_us_ev, on->p50,
             on->p99, on->max);
+        with_ci |= on->thr_ratio.n > 1;
+    }
+    /* The same pairs judged round by round: the geometric mean of each round's on/off and its
+     * 95% interval (the means above are ratios of means over rounds). */
+    if (with_ci) {
+        fprintf(stderr, "\nper round, on/off (geometric mean [95%% interval], %d rounds):\n",
+                rounds);
+        for (int i = 0; i < nc; i++) {
+            struct cell *on = &cells[i];
+            if (on->thr_ratio.n < 2)
+                continue;
+            fprintf(stderr, "  %s %d x %d: events/s %.3f [%.3f, %.3f]", on->design, on->conns,
+                    on->batch, on->thr_ratio.mean, on->thr_ratio.lo, on->thr_ratio.hi);
+            if (on->cpu_ratio.n > 1)
+                fprintf(stderr, ", CPU per event %.3f [%.3f, %.3f]", on->cpu_ratio.mean,
+                        on->cpu_ratio.lo, on->cpu_ratio.hi);
+            fputc('\n', stderr);
+        }
     }
     for (int i = 0; i < nc; i++)
         if (cells[i].target_rate)
