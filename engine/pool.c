@@ -7,12 +7,13 @@
  * victim, and take up to half of it (at most STEAL_BATCH, one CAS per PAWL_DEQUE_CHUNK tasks):
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
- * submit single tasks through a lock-free MPSC list (mpsc.c) and batches through the injection
- * ring (an array of task pointers, one CAS per batch; see ring_push), or the list when the ring
- * is full: producers never wait; the consumer role over both is taken by one worker at a time with
- * a try-lock, and a worker that gets it moves a small batch into its own deque (one publication for
- * the batch) so that others can steal from there. Every 61st task a worker looks at the injection
- * queue first, so outside work is not starved by a worker feeding itself.
+ * submit single tasks through a ring of their own (a single-producer ring per outside thread and
+ * pool, see spsc_push), batches through the injection ring (an array of task pointers, one CAS per
+ * batch; see ring_push), and both through a lock-free MPSC list (mpsc.c) when their ring is full
+ * or missing: producers never wait; the consumer role over all of them is taken by one worker at a
+ * time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
+ * publication for the batch) so that others can steal from there. Every 61st task a worker looks at
+ * the injection queue first, so outside work is not starved by a worker feeding itself.
  *
  * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
  * written into the deque and published with one store of bottom; from outside, they
@@ -23,7 +24,8 @@
  * Parking is an eventcount on one futex word (epoch) with a sleeper count:
  *   worker:    e = epoch; sleepers++; [seq_cst fence]; re-check every queue; futex_wait(epoch, e)
  *   submitter: publish task; [seq_cst fence]; if sleepers > 0 { epoch++; futex_wake(1) }
- * (An outside submitter's publication is the seq_cst CAS of ring_tail or add to inject_in, a
+ * (An outside submitter's publication is the release store of its own ring's tail, followed by
+ * the fence; or, for a batch or the list, the seq_cst CAS of ring_tail or add to inject_in, a
  * read-modify-write that orders it before the seq_cst load of sleepers by itself: no fence on
  * that path.)
  * The two fences make this a Dekker pattern: either the submitter sees the sleeper and bumps the
@@ -35,8 +37,8 @@
  *
  * Shutdown (pawl_pool_free): set stop, wake everybody, join; workers finish the task they are
  * running and leave the rest. Then the freeing thread cancels what is queued (deques, injection
- * ring and list) until nothing is left — a cancelled task may submit more, which lands in the
- * injection queue and is cancelled in a later round.
+ * ring, producer rings and list) until nothing is left — a cancelled task may submit more, which
+ * lands in the injection queue and is cancelled in a later round.
  *
  * Threads: pawl_pool_submit and pawl_pool_submit_batch from anywhere; pawl_pool_free from a thread
  * outside the pool.
@@ -64,6 +66,12 @@
 #endif
 #define RING_SIZE PAWL_POOL_RING
 #define LIST_TURN 4 /* the consumer looks at the list first on every LIST_TURN-th take */
+#ifndef PAWL_POOL_SPSC
+#define PAWL_POOL_SPSC 1024 /* slots of an outside thread's own ring (a power of two) */
+#endif
+#define SPSC_SIZE PAWL_POOL_SPSC
+#define SPSC_MAX 16 /* producer rings per pool; more outside threads share the list */
+#define SPSC_TLS 4  /* pools a thread keeps its rings of at hand (more: see spsc_mine) */
 #define STEAL_BATCH 32
 #define SPIN_ROUNDS 64
 #define YIELD_ROUNDS 8
@@ -141,6 +149,27 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
+ * An outside thread's own ring of single tasks for one pool (see spsc_push for the protocol). It
+ * belongs to the pool (registered in pool->spsc, taken from only under the consumer role, drained
+ * and freed by pawl_pool_free) and is lent to one thread at a time (owned). A thread that exits
+ * while its ring still holds tasks gives it back to the pool (see spsc_let_go); a thread whose
+ * ring's pool was freed never touches the ring again. Lines by writer: the producer's (tail, done,
+ * head_seen), the consumer's (head), and the hand-over word, written once per thread.
+ */
+struct spsc_ring {
+    int64_t tail; /* next slot to write; by the owning thread (release), read by the consumer */
+    int64_t done; /* tail whose wake-up check has finished (for pawl_pool_free) */
+    int64_t head_seen; /* owner only: a value of head it read (acquire), a lower bound of head */
+    char pad0[PAWL_CACHELINE - 3 * sizeof(int64_t)];
+    int64_t head; /* next slot to take; by the consumer role (release), read by the owner */
+    char pad1[PAWL_CACHELINE - sizeof(int64_t)];
+    uint32_t owned; /* 1 while a thread submits through it; 0: free for another thread to adopt */
+    void *raw;      /* what to free */
+    char pad2[PAWL_CACHELINE - 2 * sizeof(void *)];
+    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push */
+};
+
+/*
  * Cache lines by who writes them, so that each writer keeps its line: the injection count
  * (written by submitters, polled by idle workers), the consumer role's lock and count of tasks
  * taken, the parking words, and the fields every worker reads on every search (nworkers,
@@ -158,7 +187,8 @@ struct pawl_pool {
     int64_t ring_head;    /* next ring slot to take; by the consumer role only */
     uint32_t inject_lock; /* 1 while a worker holds the consumer role of inject and the ring */
     uint32_t list_turn;   /* consumer role only: takes since the list last went first */
-    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(uint32_t)];
+    uint32_t spsc_next;   /* consumer role only: the producer ring to look at first */
+    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 3 * sizeof(uint32_t)];
     int64_t ring_tail; /* next ring slot to reserve; advanced by submitters' CAS */
     char pad3[PAWL_CACHELINE - sizeof(int64_t)];
     uint32_t epoch;   /* futex word of the eventcount */
@@ -175,6 +205,10 @@ struct pawl_pool {
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
     void *raw;          /* what to free for the pool itself */
     uint64_t cancelled; /* written only by pawl_pool_free */
+    uint32_t nspsc;     /* producer rings registered (release: spsc[0..nspsc) are set) */
+    struct spsc_ring *spsc[SPSC_MAX];        /* written under spsc_lock, before nspsc covers them */
+    pthread_mutex_t spsc_lock;               /* registration of producer rings (once per thread) */
+    struct pawl_pool *live_prev, *live_next; /* the list of live pools, under live_lock */
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
@@ -190,6 +224,22 @@ static void *calloc_lines(size_t size, void **raw)
     return p + (-(uintptr_t)p & (PAWL_CACHELINE - 1));
 }
 
+/* Tasks queued on the producer rings (an upper bound, read as injected_estimate explains). */
+static inline int64_t spsc_estimate(struct pawl_pool *pool)
+{
+    /* Acquire: spsc[0..n) were stored before nspsc was published. */
+    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct spsc_ring *r = pool->spsc[i];
+        /* Acquire: orders the load of tail after the load of head (head only grows). */
+        int64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
+        sum += __atomic_load_n(&r->tail, __ATOMIC_RELAXED) - h;
+    }
+    return sum;
+}
+
 /*
  * An upper bound of the tasks on the injection queue (<= 0: none). Out is read first (acquire,
  * so the read of in comes after it): out only grows, so an older out can only make the result
@@ -203,7 +253,7 @@ static inline int64_t injected_estimate(struct pawl_pool *pool)
     int64_t head = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
     /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
     return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out +
-           __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED) - head;
+           __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED) - head + spsc_estimate(pool);
 }
 
 static _Thread_local struct worker *tls_worker;
@@ -495,16 +545,247 @@ static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, in
     inject_chain(pool, ts[0], ts[n - 1], n);
 }
 
+/*
+ * Producer rings: each thread outside the pool that submits single tasks gets a ring of its own
+ * (registered with the pool on its first submission), so that a submission writes only lines of
+ * its own and the consumer reads task pointers from consecutive slots, up to INJECT_BATCH at
+ * once, prefetching the tasks, instead of following one link per task through the list (each a
+ * miss on a line the submitter just wrote, one after the other). The protocol:
+ *   - the owning thread writes slot tail (relaxed) and publishes it with a release store of tail:
+ *     no read-modify-write. It writes only if tail - head < SPSC_SIZE for a head it read with
+ *     acquire (kept in head_seen: it reads the consumer's line only when the ring looks full);
+ *     the consumer read every slot below head before publishing head (release).
+ *   - then a seq_cst fence and wake_one(): the submitter half of the Dekker pattern with park(),
+ *     whose re-check reads every ring's tail (spsc_estimate). The fence is what the seq_cst
+ *     read-modify-write on inject_in gave the list's submitters.
+ *   - then a release store of done = tail, the submitter's last access to the pool's state:
+ *     pawl_pool_free waits until done == tail on every ring, so it cannot free the pool under a
+ *     submitter still checking for sleepers.
+ *   - the consumer role reads tail (acquire: the slots below it are written), the slots, and
+ *     publishes its new head (release).
+ * A full ring, or no ring (the registry is full, or this thread cannot register a thread-exit
+ * hook), sends the task to the list. The ring is the pool's (drained and freed by pawl_pool_free)
+ * and lent to the thread: a thread that exits (or keeps rings of more than SPSC_TLS pools) gives
+ * its ring back if the pool is still alive (owned = 0, release: its pushes happen before) and
+ * another outside thread adopts it with whatever it still holds.
+ * FIFO holds per ring, as on the list; a task that takes the list may overtake one on a ring.
+ */
+static _Thread_local struct spsc_tls {
+    struct {
+        struct pawl_pool *pool; /* compared by address and id: a freed pool's address is reused */
+        uint64_t id;
+        struct spsc_ring *ring; /* NULL: no ring for this pool (registry full); use the list */
+    } e[SPSC_TLS];
+    uint32_t evict; /* the entry to give up next when all are used */
+    int keyed;      /* the thread-exit hook is registered */
+} spsc_tls;
+static pthread_key_t spsc_key;
+static int spsc_key_ok;
+static pthread_once_t spsc_key_once = PTHREAD_ONCE_INIT;
+
+/*
+ * The pools alive in the process, so that a thread giving its ring back (at exit, when the pool
+ * may already be gone) touches the ring only while its pool is alive: pawl_pool_free unlinks the
+ * pool under the same lock before it frees the rings. Taken once per thread and pool at most.
+ */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pawl_pool *live_pools;
+
+/* The owning thread gives its ring r of the pool at that address and with that id back, if the
+ * pool is still alive: another thread may adopt it (see spsc_register). */
+static void spsc_let_go(struct pawl_pool *pool, uint64_t id, struct spsc_ring *r)
+{
+    pthread_mutex_lock(&live_lock);
+    for (struct pawl_pool *p = live_pools; p != NULL; p = p->live_next) {
+        if (p == pool && p->id == id) {
+            /* Release: our slots, tail, done and head_seen happen before the adopter's
+             * acquire. */
+            __atomic_store_n(&r->owned, 0, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Thread exit: give back every ring this thread holds. */
+static void spsc_thread_exit(void *arg)
+{
+    struct spsc_tls *tls = arg;
+    for (int i = 0; i < SPSC_TLS; i++) {
+        if (tls->e[i].ring != NULL)
+            spsc_let_go(tls->e[i].pool, tls->e[i].id, tls->e[i].ring);
+        tls->e[i].pool = NULL;
+        tls->e[i].ring = NULL;
+    }
+    /* Another key's destructor may still submit: register the hook again then (glibc runs the
+     * destructors of values set meanwhile once more). */
+    tls->keyed = 0;
+}
+
+static void spsc_key_create(void)
+{
+    spsc_key_ok = pthread_key_create(&spsc_key, spsc_thread_exit) == 0;
+}
+
+/* Registration, once per thread and pool: adopt a ring given back, or add one; NULL if the
+ * registry is full or memory is short (the list takes the tasks). Under spsc_lock. */
+static struct spsc_ring *spsc_register(struct pawl_pool *pool)
+{
+    struct spsc_ring *r = NULL;
+    pthread_mutex_lock(&pool->spsc_lock);
+    uint32_t n = pool->nspsc; /* only written under the lock */
+    for (uint32_t i = 0; i < n && r == NULL; i++) {
+        /* Acquire: pairs with spsc_let_go; the former owner's producer state is ours now. */
+        if (__atomic_load_n(&pool->spsc[i]->owned, __ATOMIC_ACQUIRE) == 0) {
+            r = pool->spsc[i];
+            /* Relaxed: adopters are serialised by the lock. */
+            __atomic_store_n(&r->owned, 1, __ATOMIC_RELAXED);
+        }
+    }
+    if (r == NULL && n < SPSC_MAX) {
+        void *raw;
+        r = calloc_lines(sizeof(*r), &raw);
+        if (r != NULL) {
+            r->raw = raw;
+            r->owned = 1;
+            pool->spsc[n] = r;
+            /* Release: workers that read the new count (acquire) see the ring's fields. */
+            __atomic_store_n(&pool->nspsc, n + 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&pool->spsc_lock);
+    return r;
+}
+
+/* The calling thread's ring for pool, registering one on first use; NULL: use the list. */
+static struct spsc_ring *spsc_mine(struct pawl_pool *pool)
+{
+    struct spsc_tls *tls = &spsc_tls;
+    for (int i = 0; i < SPSC_TLS; i++)
+        if (tls->e[i].pool == pool && tls->e[i].id == pool->id)
+            return tls->e[i].ring;
+    if (!tls->keyed) {
+        pthread_once(&spsc_key_once, spsc_key_create);
+        /* Without the exit hook our ring could never be given back: stay on the list. */
+        if (!spsc_key_ok || pthread_setspecific(spsc_key, tls) != 0)
+            return NULL;
+        tls->keyed = 1;
+    }
+    /* A free entry, else the next in turn (its ring is given back; its pool may be gone, and
+     * if it is alive another thread, or we later, adopt the ring). */
+    int slot = -1;
+    for (int i = 0; i < SPSC_TLS && slot < 0; i++)
+        if (tls->e[i].pool == NULL)
+            slot = i;
+    if (slot < 0) {
+        slot = (int)(tls->evict++ % SPSC_TLS);
+        if (tls->e[slot].ring != NULL)
+            spsc_let_go(tls->e[slot].pool, tls->e[slot].id, tls->e[slot].ring);
+    }
+    tls->e[slot].pool = pool;
+    tls->e[slot].id = pool->id;
+    tls->e[slot].ring = spsc_register(pool);
+    return tls->e[slot].ring;
+}
+
+/* The owning thread: queue t on its ring r of pool and wake a worker if one sleeps; false if
+ * the ring is full (nothing done). */
+static bool spsc_push(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
+{
+    /* Relaxed: only we write tail. */
+    int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+    if (tail - r->head_seen >= SPSC_SIZE) {
+        /* Acquire: the consumer's reads of the slots below head are done (see above). */
+        r->head_seen = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        if (tail - r->head_seen >= SPSC_SIZE)
+            return false;
+    }
+    /* Relaxed: published by the release store of tail below. */
+    __atomic_store_n(&r->slot[tail & (SPSC_SIZE - 1)], t, __ATOMIC_RELAXED);
+    /* Release: a consumer that reads the new tail (acquire) sees the slot and the task. */
+    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    /* Seq_cst fence: orders the tail store before wake_one()'s load of sleepers (the submitter
+     * half of the Dekker pattern with park(), whose re-check reads our tail). */
+    pawl_fence_seq_cst();
+    wake_one(pool);
+    /* Release: everything we did to the pool happens before pawl_pool_free's acquire of done. */
+    __atomic_store_n(&r->done, tail + 1, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* Consumer role only: take up to want tasks from ring r, oldest first, prefetching each. */
+static int64_t spsc_take(struct spsc_ring *r, struct pawl_task **out, int64_t want)
+{
+    /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
+    int64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+    /* Acquire: pairs with the owner's release store; the slots below tail are written. Loaded
+     * once, outside PAWL_MIN (which evaluates its arguments twice). */
+    int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+    int64_t n = PAWL_MIN(tail - h, want);
+    if (n <= 0)
+        return 0;
+    for (int64_t i = 0; i < n; i++) {
+        /* Relaxed: ordered by the acquire load of tail. */
+        out[i] = __atomic_load_n(&r->slot[(h + i) & (SPSC_SIZE - 1)], __ATOMIC_RELAXED);
+        /* The task's line will be written when it runs (and often read sooner): start its miss
+         * now, so that the misses of the batch overlap instead of queueing one behind the
+         * other. */
+        __builtin_prefetch(out[i], 1);
+    }
+    /* Release: the owner that reads the new head (acquire) may reuse the slots we read. */
+    __atomic_store_n(&r->head, h + n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* pawl_pool_free, once the workers are gone: is a submitter still publishing on (tasks not taken
+ * yet) or checking for sleepers after publishing on one of the producer rings? */
+static bool spsc_in_flight(struct pawl_pool *pool)
+{
+    /* Acquire: as in spsc_estimate. */
+    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) {
+        struct spsc_ring *r = pool->spsc[i];
+        /* Acquire: pairs with the release stores of done and tail; what the submitter did to
+         * the pool before them happens before our free. Relaxed for head: ours now. */
+        int64_t done = __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+        int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+        if (done != tail || tail != __atomic_load_n(&r->head, __ATOMIC_RELAXED))
+            return true;
+    }
+    return false;
+}
+
+/* Consumer role only: take up to want tasks from the producer rings, starting at a different
+ * ring each time so that a busy one cannot starve the others. */
+static int64_t spsc_take_any(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
+{
+    /* Acquire: spsc[0..n) were stored before nspsc was published. */
+    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    if (n == 0)
+        return 0;
+    uint32_t start = pool->spsc_next % n;
+    pool->spsc_next = start + 1;
+    int64_t got = 0;
+    for (uint32_t k = 0; k < n && got < want; k++)
+        got += spsc_take(pool->spsc[(start + k) % n], out + got, want - got);
+    return got;
+}
+
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
 {
     if (PAWL_UNLIKELY(pool == NULL || t == NULL || t->fn == NULL))
         return PAWL_EINVAL;
     struct worker *w = tls_worker;
-    if (w != NULL && w->pool == pool && pawl_deque_push(&w->dq, t) == 0) {
-        notify(pool);
+    if (w != NULL && w->pool == pool) {
+        if (pawl_deque_push(&w->dq, t) == 0)
+            notify(pool);
+        else
+            inject_push(pool, t); /* our deque is full and cannot grow */
         return 0;
     }
-    inject_push(pool, t); /* one task: the list (see ring_push) */
+    struct spsc_ring *r = spsc_mine(pool);
+    if (r == NULL || !spsc_push(pool, r, t))
+        inject_push(pool, t); /* no ring, or it is full: the list */
     return 0;
 }
 
@@ -549,27 +830,34 @@ static struct pawl_task *take_injected(struct worker *w)
     int64_t n = injected_estimate(pool);
     /* Our share if the rest is worth a helper, else as much as we may take (the pass-on rule). */
     int64_t want = PAWL_MIN(INJECT_BATCH, worth_waking(w, n - 1) ? n / pool->nworkers + 1 : n);
-    /* The ring first, then the list; the list first every LIST_TURN-th time (see ring_push). */
-    int list_first = ++pool->list_turn % LIST_TURN == 0;
+    /* The rings first (the shared one and the producers' in turn), then the list; the list
+     * first every LIST_TURN-th time (see ring_push). */
+    uint32_t turn = ++pool->list_turn;
+    static const uint8_t orders[3][3] = {{0, 1, 2}, {1, 0, 2}, {2, 1, 0}};
+    const uint8_t *order = orders[turn % LIST_TURN == 0 ? 2 : turn & 1];
     int64_t got = 0, from_list = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == list_first) {
+    int first_from_list = 0;
+    for (int pass = 0; pass < 3 && got < want; pass++) {
+        if (order[pass] == 0) {
             got += ring_take(pool, batch + got, want - got);
-            continue;
-        }
-        while (got < want) {
-            void **link = pawl_mpsc_pop(&pool->inject);
-            if (link == NULL || link == PAWL_MPSC_BUSY)
-                break;
-            batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
-            from_list++;
+        } else if (order[pass] == 1) {
+            got += spsc_take_any(pool, batch + got, want - got);
+        } else {
+            first_from_list = got == 0;
+            while (got < want) {
+                void **link = pawl_mpsc_pop(&pool->inject);
+                if (link == NULL || link == PAWL_MPSC_BUSY)
+                    break;
+                batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
+                from_list++;
+            }
+            first_from_list = first_from_list && from_list > 0;
         }
     }
     /* All but the first go into our deque with one publication (others may steal them). */
     if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
         /* Our deque is full and cannot grow: back onto the list, counted in there (what came
          * off the list is simply not counted out). */
-        int64_t first_from_list = list_first ? from_list > 0 : from_list == got;
         /* Relaxed: counted in before the push, as submitters do; we hold the consumer role and
          * stay awake to take them again. */
         __atomic_fetch_add(&pool->inject_in, (got - 1) - (from_list - first_from_list),
@@ -800,6 +1088,11 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         goto fail;
     pool->raw = raw;
     pawl_mpsc_init(&pool->inject);
+    if (pthread_mutex_init(&pool->spsc_lock, NULL) != 0) {
+        pawl_free(raw);
+        pool = NULL;
+        goto fail;
+    }
     pool->ring = calloc_lines(RING_SIZE * sizeof(struct pawl_task *), &pool->ring_raw);
     if (pool->ring == NULL)
         goto fail;
@@ -830,6 +1123,12 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         name[15] = '\0';
         pthread_setname_np(w->thread, name);
     }
+    pthread_mutex_lock(&live_lock);
+    pool->live_next = live_pools;
+    if (live_pools != NULL)
+        live_pools->live_prev = pool;
+    live_pools = pool;
+    pthread_mutex_unlock(&live_lock);
     *out = pool;
     return 0;
 fail:
@@ -847,6 +1146,7 @@ fail:
             }
             pawl_free(pool->workers_raw);
         }
+        pthread_mutex_destroy(&pool->spsc_lock); /* no ring yet: nobody could submit */
         pawl_free(pool->ring_raw);
         pawl_free(pool->raw);
     }
@@ -907,17 +1207,38 @@ void pawl_pool_free(struct pawl_pool *pool)
             cancel(pool, t);
             more = 1;
         }
-        /* A foreign submitter that counted its tasks in (or reserved ring slots) may still be
-         * waking or pushing: wait for its tasks (cancelled on the next pass). Seq_cst: the
-         * latest counts we can read. */
+        struct pawl_task *ts[INJECT_BATCH];
+        int64_t k;
+        while ((k = spsc_take_any(pool, ts, INJECT_BATCH)) > 0) {
+            for (int64_t i = 0; i < k; i++)
+                cancel(pool, ts[i]);
+            more = 1;
+        }
+        /* A foreign submitter that counted its tasks in (or reserved ring slots, or published
+         * on its own ring) may still be waking or pushing: wait for its tasks (cancelled on the
+         * next pass). Seq_cst: the latest counts we can read. */
         if (!more && (__atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
                           __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) ||
                       __atomic_load_n(&pool->ring_tail, __ATOMIC_SEQ_CST) !=
-                          __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED))) {
+                          __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED) ||
+                      spsc_in_flight(pool))) {
             sched_yield();
             more = 1;
         }
     }
+    /* Unlinked before the rings are freed: a thread that exits later leaves them alone (and never
+     * submits to this pool again: that would be a use after free). */
+    pthread_mutex_lock(&live_lock);
+    if (pool->live_prev != NULL)
+        pool->live_prev->live_next = pool->live_next;
+    else
+        live_pools = pool->live_next;
+    if (pool->live_next != NULL)
+        pool->live_next->live_prev = pool->live_prev;
+    pthread_mutex_unlock(&live_lock);
+    for (uint32_t i = 0; i < pool->nspsc; i++)
+        pawl_free(pool->spsc[i]->raw);
+    pthread_mutex_destroy(&pool->spsc_lock);
     if (pool->cancelled)
         PAWL_DEBUG("pool", "shut down; %llu queued tasks cancelled",
                    (unsigned long long)pool->cancelled);

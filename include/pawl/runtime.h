@@ -63,9 +63,12 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
 /*
  * Queue t; callable from any thread. From a worker of this pool the task goes onto that worker's
  * own deque (LIFO for the owner while the deque is deep, the last few oldest first; stolen FIFO
- * by idle workers); from any other thread onto the pool's lock-free injection queue (FIFO), and a
- * parked worker is woken. Never blocks, never allocates
- * per task (a deque may grow, amortised; if growing fails the task takes the injection queue).
+ * by idle workers); from any other thread onto that thread's own ring for this pool (FIFO; a
+ * thread's first submission to a pool registers it under a short lock and allocates it once, and
+ * the pool frees it) or, when that is full or the pool has rings for 16 threads already, onto the
+ * pool's lock-free injection queue; a parked worker is woken. Otherwise never blocks, never
+ * allocates per task (a deque may grow, amortised; if growing fails the task takes the injection
+ * queue).
  * Returns 0, or PAWL_EINVAL for a NULL task or a task without fn.
  */
 int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);

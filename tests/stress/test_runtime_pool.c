@@ -1,8 +1,9 @@
 /*
  * test_runtime_pool.c (stress) — the pool and serial executors under load: many outside
  * producers at once with nested fan-out, repeated create/shutdown cycles with work still queued
- * (every task called exactly once), both with single and with batched submission, and serial
- * executors that feed each other, checking order and mutual exclusion throughout.
+ * (every task called exactly once), both with single and with batched submission, serial
+ * executors that feed each other, checking order and mutual exclusion throughout, and wake-ups
+ * from a full park through outside threads' own rings.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -345,6 +346,79 @@ static void test_no_lost_wakeups_batches(void **state)
     run_pingers(2, batch_pinger_main, "batch pinger");
 }
 
+/*
+ * Wake-up from a full park, through the outside threads' own rings (whose submission publishes
+ * with a plain store and a fence rather than a read-modify-write): each round waits until the
+ * worker that ran the last task has gone to sleep again (the park count grew; the other one was
+ * not woken, or parked too), so that both are in or entering futex_wait, and then submits one
+ * task; a lost wake-up leaves it queued with every worker asleep, and the round times out. Two
+ * submitters take turns, each through its own ring.
+ */
+struct full_park {
+    struct pawl_pool *pool;
+    int rounds;
+    int id;
+    uint32_t *turn;
+    uint64_t *parks; /* the park count when the last round began (shared: they take turns) */
+    int64_t worst_ms;
+    int lost;
+};
+
+static void *full_park_main(void *arg)
+{
+    struct full_park *f = arg;
+    struct ping pg = {{ping_fn, NULL}, 0};
+    for (int i = 0; i < f->rounds; i++) {
+        while (__atomic_load_n(f->turn, __ATOMIC_ACQUIRE) % 2 != (uint32_t)f->id)
+            sched_yield();
+        /* The last task's worker asleep again (up to 200 ms: the first round's may have parked
+         * before we looked; then submit anyway). */
+        struct pawl_pool_stats st;
+        RT_WAIT_UNTIL((pawl_pool_stats(f->pool, &st), st.parks > *f->parks), 200);
+        *f->parks = st.parks;
+        int64_t t0 = rt_now_ms();
+        pawl_pool_submit(f->pool, &pg.task);
+        while (rt_load(&pg.ran) != (uint64_t)i + 1) {
+            if (rt_now_ms() - t0 > 5000) {
+                f->lost = 1;
+                __atomic_fetch_add(f->turn, 1, __ATOMIC_ACQ_REL);
+                return NULL;
+            }
+            usleep(50);
+        }
+        if (rt_now_ms() - t0 > f->worst_ms)
+            f->worst_ms = rt_now_ms() - t0;
+        __atomic_fetch_add(f->turn, 1, __ATOMIC_ACQ_REL);
+    }
+    return NULL;
+}
+
+static void test_wake_from_full_park(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    uint32_t turn = 0;
+    uint64_t parks = 0;
+    struct full_park f[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        f[i] = (struct full_park){pool, PAWL_TEST_SCALE(2000), i, &turn, &parks, 0, 0};
+        pthread_create(&th[i], NULL, full_park_main, &f[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        print_message("full park %d: worst round trip %lld ms\n", i, (long long)f[i].worst_ms);
+    }
+    struct pawl_pool_stats st;
+    pawl_pool_stats(pool, &st);
+    print_message("parks %llu, wakeups %llu\n", (unsigned long long)st.parks,
+                  (unsigned long long)st.wakeups);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(f[i].lost, 0);
+    pawl_pool_free(pool);
+}
+
 /* Bursts from outside, each waited for before the next: the workers drain the injection queue
  * while it is being filled (the consumer keeps meeting producers at the queue's end) and park
  * between bursts. A burst whose last task is not found leaves every worker asleep. */
@@ -410,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_serial_ring),
         cmocka_unit_test(test_no_lost_wakeups),
         cmocka_unit_test(test_no_lost_wakeups_batches),
+        cmocka_unit_test(test_wake_from_full_park),
         cmocka_unit_test(test_bursts),
         cmocka_unit_test(test_batch_bursts),
     };

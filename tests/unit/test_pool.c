@@ -4,13 +4,16 @@
  * exactly once, also when a thief's batch is stolen again from it), parking and prompt wake-up, and
  * shutdown with queued work (every task called exactly once, run or cancelled); the same for
  * batched submission, plus its argument checks, the injection queue's chain push (order and
- * contiguity under contention), and the pass-on rule (short bursts are not spread by waking
+ * contiguity under contention), outside threads' own rings (more threads than rings, threads
+ * that exit with tasks queued, one thread and several pools, pools freed under a thread that
+ * holds their rings), and the pass-on rule (short bursts are not spread by waking
  * parked workers; tasks that block get their queued neighbours shared).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
 
 #include "mpsc.h"
+#include "pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -597,6 +600,154 @@ static void test_ring_across_pools(void **state)
     free(tasks);
 }
 
+/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push) ---- */
+
+/* More outside threads than a pool has rings for (16), each submitting more tasks than a ring
+ * holds (1024), one at a time; some threads of each wave exit with their tasks still queued
+ * (every worker is blocked), so that the next wave adopts rings that are not empty. */
+enum { RING_THREADS = 24, RING_EACH = 1500 };
+
+static void rings_wave(struct pawl_pool *p, struct counted *tasks)
+{
+    pthread_t th[RING_THREADS];
+    struct producer pr[RING_THREADS];
+    for (int i = 0; i < RING_THREADS; i++) {
+        pr[i] = (struct producer){p, tasks + i * RING_EACH, RING_EACH};
+        pthread_create(&th[i], NULL, produce, &pr[i]);
+    }
+    for (int i = 0; i < RING_THREADS; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void rings_threads(int shutdown)
+{
+    enum { WAVES = 2, N = WAVES * RING_THREADS * RING_EACH };
+    uint64_t runs = 0, cancels = 0;
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *p;
+    assert_int_equal(pawl_pool_new(&p, &o), 0);
+    struct counted blockers[2];
+    block_workers(p, blockers, &runs, &cancels);
+    struct counted *tasks = calloc(N, sizeof(*tasks));
+    for (int i = 0; i < N; i++)
+        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    for (int w = 0; w < WAVES; w++)
+        rings_wave(p, tasks + w * RING_THREADS * RING_EACH);
+    assert_int_equal(rt_load(&runs), 0);
+    pthread_t rel;
+    pthread_create(&rel, NULL, release_later, NULL);
+    if (!shutdown)
+        assert_true(RT_WAIT_UNTIL(rt_load(&runs) == N + 2, 30000));
+    pawl_pool_free(p);
+    pthread_join(rel, NULL);
+    for (int i = 0; i < N; i++)
+        if (tasks[i].calls != 1)
+            fail_msg("task %d called %u times", i, tasks[i].calls);
+    assert_int_equal(runs + cancels, N + 2);
+    if (!shutdown)
+        assert_int_equal(cancels, 0);
+    print_message("rings, threads exiting with queued tasks%s: %llu ran, %llu cancelled\n",
+                  shutdown ? " (shutdown)" : "", (unsigned long long)runs,
+                  (unsigned long long)cancels);
+    free(tasks);
+}
+
+static void test_rings_threads_exit_with_queued_tasks(void **state)
+{
+    rings_threads(0);
+    rings_threads(1);
+}
+
+/* A task that must run on a worker of one particular pool. */
+struct placed {
+    struct pawl_task task;
+    struct pawl_pool *pool;
+    uint32_t calls;
+    uint32_t wrong;
+    uint64_t *runs;
+};
+
+static void placed_fn(struct pawl_task *t, int status)
+{
+    struct placed *x = (struct placed *)t;
+    if (status == 0 && pawl_pool_current() != x->pool)
+        __atomic_fetch_add(&x->wrong, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&x->calls, 1, __ATOMIC_RELAXED);
+    rt_inc(x->runs);
+}
+
+/* Submit n placed tasks round-robin to pools[0..np) from this thread; wait until all ran. */
+static void placed_round(struct pawl_pool **pools, int np, struct placed *xs, int n, uint64_t *runs)
+{
+    uint64_t want = rt_load(runs) + (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        xs[i] = (struct placed){.task.fn = placed_fn, .pool = pools[i % np], .runs = runs};
+        assert_int_equal(pawl_pool_submit(xs[i].pool, &xs[i].task), 0);
+    }
+    assert_true(RT_WAIT_UNTIL(rt_load(runs) >= want, 20000));
+    for (int i = 0; i < n; i++) {
+        if (xs[i].calls != 1 || xs[i].wrong != 0)
+            fail_msg("task %d: called %u times, %u on the wrong pool", i, xs[i].calls, xs[i].wrong);
+    }
+}
+
+struct pools_user {
+    struct pawl_pool **pools;
+    int np;
+    struct placed *xs;
+    int n;
+    uint64_t *runs;
+    uint32_t go_on; /* set by the test: submit the second round, then exit */
+};
+
+static void *pools_user_main(void *arg)
+{
+    struct pools_user *u = arg;
+    placed_round(u->pools, u->np, u->xs, u->n, u->runs);
+    while (!__atomic_load_n(&u->go_on, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    placed_round(u->pools + u->np, u->np, u->xs, u->n, u->runs);
+    return NULL; /* exits holding rings of pools freed meanwhile and of live ones */
+}
+
+/*
+ * One outside thread submitting to several pools: two, then six (more than the four whose rings
+ * a thread keeps at hand, so rings are given back and adopted again as it goes round). Then the
+ * pools are freed and new ones made (often at the same addresses) while a second thread still
+ * holds rings of the freed ones: its submissions must reach the new pools, through new rings,
+ * and its exit must leave the freed rings alone (ASan checks). Each task runs once, on its pool.
+ */
+static void test_rings_several_pools(void **state)
+{
+    enum { NP = 6, N = 6000 };
+    struct pawl_pool_opts o = {.workers = 1};
+    struct pawl_pool *pools[2 * NP];
+    for (int i = 0; i < NP; i++)
+        assert_int_equal(pawl_pool_new(&pools[i], &o), 0);
+    struct placed *xs = calloc(N, sizeof(*xs));
+    uint64_t runs = 0;
+    placed_round(pools, 2, xs, N, &runs);
+    placed_round(pools, NP, xs, N, &runs);
+    struct placed *ys = calloc(N, sizeof(*ys));
+    uint64_t yruns = 0;
+    struct pools_user u = {pools, NP, ys, N, &yruns, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, pools_user_main, &u);
+    assert_true(RT_WAIT_UNTIL(rt_load(&yruns) == N, 20000));
+    for (int i = 0; i < NP; i++)
+        pawl_pool_free(pools[i]);
+    for (int i = 0; i < NP; i++)
+        assert_int_equal(pawl_pool_new(&pools[NP + i], &o), 0);
+    __atomic_store_n(&u.go_on, 1, __ATOMIC_RELEASE);
+    placed_round(pools + NP, NP, xs, N, &runs);
+    pthread_join(th, NULL);
+    assert_int_equal(yruns, 2 * N);
+    for (int i = 0; i < NP; i++)
+        pawl_pool_free(pools[NP + i]);
+    free(xs);
+    free(ys);
+}
+
 /* From a worker: a task submits its children as one batch (large enough to grow a deque that
  * starts with 2 slots), and each child fans out a small batch of its own. */
 struct bnode {
@@ -1000,6 +1151,8 @@ int main(void)
         cmocka_unit_test(test_shutdown_with_queued_work),
         cmocka_unit_test(test_injection_overflow),
         cmocka_unit_test(test_ring_across_pools),
+        cmocka_unit_test(test_rings_threads_exit_with_queued_tasks),
+        cmocka_unit_test(test_rings_several_pools),
         cmocka_unit_test(test_mpsc_chains),
         cmocka_unit_test(test_batch_invalid_arguments),
         cmocka_unit_test(test_batch_from_outside),
