@@ -67,7 +67,11 @@
 #define RING_SIZE PAWL_POOL_RING
 #define LIST_TURN 4 /* the consumer looks at the list first on every LIST_TURN-th take */
 #ifndef PAWL_POOL_SPSC
-#define PAWL_POOL_SPSC 1024 /* slots of an outside thread's own ring (a power of two) */
+/* Slots of an outside thread's own ring (a power of two): as many as the shared ring, since a
+ * full ring costs each further submission a read of the consumer's head plus the list (1024
+ * slots cost a fifth of the single-task submit_run/inject throughput, where the submitter runs
+ * ahead of the workers by thousands of tasks). 128 KiB per outside thread and pool. */
+#define PAWL_POOL_SPSC 16384
 #endif
 #define SPSC_SIZE PAWL_POOL_SPSC
 #define SPSC_MAX 16 /* producer rings per pool; more outside threads share the list */
@@ -153,14 +157,18 @@ struct worker {
  * belongs to the pool (registered in pool->spsc, taken from only under the consumer role, drained
  * and freed by pawl_pool_free) and is lent to one thread at a time (owned). A thread that exits
  * while its ring still holds tasks gives it back to the pool (see spsc_let_go); a thread whose
- * ring's pool was freed never touches the ring again. Lines by writer: the producer's (tail, done,
- * head_seen), the consumer's (head), and the hand-over word, written once per thread.
+ * ring's pool was freed never touches the ring again. Lines by writer: the producer's shared one
+ * (tail) and private one (done, head_seen), the consumer's (head), and the hand-over word.
  */
 struct spsc_ring {
     int64_t tail; /* next slot to write; by the owning thread (release), read by the consumer */
-    int64_t done; /* tail whose wake-up check has finished (for pawl_pool_free) */
+    char pad3[PAWL_CACHELINE - sizeof(int64_t)];
+    /* Lines only the owner touches while the pool runs: done is stored after the fence, and on
+     * tail's line, which the workers keep reading, that store would miss and hold up the next
+     * submission's fence. */
+    int64_t done;      /* tail whose wake-up check has finished (read by pawl_pool_free) */
     int64_t head_seen; /* owner only: a value of head it read (acquire), a lower bound of head */
-    char pad0[PAWL_CACHELINE - 3 * sizeof(int64_t)];
+    char pad0[PAWL_CACHELINE - 2 * sizeof(int64_t)];
     int64_t head; /* next slot to take; by the consumer role (release), read by the owner */
     char pad1[PAWL_CACHELINE - sizeof(int64_t)];
     uint32_t owned; /* 1 while a thread submits through it; 0: free for another thread to adopt */

@@ -602,17 +602,20 @@ static void test_ring_across_pools(void **state)
 
 /* ---- producer rings: one per outside thread and pool (pool.c, spsc_push) ---- */
 
-/* More outside threads than a pool has rings for (16), each submitting more tasks than a ring
- * holds (1024), one at a time; some threads of each wave exit with their tasks still queued
+/* More outside threads than a pool has rings for (16), one in six submitting more tasks than a
+ * ring holds (16384), one at a time; every thread of each wave exits with its tasks still queued
  * (every worker is blocked), so that the next wave adopts rings that are not empty. */
-enum { RING_THREADS = 24, RING_EACH = 1500 };
+enum { RING_THREADS = 24, RING_SOME = 1500, RING_MANY = 16384 + 700 };
+enum { RING_WAVE = RING_THREADS / 6 * RING_MANY + (RING_THREADS - RING_THREADS / 6) * RING_SOME };
 
 static void rings_wave(struct pawl_pool *p, struct counted *tasks)
 {
     pthread_t th[RING_THREADS];
     struct producer pr[RING_THREADS];
-    for (int i = 0; i < RING_THREADS; i++) {
-        pr[i] = (struct producer){p, tasks + i * RING_EACH, RING_EACH};
+    for (int i = 0, at = 0; i < RING_THREADS; i++) {
+        int n = i % 6 == 0 ? RING_MANY : RING_SOME;
+        pr[i] = (struct producer){p, tasks + at, n};
+        at += n;
         pthread_create(&th[i], NULL, produce, &pr[i]);
     }
     for (int i = 0; i < RING_THREADS; i++)
@@ -621,7 +624,7 @@ static void rings_wave(struct pawl_pool *p, struct counted *tasks)
 
 static void rings_threads(int shutdown)
 {
-    enum { WAVES = 2, N = WAVES * RING_THREADS * RING_EACH };
+    enum { WAVES = 2, N = WAVES * RING_WAVE };
     uint64_t runs = 0, cancels = 0;
     struct pawl_pool_opts o = {.workers = 2};
     struct pawl_pool *p;
@@ -632,7 +635,7 @@ static void rings_threads(int shutdown)
     for (int i = 0; i < N; i++)
         tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
     for (int w = 0; w < WAVES; w++)
-        rings_wave(p, tasks + w * RING_THREADS * RING_EACH);
+        rings_wave(p, tasks + w * RING_WAVE);
     assert_int_equal(rt_load(&runs), 0);
     pthread_t rel;
     pthread_create(&rel, NULL, release_later, NULL);
