@@ -232,6 +232,12 @@ static void *calloc_lines(size_t size, void **raw)
     return p + (-(uintptr_t)p & (PAWL_CACHELINE - 1));
 }
 
+/* max(n, 0), evaluating n once (PAWL_MAX would read the racing counters twice). */
+static inline int64_t nonneg(int64_t n)
+{
+    return n > 0 ? n : 0;
+}
+
 /* Tasks queued on the producer rings (an upper bound, read as injected_estimate explains). */
 static inline int64_t spsc_estimate(struct pawl_pool *pool)
 {
@@ -889,7 +895,7 @@ static struct pawl_task *take_injected(struct worker *w)
      * if it is worth it, else keep it. */
     if (got == 0)
         return NULL; /* a producer is still linking what it counted: we retry, awake */
-    int64_t left = got - 1 + PAWL_MAX(injected_estimate(pool), 0);
+    int64_t left = got - 1 + nonneg(injected_estimate(pool));
     pass_on(w, left);
     return first;
 }
@@ -936,7 +942,7 @@ static struct pawl_task *steal_any(struct worker *w)
                  * With two workers there is nobody else, so the fence in notify() would be
                  * wasted. */
                 if (n > 2)
-                    pass_on(w, k - 1 + PAWL_MAX(pawl_deque_size(&v->dq), 0));
+                    pass_on(w, k - 1 + nonneg(pawl_deque_size(&v->dq)));
                 return got[0];
             }
         }
@@ -960,9 +966,9 @@ static struct pawl_task *find_task(struct worker *w)
  * caller deciding to sleep on it fenced (seq_cst) after announcing itself as a sleeper). */
 static int64_t work_estimate(struct pawl_pool *pool)
 {
-    int64_t n = PAWL_MAX(injected_estimate(pool), 0);
+    int64_t n = nonneg(injected_estimate(pool));
     for (int i = 0; i < pool->nworkers; i++)
-        n += PAWL_MAX(pawl_deque_size(&pool->workers[i].dq), 0);
+        n += nonneg(pawl_deque_size(&pool->workers[i].dq));
     return n;
 }
 
