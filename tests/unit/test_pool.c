@@ -512,39 +512,65 @@ static void block_workers(struct pawl_pool *p, struct counted blockers[2], uint6
     usleep(20000); /* both blockers taken */
 }
 
+/* A two-worker pool whose workers are both blocked, and n counted tasks not yet submitted. */
+struct blocked {
+    uint64_t runs, cancels;
+    struct pawl_pool *p;
+    struct counted blockers[2];
+    struct counted *tasks;
+    int n;
+};
+
+static void blocked_pool(struct blocked *b, int n)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    b->runs = b->cancels = 0;
+    b->n = n;
+    assert_int_equal(pawl_pool_new(&b->p, &o), 0);
+    block_workers(b->p, b->blockers, &b->runs, &b->cancels);
+    b->tasks = calloc((size_t)n, sizeof(*b->tasks));
+    assert_non_null(b->tasks);
+    for (int i = 0; i < n; i++)
+        b->tasks[i] =
+            (struct counted){.task.fn = counted_fn, .runs = &b->runs, .cancels = &b->cancels};
+}
+
+/*
+ * Let the blocked workers go (release_later), let everything run (or, with shutdown, free the
+ * pool at once), and check that each task was called exactly once, run or cancelled, besides
+ * the two blockers. Frees the pool and the tasks.
+ */
+static void release_and_check(struct blocked *b, int shutdown, const char *what)
+{
+    pthread_t rel;
+    pthread_create(&rel, NULL, release_later, NULL);
+    if (!shutdown)
+        assert_true(RT_WAIT_UNTIL(rt_load(&b->runs) == (uint64_t)b->n + 2, 30000));
+    pawl_pool_free(b->p);
+    pthread_join(rel, NULL);
+    for (int i = 0; i < b->n; i++)
+        if (b->tasks[i].calls != 1)
+            fail_msg("task %d called %u times", i, b->tasks[i].calls);
+    assert_int_equal(b->runs + b->cancels, b->n + 2);
+    if (!shutdown)
+        assert_int_equal(b->cancels, 0);
+    print_message("%s%s: %llu ran, %llu cancelled\n", what, shutdown ? " (shutdown)" : "",
+                  (unsigned long long)b->runs, (unsigned long long)b->cancels);
+    free(b->tasks);
+}
+
 static void injection_overflow(int shutdown)
 {
-    uint64_t runs = 0, cancels = 0;
-    struct pawl_pool_opts o = {.workers = 2};
-    struct pawl_pool *p;
-    assert_int_equal(pawl_pool_new(&p, &o), 0);
-    struct counted blockers[2];
-    block_workers(p, blockers, &runs, &cancels);
-    struct counted *tasks = calloc(OVERFLOW_N, sizeof(*tasks));
-    for (int i = 0; i < OVERFLOW_N; i++)
-        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
-    struct producer pr[2] = {{p, tasks, OVERFLOW_N / 2},
-                             {p, tasks + OVERFLOW_N / 2, OVERFLOW_N - OVERFLOW_N / 2}};
+    struct blocked b;
+    blocked_pool(&b, OVERFLOW_N);
+    struct producer pr[2] = {{b.p, b.tasks, OVERFLOW_N / 2},
+                             {b.p, b.tasks + OVERFLOW_N / 2, OVERFLOW_N - OVERFLOW_N / 2}};
     pthread_t th[2];
     pthread_create(&th[0], NULL, produce, &pr[0]);
     pthread_create(&th[1], NULL, produce_batches, &pr[1]);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    pthread_t rel;
-    pthread_create(&rel, NULL, release_later, NULL);
-    if (!shutdown)
-        assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
-    pawl_pool_free(p);
-    pthread_join(rel, NULL);
-    for (int i = 0; i < OVERFLOW_N; i++)
-        if (tasks[i].calls != 1)
-            fail_msg("task %d called %u times", i, tasks[i].calls);
-    assert_int_equal(runs + cancels, OVERFLOW_N + 2);
-    if (!shutdown)
-        assert_int_equal(cancels, 0);
-    print_message("injection overflow%s: %llu ran, %llu cancelled\n", shutdown ? " (shutdown)" : "",
-                  (unsigned long long)runs, (unsigned long long)cancels);
-    free(tasks);
+    release_and_check(&b, shutdown, "injection overflow");
 }
 
 static void test_injection_overflow(void **state)
@@ -625,34 +651,12 @@ static void rings_wave(struct pawl_pool *p, struct counted *tasks)
 static void rings_threads(int shutdown)
 {
     enum { WAVES = 2, N = WAVES * RING_WAVE };
-    uint64_t runs = 0, cancels = 0;
-    struct pawl_pool_opts o = {.workers = 2};
-    struct pawl_pool *p;
-    assert_int_equal(pawl_pool_new(&p, &o), 0);
-    struct counted blockers[2];
-    block_workers(p, blockers, &runs, &cancels);
-    struct counted *tasks = calloc(N, sizeof(*tasks));
-    for (int i = 0; i < N; i++)
-        tasks[i] = (struct counted){.task.fn = counted_fn, .runs = &runs, .cancels = &cancels};
+    struct blocked b;
+    blocked_pool(&b, N);
     for (int w = 0; w < WAVES; w++)
-        rings_wave(p, tasks + w * RING_WAVE);
-    assert_int_equal(rt_load(&runs), 0);
-    pthread_t rel;
-    pthread_create(&rel, NULL, release_later, NULL);
-    if (!shutdown)
-        assert_true(RT_WAIT_UNTIL(rt_load(&runs) == N + 2, 30000));
-    pawl_pool_free(p);
-    pthread_join(rel, NULL);
-    for (int i = 0; i < N; i++)
-        if (tasks[i].calls != 1)
-            fail_msg("task %d called %u times", i, tasks[i].calls);
-    assert_int_equal(runs + cancels, N + 2);
-    if (!shutdown)
-        assert_int_equal(cancels, 0);
-    print_message("rings, threads exiting with queued tasks%s: %llu ran, %llu cancelled\n",
-                  shutdown ? " (shutdown)" : "", (unsigned long long)runs,
-                  (unsigned long long)cancels);
-    free(tasks);
+        rings_wave(b.p, b.tasks + w * RING_WAVE);
+    assert_int_equal(rt_load(&b.runs), 0);
+    release_and_check(&b, shutdown, "rings, threads exiting with queued tasks");
 }
 
 static void test_rings_threads_exit_with_queued_tasks(void **state)
