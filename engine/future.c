@@ -151,6 +151,7 @@ static void cont_release(struct cont *c)
 
 #define MAG_SIZE 64
 #define DEPOT_MAX 4096
+#define AHEAD 8
 
 #if PAWL_FUTURE_CACHE
 
@@ -159,6 +160,7 @@ struct cached {
     struct cached *next;     /* the next object of the same magazine */
     struct cached *next_mag; /* in the depot, first object only: the next magazine */
     uint32_t n;              /* in the depot, first object only: objects in this magazine */
+    struct cached *ahead;    /* NULL, or the object AHEAD places below this one in its list */
 };
 
 _Static_assert(sizeof(struct cached) <= sizeof(struct pawl_future), "a future holds a link");
@@ -167,7 +169,9 @@ static _Thread_local struct {
     struct cached *cur;   /* objects to allocate from and free to */
     struct cached *spare; /* NULL or a full magazine */
     uint32_t ncur;
-    bool registered; /* the exit destructor is armed for this thread */
+    uint32_t run;                 /* frees pushed onto cur since the last pop or swap */
+    struct cached *pushed[AHEAD]; /* the last AHEAD of them, by run % AHEAD */
+    bool registered;              /* the exit destructor is armed for this thread */
 } tc;
 
 static pthread_mutex_t depot_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -235,6 +239,7 @@ static void tc_exit(void *unused)
     depot_put(tc.spare, MAG_SIZE);
     tc.cur = tc.spare = NULL;
     tc.ncur = 0;
+    tc.run = 0;
     tc.registered = false; /* a later free in this thread (another destructor) re-arms it */
 }
 
@@ -261,6 +266,7 @@ static void cache_drain(void)
         free_list(tc.spare);
         tc.cur = tc.spare = NULL;
         tc.ncur = 0;
+        tc.run = 0;
     }
     uint32_t n;
     struct cached *mag;
@@ -270,6 +276,7 @@ static void cache_drain(void)
 
 static __attribute__((noinline)) struct cached *cache_refill(void)
 {
+    tc.run = 0;
     if (tc.spare) {
         tc.cur = tc.spare;
         tc.ncur = MAG_SIZE;
@@ -293,13 +300,25 @@ static struct pawl_future *future_alloc(void)
             o = cache_refill();
         if (PAWL_LIKELY(o != NULL)) {
             struct cached *next = o->next;
+            struct cached *ahead = o->ahead;
             tc.cur = next;
             tc.ncur--;
+            tc.run = 0; /* pushed[] no longer matches the depths below the top */
+            /* Most of our objects were freed by another thread, whose frees pushed them here
+             * in this order: fetch the lines of the one AHEAD allocations away, for writing,
+             * so that up to AHEAD objects' misses are in flight at once instead of one after
+             * the other (the locked operations of registration wait for the stores of this
+             * initialisation, and so for the misses). A list is a stack: everything below an
+             * object stays in place while it is in the list, so ahead is still right here. */
+            if (ahead) {
+                pawl_prefetch_w(ahead);
+                pawl_prefetch_w((char *)ahead + sizeof(struct pawl_future) - 1);
+            }
             /* The next object was most likely freed on another core: start fetching its lines
              * for writing now, so the next allocation does not wait for them. */
             if (next) {
-                __builtin_prefetch(next, 1);
-                __builtin_prefetch((char *)next + sizeof(struct pawl_future) - 1, 1);
+                pawl_prefetch_w(next);
+                pawl_prefetch_w((char *)next + sizeof(struct pawl_future) - 1);
             }
             struct pawl_future *f = (struct pawl_future *)o;
             /* Reset the fields that are read before they are written (refs: the caller); the
@@ -327,10 +346,16 @@ static void future_release(struct pawl_future *f)
             tc.spare = tc.cur;
             tc.cur = NULL;
             tc.ncur = 0;
+            tc.run = 0;
         }
         if (PAWL_LIKELY(tc.registered) || tc_register()) {
             struct cached *o = (struct cached *)f;
             o->next = tc.cur;
+            /* The object pushed AHEAD frees ago is AHEAD places below o, if no pop or swap
+             * came in between (run counts the pushes since). */
+            o->ahead = tc.run >= AHEAD ? tc.pushed[tc.run % AHEAD] : NULL;
+            tc.pushed[tc.run % AHEAD] = o;
+            tc.run++;
             tc.cur = o;
             tc.ncur++;
             return;
