@@ -2,8 +2,9 @@
  * test_runtime_pool.c (stress) — the pool and serial executors under load: many outside
  * producers at once with nested fan-out, repeated create/shutdown cycles with work still queued
  * (every task called exactly once), both with single and with batched submission, serial
- * executors that feed each other, checking order and mutual exclusion throughout, and wake-ups
- * from a full park through outside threads' own rings.
+ * executors that feed each other, checking order and mutual exclusion throughout, wake-ups
+ * from a full park through outside threads' own rings, and a busy task's child taken by a worker
+ * that was on its way to sleep.
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
@@ -419,6 +420,97 @@ static void test_wake_from_full_park(void **state)
     pawl_pool_free(pool);
 }
 
+/*
+ * A task that pushes a child onto its own deque and then stays busy until another worker has
+ * taken it (steal latency, in bench_runtime, is this shape). The other worker keeps parking
+ * between rounds, and a random delay before the push lands it anywhere in that worker's way to
+ * sleep, including between its announcement and its re-check of the queues. A wake-up missed
+ * there leaves the child in the busy worker's deque, with the only other worker asleep, for as
+ * long as the parent runs: here, until the parent gives up after 2 s and the round fails.
+ */
+struct busy_parent {
+    struct pawl_task task;
+    struct pawl_task child;
+    struct pawl_pool *pool;
+    unsigned seed;
+    uint64_t round;     /* set by the submitter before each round */
+    uint64_t child_ran; /* the round whose child ran (on another worker) */
+    uint64_t done;      /* the round whose parent returned */
+    uint64_t stranded;  /* rounds whose child no other worker took within 2 s */
+    int64_t worst_us;   /* longest wait for the child */
+};
+
+static int64_t busy_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void busy_child_fn(struct pawl_task *t, int status)
+{
+    struct busy_parent *p = (struct busy_parent *)((char *)t - offsetof(struct busy_parent, child));
+    if (status == 0)
+        __atomic_store_n(&p->child_ran, p->round, __ATOMIC_RELEASE);
+}
+
+static void busy_parent_fn(struct pawl_task *t, int status)
+{
+    struct busy_parent *p = (struct busy_parent *)t;
+    if (status != 0)
+        return;
+    uint64_t round = p->round;
+    /* 0..20 us of spinning before the push: a different point of the other worker's way to
+     * sleep each round. */
+    int64_t until = busy_now_us() + rand_r(&p->seed) % 21;
+    while (busy_now_us() < until)
+        ;
+    int64_t t0 = busy_now_us();
+    assert_int_equal(pawl_pool_submit(p->pool, &p->child), 0);
+    while (__atomic_load_n(&p->child_ran, __ATOMIC_ACQUIRE) != round) {
+        if (busy_now_us() - t0 > 2000000) {
+            p->stranded++; /* we return: our worker then runs the child itself */
+            break;
+        }
+    }
+    if (busy_now_us() - t0 > p->worst_us)
+        p->worst_us = busy_now_us() - t0;
+    __atomic_store_n(&p->done, round, __ATOMIC_RELEASE);
+}
+
+static void test_busy_parent_child_taken(void **state)
+{
+    struct pawl_pool_opts o = {.workers = 2};
+    struct pawl_pool *pool;
+    assert_int_equal(pawl_pool_new(&pool, &o), 0);
+    struct busy_parent p = {.task = {busy_parent_fn, NULL},
+                            .child = {busy_child_fn, NULL},
+                            .pool = pool,
+                            .seed = 12345};
+    int rounds = PAWL_TEST_SCALE(100000);
+    unsigned seed = 777;
+    int done = 0;
+    for (int i = 1; i <= rounds && p.stranded == 0; i++, done++) {
+        p.round = (uint64_t)i;
+        assert_int_equal(pawl_pool_submit(pool, &p.task), 0);
+        /* Wait for the parent and for its child (which may run after the parent returned,
+         * when it was stranded). */
+        while (__atomic_load_n(&p.done, __ATOMIC_ACQUIRE) != (uint64_t)i ||
+               __atomic_load_n(&p.child_ran, __ATOMIC_ACQUIRE) != (uint64_t)i)
+            sched_yield();
+        if (rand_r(&seed) % 16 == 0)
+            usleep(rand_r(&seed) % 100); /* let both workers park now and then */
+    }
+    struct pawl_pool_stats st;
+    pawl_pool_stats(pool, &st);
+    print_message("busy parent: %d rounds, worst wait for the child %lld us, parks %llu, "
+                  "wakeups %llu\n",
+                  done, (long long)p.worst_us, (unsigned long long)st.parks,
+                  (unsigned long long)st.wakeups);
+    pawl_pool_free(pool);
+    assert_int_equal(p.stranded, 0);
+}
+
 /* Bursts from outside, each waited for before the next: the workers drain the injection queue
  * while it is being filled (the consumer keeps meeting producers at the queue's end) and park
  * between bursts. A burst whose last task is not found leaves every worker asleep. */
@@ -485,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_no_lost_wakeups),
         cmocka_unit_test(test_no_lost_wakeups_batches),
         cmocka_unit_test(test_wake_from_full_park),
+        cmocka_unit_test(test_busy_parent_child_taken),
         cmocka_unit_test(test_bursts),
         cmocka_unit_test(test_batch_bursts),
     };
