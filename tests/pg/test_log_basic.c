@@ -184,6 +184,77 @@ static void test_upgrade_stream_collation(void **state)
     pawl_test_db_drop(pawl_test_dsn(), name);
 }
 
+/*
+ * Schema 5 stores the run rows' arrays uncompressed (sql/005_runs_inline.sql): a run of 300
+ * one-event appends is compressed under schema 4; after the upgrade the old run stays readable,
+ * a new run of 300 stays inline and uncompressed (no new TOAST chunk), a run of 1200 goes out of
+ * line uncompressed, and the store and the SQL face read all of it, 1..N.
+ */
+static void appends_in_own_txns(const char *d, int n, const char *tag)
+{
+    char q[512];
+    snprintf(q, sizeof q,
+             "DO $$ BEGIN FOR i IN 1..%d LOOP"
+             " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload)"
+             " VALUES (pg_current_xact_id(), 1, 0, 1, '%s-' || i, 't', '\\x00'); COMMIT;"
+             " END LOOP; END $$",
+             n, tag);
+    pawl_test_exec(d, q);
+}
+
+static void test_runs_inline(void **state)
+{
+    (void)state;
+    char err[512], d[1024], name[160];
+    other_db("r", NULL, d, sizeof d, name, sizeof name);
+    assert_int_equal(pawl_schema_migrate_to(d, 4, err, sizeof err), 0);
+    static const char last_compressed[] =
+        "SELECT (pg_column_compression(xids) IS NOT NULL)::int FROM pawl.runs"
+        " ORDER BY last_index DESC LIMIT 1";
+    char toast_rows[128]; /* chunks in pawl.runs' TOAST table (named after the table's oid) */
+    snprintf(toast_rows, sizeof toast_rows, "SELECT count(*) FROM pg_toast.pg_toast_%lld",
+             (long long)pawl_test_query_i64(d, "SELECT 'pawl.runs'::regclass::oid::int8"));
+    appends_in_own_txns(d, 300, "v4");
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 300);
+    assert_int_equal(pawl_test_query_i64(d, last_compressed), 1); /* the old storage */
+
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    int64_t chunks = pawl_test_query_i64(d, toast_rows);
+    appends_in_own_txns(d, 300, "v5a");
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 300);
+    assert_int_equal(pawl_test_query_i64(d, last_compressed), 0);
+    assert_int_equal(pawl_test_query_i64(d, toast_rows), chunks); /* inline */
+    appends_in_own_txns(d, 1200, "v5b");
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1200);
+    assert_int_equal(pawl_test_query_i64(d, last_compressed), 0);
+    assert_true(pawl_test_query_i64(d, toast_rows) > chunks); /* out of line, uncompressed */
+
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.finalizer = 0;
+    struct pawl_store *s = NULL;
+    assert_int_equal(pawl_store_new(&s, d, &o, err, sizeof err), 0);
+    struct pawl_batch b;
+    pawl_batch_init(&b);
+    int64_t pos = 0;
+    while (pos < 1800) {
+        assert_int_equal(pawl_read(s, pos, 777, &b), 0);
+        assert_true(b.count > 0);
+        for (size_t i = 0; i < b.count; i++)
+            assert_int_equal(b.events[i].index, pos + 1 + (int64_t)i);
+        pos += (int64_t)b.count;
+    }
+    assert_int_equal(pawl_read(s, pos, 10, &b), 0);
+    assert_int_equal(b.count, 0);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.read(0, 100000)"), 1800);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT max(global_index) - min(global_index) + 1"
+                                            " FROM pawl_api.events"),
+                     1800);
+    pawl_batch_fini(&b);
+    pawl_store_free(s);
+    pawl_test_db_drop(pawl_test_dsn(), name);
+}
+
 static void test_append_read(void **state)
 {
     (void)state;
@@ -539,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_adaptive_cadence),
         cmocka_unit_test(test_upgrade_stream_collation),
+        cmocka_unit_test(test_runs_inline),
         cmocka_unit_test(test_any_append_rerun),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
