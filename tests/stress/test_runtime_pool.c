@@ -440,13 +440,6 @@ struct busy_parent {
     int64_t worst_us;   /* longest wait for the child */
 };
 
-static int64_t busy_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void busy_child_fn(struct pawl_task *t, int status)
 {
     struct busy_parent *p = (struct busy_parent *)((char *)t - offsetof(struct busy_parent, child));
@@ -462,19 +455,20 @@ static void busy_parent_fn(struct pawl_task *t, int status)
     uint64_t round = p->round;
     /* 0..20 us of spinning before the push: a different point of the other worker's way to
      * sleep each round. */
-    int64_t until = busy_now_us() + rand_r(&p->seed) % 21;
-    while (busy_now_us() < until)
+    int64_t until = pawl_now_ns() + rand_r(&p->seed) % 21 * 1000;
+    while (pawl_now_ns() < until)
         ;
-    int64_t t0 = busy_now_us();
+    int64_t t0 = pawl_now_ns();
     assert_int_equal(pawl_pool_submit(p->pool, &p->child), 0);
     while (__atomic_load_n(&p->child_ran, __ATOMIC_ACQUIRE) != round) {
-        if (busy_now_us() - t0 > 2000000) {
+        if (pawl_now_ns() - t0 > 2000000000) {
             p->stranded++; /* we return: our worker then runs the child itself */
             break;
         }
     }
-    if (busy_now_us() - t0 > p->worst_us)
-        p->worst_us = busy_now_us() - t0;
+    int64_t waited_us = (pawl_now_ns() - t0) / 1000;
+    if (waited_us > p->worst_us)
+        p->worst_us = waited_us;
     __atomic_store_n(&p->done, round, __ATOMIC_RELEASE);
 }
 
