@@ -227,9 +227,11 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg);
  * Complete or fail, and drop the caller's reference, in one call: the same result as
  * pawl_future_complete() (or _fail()) followed by pawl_future_unref(), for the common completer
  * that lets go of the future once it is done with it. Cheaper: the reference passes to the
- * continuation task queued last instead of being dropped here and taken again there. The
- * reference is consumed whatever the return value (PAWL_EALREADY included), except on
- * PAWL_EINVAL for a NULL future.
+ * continuation task queued last instead of being dropped here and taken again there; and when it
+ * is the last reference, the completion itself takes no locked instruction (nobody else may be
+ * using the future then: it can be freed as soon as its continuation runs). The reference is
+ * consumed whatever the return value (PAWL_EALREADY included), except on PAWL_EINVAL for a NULL
+ * future.
  */
 int pawl_future_complete_unref(struct pawl_future *f, int64_t token);
 int pawl_future_fail_unref(struct pawl_future *f, int code, const char *msg);

@@ -397,6 +397,17 @@ static void test_complete_unref(void **state)
     assert_int_equal(d.code, PAWL_ECHECKPOINT);
     pawl_future_unref(all);
 
+    /* The last owner completes a future whose blocking waiter gave up: WAITERS is still set in
+     * its state word when complete_unref takes the last owner's path (no locked operation);
+     * the continuation still runs, with the outcome. */
+    struct cont_rec e = {0};
+    f = pawl_future_new();
+    assert_int_equal(pawl_future_wait(f, 1), PAWL_ETIMEDOUT);
+    assert_int_equal(pawl_future_on_complete(f, NULL, pool, cont_cb, &e), 0);
+    assert_int_equal(pawl_future_complete_unref(f, 77), 0);
+    assert_true(RT_WAIT_UNTIL(rt_load(&e.calls) == 1, 10000));
+    assert_int_equal(e.token, 77);
+
     /* Already completed: refused, nothing changes, and the caller's reference is consumed. */
     f = pawl_future_new();
     pawl_future_ref(f); /* two references: ours to keep, one to hand over */
