@@ -546,15 +546,17 @@ static inline bool sole_owner(const struct pawl_future *f)
 }
 
 /* True if another completer got there first; then a reference handed over (give_ref) is
- * dropped here, since nothing will be dispatched to take it. */
-static bool claimed_already(struct pawl_future *f, bool give_ref, bool alone)
+ * dropped here, since nothing will be dispatched to take it. *alone: the caller hands over the
+ * last reference (see sole_owner), for finish(). */
+static bool claimed_already(struct pawl_future *f, bool give_ref, bool *alone)
 {
+    *alone = give_ref && sole_owner(f);
     /* Alone: nobody can be completing concurrently; the CLAIMED bit is set by finish()'s
      * store, and nobody can observe the state in between. Otherwise: acquire, nothing to
      * acquire really, but keeps the winner ordered after earlier users. The OR is totally
      * ordered with every other completer's: exactly one sees CLAIMED clear. (Tested this way
      * round, GCC emits `lock bts`, not a CAS loop.) */
-    uintptr_t h = alone ? __atomic_load_n(&f->head, __ATOMIC_RELAXED)
+    uintptr_t h = *alone ? __atomic_load_n(&f->head, __ATOMIC_RELAXED)
                         : __atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE);
     if ((h & F_CLAIMED) == 0)
         return false;
@@ -567,8 +569,8 @@ static int complete(struct pawl_future *f, int64_t token, bool give_ref)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    bool alone = give_ref && sole_owner(f);
-    if (claimed_already(f, give_ref, alone))
+    bool alone;
+    if (claimed_already(f, give_ref, &alone))
         return PAWL_EALREADY;
     f->token = token;
     f->code = 0;
@@ -580,8 +582,8 @@ static int fail(struct pawl_future *f, int code, const char *msg, bool give_ref)
 {
     if (f == NULL)
         return PAWL_EINVAL;
-    bool alone = give_ref && sole_owner(f);
-    if (claimed_already(f, give_ref, alone))
+    bool alone;
+    if (claimed_already(f, give_ref, &alone))
         return PAWL_EALREADY;
     f->code = code < 0 ? code : PAWL_EINVAL;
     f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
