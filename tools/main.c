@@ -28,7 +28,7 @@ static const struct tool_cmd commands[] = {
     {"help", 0, "[COMMAND] [--markdown]", "Show help for pawl or for one command",
      "Without a command, lists the commands and the flags every command takes. With one, prints "
      "its manual. --markdown prints the whole reference (commands, flags, exit codes) as "
-     "Markdown, as it appears in the README.",
+     "Markdown, as it appears in docs/reference.md.",
      cmd_help, 0},
     {"config", PAWL_SCOPE_CONFIG, "[--json]", "Print the effective configuration",
      "Prints every flag with its effective value and where the value came from: default, env "
