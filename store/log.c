@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#define OID_BOOL 16
 #define OID_INT4 23
 #define OID_INT4_ARRAY 1007
 #define OID_TEXT_ARRAY 1009
@@ -52,34 +53,20 @@
 #define ACK_RING 65536
 
 /*
- * The append statement. The client groups the events by stream: $1 the distinct streams (the
- * first event's stream first), $2 each stream's expected first sequence number (0 = ANY), and
- * per event $3 its stream (1-based into $1), $4 its rank among that stream's events in this
- * append (1-based), $5 type, $6 payload, $7 metadata; $8 the number of events. Each stream's
- * current head is looked up once (h); explicit numbers are checked against it (a stream whose
- * head is not the expected first number minus one writes nothing: count 0), and an event's
- * sequence number is head + rank. A stream expected to be new (first number 1) is not looked
- * up: if it exists, its number 1 is taken and the unique index refuses the insert (23505,
- * reported as the same conflict). Grouping on the client spares the server a window sort and
- * a hash aggregate per append, and sends each stream id once.
+ * The append statement: pawl.append (sql/006_log_guarantees.sql), the one append path of every
+ * client. The client groups the events by stream: $1 the distinct streams (the first event's
+ * stream first), $2 each stream's expected first sequence number (0 = ANY), and per event $3 its
+ * stream (1-based into $1), $4 its rank among that stream's events in this append (1-based), $5
+ * type, $6 payload, $7 metadata; $8 whether to NOTIFY pawl_pending at commit. It returns the
+ * number of events written (n, or 0 when a stream is not at its expected version), the
+ * transaction's xid and each stream's last sequence number before the append. A stream
+ * expected to be new whose number 1 a concurrent append takes gets the unique index's 23505,
+ * reported as the same conflict. Grouping on the client spares the server a window sort and a
+ * hash aggregate per append, and sends each stream id once.
  */
 const char pawl_log_append_sql[] =
-    "WITH h AS MATERIALIZED ("
-    " SELECT h.i, h.s, h.q0,"
-    "        CASE WHEN h.q0 = 1 THEN 0"
-    "        ELSE coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = h.s"
-    "                        ORDER BY e.stream_seq DESC LIMIT 1), 0) END AS cur"
-    "   FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS h(s, q0, i)"
-    "), ins AS ("
-    " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
-    " SELECT pg_current_xact_id(), h.cur + u.r, (u.o - 1)::int4, $8, h.s, u.t, u.p, u.m"
-    "   FROM unnest($3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[])"
-    "        WITH ORDINALITY AS u(si, r, t, p, m, o)"
-    "   JOIN h ON h.i = u.si"
-    "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)"
-    "  RETURNING 1"
-    ") "
-    "SELECT count(*), pg_current_xact_id_if_assigned()::text FROM ins";
+    "SELECT appended, txid, heads FROM pawl.append($1::text[], $2::int8[], $3::int4[],"
+    " $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool)";
 
 /*
  * The outcome of an in-doubt append: pg_xact_status of its transaction, waiting a little
@@ -597,6 +584,25 @@ struct fin_out {
     int64_t appends, events, last;
 };
 
+/*
+ * An append's encoded parameters (pawl_log_append_sql's $1..$8, then the event count as int4
+ * for the in-doubt check) and, once its result arrived, what the server assigned.
+ */
+struct append_enc {
+    char *buf;
+    size_t cap;
+    const char *values[9];
+    int lengths[9];
+    int formats[9];
+    size_t n;           /* events */
+    size_t first_count; /* events of events[0]'s stream (stream 1 of the statement) */
+    char notify;        /* $8: 1 = NOTIFY pawl_pending at commit */
+    char n_be[4];       /* the event count, big-endian */
+    int64_t rows;       /* events written (-1 before the result arrived) */
+    int64_t head1;      /* stream 1's last sequence number before the append (-1: unknown) */
+    char xid[24];       /* the append's transaction, "" until its result arrived */
+};
+
 static void on_fin_result(void *ud, const PGresult *res);
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
 
@@ -607,21 +613,15 @@ struct append_op {
     struct fin_out fin;         /* the piggybacked finalization's result */
     const char *fin_vals[1];
     long long acked_at_submit; /* this store's acks before the request was sent */
-    char xid[24];              /* the append's transaction, "" until its result arrived */
     char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
     const char *resolve_vals[5];
     int resolve_lens[5];
     int resolve_fmts[5];
-    const char *values[8];
-    int lengths[8];
-    int formats[8];
-    char *buf;
-    size_t cap;
+    struct append_enc en;
     size_t n;
     int any;
     int retries;
-    int64_t rows;
     int64_t t_submit;
     pawl_append_fn cb;
     void *ud;
@@ -649,10 +649,10 @@ static struct append_op *op_get(struct pawl_store *s)
 static void op_put(struct pawl_store *s, struct append_op *op)
 {
     /* Keep small buffers for reuse; large ones go back to the allocator. */
-    if (op->cap > (1u << 20)) {
-        pawl_free(op->buf);
-        op->buf = NULL;
-        op->cap = 0;
+    if (op->en.cap > (1u << 20)) {
+        pawl_free(op->en.buf);
+        op->en.buf = NULL;
+        op->en.cap = 0;
     }
     pthread_mutex_lock(&s->op_mu);
     if (s->nfree < 1024) {
@@ -663,7 +663,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
     }
     pthread_mutex_unlock(&s->op_mu);
     if (op) {
-        pawl_free(op->buf);
+        pawl_free(op->en.buf);
         pawl_free(op);
     }
 }
@@ -672,7 +672,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
  * Encode an append's parameters (see pawl_log_append_sql) as binary arrays. ix is validate()'s
  * order: positions sorted by stream, then position, so each stream's events are a run in it.
  */
-static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, const uint32_t *ix)
+static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, const uint32_t *ix)
 {
     /* Streams: m runs in ix; the run holding event 0 goes first (the in-doubt check reads the
      * first event's stream as ($1)[1]). */
@@ -698,19 +698,19 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
             mnull = 1;
         }
     }
-    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m + 4;
+    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m;
     if (total > INT32_MAX)
         return PAWL_ETOOBIG;
-    if (op->cap < total) {
+    if (en->cap < total) {
         char *nb = pawl_malloc(total);
         if (nb == NULL)
             return PAWL_ENOMEM;
-        pawl_free(op->buf);
-        op->buf = nb;
-        op->cap = total;
+        pawl_free(en->buf);
+        en->buf = nb;
+        en->cap = total;
     }
-    char *p = op->buf;
-    char *start[8];
+    char *p = en->buf;
+    char *start[7];
 
     /* $1 streams and $2 their expected first numbers; $3/$4 filled per run. */
     start[0] = p;
@@ -732,6 +732,8 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
             while (e < n && strcmp(ev[ix[e]].stream_id, ev[ix[j]].stream_id) == 0)
                 e++;
             if ((j == first_run) == (pass == 0)) {
+                if (pass == 0)
+                    en->first_count = e - j;
                 stream_no++;
                 size_t l = strlen(ev[ix[j]].stream_id);
                 p = put32(p, (uint32_t)l);
@@ -778,26 +780,50 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
         memcpy(p, ev[i].metadata, l);
         p += l;
     }
-    start[7] = p;
-    p = put32(p, (uint32_t)n);
-    const char *end[8] = {s_end,    q,        si_body + n * 8, rk_body + n * 8,
-                          start[5], start[6], start[7],        p};
-    for (int i = 0; i < 8; i++) {
-        op->values[i] = start[i];
-        op->lengths[i] = (int)(end[i] - start[i]);
-        op->formats[i] = 1;
+    const char *end[7] = {s_end, q, si_body + n * 8, rk_body + n * 8, start[5], start[6], p};
+    for (int i = 0; i < 7; i++) {
+        en->values[i] = start[i];
+        en->lengths[i] = (int)(end[i] - start[i]);
+        en->formats[i] = 1;
     }
-    op->n = n;
+    en->values[7] = &en->notify;
+    en->lengths[7] = 1;
+    en->formats[7] = 1;
+    put32(en->n_be, (uint32_t)n);
+    en->values[8] = en->n_be;
+    en->lengths[8] = 4;
+    en->formats[8] = 1;
+    en->n = n;
     return 0;
+}
+
+/* pawl.append's row (text format): appended, txid, heads ("{h1,h2,...}"). */
+static void enc_result(struct append_enc *en, const PGresult *res)
+{
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    en->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    if (!PQgetisnull(res, 0, 1))
+        snprintf(en->xid, sizeof en->xid, "%s", PQgetvalue(res, 0, 1));
+    if (!PQgetisnull(res, 0, 2)) {
+        const char *h = PQgetvalue(res, 0, 2);
+        if (*h == '{')
+            en->head1 = strtoll(h + 1, NULL, 10);
+    }
 }
 
 static void on_insert_result(void *ud, const PGresult *res)
 {
     struct append_op *op = ud;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        op->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        if (!PQgetisnull(res, 0, 1))
-            snprintf(op->xid, sizeof op->xid, "%s", PQgetvalue(res, 0, 1));
+    enc_result(&op->en, res);
+}
+
+/* The stream sequence numbers of events[0]'s stream that a successful append was given. */
+static void enc_seqs(const struct append_enc *en, struct pawl_append_result *res)
+{
+    if (en->head1 >= 0) {
+        res->first_seq = en->head1 + 1;
+        res->last_seq = en->head1 + (int64_t)en->first_count;
     }
 }
 
@@ -880,11 +906,11 @@ static int start_resolve(struct append_op *op)
     struct pawl_store *s = op->s;
     op->xact_status[0] = '\0';
     /* The xid as text; the append's streams, types, payloads and count as it sent them. */
-    static const int from[5] = {-1, 0, 4, 5, 7};
+    static const int from[5] = {-1, 0, 4, 5, 8};
     for (int i = 0; i < 5; i++) {
-        op->resolve_vals[i] = i == 0 ? op->xid : op->values[from[i]];
-        op->resolve_lens[i] = i == 0 ? 0 : op->lengths[from[i]];
-        op->resolve_fmts[i] = i == 0 ? 0 : op->formats[from[i]];
+        op->resolve_vals[i] = i == 0 ? op->en.xid : op->en.values[from[i]];
+        op->resolve_lens[i] = i == 0 ? 0 : op->en.lengths[from[i]];
+        op->resolve_fmts[i] = i == 0 ? 0 : op->en.formats[from[i]];
     }
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
                                        .nparams = 5,
@@ -912,12 +938,13 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
+        enc_seqs(&op->en, &res);
     } else if (rc == 0 && strcmp(op->xact_status, "reused") == 0) {
         res.rc = PAWL_ECONN;
         snprintf(res.message, sizeof res.message,
                  "connection lost during commit; the server restarted and its transaction %s "
                  "is another one, this append's rows are not there: not committed",
-                 op->xid);
+                 op->en.xid);
     } else if (rc == 0 && strcmp(op->xact_status, "aborted") == 0) {
         res.rc = PAWL_ECONN;
         snprintf(res.message, sizeof res.message,
@@ -928,7 +955,7 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
         snprintf(res.message, sizeof res.message,
                  "connection lost during commit of transaction %s; its outcome could not be "
                  "checked (%s)",
-                 op->xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
+                 op->en.xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
     }
     op_finish(op, &res);
 }
@@ -965,17 +992,18 @@ static void op_done(struct pawl_pgreq *req, int rc)
             raise_index(s, op->fin.last);
         record_delays(s, op->acked_at_submit, now);
     }
-    if (rc == PAWL_EINDOUBT && op->xid[0] != '\0' && op->rows == (int64_t)op->n) {
+    if (rc == PAWL_EINDOUBT && op->en.xid[0] != '\0' && op->en.rows == (int64_t)op->n) {
         op->resolve_tries = 0;
         if (start_resolve(op) == 0)
             return;
     }
-    if (rc == PAWL_EINDOUBT && op->xid[0] == '\0' && op->rows >= 0) {
-        /* The append's result arrived without an xid: nothing was written. */
+    if (rc == PAWL_EINDOUBT && op->en.rows == 0) {
+        /* The append's result arrived and it wrote nothing (a conflict). */
         rc = 0;
     }
-    if (rc == 0 && op->rows == (int64_t)op->n) {
+    if (rc == 0 && op->en.rows == (int64_t)op->n) {
         res.rc = 0;
+        enc_seqs(&op->en, &res);
     } else if (rc == 0) {
         res.rc = PAWL_ECONFLICT;
         snprintf(res.message, sizeof res.message,
@@ -1004,15 +1032,16 @@ static void op_done(struct pawl_pgreq *req, int rc)
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
 {
-    op->rows = -1;
-    op->xid[0] = '\0';
+    op->en.rows = -1;
+    op->en.head1 = -1;
+    op->en.xid[0] = '\0';
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
                                        .nparams = 8,
-                                       .values = op->values,
-                                       .lengths = op->lengths,
-                                       .formats = op->formats,
+                                       .values = op->en.values,
+                                       .lengths = op->en.lengths,
+                                       .formats = op->en.formats,
                                        .on_result = on_insert_result,
                                        .ud = op,
                                        .flush_after = 1};
@@ -1067,7 +1096,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         return PAWL_EAGAIN;
     }
     struct append_op *op = op_get(s);
-    rc = op ? encode(op, ev, n, ix) : PAWL_ENOMEM;
+    rc = op ? encode(&op->en, ev, n, ix) : PAWL_ENOMEM;
     if (ix != stack)
         pawl_free(ix);
     if (op == NULL)
@@ -1076,6 +1105,8 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         op_put(s, op);
         goto undo;
     }
+    op->n = n;
+    op->en.notify = 0; /* this process's finalizer is signalled instead */
     op->any = any;
     op->retries = 0;
     op->cb = cb;
@@ -1709,7 +1740,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     }
     static const Oid append_types[8] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
                                         OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                        OID_JSONB_ARRAY, OID_INT4};
+                                        OID_JSONB_ARRAY, OID_BOOL};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 8, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
@@ -1792,7 +1823,7 @@ void pawl_store_free(struct pawl_store *s)
     while (s->free_ops) {
         struct append_op *op = s->free_ops;
         s->free_ops = op->next_free;
-        pawl_free(op->buf);
+        pawl_free(op->en.buf);
         pawl_free(op);
     }
     pawl_free(s->ring);

@@ -157,6 +157,13 @@ struct pawl_append_result {
     char sqlstate[6];     /* server SQLSTATE, "" if none */
     char message[256];    /* human-readable reason, "" on success */
     int64_t committed_ns; /* pawl_now_ns() when the commit was acknowledged (rc == 0) */
+    /*
+     * On success: the stream sequence numbers given to the events of events[0]'s stream, the
+     * first and the last (events[0] got first_seq; that stream's other events in this append
+     * follow in order). The events of another stream s got consecutive numbers ending at its
+     * new head. 0 when rc != 0.
+     */
+    int64_t first_seq, last_seq;
 };
 
 /*
