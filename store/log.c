@@ -95,6 +95,16 @@ static const char FINALIZE_SQL[] =
 
 static const char LAST_INDEX_SQL[] = "SELECT pawl_api.last_index()";
 
+static const char HOLDER_SQL[] =
+    "SELECT format('pid %s (application \"%s\", user %s, transaction started %s, held %s)',"
+    " h.pid, h.application_name, h.usename, h.xact_start, date_trunc('second', h.held_for))"
+    " FROM pawl_api.finalizer_holder() h";
+
+/* How long the finalizer's lock may stay busy before the holder is named in the log, and how
+ * long pawl_store_free tries to finalize this process's appends. */
+#define HOLDER_WARN_NS (5 * 1000000000LL)
+#define STOP_DEADLINE_NS (5 * 1000000000LL)
+
 /* ---- latency histogram (log-linear, µs) ------------------------------------------------- */
 
 #define HIST_SUB 16
@@ -221,6 +231,8 @@ struct pawl_store {
     pthread_mutex_t fin_mu;
     pthread_cond_t fin_cond;
     atomic_int fin_signal;  /* set by each committed append */
+    atomic_int fin_foreign; /* pawl_pending arrived (an append of a process without finalizer)
+                             * or the finalizer's connection was re-established */
     atomic_int fin_waiting; /* the finalizer is (about to be) asleep on fin_cond */
     atomic_int fin_stop;
     struct pawl_pgreq listen_req;
@@ -1309,6 +1321,41 @@ static void fin_sleep(struct pawl_store *s, int64_t ms)
     fin_sleep_ns(s, ms * 1000000);
 }
 
+/* Sleep ns whatever happens meanwhile (back-off while stopping: never a busy loop). */
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void on_text_result(void *ud, const PGresult *res)
+{
+    char *out = ud; /* 256 bytes */
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1 && !PQgetisnull(res, 0, 0))
+        snprintf(out, 256, "%s", PQgetvalue(res, 0, 0));
+}
+
+/* Who holds the finalizer's lock, as text for a log line ("unknown" when it cannot tell). */
+static void holder_text(struct pawl_store *s, char *out)
+{
+    snprintf(out, 256, "unknown (no session holds it now, or it cannot be seen)");
+    struct pawl_pgstmt st = {.sql = HOLDER_SQL, .on_result = on_text_result, .ud = out};
+    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+    (void)pawl_pgpool_exec(s->fin, 0, &req);
+}
+
+/*
+ * The finalizer thread. It sleeps until an append of this process commits (fin_signal), a
+ * pawl_pending notification arrives (fin_foreign: another process's append in its own
+ * transaction) or the safety interval passes; then runs pawl.finalize, which finalizes
+ * everything completed at its snapshot (no truncation). Signals that arrive during a run make
+ * the next run start at once (after the cadence interval). When another session holds the lock
+ * it retries with a doubling back-off (finalizer_retry_ms up to 8x), never faster, until a run
+ * of its own succeeds; after HOLDER_WARN_NS of that it names the holder in the log, once per
+ * episode. On stop it keeps going until every append of this process is covered, for at most
+ * STOP_DEADLINE_NS, then says what is left and who holds the lock.
+ */
 static void *fin_main(void *arg)
 {
     struct pawl_store *s = arg;
@@ -1318,6 +1365,8 @@ static void *fin_main(void *arg)
     int err_backoff_ms = 10;
     int64_t last_start = 0;
     int busy_ms = s->o.finalizer_retry_ms;
+    int64_t busy_since = 0, stop_deadline = 0;
+    int holder_named = 0;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1335,6 +1384,8 @@ static void *fin_main(void *arg)
             pthread_mutex_unlock(&s->fin_mu);
         }
         int stopping = atomic_load(&s->fin_stop);
+        if (stopping && stop_deadline == 0)
+            stop_deadline = pawl_now_ns() + STOP_DEADLINE_NS;
         /* Cadence: one run per interval at most, so that under load one run (one commit, one
          * WAL flush) covers many appends (see fin_interval_ns). */
         int64_t interval_ns = fin_interval_ns(s);
@@ -1345,12 +1396,22 @@ static void *fin_main(void *arg)
         }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
+        int foreign = atomic_exchange(&s->fin_foreign, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
         int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
         if (stopping && all_covered)
             break;
-        if (!stopping && all_covered && pawl_now_ns() < next_safety) {
+        if (stopping && pawl_now_ns() >= stop_deadline) {
+            char who[256];
+            holder_text(s, who);
+            PAWL_WARN("finalizer",
+                      "stopping with %lld append(s) of this process not yet finalized (another "
+                      "finalizer will order them); the finalizer's lock is held by %s",
+                      acked - atomic_load_explicit(&s->covered, memory_order_relaxed), who);
+            break;
+        }
+        if (!stopping && all_covered && !foreign && pawl_now_ns() < next_safety) {
             /* Later appends' piggybacked runs finalized ours already: no run needed. */
             atomic_fetch_add_explicit(&s->fin_skipped, 1, memory_order_relaxed); /* stat */
             rerun = 0;
@@ -1369,27 +1430,45 @@ static void *fin_main(void *arg)
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
-                break;
-            fin_sleep(s, err_backoff_ms);
+                sleep_ns((int64_t)err_backoff_ms * 1000000);
+            else
+                fin_sleep(s, err_backoff_ms);
             err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
+            atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
             continue;
         }
         err_backoff_ms = 10;
-        if (o.appends >= 0)
-            busy_ms = s->o.finalizer_retry_ms;
         if (o.appends < 0) {
-            /* Another session holds the lock; it may have started before our rows committed.
-             * Try again shortly (its notification wakes followers, not us: a short timer). */
+            /* Another session holds the lock; its run may have started before our rows
+             * committed, so only a run of our own proves ours are final. Retry with back-off
+             * (never faster than finalizer_retry_ms, up to 8x that). */
             atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
             pawl_metric_inc(PAWL_M_FINALIZE_LOCK_BUSY);
-            /* Back off while the lock stays busy (appends piggybacking runs hold it through
-             * their commits), up to 8x the retry delay. */
-            fin_sleep(s, busy_ms);
+            if (busy_since == 0)
+                busy_since = now;
+            if (!holder_named && now - busy_since >= HOLDER_WARN_NS) {
+                char who[256];
+                holder_text(s, who);
+                PAWL_WARN("finalizer",
+                          "the finalizer's lock has been held elsewhere for %lld s: %s",
+                          (long long)((now - busy_since) / 1000000000), who);
+                holder_named = 1;
+            }
+            if (stopping)
+                sleep_ns((int64_t)busy_ms * 1000000);
+            else
+                fin_sleep(s, busy_ms);
             busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
+            atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
             continue;
         }
+        busy_ms = s->o.finalizer_retry_ms;
+        if (holder_named)
+            PAWL_INFO("finalizer", "the finalizer's lock is free again");
+        busy_since = 0;
+        holder_named = 0;
         /* relaxed: statistics. */
         if (o.appends == 0) {
             atomic_fetch_add_explicit(&s->fin_idle, 1, memory_order_relaxed);
@@ -1401,12 +1480,33 @@ static void *fin_main(void *arg)
             pawl_metric_add(PAWL_M_EVENTS_FINALIZED, (uint64_t)o.events);
         }
         record_delays(s, acked, now);
-        if (o.appends >= s->o.finalize_batch_max)
-            rerun = 1; /* truncated: the rest now */
-        if (stopping && !rerun)
-            break;
+        /* Signals that arrived during the run: go again at once (the wait above returns
+         * immediately on fin_signal; the cadence interval still applies). */
+        if (stopping)
+            rerun = 1; /* the loop's top ends it once everything is covered */
     }
     return NULL;
+}
+
+/* A pawl_pending notification (or a re-established connection) on the finalizer's connection:
+ * some process committed appends that no finalizer was told about. */
+static void on_fin_notify(void *ud, const char *channel, const char *payload)
+{
+    struct pawl_store *s = ud;
+    (void)payload;
+    if (strcmp(channel, "pawl_pending") != 0)
+        return;
+    atomic_store(&s->fin_foreign, 1); /* seq_cst: read after the signal by the finalizer */
+    signal_finalizer(s);
+}
+
+static void on_fin_connect(void *ud, int conn_index)
+{
+    struct pawl_store *s = ud;
+    (void)conn_index;
+    /* Notifications sent while the connection was down are lost: look once. */
+    atomic_store(&s->fin_foreign, 1);
+    signal_finalizer(s);
 }
 
 /* ---- the listener -------------------------------------------------------------------------- */
@@ -1630,7 +1730,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *name, int conns,
-                    const char *const *session, int listen, char *err, size_t errlen)
+                    const char *const *session, int hooks, char *err, size_t errlen)
 {
     struct pawl_pgpool_opts po;
     pawl_pgpool_opts_defaults(&po);
@@ -1641,9 +1741,13 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     po.connect_timeout_ms = s->o.connect_timeout_ms;
     po.queue_timeout_ms = s->o.queue_timeout_ms;
     po.session_sql = session;
-    if (listen) {
+    if (hooks == 1) {
         po.on_notify = on_notify;
         po.on_connect = on_listen_connect;
+        po.hook_ud = s;
+    } else if (hooks == 2) {
+        po.on_notify = on_fin_notify;
+        po.on_connect = on_fin_connect;
         po.hook_ud = s;
     }
     return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
@@ -1718,19 +1822,39 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     if (s->dsn == NULL || s->ring == NULL)
         goto fail;
 
-    static const char *const fin_session[] = {"SET application_name = 'pawl finalizer'", NULL};
+    /*
+     * What pawl relies on, pinned whatever the database or role defaults say: read committed
+     * (finalize's snapshot must follow its lock; appends retry their own conflicts), writable
+     * sessions, and for the finalizer a durable commit (a run is flushed, or replicated when
+     * so configured, before any reader can see it: a stronger setting stays) and no timeouts
+     * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
+     * processes' own transactions (pawl_api.append, pawl_append_in).
+     */
+    static const char *const fin_session[] = {
+        "SET application_name = 'pawl finalizer'",
+        "SET default_transaction_isolation = 'read committed'",
+        "SET default_transaction_read_only = off",
+        "SELECT set_config('synchronous_commit', 'on', false)"
+        " WHERE current_setting('synchronous_commit') IN ('off', 'local')",
+        "SET statement_timeout = 0",
+        "SET idle_in_transaction_session_timeout = 0",
+        "LISTEN pawl_pending",
+        NULL};
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
      * the default plan_cache_mode PostgreSQL re-plans the append on every call, which was a
      * third of the server's CPU for 1-event appends and ~0.3 ms per append at any size; the
      * generic plan is the custom one (a hash join of the arrays, one index probe per stream). */
     static const char *const main_session[] = {"SET application_name = 'pawl'",
-                                               "SET plan_cache_mode = force_generic_plan", NULL};
+                                               "SET plan_cache_mode = force_generic_plan",
+                                               "SET default_transaction_isolation = 'read committed'",
+                                               "SET default_transaction_read_only = off",
+                                               NULL};
     static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
                                                  "LISTEN pawl_log", NULL};
     rc = new_pool(s, &s->main, "log", o->connections, main_session, 0, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 0, err, errlen);
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
     if (rc != 0)
         goto fail;
     if (o->listen) {
