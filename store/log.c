@@ -481,7 +481,7 @@ static int cmp_stream_pos(const void *a, const void *b, void *arg)
  * (room for n) holds the event positions sorted by stream, then by position: what encode()
  * groups the streams by.
  */
-static int validate(const struct pawl_store *s, const struct pawl_event *ev, size_t n, int *any,
+static int validate(const struct pawl_store_opts *o, const struct pawl_event *ev, size_t n, int *any,
                     uint32_t *ix, char *msg, size_t mlen)
 {
     *any = 0;
@@ -489,9 +489,9 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
         snprintf(msg, mlen, "an append needs at least one event");
         return PAWL_EINVAL;
     }
-    if (n > s->o.max_append_events) {
+    if (n > o->max_append_events) {
         snprintf(msg, mlen, "%zu events in one append, more than max_append_events (%zu)", n,
-                 s->o.max_append_events);
+                 o->max_append_events);
         return PAWL_ETOOBIG;
     }
     for (size_t i = 0; i < n; i++) {
@@ -517,10 +517,10 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
                      e->payload_len);
             return PAWL_EINVAL;
         }
-        if (e->payload_len > s->o.max_event_bytes ||
-            ls + lt + lm + e->payload_len > s->o.max_event_bytes) {
+        if (e->payload_len > o->max_event_bytes ||
+            ls + lt + lm + e->payload_len > o->max_event_bytes) {
             snprintf(msg, mlen, "event %zu: %zu bytes, more than max_event_bytes (%zu)", i,
-                     ls + lt + lm + e->payload_len, s->o.max_event_bytes);
+                     ls + lt + lm + e->payload_len, o->max_event_bytes);
             return PAWL_ETOOBIG;
         }
         if (!utf8_valid((const unsigned char *)e->stream_id, ls) ||
@@ -1092,7 +1092,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         set_err(s, NULL, "out of memory");
         return PAWL_ENOMEM;
     }
-    int rc = validate(s, ev, n, &any, ix, msg, sizeof msg);
+    int rc = validate(&s->o, ev, n, &any, ix, msg, sizeof msg);
     if (rc != 0) {
         if (ix != stack)
             pawl_free(ix);
@@ -1200,6 +1200,90 @@ void pawl_store_drain(struct pawl_store *s)
     while (atomic_load_explicit(&s->inflight, memory_order_acquire) > 0)
         pthread_cond_wait(&s->op_cond, &s->op_mu);
     pthread_mutex_unlock(&s->op_mu);
+}
+
+/*
+ * pawl_append_in: the same statement on the caller's connection, in the caller's transaction.
+ * Blocking libpq calls; the connection must not be in pipeline mode or busy.
+ */
+int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
+                   struct pawl_append_result *res)
+{
+    struct pawl_append_result local;
+    if (res == NULL)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+        res->rc = PAWL_ECONN;
+        snprintf(res->message, sizeof res->message, "no usable connection");
+        return res->rc;
+    }
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    int any = 0;
+    uint32_t stack[256];
+    uint32_t *ix = stack;
+    if (n > 256 && n <= o.max_append_events && (ix = pawl_malloc(n * sizeof *ix)) == NULL) {
+        res->rc = PAWL_ENOMEM;
+        snprintf(res->message, sizeof res->message, "out of memory");
+        return res->rc;
+    }
+    int rc = validate(&o, ev, n, &any, ix, res->message, sizeof res->message);
+    struct append_enc en;
+    memset(&en, 0, sizeof en);
+    en.rows = -1;
+    en.head1 = -1;
+    en.notify = 1; /* no finalizer of ours knows about it: wake every process's at commit */
+    if (rc == 0)
+        rc = encode(&en, ev, n, ix);
+    if (ix != stack)
+        pawl_free(ix);
+    if (rc != 0) {
+        pawl_free(en.buf);
+        res->rc = rc;
+        if (res->message[0] == '\0')
+            snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
+        return rc;
+    }
+    static const Oid types[8] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_INT4_ARRAY,
+                                 OID_INT4_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                 OID_JSONB_ARRAY, OID_BOOL};
+    PGresult *r = PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths,
+                               en.formats, 0);
+    pawl_free(en.buf);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_TUPLES_OK) {
+        enc_result(&en, r);
+        PQclear(r);
+        if (en.rows == (int64_t)n) {
+            enc_seqs(&en, res);
+            return 0;
+        }
+        res->rc = PAWL_ECONFLICT;
+        snprintf(res->message, sizeof res->message,
+                 "a stream is not at the expected version (stream_seq - 1 of its first event); "
+                 "nothing was written and the transaction goes on");
+        return res->rc;
+    }
+    const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    snprintf(res->sqlstate, sizeof res->sqlstate, "%s", ss ? ss : "");
+    if (PQstatus(conn) != CONNECTION_OK)
+        res->rc = PAWL_ECONN;
+    else if (ss && strcmp(ss, "23505") == 0)
+        res->rc = PAWL_ECONFLICT;
+    else if (ss && (strcmp(ss, "22P02") == 0 || strcmp(ss, "22P05") == 0))
+        res->rc = PAWL_EINVAL;
+    else
+        res->rc = PAWL_ESQL;
+    snprintf(res->message, sizeof res->message, "%s%.150s",
+             res->rc == PAWL_ECONFLICT
+                 ? "a concurrent append took a sequence number (the transaction is aborted: "
+                   "retry it): "
+                 : "",
+             msg ? msg : PQerrorMessage(conn));
+    PQclear(r);
+    return res->rc;
 }
 
 /* ---- the finalizer ------------------------------------------------------------------------- */

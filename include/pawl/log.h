@@ -193,6 +193,26 @@ int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, siz
 /* Block until every async append submitted before the call has completed. */
 void pawl_store_drain(struct pawl_store *s);
 
+/* libpq's connection (PGconn); declared here so that this header does not need libpq-fe.h. */
+struct pg_conn;
+
+/*
+ * Append n events on the caller's own libpq connection, inside whatever transaction the caller
+ * has open there (the outbox pattern: the events commit or roll back with the caller's other
+ * writes). It does not commit: with no transaction open the statement is its own transaction.
+ * Any isolation level; after other writes; several times per transaction (the transaction's
+ * events are one unit: contiguous final indexes, in the order appended). Validation and
+ * results are pawl_append's with the default store options' limits; res may be NULL; returns
+ * res->rc. PAWL_ECONFLICT with sqlstate "" means a stream was not at its expected version:
+ * nothing was written and the transaction is still usable; with sqlstate 23505 a concurrent
+ * append took a sequence number first and the transaction is aborted (retry it). At commit the
+ * finalizers of every pawl process are woken (NOTIFY pawl_pending); with none running, the
+ * events stay unfinalized until one runs. Blocking; the connection must not be in pipeline
+ * mode nor have a query in progress. The caller's role needs pawl_appender's rights.
+ */
+int pawl_append_in(struct pg_conn *conn, const struct pawl_event *events, size_t n,
+                   struct pawl_append_result *res);
+
 /* ---- reading ---------------------------------------------------------------------------- */
 
 /*
