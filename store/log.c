@@ -1,15 +1,22 @@
 /*
- * log.c — the event store: appends, the finalizer, readers and followers (see pawl/log.h and
- * sql/001_log.sql for the data model and its proofs).
+ * log.c — the event store: appends, the finalizer, readers and followers (see pawl/log.h,
+ * sql/001_log.sql and sql/006_log_guarantees.sql for the data model and its proofs).
  *
  * Pieces and threads:
  *   - main pool (pgconn): appends and reads, pipelined over `connections` connections; its I/O
- *     thread runs append completions and user callbacks.
- *   - finalizer pool (1 connection) and the finalizer thread: waits for a signal (set by every
- *     committed append), drains all signals, runs pawl.finalize once for everything pending,
- *     repeats at once when the run was truncated, retries after finalizer_retry_ms (or the
- *     holder's notification) when another session holds the lock, and runs every
- *     finalizer_safety_interval_ms regardless (appends of processes that died).
+ *     thread runs append completions and user callbacks. Every append is one call of
+ *     pawl.append (the one append path: it stamps xid, k, n and the append ticket), in its own
+ *     implicit transaction; pawl_append_in runs the same statement on the caller's connection.
+ *   - finalizer pool (1 connection, LISTEN pawl_pending) and the finalizer thread: waits for a
+ *     signal (set by every committed append of this process, and by pawl_pending from appends
+ *     made in callers' own transactions anywhere), drains all signals, runs pawl.finalize once
+ *     for everything completed (runs are never cut), goes again at once for signals that came
+ *     during the run, retries with a bounded back-off when another session holds the lock
+ *     (naming the holder after a while), runs every finalizer_safety_interval_ms regardless
+ *     (appends of processes that died), and at pawl_store_free keeps going, for a bounded time,
+ *     until this process's appends are final.
+ *   - Sessions pin read committed and writable transactions; the finalizer's also pins a
+ *     durable synchronous_commit and no timeouts (see pawl_store_new).
  *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
  * All three raise `last_index` and broadcast idx_cond, on which followers block.
  *

@@ -8,7 +8,10 @@
  * that uses the database; each run commits atomically and notifies channel "pawl_log". Hence a
  * reader that has read index N never later finds a new event at or below N, and a token (the
  * last index handled) needs no gap tracking. Per stream, final index order equals stream
- * sequence order.
+ * sequence order, whatever else the appending transactions did (earlier writes, savepoints,
+ * several appends in one transaction, any isolation level): see docs/design.md. The events of
+ * one transaction are one unit with contiguous final indexes. Only pawl's SQL functions write
+ * the log's tables; the finalizer's lock cannot be taken by roles outside pawl's.
  *
  * Objects. A store (pawl_store_new) owns a small set of pipelined connections for appends and
  * reads, one connection for its finalizer and, unless disabled, one listening connection. All
@@ -56,11 +59,12 @@ struct pawl_store_opts {
     /* Safety run period: finalize even without a signal, for appends of processes that died
      * before finalizing. 10..3600000 ms, default 1000. */
     int finalizer_safety_interval_ms;
-    /* Appends per finalization run (the rest goes in the next run, at once). 1..100000,
-     * default 2000. */
+    /* The most appends in one run row (what a reader maps at once). A run finalizes everything
+     * completed at its snapshot, as several contiguous rows when needed. 1..100000, default
+     * 2000. */
     int finalize_batch_max;
-    /* When another session holds the finalizer lock, retry after this long (or sooner, when
-     * its notification arrives). 1..1000 ms, default 2. */
+    /* When another session holds the finalizer lock, retry after this long, doubling up to 8x
+     * while it stays held (never a busy loop). 1..1000 ms, default 2. */
     int finalizer_retry_ms;
     /* Cadence: a run starts at least this long after the previous one started, so that one
      * run (one commit) covers the appends that committed meanwhile; it bounds the finalize
@@ -128,8 +132,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
 
 /*
  * Close: completes outstanding async appends (their callbacks run; an append in flight when
- * the connections close reports PAWL_EINDOUBT or PAWL_ESHUTDOWN), stops the finalizer after a
- * last run, wakes blocked followers with PAWL_ESHUTDOWN. Must not run concurrently with other
+ * the connections close reports PAWL_EINDOUBT or PAWL_ESHUTDOWN), then lets the finalizer run
+ * until every append of this process is final, for at most 5 s (while another session holds
+ * the lock it retries with back-off, then logs what is left and the holder), wakes blocked
+ * followers with PAWL_ESHUTDOWN. Must not run concurrently with other
  * calls on s, nor from a callback. NULL is a no-op.
  */
 void pawl_store_free(struct pawl_store *s);
