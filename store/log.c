@@ -217,6 +217,17 @@ struct pawl_store {
     pthread_mutex_t err_mu;
     char last_err[512];
 
+    /* Appends that hit lock_timeout, waiting for their retry (retry thread). */
+    pthread_mutex_t retry_mu;
+    pthread_cond_t retry_cond;
+    struct append_op *delayed; /* under retry_mu, unsorted */
+    int retry_stop;            /* under retry_mu */
+    pthread_t retry_thread;
+    int retry_started;
+    atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
+    const char *main_session[7];
+    char lock_sql[48];
+
     /* Async appends. */
     pthread_mutex_t op_mu;
     pthread_cond_t op_cond; /* signalled when inflight drops to 0 */
@@ -256,6 +267,7 @@ struct pawl_store {
     atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events, fin_piggy;
     atomic_llong retries; /* appends re-run after a retryable error (op_done) */
     atomic_llong fin_skipped;
+    atomic_llong lock_timeouts; /* appends rolled back by lock_timeout (55P03) */
     /* Cadence under load: append latency moving average (ns; written by whichever thread
      * finishes an append, a lost update only drops a sample) and the interval in force. */
     atomic_llong lat_avg_ns, fin_interval_ns;
@@ -363,6 +375,8 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalizer_latency_share_pct = 25;
     o->finalizer_max_interval_us = 20000;
     o->append_finalizes = 0;
+    o->append_lock_timeout_ms = 100;
+    o->append_lock_wait_ms = 30000;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -389,6 +403,8 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalizer_latency_share_pct, 0, 100);
     RANGE(finalizer_max_interval_us, 0, 1000000);
     RANGE(append_finalizes, 0, 1);
+    RANGE(append_lock_timeout_ms, 0, 600000);
+    RANGE(append_lock_wait_ms, 0, 3600000);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -642,9 +658,12 @@ struct append_op {
     int any;
     int retries;
     int64_t t_submit;
+    int64_t lock_wait_start; /* first lock timeout of this append (0: none) */
+    int64_t due_ns;          /* delayed retry: when to submit again */
+    int lock_backoff_ms;
     pawl_append_fn cb;
     void *ud;
-    struct append_op *next_free;
+    struct append_op *next_free; /* also the delayed-retry list */
 };
 
 static struct append_op *op_get(struct pawl_store *s)
@@ -979,12 +998,67 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     op_finish(op, &res);
 }
 
+/* The first stream of an append, from its encoded $1 (for messages). */
+static void first_stream(const struct append_op *op, char *out, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)op->en.values[0] + 20;
+    uint32_t l = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+    snprintf(out, len, "%.*s", (int)(l < 200 ? l : 200), (const char *)p + 4);
+}
+
+/* Queue op for a retry at due_ns on the retry thread (never on the I/O thread). */
+static void delay_op(struct pawl_store *s, struct append_op *op, int64_t due_ns)
+{
+    op->due_ns = due_ns;
+    pthread_mutex_lock(&s->retry_mu);
+    op->next_free = s->delayed;
+    s->delayed = op;
+    pthread_cond_signal(&s->retry_cond);
+    pthread_mutex_unlock(&s->retry_mu);
+}
+
 static void op_done(struct pawl_pgreq *req, int rc)
 {
     struct append_op *op = req->ud;
     struct pawl_store *s = op->s;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
+
+    if (rc == PAWL_ESQL && strcmp(req->sqlstate, "55P03") == 0) {
+        /*
+         * lock_timeout: a transaction holds one of its streams (an outbox append not yet
+         * committed). The server rolled this append back; retry it later from the retry
+         * thread, off this connection's pipeline, until append_lock_wait_ms has passed.
+         */
+        int64_t now = pawl_now_ns();
+        atomic_fetch_add_explicit(&s->lock_timeouts, 1, memory_order_relaxed); /* statistic */
+        if (op->lock_wait_start == 0) {
+            op->lock_wait_start = now;
+            op->lock_backoff_ms = 10;
+        }
+        char stream[256];
+        first_stream(op, stream, sizeof stream);
+        if (now - op->lock_wait_start < (int64_t)s->o.append_lock_wait_ms * 1000000) {
+            if (!atomic_exchange(&s->lock_episode, 1))
+                PAWL_WARN("log",
+                          "an append to stream \"%s\" waits for a lock held by another "
+                          "transaction (lock_timeout %d ms); retrying it for up to %d ms",
+                          stream, s->o.append_lock_timeout_ms, s->o.append_lock_wait_ms);
+            delay_op(s, op, now + (int64_t)op->lock_backoff_ms * 1000000);
+            op->lock_backoff_ms = PAWL_MIN(op->lock_backoff_ms * 2, 500);
+            return;
+        }
+        res.rc = PAWL_ETIMEDOUT;
+        snprintf(res.sqlstate, sizeof res.sqlstate, "55P03");
+        snprintf(res.message, sizeof res.message,
+                 "stream \"%.64s\" stayed locked by another transaction for %d ms "
+                 "(append_lock_wait_ms): not appended",
+                 stream, s->o.append_lock_wait_ms);
+        op_finish(op, &res);
+        return;
+    }
+    if (op->lock_wait_start != 0 && rc == 0 && atomic_exchange(&s->lock_episode, 0))
+        PAWL_INFO("log", "appends waiting for a stream's lock go through again");
 
     if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
@@ -1125,6 +1199,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         goto undo;
     }
     op->n = n;
+    op->lock_wait_start = 0;
     op->en.notify = 0; /* this process's finalizer is signalled instead */
     op->any = any;
     op->retries = 0;
@@ -1546,10 +1621,8 @@ static void *fin_main(void *arg)
                           (long long)((now - busy_since) / 1000000000), who);
                 holder_named = 1;
             }
-            if (stopping)
-                sleep_ns((int64_t)busy_ms * 1000000);
-            else
-                fin_sleep(s, busy_ms);
+            /* Not woken by new signals: they cannot make the lock free sooner. */
+            sleep_ns((int64_t)busy_ms * 1000000);
             busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
             atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
@@ -1796,6 +1869,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->events_ok = LD(events_ok);
     st->appends_failed = LD(appends_failed);
     st->append_retries = LD(retries);
+    st->append_lock_timeouts = LD(lock_timeouts);
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);
@@ -1816,6 +1890,58 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->finalizer_interval_ms = (double)LD(fin_interval_ns) / 1e6;
     st->append_latency_avg_ms = (double)LD(lat_avg_ns) / 1e6;
 #undef LD
+}
+
+/* ---- delayed retries ------------------------------------------------------------------------- */
+
+static void *retry_main(void *arg)
+{
+    struct pawl_store *s = arg;
+    pthread_mutex_lock(&s->retry_mu);
+    for (;;) {
+        int64_t now = pawl_now_ns(), next = 0;
+        struct append_op *due = NULL, **pp = &s->delayed;
+        while (*pp) {
+            struct append_op *op = *pp;
+            if (op->due_ns <= now) {
+                *pp = op->next_free;
+                op->next_free = due;
+                due = op;
+            } else {
+                if (next == 0 || op->due_ns < next)
+                    next = op->due_ns;
+                pp = &op->next_free;
+            }
+        }
+        if (due) {
+            pthread_mutex_unlock(&s->retry_mu);
+            while (due) {
+                struct append_op *op = due;
+                due = op->next_free;
+                op->next_free = NULL;
+                if (submit_op(s, op) != 0) {
+                    struct pawl_append_result res;
+                    memset(&res, 0, sizeof res);
+                    res.rc = PAWL_ESHUTDOWN;
+                    snprintf(res.message, sizeof res.message, "not appended: store closing");
+                    op_finish(op, &res);
+                }
+            }
+            pthread_mutex_lock(&s->retry_mu);
+            continue;
+        }
+        if (s->retry_stop)
+            break;
+        if (next == 0) {
+            pthread_cond_wait(&s->retry_cond, &s->retry_mu);
+        } else {
+            struct timespec ts;
+            pawl_timespec_in(&ts, CLOCK_MONOTONIC, next - now);
+            pthread_cond_timedwait(&s->retry_cond, &s->retry_mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&s->retry_mu);
+    return NULL;
 }
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
@@ -1842,6 +1968,18 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
         po.hook_ud = s;
     }
     return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
+}
+
+static void stop_retry(struct pawl_store *s)
+{
+    if (!s->retry_started)
+        return;
+    pthread_mutex_lock(&s->retry_mu);
+    s->retry_stop = 1;
+    pthread_cond_signal(&s->retry_cond);
+    pthread_mutex_unlock(&s->retry_mu);
+    pthread_join(s->retry_thread, NULL);
+    s->retry_started = 0;
 }
 
 int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_store_opts *o,
@@ -1907,6 +2045,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     pthread_cond_init(&s->waiters_cond, NULL);
     pthread_mutex_init(&s->fin_mu, NULL);
     cond_init_mono(&s->fin_cond);
+    pthread_mutex_init(&s->retry_mu, NULL);
+    cond_init_mono(&s->retry_cond);
     rc = PAWL_ENOMEM;
     s->dsn = pawl_strdup(dsn);
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
@@ -1935,14 +2075,22 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * the default plan_cache_mode PostgreSQL re-plans the append on every call, which was a
      * third of the server's CPU for 1-event appends and ~0.3 ms per append at any size; the
      * generic plan is the custom one (a hash join of the arrays, one index probe per stream). */
-    static const char *const main_session[] = {"SET application_name = 'pawl'",
-                                               "SET plan_cache_mode = force_generic_plan",
-                                               "SET default_transaction_isolation = 'read committed'",
-                                               "SET default_transaction_read_only = off",
-                                               NULL};
+    /* lock_timeout: an append that waits for a stream held by an open transaction is rolled
+     * back after append_lock_timeout_ms and retried off the pipeline (see op_done), so one
+     * stuck stream does not stall the appends queued behind it to other streams. */
+    snprintf(s->lock_sql, sizeof s->lock_sql, "SET lock_timeout = %d", o->append_lock_timeout_ms);
+    {
+        const char *ms[] = {"SET application_name = 'pawl'",
+                            "SET plan_cache_mode = force_generic_plan",
+                            "SET default_transaction_isolation = 'read committed'",
+                            "SET default_transaction_read_only = off",
+                            s->lock_sql,
+                            NULL};
+        memcpy(s->main_session, ms, sizeof ms);
+    }
     static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
                                                  "LISTEN pawl_log", NULL};
-    rc = new_pool(s, &s->main, "log", o->connections, main_session, 0, err, errlen);
+    rc = new_pool(s, &s->main, "log", o->connections, s->main_session, 0, err, errlen);
     if (rc != 0)
         goto fail;
     rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
@@ -1984,6 +2132,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             goto fail;
         }
     }
+    if (pthread_create(&s->retry_thread, NULL, retry_main, s) != 0) {
+        rc = PAWL_ESYS;
+        goto fail;
+    }
+    pthread_setname_np(s->retry_thread, "pawl-retry");
+    s->retry_started = 1;
     if (o->finalizer) {
         if (pthread_create(&s->fin_thread, NULL, fin_main, s) != 0) {
             rc = PAWL_ESYS;
@@ -1996,6 +2150,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     return 0;
 
 fail:
+    stop_retry(s);
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
@@ -2003,6 +2158,8 @@ fail:
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->retry_cond);
+    pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
     pthread_cond_destroy(&s->idx_cond);
     pthread_mutex_destroy(&s->idx_mu);
@@ -2019,6 +2176,7 @@ void pawl_store_free(struct pawl_store *s)
     if (s == NULL)
         return;
     pawl_store_drain(s);
+    stop_retry(s);
     if (s->fin_started) {
         pthread_mutex_lock(&s->fin_mu);
         atomic_store(&s->fin_stop, 1); /* seq_cst: read by the finalizer under fin_mu */
@@ -2045,6 +2203,8 @@ void pawl_store_free(struct pawl_store *s)
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->retry_cond);
+    pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
     pthread_cond_destroy(&s->idx_cond);
     pthread_mutex_destroy(&s->idx_mu);

@@ -88,6 +88,15 @@ struct pawl_store_opts {
      * commits) without a clear throughput gain, so the default is 0: only the background
      * finalizer finalizes. */
     int append_finalizes;
+    /* An append waiting this long for a lock (its stream's head held by another open
+     * transaction, e.g. an outbox append not yet committed) is rolled back by the server
+     * (lock_timeout) and retried after a short back-off, off its connection's pipeline, so
+     * appends to other streams keep flowing. 0 waits without limit (PostgreSQL's default).
+     * 0..600000 ms, default 100. */
+    int append_lock_timeout_ms;
+    /* Such retries stop after this long in total: the append fails with PAWL_ETIMEDOUT (sqlstate
+     * 55P03) and a message naming the stream. 0..3600000 ms, default 30000. */
+    int append_lock_wait_ms;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
@@ -274,6 +283,7 @@ struct pawl_log_stats {
     int64_t appends_ok;           /* appends committed through this store */
     int64_t events_ok;            /* their events */
     int64_t appends_failed;       /* appends that reported an error */
+    int64_t append_lock_timeouts; /* appends rolled back by append_lock_timeout_ms (retried) */
     int64_t append_retries;       /* re-runs of appends after a retryable error: a deadlock, a
                                    * serialization failure, or (ANY sequences) another append
                                    * to one of the same streams committing first */
