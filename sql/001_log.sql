@@ -1,5 +1,9 @@
 -- 001_log.sql: the event log (schema version 1).
 --
+-- Schema 6 (006_log_guarantees.sql) replaces the per-stream order proof below with append
+-- tickets, valid for any transaction, makes appends and runs go through SECURITY DEFINER
+-- functions, and stops truncating runs; what follows is the version-1 design it builds on.
+--
 -- Design. An append is one transaction that inserts its events into pawl.events, tagged with
 -- the appending transaction's id (xid8, the temporary id) and each event's position k in the
 -- append. Nothing else is written per append, and no event row is ever updated.

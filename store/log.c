@@ -1,15 +1,22 @@
 /*
- * log.c — the event store: appends, the finalizer, readers and followers (see pawl/log.h and
- * sql/001_log.sql for the data model and its proofs).
+ * log.c — the event store: appends, the finalizer, readers and followers (see pawl/log.h,
+ * sql/001_log.sql and sql/006_log_guarantees.sql for the data model and its proofs).
  *
  * Pieces and threads:
  *   - main pool (pgconn): appends and reads, pipelined over `connections` connections; its I/O
- *     thread runs append completions and user callbacks.
- *   - finalizer pool (1 connection) and the finalizer thread: waits for a signal (set by every
- *     committed append), drains all signals, runs pawl.finalize once for everything pending,
- *     repeats at once when the run was truncated, retries after finalizer_retry_ms (or the
- *     holder's notification) when another session holds the lock, and runs every
- *     finalizer_safety_interval_ms regardless (appends of processes that died).
+ *     thread runs append completions and user callbacks. Every append is one call of
+ *     pawl.append (the one append path: it stamps xid, k, n and the append ticket), in its own
+ *     implicit transaction; pawl_append_in runs the same statement on the caller's connection.
+ *   - finalizer pool (1 connection, LISTEN pawl_pending) and the finalizer thread: waits for a
+ *     signal (set by every committed append of this process, and by pawl_pending from appends
+ *     made in callers' own transactions anywhere), drains all signals, runs pawl.finalize once
+ *     for everything completed (runs are never cut), goes again at once for signals that came
+ *     during the run, retries with a bounded back-off when another session holds the lock
+ *     (naming the holder after a while), runs every finalizer_safety_interval_ms regardless
+ *     (appends of processes that died), and at pawl_store_free keeps going, for a bounded time,
+ *     until this process's appends are final.
+ *   - Sessions pin read committed and writable transactions; the finalizer's also pins a
+ *     durable synchronous_commit and no timeouts (see pawl_store_new).
  *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
  * All three raise `last_index` and broadcast idx_cond, on which followers block.
  *
@@ -36,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 
+#define OID_BOOL 16
 #define OID_INT4 23
 #define OID_INT4_ARRAY 1007
 #define OID_TEXT_ARRAY 1009
@@ -52,34 +60,20 @@
 #define ACK_RING 65536
 
 /*
- * The append statement. The client groups the events by stream: $1 the distinct streams (the
- * first event's stream first), $2 each stream's expected first sequence number (0 = ANY), and
- * per event $3 its stream (1-based into $1), $4 its rank among that stream's events in this
- * append (1-based), $5 type, $6 payload, $7 metadata; $8 the number of events. Each stream's
- * current head is looked up once (h); explicit numbers are checked against it (a stream whose
- * head is not the expected first number minus one writes nothing: count 0), and an event's
- * sequence number is head + rank. A stream expected to be new (first number 1) is not looked
- * up: if it exists, its number 1 is taken and the unique index refuses the insert (23505,
- * reported as the same conflict). Grouping on the client spares the server a window sort and
- * a hash aggregate per append, and sends each stream id once.
+ * The append statement: pawl.append (sql/006_log_guarantees.sql), the one append path of every
+ * client. The client groups the events by stream: $1 the distinct streams (the first event's
+ * stream first), $2 each stream's expected first sequence number (0 = ANY), and per event $3 its
+ * stream (1-based into $1), $4 its rank among that stream's events in this append (1-based), $5
+ * type, $6 payload, $7 metadata; $8 whether to NOTIFY pawl_pending at commit. It returns the
+ * number of events written (n, or 0 when a stream is not at its expected version), the
+ * transaction's xid and each stream's last sequence number before the append. A stream
+ * expected to be new whose number 1 a concurrent append takes gets the unique index's 23505,
+ * reported as the same conflict. Grouping on the client spares the server a window sort and a
+ * hash aggregate per append, and sends each stream id once.
  */
 const char pawl_log_append_sql[] =
-    "WITH h AS MATERIALIZED ("
-    " SELECT h.i, h.s, h.q0,"
-    "        CASE WHEN h.q0 = 1 THEN 0"
-    "        ELSE coalesce((SELECT e.stream_seq FROM pawl.events e WHERE e.stream_id = h.s"
-    "                        ORDER BY e.stream_seq DESC LIMIT 1), 0) END AS cur"
-    "   FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS h(s, q0, i)"
-    "), ins AS ("
-    " INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload, metadata) "
-    " SELECT pg_current_xact_id(), h.cur + u.r, (u.o - 1)::int4, $8, h.s, u.t, u.p, u.m"
-    "   FROM unnest($3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[])"
-    "        WITH ORDINALITY AS u(si, r, t, p, m, o)"
-    "   JOIN h ON h.i = u.si"
-    "  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.q0 > 0 AND h.cur <> h.q0 - 1)"
-    "  RETURNING 1"
-    ") "
-    "SELECT count(*), pg_current_xact_id_if_assigned()::text FROM ins";
+    "SELECT appended, txid, heads FROM pawl.append($1::text[], $2::int8[], $3::int4[],"
+    " $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool)";
 
 /*
  * The outcome of an in-doubt append: pg_xact_status of its transaction, waiting a little
@@ -107,6 +101,16 @@ static const char FINALIZE_SQL[] =
     "SELECT appends, events, last_index FROM pawl.finalize($1::int4)";
 
 static const char LAST_INDEX_SQL[] = "SELECT pawl_api.last_index()";
+
+static const char HOLDER_SQL[] =
+    "SELECT format('pid %s (application \"%s\", user %s, transaction started %s, held %s)',"
+    " h.pid, h.application_name, h.usename, h.xact_start, date_trunc('second', h.held_for))"
+    " FROM pawl_api.finalizer_holder() h";
+
+/* How long the finalizer's lock may stay busy before the holder is named in the log, and how
+ * long pawl_store_free tries to finalize this process's appends. */
+#define HOLDER_WARN_NS (5 * 1000000000LL)
+#define STOP_DEADLINE_NS (5 * 1000000000LL)
 
 /* ---- latency histogram (log-linear, µs) ------------------------------------------------- */
 
@@ -213,6 +217,17 @@ struct pawl_store {
     pthread_mutex_t err_mu;
     char last_err[512];
 
+    /* Appends that hit lock_timeout, waiting for their retry (retry thread). */
+    pthread_mutex_t retry_mu;
+    pthread_cond_t retry_cond;
+    struct append_op *delayed; /* under retry_mu, unsorted */
+    int retry_stop;            /* under retry_mu */
+    pthread_t retry_thread;
+    int retry_started;
+    atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
+    const char *main_session[7];
+    char lock_sql[48];
+
     /* Async appends. */
     pthread_mutex_t op_mu;
     pthread_cond_t op_cond; /* signalled when inflight drops to 0 */
@@ -234,6 +249,8 @@ struct pawl_store {
     pthread_mutex_t fin_mu;
     pthread_cond_t fin_cond;
     atomic_int fin_signal;  /* set by each committed append */
+    atomic_int fin_foreign; /* pawl_pending arrived (an append of a process without finalizer)
+                             * or the finalizer's connection was re-established */
     atomic_int fin_waiting; /* the finalizer is (about to be) asleep on fin_cond */
     atomic_int fin_stop;
     struct pawl_pgreq listen_req;
@@ -250,6 +267,7 @@ struct pawl_store {
     atomic_llong fin_runs, fin_idle, fin_busy, fin_errors, fin_appends, fin_events, fin_piggy;
     atomic_llong retries; /* appends re-run after a retryable error (op_done) */
     atomic_llong fin_skipped;
+    atomic_llong lock_timeouts; /* appends rolled back by lock_timeout (55P03) */
     /* Cadence under load: append latency moving average (ns; written by whichever thread
      * finishes an append, a lost update only drops a sample) and the interval in force. */
     atomic_llong lat_avg_ns, fin_interval_ns;
@@ -357,6 +375,8 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->finalizer_latency_share_pct = 25;
     o->finalizer_max_interval_us = 20000;
     o->append_finalizes = 0;
+    o->append_lock_timeout_ms = 100;
+    o->append_lock_wait_ms = 30000;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -383,6 +403,8 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(finalizer_latency_share_pct, 0, 100);
     RANGE(finalizer_max_interval_us, 0, 1000000);
     RANGE(append_finalizes, 0, 1);
+    RANGE(append_lock_timeout_ms, 0, 600000);
+    RANGE(append_lock_wait_ms, 0, 3600000);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -482,7 +504,7 @@ static int cmp_stream_pos(const void *a, const void *b, void *arg)
  * (room for n) holds the event positions sorted by stream, then by position: what encode()
  * groups the streams by.
  */
-static int validate(const struct pawl_store *s, const struct pawl_event *ev, size_t n, int *any,
+static int validate(const struct pawl_store_opts *o, const struct pawl_event *ev, size_t n, int *any,
                     uint32_t *ix, char *msg, size_t mlen)
 {
     *any = 0;
@@ -490,9 +512,9 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
         snprintf(msg, mlen, "an append needs at least one event");
         return PAWL_EINVAL;
     }
-    if (n > s->o.max_append_events) {
+    if (n > o->max_append_events) {
         snprintf(msg, mlen, "%zu events in one append, more than max_append_events (%zu)", n,
-                 s->o.max_append_events);
+                 o->max_append_events);
         return PAWL_ETOOBIG;
     }
     for (size_t i = 0; i < n; i++) {
@@ -518,10 +540,10 @@ static int validate(const struct pawl_store *s, const struct pawl_event *ev, siz
                      e->payload_len);
             return PAWL_EINVAL;
         }
-        if (e->payload_len > s->o.max_event_bytes ||
-            ls + lt + lm + e->payload_len > s->o.max_event_bytes) {
+        if (e->payload_len > o->max_event_bytes ||
+            ls + lt + lm + e->payload_len > o->max_event_bytes) {
             snprintf(msg, mlen, "event %zu: %zu bytes, more than max_event_bytes (%zu)", i,
-                     ls + lt + lm + e->payload_len, s->o.max_event_bytes);
+                     ls + lt + lm + e->payload_len, o->max_event_bytes);
             return PAWL_ETOOBIG;
         }
         if (!utf8_valid((const unsigned char *)e->stream_id, ls) ||
@@ -597,6 +619,25 @@ struct fin_out {
     int64_t appends, events, last;
 };
 
+/*
+ * An append's encoded parameters (pawl_log_append_sql's $1..$8, then the event count as int4
+ * for the in-doubt check) and, once its result arrived, what the server assigned.
+ */
+struct append_enc {
+    char *buf;
+    size_t cap;
+    const char *values[9];
+    int lengths[9];
+    int formats[9];
+    size_t n;           /* events */
+    size_t first_count; /* events of events[0]'s stream (stream 1 of the statement) */
+    char notify;        /* $8: 1 = NOTIFY pawl_pending at commit */
+    char n_be[4];       /* the event count, big-endian */
+    int64_t rows;       /* events written (-1 before the result arrived) */
+    int64_t head1;      /* stream 1's last sequence number before the append (-1: unknown) */
+    char xid[24];       /* the append's transaction, "" until its result arrived */
+};
+
 static void on_fin_result(void *ud, const PGresult *res);
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
 
@@ -607,25 +648,22 @@ struct append_op {
     struct fin_out fin;         /* the piggybacked finalization's result */
     const char *fin_vals[1];
     long long acked_at_submit; /* this store's acks before the request was sent */
-    char xid[24];              /* the append's transaction, "" until its result arrived */
     char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
     const char *resolve_vals[5];
     int resolve_lens[5];
     int resolve_fmts[5];
-    const char *values[8];
-    int lengths[8];
-    int formats[8];
-    char *buf;
-    size_t cap;
+    struct append_enc en;
     size_t n;
     int any;
     int retries;
-    int64_t rows;
     int64_t t_submit;
+    int64_t lock_wait_start; /* first lock timeout of this append (0: none) */
+    int64_t due_ns;          /* delayed retry: when to submit again */
+    int lock_backoff_ms;
     pawl_append_fn cb;
     void *ud;
-    struct append_op *next_free;
+    struct append_op *next_free; /* also the delayed-retry list */
 };
 
 static struct append_op *op_get(struct pawl_store *s)
@@ -649,10 +687,10 @@ static struct append_op *op_get(struct pawl_store *s)
 static void op_put(struct pawl_store *s, struct append_op *op)
 {
     /* Keep small buffers for reuse; large ones go back to the allocator. */
-    if (op->cap > (1u << 20)) {
-        pawl_free(op->buf);
-        op->buf = NULL;
-        op->cap = 0;
+    if (op->en.cap > (1u << 20)) {
+        pawl_free(op->en.buf);
+        op->en.buf = NULL;
+        op->en.cap = 0;
     }
     pthread_mutex_lock(&s->op_mu);
     if (s->nfree < 1024) {
@@ -663,7 +701,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
     }
     pthread_mutex_unlock(&s->op_mu);
     if (op) {
-        pawl_free(op->buf);
+        pawl_free(op->en.buf);
         pawl_free(op);
     }
 }
@@ -672,7 +710,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
  * Encode an append's parameters (see pawl_log_append_sql) as binary arrays. ix is validate()'s
  * order: positions sorted by stream, then position, so each stream's events are a run in it.
  */
-static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, const uint32_t *ix)
+static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, const uint32_t *ix)
 {
     /* Streams: m runs in ix; the run holding event 0 goes first (the in-doubt check reads the
      * first event's stream as ($1)[1]). */
@@ -698,19 +736,19 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
             mnull = 1;
         }
     }
-    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m + 4;
+    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m;
     if (total > INT32_MAX)
         return PAWL_ETOOBIG;
-    if (op->cap < total) {
+    if (en->cap < total) {
         char *nb = pawl_malloc(total);
         if (nb == NULL)
             return PAWL_ENOMEM;
-        pawl_free(op->buf);
-        op->buf = nb;
-        op->cap = total;
+        pawl_free(en->buf);
+        en->buf = nb;
+        en->cap = total;
     }
-    char *p = op->buf;
-    char *start[8];
+    char *p = en->buf;
+    char *start[7];
 
     /* $1 streams and $2 their expected first numbers; $3/$4 filled per run. */
     start[0] = p;
@@ -732,6 +770,8 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
             while (e < n && strcmp(ev[ix[e]].stream_id, ev[ix[j]].stream_id) == 0)
                 e++;
             if ((j == first_run) == (pass == 0)) {
+                if (pass == 0)
+                    en->first_count = e - j;
                 stream_no++;
                 size_t l = strlen(ev[ix[j]].stream_id);
                 p = put32(p, (uint32_t)l);
@@ -778,26 +818,50 @@ static int encode(struct append_op *op, const struct pawl_event *ev, size_t n, c
         memcpy(p, ev[i].metadata, l);
         p += l;
     }
-    start[7] = p;
-    p = put32(p, (uint32_t)n);
-    const char *end[8] = {s_end,    q,        si_body + n * 8, rk_body + n * 8,
-                          start[5], start[6], start[7],        p};
-    for (int i = 0; i < 8; i++) {
-        op->values[i] = start[i];
-        op->lengths[i] = (int)(end[i] - start[i]);
-        op->formats[i] = 1;
+    const char *end[7] = {s_end, q, si_body + n * 8, rk_body + n * 8, start[5], start[6], p};
+    for (int i = 0; i < 7; i++) {
+        en->values[i] = start[i];
+        en->lengths[i] = (int)(end[i] - start[i]);
+        en->formats[i] = 1;
     }
-    op->n = n;
+    en->values[7] = &en->notify;
+    en->lengths[7] = 1;
+    en->formats[7] = 1;
+    put32(en->n_be, (uint32_t)n);
+    en->values[8] = en->n_be;
+    en->lengths[8] = 4;
+    en->formats[8] = 1;
+    en->n = n;
     return 0;
+}
+
+/* pawl.append's row (text format): appended, txid, heads ("{h1,h2,...}"). */
+static void enc_result(struct append_enc *en, const PGresult *res)
+{
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    en->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    if (!PQgetisnull(res, 0, 1))
+        snprintf(en->xid, sizeof en->xid, "%s", PQgetvalue(res, 0, 1));
+    if (!PQgetisnull(res, 0, 2)) {
+        const char *h = PQgetvalue(res, 0, 2);
+        if (*h == '{')
+            en->head1 = strtoll(h + 1, NULL, 10);
+    }
 }
 
 static void on_insert_result(void *ud, const PGresult *res)
 {
     struct append_op *op = ud;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        op->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        if (!PQgetisnull(res, 0, 1))
-            snprintf(op->xid, sizeof op->xid, "%s", PQgetvalue(res, 0, 1));
+    enc_result(&op->en, res);
+}
+
+/* The stream sequence numbers of events[0]'s stream that a successful append was given. */
+static void enc_seqs(const struct append_enc *en, struct pawl_append_result *res)
+{
+    if (en->head1 >= 0) {
+        res->first_seq = en->head1 + 1;
+        res->last_seq = en->head1 + (int64_t)en->first_count;
     }
 }
 
@@ -880,11 +944,11 @@ static int start_resolve(struct append_op *op)
     struct pawl_store *s = op->s;
     op->xact_status[0] = '\0';
     /* The xid as text; the append's streams, types, payloads and count as it sent them. */
-    static const int from[5] = {-1, 0, 4, 5, 7};
+    static const int from[5] = {-1, 0, 4, 5, 8};
     for (int i = 0; i < 5; i++) {
-        op->resolve_vals[i] = i == 0 ? op->xid : op->values[from[i]];
-        op->resolve_lens[i] = i == 0 ? 0 : op->lengths[from[i]];
-        op->resolve_fmts[i] = i == 0 ? 0 : op->formats[from[i]];
+        op->resolve_vals[i] = i == 0 ? op->en.xid : op->en.values[from[i]];
+        op->resolve_lens[i] = i == 0 ? 0 : op->en.lengths[from[i]];
+        op->resolve_fmts[i] = i == 0 ? 0 : op->en.formats[from[i]];
     }
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
                                        .nparams = 5,
@@ -912,12 +976,13 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
+        enc_seqs(&op->en, &res);
     } else if (rc == 0 && strcmp(op->xact_status, "reused") == 0) {
         res.rc = PAWL_ECONN;
         snprintf(res.message, sizeof res.message,
                  "connection lost during commit; the server restarted and its transaction %s "
                  "is another one, this append's rows are not there: not committed",
-                 op->xid);
+                 op->en.xid);
     } else if (rc == 0 && strcmp(op->xact_status, "aborted") == 0) {
         res.rc = PAWL_ECONN;
         snprintf(res.message, sizeof res.message,
@@ -928,9 +993,28 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
         snprintf(res.message, sizeof res.message,
                  "connection lost during commit of transaction %s; its outcome could not be "
                  "checked (%s)",
-                 op->xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
+                 op->en.xid, rc == 0 ? op->xact_status : pawl_strerror(rc));
     }
     op_finish(op, &res);
+}
+
+/* The first stream of an append, from its encoded $1 (for messages). */
+static void first_stream(const struct append_op *op, char *out, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)op->en.values[0] + 20;
+    uint32_t l = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+    snprintf(out, len, "%.*s", (int)(l < 200 ? l : 200), (const char *)p + 4);
+}
+
+/* Queue op for a retry at due_ns on the retry thread (never on the I/O thread). */
+static void delay_op(struct pawl_store *s, struct append_op *op, int64_t due_ns)
+{
+    op->due_ns = due_ns;
+    pthread_mutex_lock(&s->retry_mu);
+    op->next_free = s->delayed;
+    s->delayed = op;
+    pthread_cond_signal(&s->retry_cond);
+    pthread_mutex_unlock(&s->retry_mu);
 }
 
 static void op_done(struct pawl_pgreq *req, int rc)
@@ -939,6 +1023,42 @@ static void op_done(struct pawl_pgreq *req, int rc)
     struct pawl_store *s = op->s;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
+
+    if (rc == PAWL_ESQL && strcmp(req->sqlstate, "55P03") == 0) {
+        /*
+         * lock_timeout: a transaction holds one of its streams (an outbox append not yet
+         * committed). The server rolled this append back; retry it later from the retry
+         * thread, off this connection's pipeline, until append_lock_wait_ms has passed.
+         */
+        int64_t now = pawl_now_ns();
+        atomic_fetch_add_explicit(&s->lock_timeouts, 1, memory_order_relaxed); /* statistic */
+        if (op->lock_wait_start == 0) {
+            op->lock_wait_start = now;
+            op->lock_backoff_ms = 10;
+        }
+        char stream[256];
+        first_stream(op, stream, sizeof stream);
+        if (now - op->lock_wait_start < (int64_t)s->o.append_lock_wait_ms * 1000000) {
+            if (!atomic_exchange(&s->lock_episode, 1))
+                PAWL_WARN("log",
+                          "an append to stream \"%s\" waits for a lock held by another "
+                          "transaction (lock_timeout %d ms); retrying it for up to %d ms",
+                          stream, s->o.append_lock_timeout_ms, s->o.append_lock_wait_ms);
+            delay_op(s, op, now + (int64_t)op->lock_backoff_ms * 1000000);
+            op->lock_backoff_ms = PAWL_MIN(op->lock_backoff_ms * 2, 500);
+            return;
+        }
+        res.rc = PAWL_ETIMEDOUT;
+        snprintf(res.sqlstate, sizeof res.sqlstate, "55P03");
+        snprintf(res.message, sizeof res.message,
+                 "stream \"%.64s\" stayed locked by another transaction for %d ms "
+                 "(append_lock_wait_ms): not appended",
+                 stream, s->o.append_lock_wait_ms);
+        op_finish(op, &res);
+        return;
+    }
+    if (op->lock_wait_start != 0 && rc == 0 && atomic_exchange(&s->lock_episode, 0))
+        PAWL_INFO("log", "appends waiting for a stream's lock go through again");
 
     if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
@@ -965,17 +1085,18 @@ static void op_done(struct pawl_pgreq *req, int rc)
             raise_index(s, op->fin.last);
         record_delays(s, op->acked_at_submit, now);
     }
-    if (rc == PAWL_EINDOUBT && op->xid[0] != '\0' && op->rows == (int64_t)op->n) {
+    if (rc == PAWL_EINDOUBT && op->en.xid[0] != '\0' && op->en.rows == (int64_t)op->n) {
         op->resolve_tries = 0;
         if (start_resolve(op) == 0)
             return;
     }
-    if (rc == PAWL_EINDOUBT && op->xid[0] == '\0' && op->rows >= 0) {
-        /* The append's result arrived without an xid: nothing was written. */
+    if (rc == PAWL_EINDOUBT && op->en.rows == 0) {
+        /* The append's result arrived and it wrote nothing (a conflict). */
         rc = 0;
     }
-    if (rc == 0 && op->rows == (int64_t)op->n) {
+    if (rc == 0 && op->en.rows == (int64_t)op->n) {
         res.rc = 0;
+        enc_seqs(&op->en, &res);
     } else if (rc == 0) {
         res.rc = PAWL_ECONFLICT;
         snprintf(res.message, sizeof res.message,
@@ -1004,15 +1125,16 @@ static void op_done(struct pawl_pgreq *req, int rc)
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
 {
-    op->rows = -1;
-    op->xid[0] = '\0';
+    op->en.rows = -1;
+    op->en.head1 = -1;
+    op->en.xid[0] = '\0';
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
                                        .nparams = 8,
-                                       .values = op->values,
-                                       .lengths = op->lengths,
-                                       .formats = op->formats,
+                                       .values = op->en.values,
+                                       .lengths = op->en.lengths,
+                                       .formats = op->en.formats,
                                        .on_result = on_insert_result,
                                        .ud = op,
                                        .flush_after = 1};
@@ -1051,7 +1173,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         set_err(s, NULL, "out of memory");
         return PAWL_ENOMEM;
     }
-    int rc = validate(s, ev, n, &any, ix, msg, sizeof msg);
+    int rc = validate(&s->o, ev, n, &any, ix, msg, sizeof msg);
     if (rc != 0) {
         if (ix != stack)
             pawl_free(ix);
@@ -1067,7 +1189,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         return PAWL_EAGAIN;
     }
     struct append_op *op = op_get(s);
-    rc = op ? encode(op, ev, n, ix) : PAWL_ENOMEM;
+    rc = op ? encode(&op->en, ev, n, ix) : PAWL_ENOMEM;
     if (ix != stack)
         pawl_free(ix);
     if (op == NULL)
@@ -1076,6 +1198,9 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         op_put(s, op);
         goto undo;
     }
+    op->n = n;
+    op->lock_wait_start = 0;
+    op->en.notify = 0; /* this process's finalizer is signalled instead */
     op->any = any;
     op->retries = 0;
     op->cb = cb;
@@ -1157,6 +1282,90 @@ void pawl_store_drain(struct pawl_store *s)
     while (atomic_load_explicit(&s->inflight, memory_order_acquire) > 0)
         pthread_cond_wait(&s->op_cond, &s->op_mu);
     pthread_mutex_unlock(&s->op_mu);
+}
+
+/*
+ * pawl_append_in: the same statement on the caller's connection, in the caller's transaction.
+ * Blocking libpq calls; the connection must not be in pipeline mode or busy.
+ */
+int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
+                   struct pawl_append_result *res)
+{
+    struct pawl_append_result local;
+    if (res == NULL)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+        res->rc = PAWL_ECONN;
+        snprintf(res->message, sizeof res->message, "no usable connection");
+        return res->rc;
+    }
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    int any = 0;
+    uint32_t stack[256];
+    uint32_t *ix = stack;
+    if (n > 256 && n <= o.max_append_events && (ix = pawl_malloc(n * sizeof *ix)) == NULL) {
+        res->rc = PAWL_ENOMEM;
+        snprintf(res->message, sizeof res->message, "out of memory");
+        return res->rc;
+    }
+    int rc = validate(&o, ev, n, &any, ix, res->message, sizeof res->message);
+    struct append_enc en;
+    memset(&en, 0, sizeof en);
+    en.rows = -1;
+    en.head1 = -1;
+    en.notify = 1; /* no finalizer of ours knows about it: wake every process's at commit */
+    if (rc == 0)
+        rc = encode(&en, ev, n, ix);
+    if (ix != stack)
+        pawl_free(ix);
+    if (rc != 0) {
+        pawl_free(en.buf);
+        res->rc = rc;
+        if (res->message[0] == '\0')
+            snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
+        return rc;
+    }
+    static const Oid types[8] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_INT4_ARRAY,
+                                 OID_INT4_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                 OID_JSONB_ARRAY, OID_BOOL};
+    PGresult *r = PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths,
+                               en.formats, 0);
+    pawl_free(en.buf);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_TUPLES_OK) {
+        enc_result(&en, r);
+        PQclear(r);
+        if (en.rows == (int64_t)n) {
+            enc_seqs(&en, res);
+            return 0;
+        }
+        res->rc = PAWL_ECONFLICT;
+        snprintf(res->message, sizeof res->message,
+                 "a stream is not at the expected version (stream_seq - 1 of its first event); "
+                 "nothing was written and the transaction goes on");
+        return res->rc;
+    }
+    const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    snprintf(res->sqlstate, sizeof res->sqlstate, "%s", ss ? ss : "");
+    if (PQstatus(conn) != CONNECTION_OK)
+        res->rc = PAWL_ECONN;
+    else if (ss && strcmp(ss, "23505") == 0)
+        res->rc = PAWL_ECONFLICT;
+    else if (ss && (strcmp(ss, "22P02") == 0 || strcmp(ss, "22P05") == 0))
+        res->rc = PAWL_EINVAL;
+    else
+        res->rc = PAWL_ESQL;
+    snprintf(res->message, sizeof res->message, "%s%.150s",
+             res->rc == PAWL_ECONFLICT
+                 ? "a concurrent append took a sequence number (the transaction is aborted: "
+                   "retry it): "
+                 : "",
+             msg ? msg : PQerrorMessage(conn));
+    PQclear(r);
+    return res->rc;
 }
 
 /* ---- the finalizer ------------------------------------------------------------------------- */
@@ -1278,6 +1487,41 @@ static void fin_sleep(struct pawl_store *s, int64_t ms)
     fin_sleep_ns(s, ms * 1000000);
 }
 
+/* Sleep ns whatever happens meanwhile (back-off while stopping: never a busy loop). */
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void on_text_result(void *ud, const PGresult *res)
+{
+    char *out = ud; /* 256 bytes */
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1 && !PQgetisnull(res, 0, 0))
+        snprintf(out, 256, "%s", PQgetvalue(res, 0, 0));
+}
+
+/* Who holds the finalizer's lock, as text for a log line ("unknown" when it cannot tell). */
+static void holder_text(struct pawl_store *s, char *out)
+{
+    snprintf(out, 256, "unknown (no session holds it now, or it cannot be seen)");
+    struct pawl_pgstmt st = {.sql = HOLDER_SQL, .on_result = on_text_result, .ud = out};
+    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+    (void)pawl_pgpool_exec(s->fin, 0, &req);
+}
+
+/*
+ * The finalizer thread. It sleeps until an append of this process commits (fin_signal), a
+ * pawl_pending notification arrives (fin_foreign: another process's append in its own
+ * transaction) or the safety interval passes; then runs pawl.finalize, which finalizes
+ * everything completed at its snapshot (no truncation). Signals that arrive during a run make
+ * the next run start at once (after the cadence interval). When another session holds the lock
+ * it retries with a doubling back-off (finalizer_retry_ms up to 8x), never faster, until a run
+ * of its own succeeds; after HOLDER_WARN_NS of that it names the holder in the log, once per
+ * episode. On stop it keeps going until every append of this process is covered, for at most
+ * STOP_DEADLINE_NS, then says what is left and who holds the lock.
+ */
 static void *fin_main(void *arg)
 {
     struct pawl_store *s = arg;
@@ -1287,6 +1531,8 @@ static void *fin_main(void *arg)
     int err_backoff_ms = 10;
     int64_t last_start = 0;
     int busy_ms = s->o.finalizer_retry_ms;
+    int64_t busy_since = 0, stop_deadline = 0;
+    int holder_named = 0;
     for (;;) {
         if (!rerun) {
             pthread_mutex_lock(&s->fin_mu);
@@ -1304,6 +1550,8 @@ static void *fin_main(void *arg)
             pthread_mutex_unlock(&s->fin_mu);
         }
         int stopping = atomic_load(&s->fin_stop);
+        if (stopping && stop_deadline == 0)
+            stop_deadline = pawl_now_ns() + STOP_DEADLINE_NS;
         /* Cadence: one run per interval at most, so that under load one run (one commit, one
          * WAL flush) covers many appends (see fin_interval_ns). */
         int64_t interval_ns = fin_interval_ns(s);
@@ -1314,12 +1562,22 @@ static void *fin_main(void *arg)
         }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
+        int foreign = atomic_exchange(&s->fin_foreign, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
         int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
         if (stopping && all_covered)
             break;
-        if (!stopping && all_covered && pawl_now_ns() < next_safety) {
+        if (stopping && pawl_now_ns() >= stop_deadline) {
+            char who[256];
+            holder_text(s, who);
+            PAWL_WARN("finalizer",
+                      "stopping with %lld append(s) of this process not yet finalized (another "
+                      "finalizer will order them); the finalizer's lock is held by %s",
+                      acked - atomic_load_explicit(&s->covered, memory_order_relaxed), who);
+            break;
+        }
+        if (!stopping && all_covered && !foreign && pawl_now_ns() < next_safety) {
             /* Later appends' piggybacked runs finalized ours already: no run needed. */
             atomic_fetch_add_explicit(&s->fin_skipped, 1, memory_order_relaxed); /* stat */
             rerun = 0;
@@ -1338,27 +1596,43 @@ static void *fin_main(void *arg)
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
-                break;
-            fin_sleep(s, err_backoff_ms);
+                sleep_ns((int64_t)err_backoff_ms * 1000000);
+            else
+                fin_sleep(s, err_backoff_ms);
             err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
+            atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
             continue;
         }
         err_backoff_ms = 10;
-        if (o.appends >= 0)
-            busy_ms = s->o.finalizer_retry_ms;
         if (o.appends < 0) {
-            /* Another session holds the lock; it may have started before our rows committed.
-             * Try again shortly (its notification wakes followers, not us: a short timer). */
+            /* Another session holds the lock; its run may have started before our rows
+             * committed, so only a run of our own proves ours are final. Retry with back-off
+             * (never faster than finalizer_retry_ms, up to 8x that). */
             atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
             pawl_metric_inc(PAWL_M_FINALIZE_LOCK_BUSY);
-            /* Back off while the lock stays busy (appends piggybacking runs hold it through
-             * their commits), up to 8x the retry delay. */
-            fin_sleep(s, busy_ms);
+            if (busy_since == 0)
+                busy_since = now;
+            if (!holder_named && now - busy_since >= HOLDER_WARN_NS) {
+                char who[256];
+                holder_text(s, who);
+                PAWL_WARN("finalizer",
+                          "the finalizer's lock has been held elsewhere for %lld s: %s",
+                          (long long)((now - busy_since) / 1000000000), who);
+                holder_named = 1;
+            }
+            /* Not woken by new signals: they cannot make the lock free sooner. */
+            sleep_ns((int64_t)busy_ms * 1000000);
             busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
+            atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
             continue;
         }
+        busy_ms = s->o.finalizer_retry_ms;
+        if (holder_named)
+            PAWL_INFO("finalizer", "the finalizer's lock is free again");
+        busy_since = 0;
+        holder_named = 0;
         /* relaxed: statistics. */
         if (o.appends == 0) {
             atomic_fetch_add_explicit(&s->fin_idle, 1, memory_order_relaxed);
@@ -1370,12 +1644,33 @@ static void *fin_main(void *arg)
             pawl_metric_add(PAWL_M_EVENTS_FINALIZED, (uint64_t)o.events);
         }
         record_delays(s, acked, now);
-        if (o.appends >= s->o.finalize_batch_max)
-            rerun = 1; /* truncated: the rest now */
-        if (stopping && !rerun)
-            break;
+        /* Signals that arrived during the run: go again at once (the wait above returns
+         * immediately on fin_signal; the cadence interval still applies). */
+        if (stopping)
+            rerun = 1; /* the loop's top ends it once everything is covered */
     }
     return NULL;
+}
+
+/* A pawl_pending notification (or a re-established connection) on the finalizer's connection:
+ * some process committed appends that no finalizer was told about. */
+static void on_fin_notify(void *ud, const char *channel, const char *payload)
+{
+    struct pawl_store *s = ud;
+    (void)payload;
+    if (strcmp(channel, "pawl_pending") != 0)
+        return;
+    atomic_store(&s->fin_foreign, 1); /* seq_cst: read after the signal by the finalizer */
+    signal_finalizer(s);
+}
+
+static void on_fin_connect(void *ud, int conn_index)
+{
+    struct pawl_store *s = ud;
+    (void)conn_index;
+    /* Notifications sent while the connection was down are lost: look once. */
+    atomic_store(&s->fin_foreign, 1);
+    signal_finalizer(s);
 }
 
 /* ---- the listener -------------------------------------------------------------------------- */
@@ -1574,6 +1869,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->events_ok = LD(events_ok);
     st->appends_failed = LD(appends_failed);
     st->append_retries = LD(retries);
+    st->append_lock_timeouts = LD(lock_timeouts);
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);
@@ -1596,10 +1892,62 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
 #undef LD
 }
 
+/* ---- delayed retries ------------------------------------------------------------------------- */
+
+static void *retry_main(void *arg)
+{
+    struct pawl_store *s = arg;
+    pthread_mutex_lock(&s->retry_mu);
+    for (;;) {
+        int64_t now = pawl_now_ns(), next = 0;
+        struct append_op *due = NULL, **pp = &s->delayed;
+        while (*pp) {
+            struct append_op *op = *pp;
+            if (op->due_ns <= now) {
+                *pp = op->next_free;
+                op->next_free = due;
+                due = op;
+            } else {
+                if (next == 0 || op->due_ns < next)
+                    next = op->due_ns;
+                pp = &op->next_free;
+            }
+        }
+        if (due) {
+            pthread_mutex_unlock(&s->retry_mu);
+            while (due) {
+                struct append_op *op = due;
+                due = op->next_free;
+                op->next_free = NULL;
+                if (submit_op(s, op) != 0) {
+                    struct pawl_append_result res;
+                    memset(&res, 0, sizeof res);
+                    res.rc = PAWL_ESHUTDOWN;
+                    snprintf(res.message, sizeof res.message, "not appended: store closing");
+                    op_finish(op, &res);
+                }
+            }
+            pthread_mutex_lock(&s->retry_mu);
+            continue;
+        }
+        if (s->retry_stop)
+            break;
+        if (next == 0) {
+            pthread_cond_wait(&s->retry_cond, &s->retry_mu);
+        } else {
+            struct timespec ts;
+            pawl_timespec_in(&ts, CLOCK_MONOTONIC, next - now);
+            pthread_cond_timedwait(&s->retry_cond, &s->retry_mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&s->retry_mu);
+    return NULL;
+}
+
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *name, int conns,
-                    const char *const *session, int listen, char *err, size_t errlen)
+                    const char *const *session, int hooks, char *err, size_t errlen)
 {
     struct pawl_pgpool_opts po;
     pawl_pgpool_opts_defaults(&po);
@@ -1610,12 +1958,28 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     po.connect_timeout_ms = s->o.connect_timeout_ms;
     po.queue_timeout_ms = s->o.queue_timeout_ms;
     po.session_sql = session;
-    if (listen) {
+    if (hooks == 1) {
         po.on_notify = on_notify;
         po.on_connect = on_listen_connect;
         po.hook_ud = s;
+    } else if (hooks == 2) {
+        po.on_notify = on_fin_notify;
+        po.on_connect = on_fin_connect;
+        po.hook_ud = s;
     }
     return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
+}
+
+static void stop_retry(struct pawl_store *s)
+{
+    if (!s->retry_started)
+        return;
+    pthread_mutex_lock(&s->retry_mu);
+    s->retry_stop = 1;
+    pthread_cond_signal(&s->retry_cond);
+    pthread_mutex_unlock(&s->retry_mu);
+    pthread_join(s->retry_thread, NULL);
+    s->retry_started = 0;
 }
 
 int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_store_opts *o,
@@ -1681,25 +2045,55 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     pthread_cond_init(&s->waiters_cond, NULL);
     pthread_mutex_init(&s->fin_mu, NULL);
     cond_init_mono(&s->fin_cond);
+    pthread_mutex_init(&s->retry_mu, NULL);
+    cond_init_mono(&s->retry_cond);
     rc = PAWL_ENOMEM;
     s->dsn = pawl_strdup(dsn);
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
     if (s->dsn == NULL || s->ring == NULL)
         goto fail;
 
-    static const char *const fin_session[] = {"SET application_name = 'pawl finalizer'", NULL};
+    /*
+     * What pawl relies on, pinned whatever the database or role defaults say: read committed
+     * (finalize's snapshot must follow its lock; appends retry their own conflicts), writable
+     * sessions, and for the finalizer a durable commit (a run is flushed, or replicated when
+     * so configured, before any reader can see it: a stronger setting stays) and no timeouts
+     * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
+     * processes' own transactions (pawl_api.append, pawl_append_in).
+     */
+    static const char *const fin_session[] = {
+        "SET application_name = 'pawl finalizer'",
+        "SET default_transaction_isolation = 'read committed'",
+        "SET default_transaction_read_only = off",
+        "SELECT set_config('synchronous_commit', 'on', false)"
+        " WHERE current_setting('synchronous_commit') IN ('off', 'local')",
+        "SET statement_timeout = 0",
+        "SET idle_in_transaction_session_timeout = 0",
+        "LISTEN pawl_pending",
+        NULL};
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
      * the default plan_cache_mode PostgreSQL re-plans the append on every call, which was a
      * third of the server's CPU for 1-event appends and ~0.3 ms per append at any size; the
      * generic plan is the custom one (a hash join of the arrays, one index probe per stream). */
-    static const char *const main_session[] = {"SET application_name = 'pawl'",
-                                               "SET plan_cache_mode = force_generic_plan", NULL};
+    /* lock_timeout: an append that waits for a stream held by an open transaction is rolled
+     * back after append_lock_timeout_ms and retried off the pipeline (see op_done), so one
+     * stuck stream does not stall the appends queued behind it to other streams. */
+    snprintf(s->lock_sql, sizeof s->lock_sql, "SET lock_timeout = %d", o->append_lock_timeout_ms);
+    {
+        const char *ms[] = {"SET application_name = 'pawl'",
+                            "SET plan_cache_mode = force_generic_plan",
+                            "SET default_transaction_isolation = 'read committed'",
+                            "SET default_transaction_read_only = off",
+                            s->lock_sql,
+                            NULL};
+        memcpy(s->main_session, ms, sizeof ms);
+    }
     static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
                                                  "LISTEN pawl_log", NULL};
-    rc = new_pool(s, &s->main, "log", o->connections, main_session, 0, err, errlen);
+    rc = new_pool(s, &s->main, "log", o->connections, s->main_session, 0, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 0, err, errlen);
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
     if (rc != 0)
         goto fail;
     if (o->listen) {
@@ -1709,7 +2103,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     }
     static const Oid append_types[8] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
                                         OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                        OID_JSONB_ARRAY, OID_INT4};
+                                        OID_JSONB_ARRAY, OID_BOOL};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 8, append_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
@@ -1738,6 +2132,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             goto fail;
         }
     }
+    if (pthread_create(&s->retry_thread, NULL, retry_main, s) != 0) {
+        rc = PAWL_ESYS;
+        goto fail;
+    }
+    pthread_setname_np(s->retry_thread, "pawl-retry");
+    s->retry_started = 1;
     if (o->finalizer) {
         if (pthread_create(&s->fin_thread, NULL, fin_main, s) != 0) {
             rc = PAWL_ESYS;
@@ -1750,6 +2150,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     return 0;
 
 fail:
+    stop_retry(s);
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
@@ -1757,6 +2158,8 @@ fail:
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->retry_cond);
+    pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
     pthread_cond_destroy(&s->idx_cond);
     pthread_mutex_destroy(&s->idx_mu);
@@ -1773,6 +2176,7 @@ void pawl_store_free(struct pawl_store *s)
     if (s == NULL)
         return;
     pawl_store_drain(s);
+    stop_retry(s);
     if (s->fin_started) {
         pthread_mutex_lock(&s->fin_mu);
         atomic_store(&s->fin_stop, 1); /* seq_cst: read by the finalizer under fin_mu */
@@ -1792,13 +2196,15 @@ void pawl_store_free(struct pawl_store *s)
     while (s->free_ops) {
         struct append_op *op = s->free_ops;
         s->free_ops = op->next_free;
-        pawl_free(op->buf);
+        pawl_free(op->en.buf);
         pawl_free(op);
     }
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    pthread_cond_destroy(&s->retry_cond);
+    pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
     pthread_cond_destroy(&s->idx_cond);
     pthread_mutex_destroy(&s->idx_mu);

@@ -3,11 +3,13 @@
  * statement's text, so that tests can run the exact append inside transactions they control
  * (sleeping with the transaction open, say).
  *
- * Parameters: $1 text[] stream ids, $2 int8[] stream sequences (0 = any), $3 text[] types,
- * $4 bytea[] payloads, $5 jsonb[] metadata, $6 int4 number of events. It returns one row:
- * the number of events inserted (n on success, 0 when an expected stream version did not
- * match) and the transaction's xid (text; NULL when nothing was inserted), which lets a client
- * whose connection died during COMMIT ask pg_xact_status() whether the append committed.
+ * Parameters (binary or text): $1 text[] the distinct streams, $2 int8[] each stream's expected
+ * first sequence (0 = any), $3 int4[] per event its stream (1-based into $1), $4 int4[] its rank
+ * in that stream (1-based), $5 text[] types, $6 bytea[] payloads, $7 jsonb[] metadata, $8 bool
+ * NOTIFY pawl_pending at commit. It returns one row: the number of events inserted (n on
+ * success, 0 when an expected stream version did not match), the transaction's xid (text),
+ * which lets a client whose connection died during COMMIT ask pg_xact_status() whether the
+ * append committed, and each stream's last sequence number before the append (int8[]).
  */
 #ifndef PAWL_STORE_LOG_INT_H
 #define PAWL_STORE_LOG_INT_H

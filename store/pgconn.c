@@ -78,6 +78,7 @@ struct conn {
     /* The server announced the end of the session (a FATAL notice or result): a request
      * that got no result at all was never executed. */
     int fatal_idle;
+    int sync_error; /* a commit error result was taken for the front Sync */
 };
 
 struct prepared_stmt {
@@ -293,6 +294,7 @@ static void conn_break(struct conn *c, const char *why_in)
     int after_fatal = 0, fatal_idle = c->fatal_idle;
     c->fatal_req = NULL;
     c->fatal_idle = 0;
+    c->sync_error = 0;
     c->inflight_head = c->inflight_tail = NULL;
     c->ninflight = 0;
     c->exp_len = 0;
@@ -696,14 +698,26 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     case E_SYNC:
         if (st == PGRES_FATAL_ERROR && e->req) {
             const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0)) {
                 c->fatal_req = e->req;
+            } else if (ss) {
+                /*
+                 * The implicit COMMIT at the Sync failed (a serialization failure or deadlock
+                 * found at commit, a deferred constraint): a definite rollback of this request
+                 * only. The session goes on; PGRES_PIPELINE_SYNC follows.
+                 */
+                struct pawl_pgreq *r = e->req;
+                req_error(r, r->nstmts - 1, res, "commit failed");
+                c->sync_error = 1;
+                return 0;
+            }
         }
         if (st != PGRES_PIPELINE_SYNC) {
             /* Unexpected: the protocol is out of step; treat as a broken connection. */
             return -1;
         }
         c->aborted = 0;
+        c->sync_error = 0;
         return 1;
     }
     return 0;
@@ -723,6 +737,10 @@ static int pump_recv(struct conn *c)
         if (res == NULL) {
             /* End of one statement's results. */
             struct expect done = *e;
+            if (done.kind == E_SYNC && c->sync_error) {
+                c->sync_error = 0; /* the end of the commit's error result; the Sync follows */
+                continue;
+            }
             if (done.kind == E_SYNC)
                 break; /* nothing more available yet */
             exp_pop(c);

@@ -8,7 +8,10 @@
  * that uses the database; each run commits atomically and notifies channel "pawl_log". Hence a
  * reader that has read index N never later finds a new event at or below N, and a token (the
  * last index handled) needs no gap tracking. Per stream, final index order equals stream
- * sequence order.
+ * sequence order, whatever else the appending transactions did (earlier writes, savepoints,
+ * several appends in one transaction, any isolation level): see docs/design.md. The events of
+ * one transaction are one unit with contiguous final indexes. Only pawl's SQL functions write
+ * the log's tables; the finalizer's lock cannot be taken by roles outside pawl's.
  *
  * Objects. A store (pawl_store_new) owns a small set of pipelined connections for appends and
  * reads, one connection for its finalizer and, unless disabled, one listening connection. All
@@ -56,11 +59,12 @@ struct pawl_store_opts {
     /* Safety run period: finalize even without a signal, for appends of processes that died
      * before finalizing. 10..3600000 ms, default 1000. */
     int finalizer_safety_interval_ms;
-    /* Appends per finalization run (the rest goes in the next run, at once). 1..100000,
-     * default 2000. */
+    /* The most appends in one run row (what a reader maps at once). A run finalizes everything
+     * completed at its snapshot, as several contiguous rows when needed. 1..100000, default
+     * 2000. */
     int finalize_batch_max;
-    /* When another session holds the finalizer lock, retry after this long (or sooner, when
-     * its notification arrives). 1..1000 ms, default 2. */
+    /* When another session holds the finalizer lock, retry after this long, doubling up to 8x
+     * while it stays held (never a busy loop). 1..1000 ms, default 2. */
     int finalizer_retry_ms;
     /* Cadence: a run starts at least this long after the previous one started, so that one
      * run (one commit) covers the appends that committed meanwhile; it bounds the finalize
@@ -84,6 +88,15 @@ struct pawl_store_opts {
      * commits) without a clear throughput gain, so the default is 0: only the background
      * finalizer finalizes. */
     int append_finalizes;
+    /* An append waiting this long for a lock (its stream's head held by another open
+     * transaction, e.g. an outbox append not yet committed) is rolled back by the server
+     * (lock_timeout) and retried after a short back-off, off its connection's pipeline, so
+     * appends to other streams keep flowing. 0 waits without limit (PostgreSQL's default).
+     * 0..600000 ms, default 100. */
+    int append_lock_timeout_ms;
+    /* Such retries stop after this long in total: the append fails with PAWL_ETIMEDOUT (sqlstate
+     * 55P03) and a message naming the stream. 0..3600000 ms, default 30000. */
+    int append_lock_wait_ms;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
@@ -128,8 +141,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
 
 /*
  * Close: completes outstanding async appends (their callbacks run; an append in flight when
- * the connections close reports PAWL_EINDOUBT or PAWL_ESHUTDOWN), stops the finalizer after a
- * last run, wakes blocked followers with PAWL_ESHUTDOWN. Must not run concurrently with other
+ * the connections close reports PAWL_EINDOUBT or PAWL_ESHUTDOWN), then lets the finalizer run
+ * until every append of this process is final, for at most 5 s (while another session holds
+ * the lock it retries with back-off, then logs what is left and the holder), wakes blocked
+ * followers with PAWL_ESHUTDOWN. Must not run concurrently with other
  * calls on s, nor from a callback. NULL is a no-op.
  */
 void pawl_store_free(struct pawl_store *s);
@@ -157,6 +172,13 @@ struct pawl_append_result {
     char sqlstate[6];     /* server SQLSTATE, "" if none */
     char message[256];    /* human-readable reason, "" on success */
     int64_t committed_ns; /* pawl_now_ns() when the commit was acknowledged (rc == 0) */
+    /*
+     * On success: the stream sequence numbers given to the events of events[0]'s stream, the
+     * first and the last (events[0] got first_seq; that stream's other events in this append
+     * follow in order). The events of another stream s got consecutive numbers ending at its
+     * new head. 0 when rc != 0.
+     */
+    int64_t first_seq, last_seq;
 };
 
 /*
@@ -185,6 +207,26 @@ int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, siz
 
 /* Block until every async append submitted before the call has completed. */
 void pawl_store_drain(struct pawl_store *s);
+
+/* libpq's connection (PGconn); declared here so that this header does not need libpq-fe.h. */
+struct pg_conn;
+
+/*
+ * Append n events on the caller's own libpq connection, inside whatever transaction the caller
+ * has open there (the outbox pattern: the events commit or roll back with the caller's other
+ * writes). It does not commit: with no transaction open the statement is its own transaction.
+ * Any isolation level; after other writes; several times per transaction (the transaction's
+ * events are one unit: contiguous final indexes, in the order appended). Validation and
+ * results are pawl_append's with the default store options' limits; res may be NULL; returns
+ * res->rc. PAWL_ECONFLICT with sqlstate "" means a stream was not at its expected version:
+ * nothing was written and the transaction is still usable; with sqlstate 23505 a concurrent
+ * append took a sequence number first and the transaction is aborted (retry it). At commit the
+ * finalizers of every pawl process are woken (NOTIFY pawl_pending); with none running, the
+ * events stay unfinalized until one runs. Blocking; the connection must not be in pipeline
+ * mode nor have a query in progress. The caller's role needs pawl_appender's rights.
+ */
+int pawl_append_in(struct pg_conn *conn, const struct pawl_event *events, size_t n,
+                   struct pawl_append_result *res);
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
@@ -241,6 +283,7 @@ struct pawl_log_stats {
     int64_t appends_ok;           /* appends committed through this store */
     int64_t events_ok;            /* their events */
     int64_t appends_failed;       /* appends that reported an error */
+    int64_t append_lock_timeouts; /* appends rolled back by append_lock_timeout_ms (retried) */
     int64_t append_retries;       /* re-runs of appends after a retryable error: a deadlock, a
                                    * serialization failure, or (ANY sequences) another append
                                    * to one of the same streams committing first */

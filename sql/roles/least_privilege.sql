@@ -14,17 +14,18 @@
 --
 --   owner (not created here) runs `pawl init` / migrations and owns every pawl object. Nothing
 --       else needs DDL rights; keep its credentials out of the services.
---   pawl_appender: append and read the log (`pawl append`, `pawl tail`, pawl_append). It inserts
---       event rows and finalizes them (the appending process runs the finalizer), so it may
---       insert into pawl.runs and execute pawl.finalize. It cannot update or delete events, and
---       cannot read or write tokens: an appender can never move a processor's checkpoint.
+--   pawl_appender: append and read the log (`pawl append`, `pawl tail`, pawl_append,
+--       pawl_api.append). It executes pawl.append / pawl_api.append / pawl_api.append_batch and
+--       pawl.finalize (the appending process runs the finalizer); those functions run with the
+--       owner's rights and stamp every row themselves, so the role has no INSERT, UPDATE or
+--       DELETE on pawl.events or pawl.runs: it cannot forge, change or remove events or runs.
+--       It cannot read or write tokens: an appender can never move a processor's checkpoint.
 --   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and claim,
 --       extend and store tokens (pawl.tokens, pawl.processor_nodes, the token functions, which
 --       include reset / split / merge of `pawl reset|split|merge`). It cannot append events:
---       no INSERT on pawl.events. It may finalize (insert into pawl.runs): the processor's log
---       source runs a finalizer so that appends of a crashed appender still become readable;
---       finalizing only orders appends that were already committed, it cannot create events.
---       (`pawl run --no-finalizer` starts none; such a processor needs no INSERT on pawl.runs.)
+--       no append function. It may execute pawl.finalize: the processor's log source runs a
+--       finalizer so that appends of a crashed appender still become readable; finalizing only
+--       orders appends that were already committed, it cannot create events.
 --       Projection tables a processor's handlers write belong to the service: grant those
 --       yourself.
 --
@@ -64,16 +65,26 @@ GRANT SELECT ON pawl.events, pawl.runs TO pawl_appender, pawl_processor, pawl_re
 GRANT SELECT ON ALL TABLES IN SCHEMA pawl_api TO pawl_appender, pawl_processor, pawl_reader;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pawl_api TO pawl_appender, pawl_processor, pawl_reader;
 
--- Appenders: insert events, finalize.
-GRANT INSERT ON pawl.events TO pawl_appender;
-GRANT INSERT ON pawl.runs TO pawl_appender;
+-- Nobody writes the log's tables directly: only pawl's SECURITY DEFINER functions do (earlier
+-- versions of this file granted INSERT; take it back).
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON pawl.events, pawl.runs
+    FROM pawl_appender, pawl_processor, pawl_reader;
+REVOKE ALL ON pawl.finalizer_gate, pawl.append_ticket
+    FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+-- Appending is for appenders only (the grant on every pawl_api function above included it).
+REVOKE EXECUTE ON FUNCTION pawl_api.append(text, text, bytea, jsonb, int8),
+                           pawl_api.append_batch(text[], text[], bytea[], jsonb[], int8[])
+    FROM pawl_processor, pawl_reader;
+
+-- Appenders: append, finalize.
+GRANT EXECUTE ON FUNCTION pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[],
+                                      boolean) TO pawl_appender;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 
 -- Processors: tokens (rows are replaced by split and merge) and the node registry; finalize
 -- (see above); never events.
 GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.tokens TO pawl_processor; -- DELETE: split, merge
 GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.processor_nodes TO pawl_processor;
-GRANT INSERT ON pawl.runs TO pawl_processor;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
 DO $fns$
 DECLARE

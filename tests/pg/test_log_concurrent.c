@@ -192,7 +192,7 @@ static void *raw_appender(void *arg)
         strcat(t_arr, "}");
         strcat(p_arr, "}");
         strcat(m_arr, "}");
-        snprintf(nbuf, sizeof nbuf, "%d", n);
+        snprintf(nbuf, sizeof nbuf, "f"); /* $8: no NOTIFY pawl_pending */
         const char *vals[8] = {s_arr, q_arr, si_arr, r_arr, t_arr, p_arr, m_arr, nbuf};
         char sleep_before[64], sleep_after[64];
         snprintf(sleep_before, sizeof sleep_before, "SELECT pg_sleep(%f)",

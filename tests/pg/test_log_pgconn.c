@@ -46,6 +46,16 @@ static int exec1(struct pawl_pgpool *p, const char *sql, int64_t *out)
     return pawl_pgpool_exec(p, -1, &r);
 }
 
+static void done_store(struct pawl_pgreq *req, int rc)
+{
+    struct {
+        struct pawl_pgreq r;
+        atomic_int done, rc;
+    } *w = req->ud;
+    atomic_store(&w->rc, rc);
+    atomic_store(&w->done, 1);
+}
+
 static void test_basic(void **state)
 {
     (void)state;
@@ -183,6 +193,61 @@ static void test_killed_backend(void **state)
     pawl_pgpool_free(p);
 }
 
+/*
+ * A transaction that fails at its implicit COMMIT (here a deferred trigger raising a
+ * serialization failure, as a serializable transaction or a deadlock can at commit) is a
+ * definite rollback of that request only: PAWL_ESQL with SQLSTATE 40001, never in doubt; the
+ * requests pipelined behind it on the same connection run and commit.
+ */
+static void test_commit_failure(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(1);
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pcf(x int)", NULL), 0);
+    assert_int_equal(exec1(p, "TRUNCATE pcf", NULL), 0);
+    assert_int_equal(
+        exec1(p,
+              "CREATE OR REPLACE FUNCTION pcf_fail() RETURNS trigger LANGUAGE plpgsql AS $$"
+              " BEGIN IF NEW.x < 0 THEN RAISE EXCEPTION 'at commit'"
+              " USING ERRCODE = 'serialization_failure'; END IF; RETURN NULL; END $$",
+              NULL),
+        0);
+    assert_int_equal(exec1(p, "DROP TRIGGER IF EXISTS pcf_t ON pcf", NULL), 0);
+    assert_int_equal(exec1(p,
+                           "CREATE CONSTRAINT TRIGGER pcf_t AFTER INSERT ON pcf DEFERRABLE "
+                           "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pcf_fail()",
+                           NULL),
+                     0);
+    struct pawl_pgstmt st[3] = {{.sql = "INSERT INTO pcf VALUES (1)"},
+                                {.sql = "INSERT INTO pcf VALUES (-1)"},
+                                {.sql = "INSERT INTO pcf VALUES (2)"}};
+    struct waiter {
+        struct pawl_pgreq r;
+        atomic_int done, rc;
+    } w[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].r.stmts = &st[i];
+        w[i].r.nstmts = 1;
+        w[i].r.ud = &w[i];
+        w[i].r.on_done = done_store;
+        assert_int_equal(pawl_pgpool_submit_on(p, 0, &w[i].r), 0);
+    }
+    for (int t = 0; t < 1000; t++) {
+        if (atomic_load(&w[0].done) && atomic_load(&w[1].done) && atomic_load(&w[2].done))
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(atomic_load(&w[0].rc), 0);
+    assert_int_equal(atomic_load(&w[1].rc), PAWL_ESQL);
+    assert_string_equal(w[1].r.sqlstate, "40001");
+    assert_int_equal(atomic_load(&w[2].rc), 0);
+    int64_t v = 0;
+    assert_int_equal(exec1(p, "SELECT sum(x) FROM pcf", &v), 0);
+    assert_int_equal(v, 3);
+    pawl_pgpool_free(p);
+}
+
 static void test_bad_dsn(void **state)
 {
     (void)state;
@@ -206,7 +271,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),          cmocka_unit_test(test_pinned_transaction),
         cmocka_unit_test(test_many_in_flight), cmocka_unit_test(test_killed_backend),
-        cmocka_unit_test(test_bad_dsn),
+        cmocka_unit_test(test_bad_dsn),        cmocka_unit_test(test_commit_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

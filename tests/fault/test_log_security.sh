@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# test_log_security.sh — only pawl's functions write the log, and nobody outside pawl's roles
+# can stall finalization (schema 6, sql/roles/least_privilege.sql):
+#   - logins in pawl_appender and pawl_processor cannot INSERT, UPDATE or DELETE pawl.events or
+#     pawl.runs; the append function stamps the caller's own transaction id (no way to choose
+#     another), and the processor cannot call it;
+#   - a login with no grants cannot take the finalizer's lock (LOCK TABLE pawl.finalizer_gate is
+#     refused; the old advisory key is held, and finalization goes on);
+#   - a pawl role that calls pawl.finalize in a transaction it keeps open is named by
+#     pawl_api.finalizer_holder(); an exiting `pawl append` meanwhile leaves within its deadline
+#     with a message naming the holder, without spinning (its transaction rate stays low);
+#   - an exiting `pawl append` with no other finalizer anywhere leaves nothing unfinalized.
+set -uo pipefail
+PAWL=${PAWL_BIN:?run through ctest}/pawl
+BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
+SRC=${PAWL_SOURCE_DIR:?run through ctest}
+command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
+
+tmp=$(mktemp -d)
+db=t_log_sec_$$
+app=ls_app_$$ proc=ls_proc_$$ other=ls_other_$$
+bgs=()
+cleanup() {
+    for p in "${bgs[@]}"; do kill -9 "$p" 2>/dev/null; done
+    psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+    for r in $app $proc $other; do psql "$BASE_DSN" -qAtc "DROP ROLE IF EXISTS $r" >/dev/null 2>&1; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+psql "$BASE_DSN" -qAtc "CREATE DATABASE $db" || exit 1
+OWNER="$BASE_DSN dbname=$db"
+export PAWL_PROGRESS=off
+
+fails=0
+check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
+q() { psql "$OWNER" -qAtc "$1"; }
+as() { local who=$1; shift; psql "$OWNER user=$who" -qAt -v ON_ERROR_STOP=1 -c "$1" 2>&1 || true; }
+denied() { as "$1" "$2" | grep -q 'permission denied'; check "$3" $?; }
+xacts() { q "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$db'"; }
+unfinalized() {
+    q "SELECT (SELECT count(*) FROM pawl.events) - (SELECT count(*) FROM pawl_api.events)
+          + (SELECT count(*) FROM pawl.events e WHERE e.k = 0 AND NOT EXISTS
+               (SELECT 1 FROM pawl.runs r WHERE e.xid = ANY (r.xids)))"
+}
+
+PAWL_DSN="$OWNER" PAWL_LOG_LEVEL=error "$PAWL" init >/dev/null 2>&1; check "init" $?
+psql "$OWNER" -q -v ON_ERROR_STOP=1 -f "$SRC/sql/roles/least_privilege.sql" >/dev/null 2>&1
+check "role setup" $?
+psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN IN ROLE pawl_appender" \
+    -c "CREATE ROLE $proc LOGIN IN ROLE pawl_processor" -c "CREATE ROLE $other LOGIN" >/dev/null
+check "login roles" $?
+
+# ---- no direct writes ---------------------------------------------------------------------------
+ins_ev="INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload) VALUES (pg_current_xact_id(), 1, 0, 1, 'forged', 'T', '')"
+ins_run="INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids, bases, ns, open_xids) VALUES (1, 1, '0', '{1}', '{1}', '{1}', '{}')"
+for who in $app $proc; do
+    denied $who "$ins_ev" "$who: INSERT events denied"
+    denied $who "UPDATE pawl.events SET type = 'x'" "$who: UPDATE events denied"
+    denied $who "DELETE FROM pawl.events" "$who: DELETE events denied"
+    denied $who "$ins_run" "$who: INSERT runs denied"
+    denied $who "UPDATE pawl.runs SET last_index = 7" "$who: UPDATE runs denied"
+    denied $who "DELETE FROM pawl.runs" "$who: DELETE runs denied"
+done
+call="SELECT appended FROM pawl.append(ARRAY['s1'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p'::bytea], NULL, false)"
+denied $proc "$call" "processor: the append function denied"
+denied $proc "SELECT pawl_api.append('s1', 'T', 'p')" "processor: pawl_api.append denied"
+# The append function stamps the caller's own transaction, whatever the caller's search_path
+# or temporary objects say.
+out=$(psql "$OWNER user=$app" -qAt -v ON_ERROR_STOP=1 <<EOF 2>&1
+CREATE FUNCTION pg_temp.pg_current_xact_id() RETURNS xid8 LANGUAGE sql AS \$\$ SELECT '3'::xid8 \$\$;
+SET search_path = pg_temp, public;
+BEGIN;
+SELECT txid FROM pawl.append(ARRAY['s1'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p'::bytea], NULL, false);
+SELECT pg_catalog.pg_current_xact_id();
+SELECT count(*) FROM pawl.events WHERE xid = pg_catalog.pg_current_xact_id() AND k = 0 AND n = 1 AND ticket IS NOT NULL;
+COMMIT;
+EOF
+)
+set -- $out
+[ $# -eq 3 ] && [ "$1" = "$2" ] && [ "$3" = 1 ]; check "appender: the row carries its own xid, k, n and ticket ($out)" $?
+as $app "SELECT pawl_api.append('s1', 'T', 'p')" | grep -qx 2; check "appender: pawl_api.append gives sequence 2" $?
+as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[1, 3], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)" |
+    grep -q 'ranks 1..count'; check "appender: a forged rank (a gap) is refused" $?
+as $app "SELECT * FROM pawl.finalize()" >/dev/null
+[ "$(unfinalized)" = 0 ]; check "appender: finalize orders them" $?
+
+# ---- outsiders cannot take the finalizer's lock ----------------------------------------------------
+denied $other "BEGIN; LOCK TABLE pawl.finalizer_gate IN EXCLUSIVE MODE; COMMIT" "other: LOCK TABLE the gate denied"
+denied $app "BEGIN; LOCK TABLE pawl.finalizer_gate IN EXCLUSIVE MODE; COMMIT" "appender: LOCK TABLE the gate denied"
+denied $app "BEGIN; LOCK TABLE pawl.finalizer_gate IN ACCESS SHARE MODE; COMMIT" "appender: not even ACCESS SHARE on the gate"
+psql "$OWNER user=$other" -qAtc "SELECT pg_advisory_lock(1885435756, 1), pg_sleep(4)" >/dev/null 2>&1 &
+bgs+=($!)
+sleep 0.5
+before=$(q "SELECT count(*) FROM pawl_api.events")
+printf '%s\n' '{"stream":"x-1","type":"T"}' '{"stream":"x-2","type":"T"}' |
+    PAWL_DSN="$OWNER user=$app" PAWL_LOG_LEVEL=error timeout 10 "$PAWL" append >/dev/null 2>&1
+check "appender: pawl append while an outsider holds the old advisory key" $?
+[ "$(q "SELECT count(*) FROM pawl_api.events")" -eq $((before + 2)) ]; check "its events are finalized" $?
+[ "$(unfinalized)" = 0 ]; check "nothing left unfinalized" $?
+
+# ---- a pawl role holding the lock is named; an exiting appender does not spin ----------------------
+psql "$OWNER user=$app application_name=gate-holder" -qAt -c "BEGIN" -c "SELECT appends FROM pawl.finalize()" \
+    -c "SELECT pg_sleep(12)" -c "COMMIT" >/dev/null 2>&1 &
+holder=$!
+bgs+=($holder)
+for _ in $(seq 1 50); do [ -n "$(q "SELECT pid FROM pawl_api.finalizer_holder()")" ] && break; sleep 0.1; done
+[ "$(q "SELECT application_name FROM pawl_api.finalizer_holder()")" = gate-holder ]
+check "finalizer_holder() names the holding session" $?
+x0=$(xacts); t0=$(date +%s.%N)
+printf '%s\n' '{"stream":"h-1","type":"T"}' '{"stream":"h-2","type":"T"}' |
+    PAWL_DSN="$OWNER user=$app" PAWL_LOG_LEVEL=warn timeout 30 "$PAWL" append >/dev/null 2>"$tmp/err"
+rc=$?
+t1=$(date +%s.%N); x1=$(xacts)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+check "pawl append exits (rc $rc) while the lock is held" $rc
+awk -v s="$secs" 'BEGIN { exit !(s < 9) }'; check "within its deadline ($secs s)" $?
+grep -q 'gate-holder' "$tmp/err"; check "its message names the holder" $?
+rate=$(awk -v d="$((x1 - x0))" -v s="$secs" 'BEGIN { printf "%d", d / s }')
+[ "$rate" -lt 300 ]; check "no spin: $rate transactions/s while waiting" $?
+wait $holder
+as $app "SELECT * FROM pawl.finalize()" >/dev/null
+[ "$(unfinalized)" = 0 ]; check "finalized once the holder is gone" $?
+
+# ---- an exiting appender leaves nothing unfinalized ------------------------------------------------
+PAWL_DSN="$OWNER user=$app" PAWL_LOG_LEVEL=error "$PAWL" append --generate --count 300 --duration 0 \
+    --rate 0 --streams 7 >/dev/null 2>&1
+check "pawl append --generate 300" $?
+[ "$(unfinalized)" = 0 ]; check "after it exits, every committed append is finalized" $?
+[ "$(q "SELECT pawl_api.last_index() = (SELECT count(*) FROM pawl.events)")" = t ]
+check "last_index covers every event" $?
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
