@@ -11,6 +11,9 @@
 #   4 appenders  chaos_append: synchronous appends, a third single events, the rest batches of
 #                2..20, on shared and private streams; each records the ids it got an
 #                acknowledgement for (and those left in doubt).
+#   1 outbox     chaos_outbox: appends inside its own transactions after business writes
+#                (rolled-back savepoints, pauses, two appends in one transaction, a third at
+#                REPEATABLE READ) to the shared streams, racing the appenders; records likewise.
 #   3 processors chaos_proc sql (an exactly-once projection written in the batch transaction),
 #                snapshot (the in-memory projection example, a checkpointing unit) and async (the
 #                asynchronous sink example, a checkpointing unit).
@@ -56,7 +59,8 @@ DSN=$("$PG" dsn)
 export PAWL_DSN="$DSN" PAWL_LOG_LEVEL=error PAWL_PROGRESS=off
 sql() { psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 "$PAWL" init >/dev/null 2>&1 || { echo "chaos: pawl init failed"; exit 1; }
-sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
+sql "CREATE TABLE chaos_outbox (id text PRIMARY KEY);
+     CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
      CREATE TABLE chaos_token_audit (at timestamptz NOT NULL DEFAULT clock_timestamp(),
          op text, processor text, segment_id int8, old_token int8, new_token int8);
      CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS \$\$
@@ -78,6 +82,10 @@ start_appender() { # id
     "$BIN/chaos_append" "$DSN" "$1" "$work/ack-$1" "$work/doubt-$1" 2>>"$work/app-$1.log" &
     pid_of[app$1]=$!; role_of[$!]=app$1
 }
+start_outbox() { # id
+    "$BIN/chaos_outbox" "$DSN" "$1" "$work/ack-ob$1" "$work/doubt-ob$1" 2>>"$work/ob-$1.log" &
+    pid_of[ob$1]=$!; role_of[$!]=ob$1
+}
 start_proc() { # mode
     "$BIN/chaos_proc" "$DSN" "$1" "$work" 2>>"$work/proc-$1.log" &
     pid_of[$1]=$!; role_of[$!]=$1
@@ -88,11 +96,12 @@ kill_role() { # role: SIGKILL and reap
     unset "role_of[$p]"
 }
 restart_role() {
-    case $1 in app*) start_appender "${1#app}" ;; *) start_proc "$1" ;; esac
+    case $1 in app*) start_appender "${1#app}" ;; ob*) start_outbox "${1#ob}" ;; *) start_proc "$1" ;; esac
 }
-appenders=(app1 app2 app3 app4)
+appenders=(app1 app2 app3 app4 ob5)
 procs=(sql snapshot async)
 for i in 1 2 3 4; do start_appender $i; done
+start_outbox 5
 for m in "${procs[@]}"; do start_proc "$m"; done
 
 n_kill_app=0 n_kill_proc=0 n_term=0 n_term_calls=0 n_pg_fast=0 n_pg_immediate=0 unexpected=0
@@ -126,7 +135,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
     fi
     case $((RANDOM % 10)) in
     0 | 1 | 2)
-        r=${appenders[$((RANDOM % 4))]}; kill_role "$r"; restart_role "$r"
+        r=${appenders[$((RANDOM % ${#appenders[@]}))]}; kill_role "$r"; restart_role "$r"
         n_kill_app=$((n_kill_app + 1)) ;;
     3 | 4 | 5)
         r=${procs[$((RANDOM % 3))]}; kill_role "$r"
@@ -175,7 +184,7 @@ done
 
 echo "chaos: faults injected over ${SECONDS_WANTED}s: $n_kill_app appender SIGKILLs, $n_kill_proc processor SIGKILLs, $n_term backends terminated ($n_term_calls rounds), PostgreSQL restarts: $n_pg_fast fast + $n_pg_immediate immediate; unexpected exits: $unexpected"
 "$BIN/chaos_check" "$DSN" "$work"; rc=$?
-tail -q -n 1 "$work"/app-*.log "$work"/proc-*.log 2>/dev/null | sed 's/^/chaos: /'
+tail -q -n 1 "$work"/app-*.log "$work"/ob-*.log "$work"/proc-*.log 2>/dev/null | sed 's/^/chaos: /'
 if [ $rc -ne 0 ] || [ $unexpected -ne 0 ] || [ $caught -ne 0 ]; then
     keep=1
     echo "chaos: FAILED"

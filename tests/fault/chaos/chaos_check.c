@@ -18,6 +18,7 @@
  *   sink         every event of each chaos_async segment up to its stored token was delivered
  *                to the sink file (at least once)
  *   tokens       no token write recorded by the audit trigger moved a token backwards
+ *   outbox       the outbox appender's business rows and its events committed together
  * Exit 0 when all pass.
  */
 #include "pawl.h"
@@ -174,6 +175,19 @@ int main(int argc, char **argv)
     long long nstreams = q1("SELECT count(DISTINCT stream_id) FROM pawl_api.events");
     report("stream-order", bad_order == 0, "%lld streams, %lld events out of sequence order",
            nstreams, bad_order);
+
+    /* The outbox appender's business rows and its events committed together, or neither. */
+    long long ob_events = q1("SELECT count(*) FROM pawl_api.events WHERE type = 'Outbox'");
+    long long ob_rows = q1("SELECT count(*) FROM chaos_outbox");
+    long long ob_orphan_events =
+        q1("SELECT count(*) FROM pawl_api.events e WHERE e.type = 'Outbox' AND NOT EXISTS "
+           "(SELECT 1 FROM chaos_outbox o WHERE o.id = e.metadata->>'u')");
+    long long ob_orphan_rows = q1("SELECT count(*) FROM chaos_outbox o WHERE NOT EXISTS "
+                                  "(SELECT 1 FROM logids l WHERE l.id = o.id)");
+    report("outbox", ob_events > 0 && ob_orphan_events == 0 && ob_orphan_rows == 0,
+           "%lld outbox events, %lld business rows; %lld events without their row, %lld rows "
+           "without their event (a rolled-back savepoint's row among them)",
+           ob_events, ob_rows, ob_orphan_events, ob_orphan_rows);
 
     long long proj_bad =
         q1("SELECT count(*) FROM (SELECT stream_id AS stream, count(*) AS n, "
