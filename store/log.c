@@ -1760,10 +1760,11 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             set_err(s, NULL, msg);
             return PAWL_ECONN;
         }
-        if (deadline_ns > 0 && now >= deadline_ns)
-            return PAWL_ETIMEDOUT;
+        /* Run again: here, or by the caller's next call when this one's deadline is due. */
         atomic_fetch_add_explicit(&s->rd_retries, 1, memory_order_relaxed);
         pawl_metric_inc(PAWL_M_READ_RETRIES);
+        if (deadline_ns > 0 && now >= deadline_ns)
+            return PAWL_ETIMEDOUT;
         int64_t nap = pause;
         if (deadline_ns > 0)
             nap = PAWL_MIN(nap, deadline_ns - now);
