@@ -13,7 +13,8 @@
  *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
  * All three raise `last_index` and broadcast idx_cond, on which followers block.
  *
- * Invariants: `last_index` only grows (updated with a CAS loop under idx_mu). An append op is
+ * Invariants: `last_index` only grows (updated under idx_mu), except where a reader finds it
+ * ahead of the log itself and lowers it to the log's word (read_gap). An append op is
  * owned by the caller until submitted, then by the pool until on_done, then returns to the
  * free list; the user callback runs before it is recycled. `inflight` counts submitted ops.
  */

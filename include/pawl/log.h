@@ -228,7 +228,9 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
  * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
  * polling) until this process's finalizer or another process's notification reports a higher
  * index, then read. Returns 0 with count >= 1, PAWL_ETIMEDOUT (count 0) after timeout_ms
- * (< 0: wait forever), or PAWL_ESHUTDOWN when the store is being freed.
+ * (< 0: wait forever; also while a lost connection is being retried: call again), PAWL_ESHUTDOWN
+ * when the store is being freed, or pawl_read's errors (PAWL_ECONN once the connection has been
+ * lost for read_retry_timeout_ms).
  */
 int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
                 int timeout_ms);
