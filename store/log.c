@@ -1650,7 +1650,6 @@ static int log_last_index(struct pawl_store *s, int64_t *out)
     return rc;
 }
 
-
 /*
  * The known highest index promised events after `after` (it was known before the read was
  * sent, so the read's snapshot had to see them) and the log returned none: the known index is

@@ -6,8 +6,8 @@
  * run again by the store from the same position, and during a longer outage a read reports
  * nothing after a second, so the processor waits and reads again instead of failing. wait()
  * sleeps on the store's knowledge of the highest final index, which its LISTEN connection and
- * finalizer keep current. A read copies the store's batch into the caller's pawl_event_batch; the per-thread
- * pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
+ * finalizer keep current. A read copies the store's batch into the caller's pawl_event_batch; the
+ * per-thread pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
  * administration queries (reset) on a short-lived connection of their own.
  *
  * The source owns the store when it created it (pawl_source_pg_new) and borrows it otherwise

@@ -27,12 +27,12 @@ struct tool_seg_row {
 
 /* Who holds the finalizer's lock (tool_status_finalizer_lock). */
 struct tool_fin_lock {
-    int known;          /* 0: not asked (nothing shown), -1: the query failed (why), 1: below */
-    int held;           /* 1: a session holds it */
-    int pid;            /* its backend's pid */
-    char app[128];      /* its application_name, as the server reports it (raw) */
-    double held_s;      /* how long, in seconds (< 0: not visible to this login) */
-    char why[256];      /* when known == -1 */
+    int known;     /* 0: not asked (nothing shown), -1: the query failed (why), 1: below */
+    int held;      /* 1: a session holds it */
+    int pid;       /* its backend's pid */
+    char app[128]; /* its application_name, as the server reports it (raw) */
+    double held_s; /* how long, in seconds (< 0: not visible to this login) */
+    char why[256]; /* when known == -1 */
 };
 
 struct tool_status {

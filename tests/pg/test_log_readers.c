@@ -159,7 +159,8 @@ static void *append_main(void *arg)
     return NULL;
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------------------------
+ */
 
 static void test_follower_survives_lost_connections(void **state)
 {
@@ -246,8 +247,9 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     pawl_store_stats(s, &st0, 0);
 
     /* 40 transactions of 50 notifications each: huge numbers, negative, garbage, empty. */
-    static const char *const payloads[] = {"9000000000000000000", "9223372036854775807", "-5",
-                                           "garbage", "", "12abc", "99999999999999999999999"};
+    static const char *const payloads[] = {
+        "9000000000000000000",    "9223372036854775807", "-5", "garbage", "", "12abc",
+        "99999999999999999999999"};
     char big[8192];
     int sent = 0;
     for (int t = 0; t < 40; t++) {
@@ -266,12 +268,12 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     pawl_store_stats(s, &st1, 0);
     print_message("notifications %lld, index queries %lld, pawl_api.read calls %lld\n",
                   (long long)(st1.notifications - st0.notifications),
-                  (long long)(st1.index_queries - st0.index_queries),
-                  (long long)(calls1 - calls0));
+                  (long long)(st1.index_queries - st0.index_queries), (long long)(calls1 - calls0));
     assert_int_equal(pawl_store_last_index(s), real);
     assert_true(st1.notifications - st0.notifications >= 40);
     /* Coalesced: at most two queries per delivery (one in flight, one after it). */
-    assert_true(st1.index_queries - st0.index_queries <= 2 * (st1.notifications - st0.notifications));
+    assert_true(st1.index_queries - st0.index_queries <=
+                2 * (st1.notifications - st0.notifications));
     assert_true(st1.index_queries - st0.index_queries <= 2 * 40 + 4);
     /* The follower stayed idle: a handful of reads at most (its 2 s timeouts' last looks and
      * the reads that follow them: about one a second; a spinning reader makes thousands). */
@@ -279,8 +281,8 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     assert_int_equal(atomic_load(&f.events), 0);
 
     /* Real events are still delivered. */
-    struct pawl_event e = {.stream_id = "after-hostile", .type = "t", .payload = "x",
-                           .payload_len = 1};
+    struct pawl_event e = {
+        .stream_id = "after-hostile", .type = "t", .payload = "x", .payload_len = 1};
     assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
     assert_true(follower_reaches(&f, real + 1, 10000));
     follower_stop(&f);
