@@ -20,7 +20,8 @@
  *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
  * All three raise `last_index` and broadcast idx_cond, on which followers block.
  *
- * Invariants: `last_index` only grows (updated with a CAS loop under idx_mu). An append op is
+ * Invariants: `last_index` only grows (updated under idx_mu), except where a reader finds it
+ * ahead of the log itself and lowers it to the log's word (read_gap). An append op is
  * owned by the caller until submitted, then by the pool until on_done, then returns to the
  * free list; the user callback runs before it is recycled. `inflight` counts submitted ops.
  */
@@ -256,6 +257,14 @@ struct pawl_store {
     struct pawl_pgreq listen_req;
     struct pawl_pgstmt listen_stmt;
     atomic_int listen_req_busy;
+    atomic_int listen_again; /* a wake-up came while the last_index query was in flight */
+
+    /* Readers: lost-connection retries and gaps (pawl_read). */
+    atomic_llong rd_retries, rd_reconnects, rd_gaps;
+    atomic_int gap_active;       /* a gap episode is open (logged once) */
+    atomic_llong gap_backoff_ns; /* the next gap back-off; 0: the first (1 ms) */
+    atomic_llong notifies, index_queries;
+    atomic_llong rd_down_since; /* pawl_now_ns() when readers lost their connection; 0: up */
 
     /* Commit acknowledgements, for pending counts and finalize delays. */
     atomic_llong acked;   /* appends acknowledged so far (also the last ack's sequence) */
@@ -384,6 +393,7 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->open_timeout_ms = 10000;
     o->queue_timeout_ms = 10000;
     o->migrate = 0;
+    o->read_retry_timeout_ms = 600000;
 }
 
 static const char *check_opts(const struct pawl_store_opts *o)
@@ -412,6 +422,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(open_timeout_ms, 1, 600000);
     RANGE(queue_timeout_ms, 0, 3600000);
     RANGE(migrate, 0, 1);
+    RANGE(read_retry_timeout_ms, 0, 86400000);
 #undef RANGE
     if (o->reconnect_max_ms < o->reconnect_min_ms)
         return "reconnect_max_ms is below reconnect_min_ms";
@@ -1675,15 +1686,50 @@ static void on_fin_connect(void *ud, int conn_index)
 
 /* ---- the listener -------------------------------------------------------------------------- */
 
+/*
+ * Ask the log for its highest index on the listener's connection: after each (re)connect (the
+ * notifications missed meanwhile) and on each notification. A notification is only a wake-up:
+ * its payload is never read, since any login may NOTIFY the channel with any text. One query is
+ * in flight at a time; wake-ups that arrive meanwhile set listen_again, and the query runs once
+ * more when the current one is done, so a burst of notifications costs at most two queries.
+ * Every caller runs on the listener pool's I/O thread (notify, connect and completion hooks).
+ */
+static void on_last_result(void *ud, const PGresult *res);
+static void listen_req_done(struct pawl_pgreq *req, int rc);
+
+static void listen_query(struct pawl_store *s)
+{
+    /* relaxed: every access is on the listener pool's I/O thread; the atomics only keep
+     * pawl_store_stats and the sanitizers happy. */
+    atomic_store_explicit(&s->listen_again, 1, memory_order_relaxed);
+    int expected = 0;
+    if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return; /* listen_req_done runs it again */
+    atomic_store_explicit(&s->listen_again, 0, memory_order_relaxed);
+    s->listen_stmt =
+        (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result, .ud = s};
+    memset(&s->listen_req, 0, sizeof s->listen_req);
+    s->listen_req.stmts = &s->listen_stmt;
+    s->listen_req.nstmts = 1;
+    s->listen_req.flags = PAWL_PGREQ_READONLY;
+    s->listen_req.on_done = listen_req_done;
+    s->listen_req.ud = s;
+    atomic_fetch_add_explicit(&s->index_queries, 1, memory_order_relaxed);
+    /* Not pinned: while the connection is down the query waits for the next one, which runs
+     * LISTEN first, so nothing committed before the query is missed. */
+    if (pawl_pgpool_submit(s->listen, &s->listen_req) != 0)
+        atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+}
+
 static void on_notify(void *ud, const char *channel, const char *payload)
 {
     struct pawl_store *s = ud;
-    if (strcmp(channel, "pawl_log") != 0 || payload == NULL)
+    (void)payload; /* untrusted: a wake-up only */
+    if (strcmp(channel, "pawl_log") != 0)
         return;
-    char *end;
-    long long v = strtoll(payload, &end, 10);
-    if (end != payload && v > 0)
-        raise_index(s, v);
+    atomic_fetch_add_explicit(&s->notifies, 1, memory_order_relaxed); /* relaxed: a statistic */
+    listen_query(s);
 }
 
 static void on_last_result(void *ud, const PGresult *res)
@@ -1696,33 +1742,29 @@ static void on_last_result(void *ud, const PGresult *res)
 static void listen_req_done(struct pawl_pgreq *req, int rc)
 {
     struct pawl_store *s = req->ud;
-    (void)rc;
     /* release: the request struct may be reused after this store. */
     atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+    /* A wake-up came meanwhile: ask again (the pool is not freeing itself: a shutdown fails the
+     * request with PAWL_ESHUTDOWN, and then nothing is asked). */
+    if (rc != PAWL_ESHUTDOWN && atomic_load_explicit(&s->listen_again, memory_order_relaxed))
+        listen_query(s);
 }
 
 /* After (re)connecting, catch up with notifications missed while disconnected. */
 static void on_listen_connect(void *ud, int conn_index)
 {
-    struct pawl_store *s = ud;
-    int expected = 0;
-    /* acq_rel: only one catch-up query owns listen_req at a time. */
-    if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
-                                                 memory_order_acq_rel, memory_order_relaxed))
-        return;
-    s->listen_stmt =
-        (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result, .ud = s};
-    memset(&s->listen_req, 0, sizeof s->listen_req);
-    s->listen_req.stmts = &s->listen_stmt;
-    s->listen_req.nstmts = 1;
-    s->listen_req.flags = PAWL_PGREQ_READONLY;
-    s->listen_req.on_done = listen_req_done;
-    s->listen_req.ud = s;
-    if (pawl_pgpool_submit_on(s->listen, conn_index, &s->listen_req) != 0)
-        atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+    (void)conn_index;
+    listen_query(ud);
 }
 
 /* ---- reading ------------------------------------------------------------------------------- */
+/*
+ * Readers survive lost connections: a read that lost its connection runs again from the same
+ * position once the pool has reconnected (pawl_read_until), so a caller never sees an outage
+ * other than as a delay, and never an event twice or a skipped one. And a reader never spins:
+ * a read that finds nothing where the known highest index promised events backs off and
+ * re-learns that index from the log (read_gap).
+ */
 
 void pawl_batch_init(struct pawl_batch *b)
 {
@@ -1751,10 +1793,14 @@ static int64_t get64(const char *p)
     return (int64_t)__builtin_bswap64(v);
 }
 
-int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b)
+/*
+ * One read, no retry. On failure the store's error is set and the server's SQLSTATE (or "")
+ * copied to sqlstate.
+ */
+static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                     char sqlstate[6])
 {
-    if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
-        return PAWL_EINVAL;
+    sqlstate[0] = '\0';
     if (b->_res) {
         PQclear(b->_res);
         b->_res = NULL;
@@ -1786,6 +1832,8 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
     if (rc != 0 || res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (rc == 0)
             rc = PAWL_ESQL;
+        memcpy(sqlstate, req.sqlstate, 6);
+        sqlstate[5] = '\0';
         set_err(s, req.sqlstate, req.message[0] ? req.message : "read failed");
         if (res)
             PQclear(res);
@@ -1830,12 +1878,211 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
     return 0;
 }
 
+/*
+ * Whether a failed read lost its connection, or met a failure of the moment that running it
+ * again cures, rather than a real error. Reads are read-only, so running one again is always
+ * safe: ECONN (the pool's lost connection or no connection within its queue timeout), the
+ * server ending the session (57P01 terminated, 57P02 crash, 57P03 starting up or shutting
+ * down, class 08), on a hot standby a conflict with recovery (40001), and 25P02: a read is one
+ * statement in a transaction of its own, so "not run: an earlier statement failed" means it
+ * was pipelined behind a request whose session the server was ending, and never ran.
+ */
+static int read_lost(int rc, const char *sqlstate)
+{
+    if (rc == PAWL_ECONN || rc == PAWL_EINDOUBT)
+        return 1;
+    if (rc != PAWL_ESQL)
+        return 0;
+    return strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "57P01") == 0 ||
+           strcmp(sqlstate, "57P02") == 0 || strcmp(sqlstate, "57P03") == 0 ||
+           strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "25P02") == 0;
+}
+
+/*
+ * Sleep up to ns as a waiter on idx_cond (so that pawl_store_free wakes us and waits for us).
+ * Returns PAWL_ESHUTDOWN when the store is being freed, else 0.
+ */
+static int reader_sleep(struct pawl_store *s, int64_t ns)
+{
+    int64_t until = pawl_now_ns() + ns;
+    int rc = 0;
+    pthread_mutex_lock(&s->idx_mu);
+    s->waiters++;
+    for (;;) {
+        if (s->shutdown) {
+            rc = PAWL_ESHUTDOWN;
+            break;
+        }
+        int64_t left = until - pawl_now_ns();
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
+        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+    }
+    if (--s->waiters == 0 && s->shutdown)
+        pthread_cond_broadcast(&s->waiters_cond);
+    pthread_mutex_unlock(&s->idx_mu);
+    return rc;
+}
+
+static void on_index_value(void *ud, const PGresult *res)
+{
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        *(int64_t *)ud = PQgetisnull(res, 0, 0) ? 0 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+}
+
+/* The log's own highest index, through the main pool. */
+static int log_last_index(struct pawl_store *s, int64_t *out)
+{
+    int64_t v = -1;
+    struct pawl_pgstmt st = {.prepared = s->stmt_last, .on_result = on_index_value, .ud = &v};
+    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
+    int rc = pawl_pgpool_exec(s->main, -1, &req);
+    if (rc == 0 && v < 0)
+        rc = PAWL_ESQL;
+    *out = v;
+    return rc;
+}
+
+/*
+ * The known highest index promised events after `after` (it was known before the read was
+ * sent, so the read's snapshot had to see them) and the log returned none: the known index is
+ * ahead of the log (a failover that lost the log's tail, say). Back off (1 ms doubling to 1 s
+ * across consecutive gaps, so a caller that loops on it never spins), log the episode once,
+ * and learn the highest index from the log. When the log says nothing lies after `after`, the
+ * known index comes down to the log's word (only if nothing raised it meanwhile), and is asked
+ * once more at once: a run that committed between the question and the lowering raises it
+ * again, so no follower sleeps through it. Returns 0 or PAWL_ESHUTDOWN.
+ */
+static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
+{
+    /* relaxed: statistics and a back-off hint shared by the store's readers. */
+    if (!atomic_exchange_explicit(&s->gap_active, 1, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&s->rd_gaps, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_READ_GAPS);
+        PAWL_WARN("log",
+                  "read: the highest index known here is %lld, but the log returned nothing "
+                  "after %lld: backing off and asking the log for its highest index",
+                  (long long)known, (long long)after);
+    }
+    int64_t wait = atomic_load_explicit(&s->gap_backoff_ns, memory_order_relaxed);
+    if (wait <= 0)
+        wait = 1000000;
+    atomic_store_explicit(&s->gap_backoff_ns, PAWL_MIN(wait * 2, (int64_t)1000000000),
+                          memory_order_relaxed);
+    int rc = reader_sleep(s, wait);
+    if (rc != 0)
+        return rc;
+    long long cur = atomic_load_explicit(&s->last_index, memory_order_relaxed);
+    int64_t told;
+    if (log_last_index(s, &told) != 0)
+        return 0; /* the next read retries (or reports) whatever went wrong */
+    if (told > after)
+        return 0; /* the log has them: the next read should find them */
+    pthread_mutex_lock(&s->idx_mu);
+    int lowered = atomic_load_explicit(&s->last_index, memory_order_relaxed) == cur;
+    if (lowered)
+        atomic_store_explicit(&s->last_index, told, memory_order_relaxed);
+    pthread_mutex_unlock(&s->idx_mu);
+    int64_t again;
+    if (log_last_index(s, &again) == 0)
+        raise_index(s, again);
+    if (lowered && atomic_exchange_explicit(&s->gap_active, 0, memory_order_relaxed)) {
+        atomic_store_explicit(&s->gap_backoff_ns, 0, memory_order_relaxed);
+        PAWL_WARN("log",
+                  "read: the log's highest index is %lld (the %lld known here was ahead of it): "
+                  "waiting for new events",
+                  (long long)told, (long long)cur);
+    }
+    return 0;
+}
+
+/*
+ * pawl_read with the retries of lost connections. deadline_ns (monotonic; 0: none) bounds this
+ * call: when it passes while the connection is still lost, the call returns PAWL_ETIMEDOUT with
+ * count 0 and the outage goes on (the next call continues it: the episode, its one log line and
+ * its long deadline belong to the store, not to one call).
+ */
+int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                    int64_t deadline_ns)
+{
+    if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
+        return PAWL_EINVAL;
+    int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
+    for (;;) {
+        /* relaxed: a snapshot; the read below is sent after it. */
+        int64_t known = atomic_load_explicit(&s->last_index, memory_order_relaxed);
+        char ss[6];
+        int rc = read_once(s, after, max, b, ss);
+        if (rc == 0) {
+            int64_t since = 0;
+            if (atomic_load_explicit(&s->rd_down_since, memory_order_relaxed) != 0 &&
+                (since = atomic_exchange_explicit(&s->rd_down_since, 0, memory_order_relaxed)) != 0)
+                PAWL_INFO("log", "read: reading again after index %lld (the outage lasted %.1f s)",
+                          (long long)after, (double)(pawl_now_ns() - since) / 1e9);
+            if (b->count == 0 && known > after)
+                return read_gap(s, after, known);
+            if (b->count > 0 && atomic_load_explicit(&s->gap_active, memory_order_relaxed) &&
+                atomic_exchange_explicit(&s->gap_active, 0, memory_order_relaxed)) {
+                atomic_store_explicit(&s->gap_backoff_ns, 0, memory_order_relaxed);
+                PAWL_WARN("log", "read: the log has events after %lld again", (long long)after);
+            }
+            return 0;
+        }
+        if (!read_lost(rc, ss))
+            return rc;
+        int64_t now = pawl_now_ns();
+        int64_t since = 0;
+        /* relaxed: the episode's start is a statistic and a deadline; readers agree on it
+         * through the CAS alone. */
+        if (atomic_compare_exchange_strong_explicit(&s->rd_down_since, &since, now,
+                                                    memory_order_relaxed, memory_order_relaxed)) {
+            since = now;
+            atomic_fetch_add_explicit(&s->rd_reconnects, 1, memory_order_relaxed);
+            char e[512];
+            pawl_store_last_error(s, e, sizeof e);
+            PAWL_WARN("log",
+                      "read: lost the connection while reading after index %lld (%s): reading "
+                      "again once the pool has reconnected",
+                      (long long)after, e);
+        }
+        int limit = s->o.read_retry_timeout_ms;
+        if (limit > 0 && now - since >= (int64_t)limit * 1000000) {
+            char e[512], msg[600];
+            pawl_store_last_error(s, e, sizeof e);
+            snprintf(msg, sizeof msg,
+                     "no connection to read from for %.1f s (read_retry_timeout_ms %d): %s",
+                     (double)(now - since) / 1e9, limit, e);
+            set_err(s, NULL, msg);
+            return PAWL_ECONN;
+        }
+        /* Run again: here, or by the caller's next call when this one's deadline is due. */
+        atomic_fetch_add_explicit(&s->rd_retries, 1, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_READ_RETRIES);
+        if (deadline_ns > 0 && now >= deadline_ns)
+            return PAWL_ETIMEDOUT;
+        int64_t nap = pause;
+        if (deadline_ns > 0)
+            nap = PAWL_MIN(nap, deadline_ns - now);
+        pause = PAWL_MIN(pause * 2, (int64_t)1000000000);
+        rc = reader_sleep(s, nap);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b)
+{
+    return pawl_read_until(s, after, max, b, 0);
+}
+
 int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
                 int timeout_ms)
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
     for (;;) {
-        int rc = pawl_read(s, after, max, b);
+        int rc = pawl_read_until(s, after, max, b, deadline);
         if (rc != 0 || b->count > 0)
             return rc;
         int left = -1;
@@ -1850,7 +2097,7 @@ int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_bat
             return rc;
         if (rc == PAWL_ETIMEDOUT) {
             /* One last look: without a listener, notifications from others never arrive. */
-            rc = pawl_read(s, after, max, b);
+            rc = pawl_read_until(s, after, max, b, deadline);
             if (rc != 0 || b->count > 0)
                 return rc;
             return PAWL_ETIMEDOUT;
@@ -1889,6 +2136,11 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
               reset);
     st->finalizer_interval_ms = (double)LD(fin_interval_ns) / 1e6;
     st->append_latency_avg_ms = (double)LD(lat_avg_ns) / 1e6;
+    st->read_retries = LD(rd_retries);
+    st->read_reconnects = LD(rd_reconnects);
+    st->read_gaps = LD(rd_gaps);
+    st->notifications = LD(notifies);
+    st->index_queries = LD(index_queries);
 #undef LD
 }
 

@@ -14,6 +14,20 @@
 #ifndef PAWL_STORE_LOG_INT_H
 #define PAWL_STORE_LOG_INT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 extern const char pawl_log_append_sql[];
+
+/*
+ * pawl_read, bounded: when deadline_ns (pawl_now_ns() time; 0: none) passes while the read's
+ * connection is lost and being retried, it returns PAWL_ETIMEDOUT with count 0 (the outage and
+ * its log line go on in the next call). The processors' event source reads through it so that
+ * a processor stays responsive (to stop, say) during an outage.
+ */
+struct pawl_batch;
+struct pawl_store;
+int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                    int64_t deadline_ns);
 
 #endif

@@ -1,17 +1,20 @@
 /*
  * pg_source.c — the event source over the PostgreSQL log (pawl/log.h).
  *
- * Reads go through the log store's pipelined connections (pawl_read, thread-safe, so the
- * coordinator and detached work packages read at once); wait() sleeps on the store's
- * knowledge of the highest final index, which its LISTEN connection and finalizer keep
- * current. A read copies the store's batch into the caller's pawl_event_batch; the per-thread
- * pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
+ * Reads go through the log store's pipelined connections (pawl_read_until, thread-safe, so
+ * the coordinator and detached work packages read at once); a read that lost its connection is
+ * run again by the store from the same position, and during a longer outage a read reports
+ * nothing after a second, so the processor waits and reads again instead of failing. wait()
+ * sleeps on the store's knowledge of the highest final index, which its LISTEN connection and
+ * finalizer keep current. A read copies the store's batch into the caller's pawl_event_batch; the
+ * per-thread pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
  * administration queries (reset) on a short-lived connection of their own.
  *
  * The source owns the store when it created it (pawl_source_pg_new) and borrows it otherwise
  * (pawl_source_pg_from_store). Every entry point may be called from any thread.
  */
 #include "common.h"
+#include "log_int.h"
 
 #include "pawl/log.h"
 #include "pawl/processor.h"
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PG_READ_PATIENCE_NS ((int64_t)1000000000)
 
 struct source_pg {
     struct pawl_source base;
@@ -78,7 +83,15 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
     }
     if (max > 100000)
         max = 100000;
-    int rc = pawl_read(s->store, after, max, &tls.b);
+    /* A lost connection is retried inside the store; after PG_READ_PATIENCE_NS of it this read
+     * reports "nothing yet" (the processor waits and reads again, and the outage's retries go
+     * on), so that a processor stays responsive to stop requests while the database is away. */
+    int rc = pawl_read_until(s->store, after, max, &tls.b, pawl_now_ns() + PG_READ_PATIENCE_NS);
+    if (rc == PAWL_ETIMEDOUT) {
+        if (last_seen)
+            *last_seen = after;
+        return 0;
+    }
     if (rc) {
         char e[512];
         pawl_store_last_error(s->store, e, sizeof e);

@@ -120,6 +120,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
         char err[512];
         if ((ex = status_collect(cfg, &s, proc, TOOL_STATUS_SCAN_LIMIT, &st, "status")) != TOOL_OK)
             break;
+        tool_status_finalizer_lock(tool_dsn(cfg), &st.fin);
         if (live)
             fputs("\033[H\033[2J", stdout); /* home and clear: redraw in place */
         if (cfg->tool.json) {

@@ -456,6 +456,16 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         fflush(stdout);
     }
     pawl_batch_fini(&b);
+    /* The reader's own account: what it printed, and what it went through to get it. */
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    if (cfg->tool.follow || st.read_retries > 0 || st.read_gaps > 0)
+        pawl_log(PAWL_LOG_INFO, "tail",
+                 "read %" PRId64 " events up to index %" PRId64 "; read retries %" PRId64
+                 " over %" PRId64 " lost connections, gaps %" PRId64 ", notifications %" PRId64
+                 " (index queries %" PRId64 ")",
+                 printed, after, st.read_retries, st.read_reconnects, st.read_gaps,
+                 st.notifications, st.index_queries);
     pawl_store_free(s);
     return ex;
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,97 @@ int tool_status_claim_expired(const struct tool_status *st, const struct pawl_se
            r->claim_age_ms >= st->claim_timeout_ms;
 }
 
+/*
+ * The finalizer lock's holder. A transaction advisory lock shows in pg_locks as locktype
+ * 'advisory' with the two int4 keys in classid and objid (objsubid 2), in this database only;
+ * the table lock as locktype 'relation' in ExclusiveLock mode. How long: since the holder's
+ * transaction began (a session-level lock taken by hand: since its last state change); NULL
+ * where pg_stat_activity hides other logins' sessions.
+ */
+static const char FIN_LOCK_SQL[] =
+    "SELECT l.pid, coalesce(a.application_name, ''),"
+    "       extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.state_change))::float8"
+    "  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.granted AND l.pid IS NOT NULL"
+    "   AND ((l.locktype = 'advisory' AND l.classid = 1885435756 AND l.objid = 1"
+    "         AND l.objsubid = 2"
+    "         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+    "     OR (l.locktype = 'relation' AND l.mode = 'ExclusiveLock'"
+    "         AND l.relation = to_regclass('pawl.finalizer_gate')))"
+    " ORDER BY 3 DESC NULLS LAST LIMIT 1";
+
+void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out)
+{
+    memset(out, 0, sizeof *out);
+    PGconn *c = PQconnectdb(dsn);
+    if (PQstatus(c) != CONNECTION_OK) {
+        out->known = -1;
+        snprintf(out->why, sizeof out->why, "%s", PQerrorMessage(c));
+        PQfinish(c);
+        return;
+    }
+    PGresult *r = PQexec(c, FIN_LOCK_SQL);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        out->known = -1;
+        snprintf(out->why, sizeof out->why, "%s", PQerrorMessage(c));
+    } else {
+        out->known = 1;
+        if (PQntuples(r) == 1) {
+            out->held = 1;
+            out->pid = atoi(PQgetvalue(r, 0, 0));
+            snprintf(out->app, sizeof out->app, "%s", PQgetvalue(r, 0, 1));
+            out->held_s = PQgetisnull(r, 0, 2) ? -1 : strtod(PQgetvalue(r, 0, 2), NULL);
+        }
+    }
+    /* one line: libpq's messages end with a newline */
+    size_t n = strlen(out->why);
+    while (n > 0 && (out->why[n - 1] == '\n' || out->why[n - 1] == '\r'))
+        out->why[--n] = '\0';
+    PQclear(r);
+    PQfinish(c);
+}
+
+/*
+ * The application name is any text a client chose: control characters, quotes and backslashes
+ * come out escaped (\\n, \\t, \\', \\\\, \\xNN), so that it can neither forge nor break a line;
+ * with ascii_only, bytes from 0x80 up too (for JSON, which needs valid UTF-8).
+ */
+static void escape_app(const char *in, char *out, size_t len, int ascii_only)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < len; p++) {
+        if (*p == '\n')
+            o += (size_t)snprintf(out + o, len - o, "\\n");
+        else if (*p == '\t')
+            o += (size_t)snprintf(out + o, len - o, "\\t");
+        else if (*p == '\'' || *p == '\\')
+            o += (size_t)snprintf(out + o, len - o, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f || (ascii_only && *p >= 0x80))
+            o += (size_t)snprintf(out + o, len - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
+void tool_status_fin_lock_text(const struct tool_fin_lock *f, char *buf, size_t len)
+{
+    if (f->known < 0) {
+        snprintf(buf, len, "finalizer lock: unknown (%s)", f->why);
+        return;
+    }
+    if (!f->held) {
+        snprintf(buf, len, "finalizer lock: free");
+        return;
+    }
+    char app[4 * sizeof f->app + 1];
+    escape_app(f->app, app, sizeof app, 0);
+    char dur[48] = "";
+    if (f->held_s >= 0)
+        snprintf(dur, sizeof dur, ", for %.0f s", f->held_s);
+    snprintf(buf, len, "finalizer lock: held by pid %d (application '%s'%s)", f->pid, app, dur);
+}
+
 void tool_status_print_table(FILE *f, const struct tool_status *st)
 {
     int64_t total = 0;
@@ -176,6 +268,11 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
     }
     fprintf(f, "PROCESSOR %s   HEAD %" PRId64 "   SEGMENTS %zu   LAG %s%" PRId64 " events\n\n",
             st->proc, st->head, st->n, exact ? "" : "<= ", total);
+    if (st->fin.known != 0) {
+        char line[768];
+        tool_status_fin_lock_text(&st->fin, line, sizeof line);
+        fprintf(f, "%s\n\n", line);
+    }
     fprintf(f, "%-8s %-10s %-24s %-9s %-12s %-12s %-11s %-9s %-8s %s\n", "SEGMENT", "MASK", "OWNER",
             "CLAIM-AGE", "TOKEN", "HEAD", "LAG", "LAG-SEC", "MODE", "NOTE");
     for (size_t i = 0; i < st->n; i++) {
@@ -248,6 +345,27 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
     json_object_set_new(o, "lag_events", json_integer(total));
     json_object_set_new(o, "lag_exact", json_boolean(exact));
     json_object_set_new(o, "time_us", json_integer(st->now_us));
+    if (st->fin.known > 0) {
+        json_t *fl = json_object();
+        json_object_set_new(fl, "held", json_boolean(st->fin.held));
+        if (st->fin.held) {
+            json_object_set_new(fl, "pid", json_integer(st->fin.pid));
+            /* jansson escapes control characters itself; a name that is not valid UTF-8
+             * (which jansson refuses) goes out escaped to ASCII. */
+            json_t *app = json_string(st->fin.app);
+            if (app == NULL) {
+                char esc[4 * sizeof st->fin.app + 1];
+                escape_app(st->fin.app, esc, sizeof esc, 1);
+                app = json_string(esc);
+            }
+            json_object_set_new(fl, "application", app);
+            json_object_set_new(fl, "seconds",
+                                st->fin.held_s >= 0 ? json_real(st->fin.held_s) : json_null());
+        }
+        json_object_set_new(o, "finalizer_lock", fl);
+    } else if (st->fin.known < 0) {
+        json_object_set_new(o, "finalizer_lock", json_null());
+    }
     json_object_set_new(o, "segments", segs);
     int rc = json_dumpf(o, f, (pretty ? JSON_INDENT(2) : JSON_COMPACT) | JSON_PRESERVE_ORDER);
     fputc('\n', f);

@@ -25,6 +25,16 @@ struct tool_seg_row {
     int64_t oldest_us;  /* its append time (0: none found) */
 };
 
+/* Who holds the finalizer's lock (tool_status_finalizer_lock). */
+struct tool_fin_lock {
+    int known;     /* 0: not asked (nothing shown), -1: the query failed (why), 1: below */
+    int held;      /* 1: a session holds it */
+    int pid;       /* its backend's pid */
+    char app[128]; /* its application_name, as the server reports it (raw) */
+    double held_s; /* how long, in seconds (< 0: not visible to this login) */
+    char why[256]; /* when known == -1 */
+};
+
 struct tool_status {
     char proc[PAWL_NAME_MAX + 1];
     int64_t head;
@@ -33,6 +43,7 @@ struct tool_status {
     int64_t claim_timeout_ms; /* claims at least this old are shown as expired (0: not shown) */
     size_t n;
     struct tool_seg_row *rows; /* owned */
+    struct tool_fin_lock fin;  /* filled by tool_status_finalizer_lock; known 0 otherwise */
 };
 
 #define TOOL_STATUS_SCAN_LIMIT 1000000
@@ -44,6 +55,17 @@ struct tool_status {
 int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
                         int64_t scan_limit, struct tool_status *out, char *err, size_t errlen);
 void tool_status_fini(struct tool_status *st);
+
+/*
+ * Ask the database at dsn which session holds the finalizer's lock, from pg_locks and
+ * pg_stat_activity: the transaction advisory lock (1885435756, 1) of schema versions that
+ * finalize under it, or an EXCLUSIVE lock on the table pawl.finalizer_gate where it exists
+ * (to_regclass, so the query works either way). Fills *out (known 1 or -1 with why).
+ */
+void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out);
+/* The line `pawl status` prints: "finalizer lock: free" or "finalizer lock: held by pid N
+ * (application 'X', for 12 s)", control characters in X escaped (\n, \xNN). */
+void tool_status_fin_lock_text(const struct tool_fin_lock *f, char *buf, size_t len);
 /* Whether r's claim has not been extended for st->claim_timeout_ms (0: never): its node stopped,
  * and any node may take the segment over. status notes it; reset, split and merge release it. */
 int tool_status_claim_expired(const struct tool_status *st, const struct pawl_segment_status *r);

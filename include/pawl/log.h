@@ -112,6 +112,11 @@ struct pawl_store_opts {
     /* 1: create or upgrade the schema when opening (pawl_schema_migrate); 0: require it.
      * Default 0. */
     int migrate;
+    /* Readers (pawl_read, pawl_follow) retry a read whose connection was lost (reads are
+     * read-only: always safe to retry) until the pool has reconnected, for at most this long
+     * per outage; then the read fails with PAWL_ECONN. 0 retries forever. 0..86400000 ms,
+     * default 600000 (10 minutes). */
+    int read_retry_timeout_ms;
 };
 
 void pawl_store_opts_defaults(struct pawl_store_opts *o);
@@ -248,6 +253,16 @@ void pawl_batch_fini(struct pawl_batch *b);
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
  * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error.
+ *
+ * A read whose connection is lost (the backend terminated, a server restart, a failover) is run
+ * again once the pool has reconnected, from the same position, so no event is skipped or
+ * delivered twice; the store logs one warning when such an outage starts and one line when
+ * reading resumes, and counts the retries (read_retries, read_reconnects). It gives up with
+ * PAWL_ECONN after read_retry_timeout_ms, with PAWL_ESHUTDOWN when the store is freed, and at
+ * once on any other error. When the known highest index promised events after `after` and the
+ * log returned none, the read backs off (1 ms doubling to 1 s across such reads), learns the
+ * highest index from the log again (lowering the known one if the log says less, e.g. after a
+ * failover lost its tail), logs the anomaly once per episode (read_gaps) and returns count 0.
  */
 int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
 
@@ -255,12 +270,17 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
  * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
  * polling) until this process's finalizer or another process's notification reports a higher
  * index, then read. Returns 0 with count >= 1, PAWL_ETIMEDOUT (count 0) after timeout_ms
- * (< 0: wait forever), or PAWL_ESHUTDOWN when the store is being freed.
+ * (< 0: wait forever; also while a lost connection is being retried: call again), PAWL_ESHUTDOWN
+ * when the store is being freed, or pawl_read's errors (PAWL_ECONN once the connection has been
+ * lost for read_retry_timeout_ms).
  */
 int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
                 int timeout_ms);
 
-/* The highest final index this process knows of (local finalizer runs, notifications). */
+/* The highest final index this process knows of: from the local finalizer's runs, events read,
+ * and the log's own answer to `SELECT pawl_api.last_index()`, which the listener asks after
+ * (re)connecting and when notifications arrive. A notification is only a wake-up: its payload
+ * is never trusted (any login may NOTIFY the channel). */
 int64_t pawl_store_last_index(struct pawl_store *s);
 
 /*
@@ -313,6 +333,12 @@ struct pawl_log_stats {
     /* The finalizer's current cadence (interval between run starts) and the append latency
      * moving average it derives from, in ms. */
     double finalizer_interval_ms, append_latency_avg_ms;
+    /* Readers: reads run again after a lost connection, the outages they went through, and
+     * episodes where the known highest index was ahead of what the log returned (gaps). */
+    int64_t read_retries, read_reconnects, read_gaps;
+    /* Listener: "pawl_log" notifications received (wake-ups) and the last_index queries they
+     * and reconnects caused (a burst of notifications coalesces into one query at a time). */
+    int64_t notifications, index_queries;
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */

@@ -35,6 +35,10 @@ extern "C" {
     X(PAWL_M_FINALIZE_LOCK_BUSY, "pawl_finalize_lock_busy_total",                                  \
       "Finalizer runs that found the lock held elsewhere")                                         \
     X(PAWL_M_EVENTS_READ, "pawl_events_read_total", "Events read by readers and processors")       \
+    X(PAWL_M_READ_RETRIES, "pawl_read_retries_total",                                              \
+      "Reads run again after their connection was lost")                                           \
+    X(PAWL_M_READ_GAPS, "pawl_read_gaps_total",                                                    \
+      "Episodes of a known highest index ahead of what the log returned")                          \
     X(PAWL_M_EVENTS_HANDLED, "pawl_events_handled_total", "Events handed to handlers")             \
     X(PAWL_M_BATCHES, "pawl_batches_total", "Processor batches committed")                         \
     X(PAWL_M_BATCH_ROLLBACKS, "pawl_batch_rollbacks_total", "Processor batches rolled back")       \

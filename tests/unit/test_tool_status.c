@@ -211,13 +211,61 @@ static void test_scrape_summary(void **state)
     free(snap);
 }
 
+/* The finalizer-lock line: free, held (with and without a visible age), a failed query, and an
+ * application name with control characters, quotes and backslashes, which come out escaped on
+ * the one line, and in the JSON as valid JSON. */
+static void test_finalizer_lock_line(void **state)
+{
+    (void)state;
+    char line[768];
+    struct tool_fin_lock f = {.known = 1};
+    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: free");
+    f = (struct tool_fin_lock){.known = 1, .held = 1, .pid = 4242, .held_s = 12.4};
+    snprintf(f.app, sizeof f.app, "evil\nfinalizer lock: free\t'x'\\\x1b[2J\x7f");
+    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: held by pid 4242 (application "
+                              "'evil\\nfinalizer lock: free\\t\\'x\\'\\\\\\x1b[2J\\x7f', "
+                              "for 12 s)");
+    assert_null(strchr(line, '\n'));
+    f.held_s = -1; /* hidden from this login */
+    snprintf(f.app, sizeof f.app, "pawl finalizer");
+    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: held by pid 4242 (application 'pawl finalizer')");
+    f = (struct tool_fin_lock){.known = -1};
+    snprintf(f.why, sizeof f.why, "permission denied");
+    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: unknown (permission denied)");
+
+    /* JSON: the field, with the name escaped by the JSON encoder (or to ASCII when it is not
+     * UTF-8). */
+    struct tool_status st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.proc, sizeof st.proc, "p");
+    st.fin = (struct tool_fin_lock){.known = 1, .held = 1, .pid = 7, .held_s = 3};
+    snprintf(st.fin.app, sizeof st.fin.app, "a\nb\xff");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    assert_int_equal(tool_status_print_json(mf, &st, 0), 0);
+    fclose(mf);
+    json_error_t je;
+    json_t *o = json_loads(buf, 0, &je);
+    assert_non_null(o);
+    json_t *fl = json_object_get(o, "finalizer_lock");
+    assert_true(json_is_true(json_object_get(fl, "held")));
+    assert_int_equal(json_integer_value(json_object_get(fl, "pid")), 7);
+    assert_string_equal(json_string_value(json_object_get(fl, "application")), "a\\nb\\xff");
+    json_decref(o);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scrape_summary),
-        cmocka_unit_test(test_collect_exact),
-        cmocka_unit_test(test_collect_cut_short),
-        cmocka_unit_test(test_reset_targets),
+        cmocka_unit_test(test_scrape_summary),      cmocka_unit_test(test_collect_exact),
+        cmocka_unit_test(test_collect_cut_short),   cmocka_unit_test(test_reset_targets),
+        cmocka_unit_test(test_finalizer_lock_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
