@@ -12,6 +12,7 @@
  * (pawl_source_pg_from_store). Every entry point may be called from any thread.
  */
 #include "common.h"
+#include "dsn.h"
 
 #include "pawl/log.h"
 #include "pawl/processor.h"
@@ -107,7 +108,8 @@ static int admin_i64(struct source_pg *s, const char *sql, const char *param, in
     PGconn *c = PQconnectdb(s->dsn);
     int rc = 0;
     if (PQstatus(c) != CONNECTION_OK) {
-        set_err(s, PQerrorMessage(c));
+        char m[512];
+        set_err(s, pawl_dsn_scrub(s->dsn, PQerrorMessage(c), m, sizeof m));
         PQfinish(c);
         return PAWL_ECONN;
     }
