@@ -77,8 +77,8 @@ rm -f /tmp/pawl-owned-$$
 planted=$(PAWL_PG_KEY=$key2 "$PG" dir)
 as_user mkdir -m 0777 "$planted" || { echo "FAIL cannot plant a folder"; exit 1; }
 PAWL_PG_KEY=$key2 "$PG" start >/dev/null 2>"$key/err"; rc=$?
-[ $rc -ne 0 ] && grep -q 'refusing' "$key/err" && grep -q "$planted" "$key/err"
-check "a planted folder: start refused with a clear error (exit $rc: $(head -1 "$key/err"))" $?
+[ $rc -ne 0 ] && grep -q 'refusing' "$key/err" && grep -q "$planted" "$key/err"; ok=$?
+check "a planted folder: start refused with a clear error (exit $rc: $(head -1 "$key/err"))" $ok
 [ "$(stat -c '%U %a' "$planted")" = "$user 777" ] && [ -z "$(ls -A "$planted")" ]
 check "a planted folder: left as it was, nothing written in it" $?
 env -u PAWL_DSN PAWL_PG_KEY=$key2 "$PAWL" init >/dev/null 2>"$key/err"; rc=$?
@@ -89,7 +89,8 @@ PAWL_PG_KEY=$key2 "$PG" status >/dev/null 2>&1; [ $? -ne 0 ]; check "a planted f
 planted=$(PAWL_PG_KEY=$key3 "$PG" dir)
 as_user ln -s "$victim" "$planted" || { echo "FAIL cannot plant a symlink"; exit 1; }
 PAWL_PG_KEY=$key3 "$PG" start >/dev/null 2>"$key/err"; rc=$?
-[ $rc -ne 0 ] && grep -q 'symbolic link' "$key/err"; check "a planted symlink: start refused with a clear error (exit $rc: $(head -1 "$key/err"))" $?
+[ $rc -ne 0 ] && grep -q 'symbolic link' "$key/err"; ok=$?
+check "a planted symlink: start refused with a clear error (exit $rc: $(head -1 "$key/err"))" $ok
 [ "$(stat -c '%U %a' "$victim")" = "root 755" ] && [ "$(cat "$victim/initdb.log" "$victim/server.log")" = "precious
 precious" ] && [ "$(ls -A "$victim" | wc -l)" -eq 2 ]
 check "a planted symlink: its target untouched (owner, mode, files)" $?
