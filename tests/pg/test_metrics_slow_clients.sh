@@ -123,4 +123,18 @@ PY
 rc=$?
 kill -0 "$bg" 2>/dev/null; alive=$?
 [ $alive -eq 0 ] || { echo "FAIL the tool died:"; cat "$tmp/append.err"; rc=1; }
+# Stopping with clients still connected (one idle, one half-way through its headers) is clean.
+python3 - "$port" <<'PY' &
+import socket, sys, time
+a = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+b = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+b.sendall(b"GET /met")
+time.sleep(3)
+PY
+sleep 0.5
+kill -INT "$bg"
+for _ in $(seq 1 300); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+wait "$bg"; st=$?; bg=
+if [ $st -eq 0 ]; then echo "ok   the tool stops cleanly with clients connected"; else
+    echo "FAIL the tool's exit status at stop: $st"; tail -20 "$tmp/append.err"; rc=1; fi
 exit $rc
