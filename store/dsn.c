@@ -41,28 +41,18 @@ int pawl_dsn_check(const char *dsn, char *err, size_t errlen)
     return 0;
 }
 
-char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
+/* Print opts as key=value into out (from used), secrets masked; envonly: only the options libpq
+ * took from the environment, and the user name. Returns the new length. */
+static size_t print_opts(const PQconninfoOption *opts, int envonly, char *out, size_t outlen,
+                         size_t used)
 {
-    if (outlen == 0)
-        return out;
-    out[0] = '\0';
-    /* The empty DSN means libpq's environment and defaults: show what libpq would use. */
-    PQconninfoOption *opts = dsn == NULL ? NULL
-                             : dsn[0]    ? PQconninfoParse(dsn, NULL)
-                                         : PQconndefaults();
-    if (opts == NULL) {
-        snprintf(out, outlen, "<invalid dsn>");
-        return out;
-    }
-    size_t used = 0;
-    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+    for (const PQconninfoOption *o = opts; o->keyword != NULL; o++) {
         if (o->val == NULL || o->val[0] == '\0')
             continue;
-        /* Debug options ("D") are noise in a printed DSN (the defaults fill them in). */
+        /* Debug options ("D") are noise in a printed DSN. */
         if (o->dispchar && o->dispchar[0] == 'D')
             continue;
-        /* Of libpq's defaults, only what the environment set (and the user name) says much. */
-        if (dsn[0] == '\0' && strcmp(o->keyword, "user") != 0 &&
+        if (envonly && strcmp(o->keyword, "user") != 0 &&
             !(o->envvar && getenv(o->envvar) && getenv(o->envvar)[0]))
             continue;
         /* dispchar "*" marks secret options (password); hide them whatever their name. */
@@ -77,7 +67,34 @@ char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
         }
         used += (size_t)n;
     }
+    return used;
+}
+
+char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
+{
+    if (outlen == 0)
+        return out;
+    out[0] = '\0';
+    PQconninfoOption *opts = dsn ? PQconninfoParse(dsn, NULL) : NULL;
+    if (opts == NULL) {
+        snprintf(out, outlen, "<invalid dsn>");
+        return out;
+    }
+    int any = 0;
+    for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+        any |= o->val != NULL && o->val[0] != '\0';
+    if (any)
+        print_opts(opts, 0, out, outlen, 0);
     PQconninfoFree(opts);
+    if (!any) {
+        /* Nothing set (the empty DSN): libpq's environment and defaults decide; show what the
+         * environment set. */
+        PQconninfoOption *defs = PQconndefaults();
+        if (defs) {
+            print_opts(defs, 1, out, outlen, 0);
+            PQconninfoFree(defs);
+        }
+    }
     return out;
 }
 
