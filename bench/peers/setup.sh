@@ -2,7 +2,7 @@
 # setup.sh — install the peer event stores for the side-by-side benchmarks (idempotent).
 #
 #   bench/peers/setup.sh [DSN]        DSN: the PostgreSQL server to use (its dbname is ignored);
-#                                     default $PAWL_DSN, else the checkout's private PostgreSQL
+#                                     default $PAWL_DSN, else the user's private PostgreSQL
 #   options (environment): PEERS_RESET=1 drops and recreates the peers' databases;
 #                          PEERS_OFFLINE=1 never runs npm (uses what node_modules holds).
 #
