@@ -48,8 +48,11 @@ hba=$(grep -Ev '^[[:space:]]*(#|$)' "$dir/data/pg_hba.conf")
 [ -n "$hba" ]; check "pg_hba.conf has rules" $?
 ! grep -Eqiw 'trust' <<<"$hba"; check "pg_hba.conf has no trust line" $?
 ! grep -Eqiw 'replication' <<<"$hba"; check "pg_hba.conf has no replication line" $?
-! grep -Eqw 'peer|ident|password|md5' <<<"$hba" && [ "$(grep -cw 'scram-sha-256' <<<"$hba")" -eq "$(wc -l <<<"$hba")" ]
-check "every rule is a SCRAM password check" $?
+! grep -Eqw 'ident|password|md5' <<<"$hba" && [ "$(grep -cw 'scram-sha-256' <<<"$hba")" -eq "$(($(wc -l <<<"$hba") - 1))" ] &&
+    grep -Eq '^local +all +pawl +peer +map=owner$' <<<"$hba"
+check "every rule is a SCRAM password check but pawl's over the socket (peer, mapped)" $?
+[ "$(grep -Ev '^[[:space:]]*(#|$)' "$dir/data/pg_ident.conf" | awk '{print $1, $2, $3}' | sort | tr '\n' ,)" = "owner postgres pawl,owner root pawl," ]
+check "the peer map admits root and the cluster's owner only" $?
 [ "$(stat -c '%a' "$dir")" = 700 ] && [ "$(stat -c '%a' "$sock")" = 700 ] && [ "$(stat -c '%a' "$dir/passfile")" = 600 ]
 check "folder and socket folder 0700, password file 0600" $?
 [ "$(psql "$dsn" -Atc 'select current_user')" = pawl ]; check "the owner's DSN (passfile=) logs in" $?

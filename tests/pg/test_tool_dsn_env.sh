@@ -43,6 +43,8 @@ check "the event is in PGDATABASE's database" $?
 env "${libpq_env[@]}" "$PAWL" config >"$tmp/cfg" 2>&1
 grep -q '^  from: libpq environment' "$tmp/cfg" && grep -q "^database: .*dbname=$db" "$tmp/cfg"; ok=$?
 check "config: the database comes from libpq's environment ($(grep -A1 '^database' "$tmp/cfg" | tr '\n' ' '))" $ok
+env "${libpq_env[@]}" "$PAWL" status nosuch >/dev/null 2>&1; rc=$?
+[ $rc -eq 5 ]; check "status reaches the token store through libpq's environment (exit $rc, want 5: no such processor)" $?
 # A service file (PGSERVICEFILE + PGSERVICE) is libpq's environment too.
 {
     echo "[pawltest]"
