@@ -11,7 +11,7 @@
 #   --tiny     a smoke run for tests (seconds; no peers, no baselines unless asked for)
 #   --long     also grow the log to 20M events and measure there (adds ~6 minutes of fill)
 #   --dsn      the server to use (its dbname is replaced: the run creates and drops database
-#              pawl_bench_run); default $PAWL_DSN, else the checkout's private PostgreSQL
+#              pawl_bench_run); default $PAWL_DSN, else the user's private PostgreSQL
 #   --out      where CSVs, plots and SUMMARY.md go; default bench/results
 #
 # Needs the built programs in $PAWL_BIN (default build/bin): bench_e2e, bench_baselines. The

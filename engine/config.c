@@ -789,10 +789,15 @@ static int parse_value(const struct pawl_flag *f, const char *value, const char 
     if (rc != 0 && err && errlen) {
         char allowed[256];
         pawl_config_flag_allowed(f, allowed, sizeof allowed);
-        /* Long strings are cut in the message; the flag's name and the limit say enough. */
-        snprintf(err, errlen, "invalid value \"%.80s%s\" for %s: %s; expected %s", value,
-                 strlen(value) > 80 ? "..." : "", label, rc == PAWL_ERANGE ? "out of range" : what,
-                 allowed);
+        /* Long strings are cut in the message; the flag's name and the limit say enough. A
+         * DSN is never quoted: it may carry a password. */
+        if (strcmp(f->name, "dsn") == 0)
+            snprintf(err, errlen, "invalid value (%zu bytes, not shown) for %s: %s; expected %s",
+                     strlen(value), label, rc == PAWL_ERANGE ? "out of range" : what, allowed);
+        else
+            snprintf(err, errlen, "invalid value \"%.80s%s\" for %s: %s; expected %s", value,
+                     strlen(value) > 80 ? "..." : "", label,
+                     rc == PAWL_ERANGE ? "out of range" : what, allowed);
     }
     return rc;
 }

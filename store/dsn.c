@@ -1,12 +1,20 @@
 /*
  * dsn.c — see dsn.h.
+ *
+ * Scrubbing does not trust libpq's parser: the DSNs whose messages quote them are exactly the
+ * ones it refuses. The secrets are found by scanning the text for the two places a password can
+ * be written (a password=/sslpassword= keyword, in either form, and a URI's userinfo), taking
+ * every plausible reading of a malformed string, then every occurrence of each is replaced in
+ * the message before it is cut to the caller's buffer.
  */
 #include "dsn.h"
 
 #include "common.h"
 
+#include <ctype.h>
 #include <libpq-fe.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int pawl_dsn_check(const char *dsn, char *err, size_t errlen)
@@ -20,7 +28,7 @@ int pawl_dsn_check(const char *dsn, char *err, size_t errlen)
     PQconninfoOption *opts = PQconninfoParse(dsn, &msg);
     if (opts == NULL) {
         if (err && errlen) {
-            snprintf(err, errlen, "%s", msg ? msg : "out of memory");
+            pawl_dsn_scrub(dsn, msg ? msg : "out of memory", err, errlen);
             /* libpq's messages end with a newline; error strings here do not. */
             size_t n = strlen(err);
             while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' '))
@@ -33,6 +41,35 @@ int pawl_dsn_check(const char *dsn, char *err, size_t errlen)
     return 0;
 }
 
+/* Print opts as key=value into out (from used), secrets masked; envonly: only the options libpq
+ * took from the environment, and the user name. Returns the new length. */
+static size_t print_opts(const PQconninfoOption *opts, int envonly, char *out, size_t outlen,
+                         size_t used)
+{
+    for (const PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+        if (o->val == NULL || o->val[0] == '\0')
+            continue;
+        /* Debug options ("D") are noise in a printed DSN. */
+        if (o->dispchar && o->dispchar[0] == 'D')
+            continue;
+        if (envonly && strcmp(o->keyword, "user") != 0 &&
+            !(o->envvar && getenv(o->envvar) && getenv(o->envvar)[0]))
+            continue;
+        /* dispchar "*" marks secret options (password); hide them whatever their name. */
+        int secret = strcmp(o->keyword, "password") == 0 ||
+                     strcmp(o->keyword, "sslpassword") == 0 ||
+                     (o->dispchar && o->dispchar[0] == '*');
+        int n = snprintf(out + used, outlen - used, "%s%s=%s", used ? " " : "", o->keyword,
+                         secret ? "***" : o->val);
+        if (n < 0 || (size_t)n >= outlen - used) {
+            out[used] = '\0'; /* never half an option: a cut value could be misread */
+            break;
+        }
+        used += (size_t)n;
+    }
+    return used;
+}
+
 char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
 {
     if (outlen == 0)
@@ -43,20 +80,239 @@ char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
         snprintf(out, outlen, "<invalid dsn>");
         return out;
     }
-    size_t used = 0;
-    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
-        if (o->val == NULL || o->val[0] == '\0')
-            continue;
-        /* dispchar "*" marks secret options (password); hide them whatever their name. */
-        int secret = strcmp(o->keyword, "password") == 0 || (o->dispchar && o->dispchar[0] == '*');
-        int n = snprintf(out + used, outlen - used, "%s%s=%s", used ? " " : "", o->keyword,
-                         secret ? "***" : o->val);
-        if (n < 0 || (size_t)n >= outlen - used) {
-            out[outlen - 1] = '\0';
-            break;
-        }
-        used += (size_t)n;
-    }
+    int any = 0;
+    for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+        any |= o->val != NULL && o->val[0] != '\0';
+    if (any)
+        print_opts(opts, 0, out, outlen, 0);
     PQconninfoFree(opts);
+    if (!any) {
+        /* Nothing set (the empty DSN): libpq's environment and defaults decide; show what the
+         * environment set. */
+        PQconninfoOption *defs = PQconndefaults();
+        if (defs) {
+            print_opts(defs, 1, out, outlen, 0);
+            PQconninfoFree(defs);
+        }
+    }
+    return out;
+}
+
+/* ---- finding the secrets ------------------------------------------------------------------ */
+
+#define MAX_SECRETS 64
+
+struct secrets {
+    int n;
+    char *s[MAX_SECRETS];
+};
+
+static void add_secret(struct secrets *S, const char *p, size_t len)
+{
+    if (len == 0 || S->n >= MAX_SECRETS)
+        return;
+    for (int i = 0; i < S->n; i++)
+        if (strlen(S->s[i]) == len && memcmp(S->s[i], p, len) == 0)
+            return;
+    char *c = malloc(len + 1);
+    if (c == NULL)
+        return;
+    memcpy(c, p, len);
+    c[len] = '\0';
+    S->s[S->n++] = c;
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* A URI piece: as written, percent-decoded, and (for a malformed URI, whose parser may stop at
+ * any delimiter and quote what came before) each run between delimiters. */
+static void add_uri_secret(struct secrets *S, const char *p, size_t len)
+{
+    add_secret(S, p, len);
+    char *d = malloc(len + 1);
+    if (d == NULL)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int h, l;
+        if (p[i] == '%' && i + 2 < len && (h = hexval((unsigned char)p[i + 1])) >= 0 &&
+            (l = hexval((unsigned char)p[i + 2])) >= 0) {
+            d[n++] = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            d[n++] = p[i];
+        }
+    }
+    add_secret(S, d, n);
+    free(d);
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i == len || strchr("/?@:&#=[]", p[i])) {
+            if (i - start >= 2 && !(start == 0 && i == len))
+                add_secret(S, p + start, i - start);
+            start = i + 1;
+        }
+    }
+}
+
+static int is_uri(const char *dsn)
+{
+    return strncmp(dsn, "postgresql://", 13) == 0 || strncmp(dsn, "postgres://", 11) == 0;
+}
+
+static void collect_uri_userinfo(const char *dsn, struct secrets *S)
+{
+    const char *p = strstr(dsn, "://") + 3;
+    const char *q = p;
+    /* libpq's reading: userinfo ends at the first '@' unless a '/' comes first. */
+    while (*q && *q != '@' && *q != '/')
+        q++;
+    const char *ends[2] = {*q == '@' ? q : NULL, NULL};
+    /* Another reading of a malformed URI: everything up to the last '@' before the query. */
+    const char *query = strchr(p, '?');
+    for (const char *r = p; *r && (query == NULL || r < query); r++)
+        if (*r == '@')
+            ends[1] = r;
+    for (int k = 0; k < 2; k++) {
+        if (ends[k] == NULL)
+            continue;
+        const char *colon = memchr(p, ':', (size_t)(ends[k] - p));
+        if (colon)
+            add_uri_secret(S, colon + 1, (size_t)(ends[k] - colon - 1));
+    }
+}
+
+/* password=VALUE / sslpassword=VALUE anywhere (the key=value form and a URI's query). */
+static void collect_keywords(const char *dsn, struct secrets *S, int uri)
+{
+    for (const char *k = strstr(dsn, "password"); k; k = strstr(k + 1, "password")) {
+        const char *p = k + 8;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
+            p++;
+        if (*p != '=')
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
+            p++;
+        if (*p == '\'' && !uri) {
+            const char *v = ++p;
+            size_t cap = strlen(v) + 1, n = 0;
+            char *un = malloc(cap);
+            while (*p && *p != '\'') {
+                if (*p == '\\' && p[1])
+                    p++;
+                if (un)
+                    un[n++] = *p;
+                p++;
+            }
+            add_secret(S, v, (size_t)(p - v));
+            if (un)
+                add_secret(S, un, n);
+            free(un);
+        } else {
+            const char *v = p;
+            while (*p && !isspace((unsigned char)*p) && !(uri && (*p == '&' || *p == '#')))
+                p++;
+            if (uri)
+                add_uri_secret(S, v, (size_t)(p - v));
+            else
+                add_secret(S, v, (size_t)(p - v));
+        }
+    }
+}
+
+static void collect(const char *dsn, struct secrets *S)
+{
+    S->n = 0;
+    if (dsn == NULL)
+        return;
+    int uri = is_uri(dsn);
+    if (uri)
+        collect_uri_userinfo(dsn, S);
+    collect_keywords(dsn, S, uri);
+}
+
+static void free_secrets(struct secrets *S)
+{
+    for (int i = 0; i < S->n; i++)
+        free(S->s[i]);
+    S->n = 0;
+}
+
+int pawl_dsn_has_password(const char *dsn)
+{
+    struct secrets S;
+    collect(dsn, &S);
+    int has = S.n > 0;
+    free_secrets(&S);
+    return has;
+}
+
+/* Replace every occurrence of secret in *buf (heap, reallocated) by "***". */
+static void replace_all(char **buf, const char *secret)
+{
+    size_t sl = strlen(secret);
+    size_t count = 0;
+    for (const char *p = strstr(*buf, secret); p; p = strstr(p + sl, secret))
+        count++;
+    if (count == 0)
+        return;
+    size_t len = strlen(*buf);
+    size_t nl = len - count * sl + count * 3;
+    char *o = malloc(nl + 1);
+    if (o == NULL) {
+        /* No memory to rewrite it: hide the whole message rather than print a secret. */
+        snprintf(*buf, len + 1, "%s", len >= 3 ? "***" : "");
+        return;
+    }
+    char *w = o;
+    const char *r = *buf;
+    for (const char *p = strstr(r, secret); p; p = strstr(r, secret)) {
+        memcpy(w, r, (size_t)(p - r));
+        w += p - r;
+        memcpy(w, "***", 3);
+        w += 3;
+        r = p + sl;
+    }
+    strcpy(w, r);
+    free(*buf);
+    *buf = o;
+}
+
+char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
+{
+    if (outlen == 0)
+        return out;
+    out[0] = '\0';
+    if (msg == NULL)
+        return out;
+    struct secrets S;
+    collect(dsn, &S);
+    char *buf = pawl_strdup(msg);
+    if (buf == NULL) {
+        if (S.n == 0)
+            snprintf(out, outlen, "%s", msg);
+        free_secrets(&S);
+        return out;
+    }
+    /* Longest first, so that a secret containing another is replaced whole. */
+    for (int i = 0; i < S.n; i++)
+        for (int j = i + 1; j < S.n; j++)
+            if (strlen(S.s[j]) > strlen(S.s[i])) {
+                char *t = S.s[i];
+                S.s[i] = S.s[j];
+                S.s[j] = t;
+            }
+    for (int i = 0; i < S.n; i++)
+        replace_all(&buf, S.s[i]);
+    snprintf(out, outlen, "%s", buf);
+    pawl_free(buf);
+    free_secrets(&S);
     return out;
 }

@@ -15,6 +15,7 @@
  */
 #include "common.h"
 #include "log_int.h"
+#include "dsn.h"
 
 #include "pawl/log.h"
 #include "pawl/processor.h"
@@ -120,7 +121,8 @@ static int admin_i64(struct source_pg *s, const char *sql, const char *param, in
     PGconn *c = PQconnectdb(s->dsn);
     int rc = 0;
     if (PQstatus(c) != CONNECTION_OK) {
-        set_err(s, PQerrorMessage(c));
+        char m[512];
+        set_err(s, pawl_dsn_scrub(s->dsn, PQerrorMessage(c), m, sizeof m));
         PQfinish(c);
         return PAWL_ECONN;
     }

@@ -271,7 +271,10 @@ static void conn_break(struct conn *c, const char *why_in)
     char dsnbuf[256];
     /* libpq's messages span lines; logs and request messages want one. */
     char why[512];
-    copy_trimmed(why, sizeof why, why_in ? why_in : "");
+    /* A connection error may quote the DSN (a host name, a malformed value): never a secret. */
+    pawl_dsn_scrub(p->dsn, why_in ? why_in : "", why, sizeof why);
+    for (size_t n = strlen(why); n > 0 && (why[n - 1] == '\n' || why[n - 1] == ' ');)
+        why[--n] = '\0';
     for (char *q = why; *q; q++)
         if (*q == '\n' || *q == '\t')
             *q = ' ';

@@ -53,9 +53,9 @@ static int open_conn(const char *dsn, PGconn **out, char *err, size_t errlen)
     }
     PGconn *c = PQconnectdb(dsn);
     if (PQstatus(c) != CONNECTION_OK) {
-        char d[256];
+        char d[256], m[512];
         put_err(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),
-                PQerrorMessage(c));
+                pawl_dsn_scrub(dsn, PQerrorMessage(c), m, sizeof m));
         PQfinish(c);
         return PAWL_ECONN;
     }

@@ -357,6 +357,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
                    pawl_config_source_name(pawl_config_source_of(cfg, f->name)),
                    pawl_config_flag_env(f, env, sizeof env));
         }
+        tool_dsn_config(cfg, stdout, 1); /* the database actually used, and from where */
         printf("\n}\n");
         return TOOL_OK;
     }
@@ -373,6 +374,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
             printf(" (%s)", pawl_config_flag_env(f, env, sizeof env));
         putchar('\n');
     }
+    tool_dsn_config(cfg, stdout, 0); /* the database actually used, and from where */
     return TOOL_OK;
 }
 
@@ -430,6 +432,7 @@ int main(int argc, char **argv)
         pawl_config_fini(&cfg);
         return TOOL_OK;
     }
+    tool_dsn_warn_argv(&cfg); /* a password in argv is visible in ps */
     if (cfg.dsn && cfg.dsn[0] && pawl_dsn_check(cfg.dsn, err, sizeof err) != 0) {
         tool_err("invalid value for --dsn: %s", err);
         pawl_config_fini(&cfg);

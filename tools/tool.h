@@ -50,13 +50,20 @@ extern volatile sig_atomic_t tool_stop;
 void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
- * The database to use: cfg->dsn when set, else the private PostgreSQL of the working directory
- * (via the pawl-pg script next to the binary), started if it is not running; announced on
- * stderr once. Returns a static string, or NULL after printing why.
+ * The database to use: cfg->dsn when set; else "" (libpq's environment) when a PG* connection
+ * variable is set; else the user's private PostgreSQL (via the pawl-pg script next to the
+ * binary), started if it is not running; announced on stderr once. Returns a static string, or
+ * NULL after printing why.
  */
 const char *tool_dsn(struct pawl_config *cfg);
 /* The DSN with its password hidden, for messages. Static storage. */
 const char *tool_dsn_printable(const char *dsn);
+/* Warn once on stderr when --dsn (argv, visible in ps) carries a password. */
+void tool_dsn_warn_argv(const struct pawl_config *cfg);
+/* For `pawl config`: the database the tool would use (redacted) and where that came from (--dsn,
+ * PAWL_DSN, libpq's environment, the private cluster at PATH); starts nothing. json: as a
+ * ",\n  \"database\": {...}" member to append to the flags' object. */
+void tool_dsn_config(const struct pawl_config *cfg, FILE *out, int json);
 
 /* Map a pawl error code to an exit code. */
 int tool_exit_for(int rc);

@@ -6,7 +6,7 @@
 #   --quick   2 s runs at 1 and 4 connections (about 20 s in all); default: 10 s runs at 1, 4
 #             and 8 connections (about 2.5 minutes)
 #   --dsn     the database to use (schemas bl_ascending / bl_renumber are dropped and recreated
-#             there); default $PAWL_DSN, else the checkout's private PostgreSQL
+#             there); default $PAWL_DSN, else the user's private PostgreSQL
 #   --out     default bench/results/baselines.csv (a description of the run goes next to it,
 #             in baselines.meta)
 #

@@ -5,6 +5,8 @@
 // process), so a time stamped by an appender on the main thread and one stamped by a consumer in
 // a worker thread can be subtracted.
 
+import { readFileSync } from 'node:fs';
+
 export const CSV_HEADER = 'system,workload,writers,events_per_append,events,seconds,' +
     'events_per_s,p50_ms,p99_ms,p999_ms,max_ms';
 
@@ -18,32 +20,65 @@ export function sleep(ms) {
 }
 
 // Parse a libpq connection string (keyword=value form or a postgres:// URL) into the parts the
-// drivers need. Only the keywords a benchmark uses are kept; others are ignored.
+// drivers need. Only the keywords a benchmark uses are kept; others are ignored. A passfile
+// (libpq's password file, as the private cluster's DSN names one) supplies the password when the
+// string carries none, as libpq would.
 export function parseDsn(dsn) {
     const out = { host: undefined, port: 5432, user: undefined, password: undefined,
-        database: undefined };
+        database: undefined, passfile: undefined };
     if (/^postgres(ql)?:\/\//.test(dsn)) {
         const u = new URL(dsn);
         out.host = u.searchParams.get('host') ?? (u.hostname || undefined);
         out.port = Number(u.port || u.searchParams.get('port') || 5432);
-        out.user = decodeURIComponent(u.username) || undefined;
-        out.password = decodeURIComponent(u.password) || undefined;
+        out.user = decodeURIComponent(u.username) || u.searchParams.get('user') || undefined;
+        out.password = decodeURIComponent(u.password) || u.searchParams.get('password') || undefined;
         out.database = decodeURIComponent(u.pathname.replace(/^\//, '')) || undefined;
-        return out;
+        out.passfile = u.searchParams.get('passfile') || undefined;
+    } else {
+        // keyword=value pairs; values may be single-quoted with backslash escapes.
+        const re = /\s*([A-Za-z_]+)\s*=\s*('((?:[^'\\]|\\.)*)'|\S+)/g;
+        let m;
+        while ((m = re.exec(dsn)) !== null) {
+            const key = m[1];
+            const val = m[3] !== undefined ? m[3].replace(/\\(.)/g, '$1') : m[2];
+            if (key === 'host') out.host = val;
+            else if (key === 'port') out.port = Number(val);
+            else if (key === 'user') out.user = val;
+            else if (key === 'password') out.password = val;
+            else if (key === 'dbname') out.database = val;
+            else if (key === 'passfile') out.passfile = val;
+        }
     }
-    // keyword=value pairs; values may be single-quoted with backslash escapes.
-    const re = /\s*([A-Za-z_]+)\s*=\s*('((?:[^'\\]|\\.)*)'|\S+)/g;
-    let m;
-    while ((m = re.exec(dsn)) !== null) {
-        const key = m[1];
-        const val = m[3] !== undefined ? m[3].replace(/\\(.)/g, '$1') : m[2];
-        if (key === 'host') out.host = val;
-        else if (key === 'port') out.port = Number(val);
-        else if (key === 'user') out.user = val;
-        else if (key === 'password') out.password = val;
-        else if (key === 'dbname') out.database = val;
-    }
+    if (out.password === undefined && out.passfile) out.password = fromPassfile(out);
     return out;
+}
+
+// The password libpq would take from a password file (host:port:database:user:password lines,
+// `*` matching anything, `\` escaping; a socket directory matches as `localhost`).
+function fromPassfile(p) {
+    let text;
+    try {
+        text = readFileSync(p.passfile, 'utf8');
+    } catch {
+        return undefined;
+    }
+    const host = !p.host || p.host.startsWith('/') ? 'localhost' : p.host;
+    const want = [host, String(p.port), p.database ?? p.user ?? '', p.user ?? ''];
+    for (const line of text.split('\n')) {
+        if (line === '' || line.startsWith('#')) continue;
+        const fields = [];
+        let cur = '';
+        for (let i = 0; i < line.length; i++) {
+            if (line[i] === '\\' && i + 1 < line.length) cur += line[++i];
+            else if (line[i] === ':' && fields.length < 4) { fields.push(cur); cur = ''; }
+            else cur += line[i];
+        }
+        fields.push(cur);
+        if (fields.length === 5 && want.every((w, i) => fields[i] === '*' || fields[i] === w)) {
+            return fields[4];
+        }
+    }
+    return undefined;
 }
 
 // A pg client configuration for database `database` on the server that `dsn` names.

@@ -11,9 +11,10 @@
 // - The consumer mirrors the Eventide consumer's defaults: get_category_messages with batch
 //   size 1000, a poll interval of 100 ms (an empty read waits out the rest of the 100 ms cycle),
 //   and the consumer's position written to its position stream every 100 messages.
-// - The client connects as the `message_store` role that the install script creates (LOGIN, no
-//   password), with the message_store schema on its search path, as Eventide's clients do. On
-//   a server where that role cannot log in, PEERS_MESSAGEDB_USER names another one.
+// - The client connects as the `message_store` role that the install script creates (LOGIN; on
+//   a server that checks passwords, setup.sh gives it the DSN's password), with the
+//   message_store schema on its search path, as Eventide's clients do. On a server where that
+//   role cannot log in, PEERS_MESSAGEDB_USER names another one.
 
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
@@ -45,7 +46,8 @@ export class MessageDb {
         const user = process.env.PEERS_MESSAGEDB_USER || 'message_store';
         return pgConfig(this.dsn, DATABASE, {
             user,
-            password: user === 'message_store' ? undefined : parseDsn(this.dsn).password,
+            // setup.sh gives message_store the DSN's password on a server that checks them.
+            password: parseDsn(this.dsn).password,
             options: '-c search_path=message_store,public',
         });
     }

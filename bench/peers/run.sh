@@ -4,7 +4,7 @@
 #   bench/peers/run.sh [--quick] [--dsn DSN] [--out FILE]
 #
 #   --quick   short runs (about 30 s in all); default: the full run (a few minutes)
-#   --dsn     the server (its dbname is ignored); default $PAWL_DSN, else the checkout's private
+#   --dsn     the server (its dbname is ignored); default $PAWL_DSN, else the user's private
 #             PostgreSQL (started if it is not running)
 #   --out     the CSV file; default bench/results/peers.csv. A description of the run (date,
 #             machine, versions, command) goes next to it as <FILE without .csv>.meta.

@@ -2,7 +2,7 @@
 # setup.sh — install the peer event stores for the side-by-side benchmarks (idempotent).
 #
 #   bench/peers/setup.sh [DSN]        DSN: the PostgreSQL server to use (its dbname is ignored);
-#                                     default $PAWL_DSN, else the checkout's private PostgreSQL
+#                                     default $PAWL_DSN, else the user's private PostgreSQL
 #   options (environment): PEERS_RESET=1 drops and recreates the peers' databases;
 #                          PEERS_OFFLINE=1 never runs npm (uses what node_modules holds).
 #
@@ -47,7 +47,9 @@ const q = (s) => \"'\" + String(s).replace(/'/g, \"'\\\\''\") + \"'\";
 if (p.host) console.log('export PGHOST=' + q(p.host));
 console.log('export PGPORT=' + q(p.port));
 if (p.user) console.log('export PGUSER=' + q(p.user));
-if (p.password) console.log('export PGPASSWORD=' + q(p.password));
+if (p.passfile) console.log('export PGPASSFILE=' + q(p.passfile));
+else if (p.password) console.log('export PGPASSWORD=' + q(p.password));
+if (p.password) console.log('peer_pw=' + q(p.password));
 " "$dsn")"
 unset PGDATABASE
 export PGOPTIONS='-c client_min_messages=warning'
@@ -67,6 +69,11 @@ if ! exists pawl_peer_messagedb ||
    [ "$(psql -d pawl_peer_messagedb -Atqc "select to_regproc('message_store.write_message') is not null")" != t ]; then
     psql -d postgres -qc "drop database if exists pawl_peer_messagedb"
     (cd "$mdb" && DATABASE_NAME=pawl_peer_messagedb bash ./install.sh >/dev/null)
+fi
+# On a server that checks passwords (the private cluster: SCRAM only), the message_store role
+# logs in with the administrative user's password (messagedb.mjs passes the DSN's password).
+if [ -n "${peer_pw:-}" ]; then
+    psql -d postgres -q -v ON_ERROR_STOP=1 -v pw="$peer_pw" <<<"ALTER ROLE message_store PASSWORD :'pw'" >/dev/null
 fi
 echo "message-db $(psql -d pawl_peer_messagedb -Atqc 'select message_store.message_store_version()') in pawl_peer_messagedb"
 

@@ -93,11 +93,14 @@ PAWL_DSN="$NDSN" timeout -s KILL 30 "$PAWL" run --processor p 2>"$tmp/err"; rc=$
 check "newer schema: nothing written, version untouched" $?
 
 # ---- a read-only user -------------------------------------------------------------------------
-psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $ro LOGIN" -c "GRANT USAGE ON SCHEMA pawl, pawl_api TO $ro" \
+# Logins are password checks: the role's password is in a password file of this test's own.
+pw=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+(umask 077 && echo "*:*:*:$ro:$pw" >"$tmp/pgpass")
+psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $ro LOGIN PASSWORD '$pw'" -c "GRANT USAGE ON SCHEMA pawl, pawl_api TO $ro" \
     -c "GRANT SELECT ON ALL TABLES IN SCHEMA pawl, pawl_api TO $ro" >/dev/null
-echo '{"stream":"s","type":"T"}' | PAWL_DSN="$DSN user=$ro" "$PAWL" append --no-finalizer 2>"$tmp/err"; rc=$?
+echo '{"stream":"s","type":"T"}' | PAWL_DSN="$DSN user=$ro passfile=$tmp/pgpass" "$PAWL" append --no-finalizer 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ]; check "append as a read-only user (exit $rc, want 1)" $?; said "42501\|permission denied"
-PAWL_DSN="$DSN user=$ro" "$PAWL" tail --from 0 --count 2 --no-finalizer >/dev/null 2>&1; expect_rc "tail as a read-only user" 0 $?
+PAWL_DSN="$DSN user=$ro passfile=$tmp/pgpass" "$PAWL" tail --from 0 --count 2 --no-finalizer >/dev/null 2>&1; expect_rc "tail as a read-only user" 0 $?
 [ "$(events "$DSN")" -eq 2 ]; check "read-only user wrote nothing" $?
 
 # ---- databases that refuse connections ------------------------------------------------------

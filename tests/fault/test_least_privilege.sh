@@ -31,19 +31,23 @@ check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((
 expect_rc() { [ "$2" -eq "$3" ]; check "$1 (exit $3, want $2)" $?; }
 q() { psql "$OWNER" -qAtc "$1"; }
 # Run SQL as a role; prints the outcome (errors included) and always succeeds, for grep.
-as() { local who=$1; shift; psql "$OWNER user=$who" -qAt -v ON_ERROR_STOP=1 -c "$1" 2>&1 || true; }
+as() { local who=$1; shift; psql "$OWNER user=$who passfile=$tmp/pgpass" -qAt -v ON_ERROR_STOP=1 -c "$1" 2>&1 || true; }
 
 PAWL_DSN="$OWNER" "$PAWL" init >/dev/null 2>&1; expect_rc "init as the owner" 0 $?
 psql "$OWNER" -q -v ON_ERROR_STOP=1 -f "$SRC/sql/roles/least_privilege.sql" >"$tmp/roles.out" 2>&1
 expect_rc "role setup applies" 0 $?
 psql "$OWNER" -q -v ON_ERROR_STOP=1 -f "$SRC/sql/roles/least_privilege.sql" >/dev/null 2>&1
 expect_rc "role setup is idempotent" 0 $?
-psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN IN ROLE pawl_appender" \
-    -c "CREATE ROLE $proc LOGIN IN ROLE pawl_processor" -c "CREATE ROLE $other LOGIN" >/dev/null
+# Every login is a password check (no trust in the private cluster): the roles get a random
+# password each, in a password file of this test's own.
+pw=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+(umask 077 && for r in $app $proc $other; do echo "*:*:*:$r:$pw"; done >"$tmp/pgpass")
+psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN PASSWORD '$pw' IN ROLE pawl_appender" \
+    -c "CREATE ROLE $proc LOGIN PASSWORD '$pw' IN ROLE pawl_processor" -c "CREATE ROLE $other LOGIN PASSWORD '$pw'" >/dev/null
 expect_rc "login roles" 0 $?
 
 # ---- the appender ---------------------------------------------------------------------------
-export PAWL_DSN="$OWNER user=$app"
+export PAWL_DSN="$OWNER user=$app passfile=$tmp/pgpass"
 printf '%s\n' '{"stream":"a-1","type":"T","payload":{"v":1}}' '{"stream":"a-2","type":"T"}' |
     "$PAWL" append 2>"$tmp/err"
 expect_rc "appender: pawl append" 0 $?
@@ -65,7 +69,7 @@ as $app "UPDATE pawl.events SET type = 'x'" | grep -q 'permission denied'; check
 [ $rc -ne 0 ]; check "appender: pawl init refused (exit $rc)" $?
 
 # ---- the processor --------------------------------------------------------------------------
-export PAWL_DSN="$OWNER user=$proc"
+export PAWL_DSN="$OWNER user=$proc passfile=$tmp/pgpass"
 "$PAWL" run --processor pp --handler count --segments 4 --claim-poll 100ms >"$tmp/run.out" 2>"$tmp/run.err" &
 bg=$!
 ok=1
@@ -92,7 +96,7 @@ as $proc "DELETE FROM pawl.events" | grep -q 'permission denied'; check "process
 "$PAWL" init >/dev/null 2>&1; rc=$?; [ $rc -ne 0 ]; check "processor: pawl init refused (exit $rc)" $?
 
 # ---- a role in no group ---------------------------------------------------------------------
-export PAWL_DSN="$OWNER user=$other"
+export PAWL_DSN="$OWNER user=$other passfile=$tmp/pgpass"
 echo '{"stream":"o-1","type":"T"}' | "$PAWL" append >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ]; check "other: pawl append refused (exit $rc, want 1: a refusal, not an unreachable database)" $?
 grep -q '42501\|permission denied' "$tmp/err"; check "other: the append's message says permission denied" $?

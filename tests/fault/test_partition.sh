@@ -62,13 +62,17 @@ net || { echo "SKIP: cannot create veth pairs in network namespaces"; exit 77; }
 
 # ---- PostgreSQL in the database namespace, TCP on both links, unix socket for the test -------
 "$PG" start >/dev/null || { echo "cannot start PostgreSQL"; exit 1; }
-echo "host all all 10.201.0.0/16 trust" >>"$("$PG" dir)/data/pg_hba.conf"
+# The nodes' addresses, with a password check like every other login (no trust lines). The file
+# belongs to the cluster's owner: append as that owner.
+if [ "$(id -u)" = 0 ]; then owner=(runuser -u postgres --); else owner=(); fi
+echo "host all all 10.201.0.0/16 scram-sha-256" | "${owner[@]}" tee -a "$("$PG" dir)/data/pg_hba.conf" >/dev/null
 "$PG" stop >/dev/null
 ip netns exec "$NSDB" env PAWL_PG_TCP_PORT=5432 PAWL_PG_TCP_ADDR=10.201.1.1,10.201.2.1 "$PG" start >/dev/null ||
     { echo "cannot start PostgreSQL in the namespace"; exit 1; }
 DSN=$("$PG" dsn)
-TCP_A="host=10.201.1.1 port=5432 dbname=pawl user=pawl connect_timeout=3"
-TCP_B="host=10.201.2.1 port=5432 dbname=pawl user=pawl connect_timeout=3"
+PASSFILE=${DSN##*passfile=}
+TCP_A="host=10.201.1.1 port=5432 dbname=pawl user=pawl passfile=$PASSFILE connect_timeout=3"
+TCP_B="host=10.201.2.1 port=5432 dbname=pawl user=pawl passfile=$PASSFILE connect_timeout=3"
 ip netns exec "$NSA" psql "$TCP_A" -qAtc 'SELECT 1' >/dev/null 2>&1; check "node A's namespace reaches PostgreSQL over TCP" $?
 ip netns exec "$NSB" psql "$TCP_B" -qAtc 'SELECT 1' >/dev/null 2>&1; check "node B's namespace reaches PostgreSQL over TCP" $?
 psql "$TCP_A" -qAtc 'SELECT 1' >/dev/null 2>&1; [ $? -ne 0 ]; check "the host itself has no route to those addresses" $?

@@ -43,12 +43,86 @@ static void test_invalid(void **state)
     assert_true(strlen(tiny) < sizeof tiny);
 }
 
+/* libpq's parse errors quote the malformed part, for a URI often the whole string: the check's
+ * message never carries the password, in any of the forms it can be written in. */
+static void test_check_never_echoes_password(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "postgresql://alice:Zq9SecretPw@[::1/db",         /* whole URI quoted */
+        "postgresql://alice:Zq9Secret%ZZPw@host/db",      /* bad percent-encoding in the password */
+        "postgresql://alice:Zq9SecretPw@host/db?host=%zz", /* bad percent-encoding later on */
+        "postgresql://alice@host/db?password=Zq9SecretPw&x", /* query parameter without "=" */
+        "postgres://alice:Zq9SecretPw@host/db?nosuch=1",
+        "password=Zq9SecretPw host",                      /* key=value, malformed after it */
+        "password='Zq9SecretPw host=x",                   /* unterminated quote */
+        "host=x password = Zq9SecretPw nosuch=1",
+        "sslpassword=Zq9SecretPw nosuch=1",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[1024] = "";
+        assert_int_equal(pawl_dsn_check(bad[i], err, sizeof err), PAWL_EINVAL);
+        assert_true(err[0] != '\0');
+        if (strstr(err, "Zq9Secret") != NULL)
+            fail_msg("case %zu: the password shows in \"%s\"", i, err);
+        assert_true(pawl_dsn_has_password(bad[i]));
+    }
+    assert_false(pawl_dsn_has_password("host=/tmp dbname=x passfile=/tmp/p"));
+    assert_false(pawl_dsn_has_password("postgresql://alice@host/db"));
+    assert_true(pawl_dsn_has_password("postgresql://alice:pw@host/db"));
+}
+
+static void test_scrub(void **state)
+{
+    (void)state;
+    char out[256];
+    /* As written, unescaped, percent-decoded. */
+    pawl_dsn_scrub("host=x password='a\\'b c'", "x a\\'b c y a'b c z", out, sizeof out);
+    assert_string_equal(out, "x *** y *** z");
+    pawl_dsn_scrub("postgresql://u:p%40ss%2Fw0rd@h/db", "bad \"p%40ss%2Fw0rd\" or p@ss/w0rd", out,
+                   sizeof out);
+    assert_null(strstr(out, "w0rd"));
+    /* Cut short after scrubbing: no part of the secret at the end. */
+    char tiny[12];
+    pawl_dsn_scrub("password=0123456789abcdef", "at 0123456789abcdef", tiny, sizeof tiny);
+    assert_null(strstr(tiny, "0123"));
+    /* No secret: the message as it is. */
+    pawl_dsn_scrub("host=/tmp dbname=x", "plain message", out, sizeof out);
+    assert_string_equal(out, "plain message");
+}
+
+/* The library's own connection errors (a server that is not there) name the DSN redacted. */
+static void test_store_error_has_no_password(void **state)
+{
+    (void)state;
+    static const char *const dsns[] = {
+        "host=/nonexistent-pawl dbname=x user=u password=Zq9SecretPw connect_timeout=2",
+        "postgresql://u:Zq9SecretPw@/x?host=/nonexistent-pawl&connect_timeout=2",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char err[1024] = "";
+        struct pawl_store *s = NULL;
+        struct pawl_store_opts o;
+        pawl_store_opts_defaults(&o);
+        o.connect_timeout_ms = 2000;
+        o.open_timeout_ms = 2000;
+        assert_int_not_equal(pawl_store_new(&s, dsns[i], &o, err, sizeof err), 0);
+        assert_null(s);
+        assert_true(err[0] != '\0');
+        if (strstr(err, "Zq9Secret") != NULL)
+            fail_msg("the password shows in \"%s\"", err);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_redact_keyword_form),
         cmocka_unit_test(test_redact_uri_form),
         cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_check_never_echoes_password),
+        cmocka_unit_test(test_scrub),
+        cmocka_unit_test(test_store_error_has_no_password),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
