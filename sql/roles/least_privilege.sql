@@ -6,6 +6,7 @@
 --   psql "$OWNER_DSN" -v ON_ERROR_STOP=1 -f sql/roles/least_privilege.sql
 --   CREATE ROLE orders_api LOGIN PASSWORD '...' IN ROLE pawl_appender;
 --   CREATE ROLE orders_projector LOGIN PASSWORD '...' IN ROLE pawl_processor;
+--   SELECT pawl.grant_processor('orders', 'orders_projector');   -- as the owner, per processor
 --
 -- and run it again after each `pawl init` that upgrades the schema (new tables and functions
 -- get their grants here, not from defaults). It is idempotent.
@@ -18,21 +19,31 @@
 --       event rows and finalizes them (the appending process runs the finalizer), so it may
 --       insert into pawl.runs and execute pawl.finalize. It cannot update or delete events, and
 --       cannot read or write tokens: an appender can never move a processor's checkpoint.
---   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and claim,
---       extend and store tokens (pawl.tokens, pawl.processor_nodes, the token functions, which
---       include reset / split / merge of `pawl reset|split|merge`). It cannot append events:
---       no INSERT on pawl.events. It may finalize (insert into pawl.runs): the processor's log
---       source runs a finalizer so that appends of a crashed appender still become readable;
---       finalizing only orders appends that were already committed, it cannot create events.
---       (`pawl run --no-finalizer` starts none; such a processor needs no INSERT on pawl.runs.)
---       Projection tables a processor's handlers write belong to the service: grant those
---       yourself.
+--   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and use the
+--       token store through pawl's token functions only (tokens_list, tokens_claim,
+--       tokens_extend, nodes_live, nodes_leave, tokens_release, store_token, and tokens_init /
+--       _reset / _split / _merge of `pawl reset|split|merge`). It has no rights on the token
+--       tables themselves, and the functions (SECURITY DEFINER, sql/007_token_isolation.sql)
+--       serve only the processors granted to the session's login, so processors are isolated
+--       from each other: a login granted `orders` can neither read nor move the tokens, claims
+--       or nodes of `billing`. Grant each processor to the role (a login, or a group of them)
+--       that runs it, as the owner:
 --
--- Token functions run with the caller's rights (SECURITY INVOKER), so the table grants are what
--- enforce the split; EXECUTE on pawl's functions is also revoked from PUBLIC so that a role
--- outside these groups cannot even call them. Read-only consumers in other languages need only
--- the SQL face: GRANT pawl_reader (USAGE on pawl_api, SELECT on the view, EXECUTE on its
--- functions; those read pawl.events and pawl.runs, so SELECT on both as well).
+--         SELECT pawl.grant_processor('orders', 'orders_projector');
+--         SELECT pawl.revoke_processor('orders', 'orders_projector');   -- take it back
+--
+--       ('*' grants every processor, for an operator's role.) The owner, and superusers, need
+--       no grant. It cannot append events: no INSERT on pawl.events. It may finalize (insert
+--       into pawl.runs): the processor's log source runs a finalizer so that appends of a
+--       crashed appender still become readable; finalizing only orders appends that were
+--       already committed, it cannot create events. (`pawl run --no-finalizer` starts none;
+--       such a processor needs no INSERT on pawl.runs.) Projection tables a processor's
+--       handlers write belong to the service: grant those yourself.
+--
+-- EXECUTE on pawl's functions is revoked from PUBLIC so that a role outside these groups cannot
+-- even call them. Read-only consumers in other languages need only the SQL face: GRANT
+-- pawl_reader (USAGE on pawl_api, SELECT on the view, EXECUTE on its functions; those read
+-- pawl.events and pawl.runs, so SELECT on both as well).
 
 \set ON_ERROR_STOP 1
 
@@ -69,10 +80,10 @@ GRANT INSERT ON pawl.events TO pawl_appender;
 GRANT INSERT ON pawl.runs TO pawl_appender;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 
--- Processors: tokens (rows are replaced by split and merge) and the node registry; finalize
--- (see above); never events.
-GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.tokens TO pawl_processor; -- DELETE: split, merge
-GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.processor_nodes TO pawl_processor;
+-- Processors: the token functions (which check the processor grants) and nothing on the token
+-- tables (rights a role setup before schema 7 granted are taken back); finalize (see above);
+-- never events.
+REVOKE ALL ON pawl.tokens, pawl.processor_nodes, pawl.processor_grants FROM pawl_processor;
 GRANT INSERT ON pawl.runs TO pawl_processor;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
 DO $fns$
@@ -80,8 +91,10 @@ DECLARE
     f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-              WHERE p.pronamespace = 'pawl'::regnamespace AND p.proname LIKE 'tokens%'
-                 OR p.pronamespace = 'pawl'::regnamespace AND p.proname = 'store_token'
+              WHERE p.pronamespace = 'pawl'::regnamespace
+                AND p.proname IN ('tokens_list', 'tokens_claim', 'tokens_extend', 'nodes_live',
+                                  'nodes_leave', 'tokens_release', 'store_token', 'tokens_init',
+                                  'tokens_reset', 'tokens_split', 'tokens_merge')
     LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pawl_processor', f);
     END LOOP;

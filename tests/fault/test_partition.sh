@@ -87,7 +87,7 @@ sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total in
      END \$\$;
      CREATE TRIGGER audit AFTER INSERT OR UPDATE ON pawl.tokens FOR EACH ROW EXECUTE FUNCTION audit();" || exit 1
 
-owned_by() { sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'chaos_sql' AND owner = '$1'"; }
+owned_by() { sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'chaos_sql' AND owner LIKE '$1/%'"; }
 wait_until() { # seconds, condition command
     local i
     for i in $(seq 1 $(($1 * 5))); do eval "$2" && return 0; sleep 0.2; done
@@ -115,9 +115,9 @@ before=$(sql "SELECT min(token) FROM pawl.tokens WHERE processor = 'chaos_sql'")
 sleep 12
 after=$(sql "SELECT min(token) FROM pawl.tokens WHERE processor = 'chaos_sql'")
 [ "$after" -gt "$before" ]; check "B keeps every segment moving during the partition (min token $before -> $after)" $?
-during=$(sql "SELECT count(*) FROM audit WHERE new_owner = 'node-a' AND at > '$cut_at'::timestamptz")
+during=$(sql "SELECT count(*) FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$cut_at'::timestamptz")
 [ "$during" -eq 0 ]; check "nothing was written as A while it was cut off ($during token writes)" $?
-[ "$during" -eq 0 ] || sql "SELECT * FROM audit WHERE new_owner = 'node-a' AND at > '$cut_at'::timestamptz LIMIT 5"
+[ "$during" -eq 0 ] || sql "SELECT * FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$cut_at'::timestamptz LIMIT 5"
 ip -n "$NSA" link set "va$tag" up
 restored_at=$(sql "SELECT now()")
 
@@ -153,7 +153,7 @@ grep -q 'claim taken over\|claims lost [1-9]' "$work/a.log"
 check "A found out on reconnect that its claims were taken over (and rolled its batch back)" $?
 echo "node A: $(tail -n 1 "$work/a.log")"
 echo "node B: $(tail -n 1 "$work/b.log")"
-echo "A's token writes after the link returned: $(sql "SELECT count(*) FROM audit WHERE new_owner = 'node-a' AND at > '$restored_at'::timestamptz")"
+echo "A's token writes after the link returned: $(sql "SELECT count(*) FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$restored_at'::timestamptz")"
 
 echo "$fails failure(s)"
 if [ "$fails" -ne 0 ]; then keep=1; tail -n 20 "$work"/*.log; fi
