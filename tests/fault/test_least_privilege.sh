@@ -3,7 +3,8 @@
 # the real `pawl` binary logged in as members of each group: the appender appends and reads but
 # cannot touch tokens nor run a processor; the processor runs, claims and stores tokens, resets,
 # but cannot append, update or delete events, nor touch a processor it is not granted; neither
-# can migrate the schema; a role outside the groups can do nothing. Every refusal is checked to have written nothing.
+# can migrate the schema; a role outside the groups can do nothing. Every refusal is checked to
+# have written nothing.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
