@@ -33,7 +33,10 @@
 --         SELECT pawl.revoke_processor('orders', 'orders_projector');   -- take it back
 --
 --       ('*' grants every processor, for an operator's role.) The owner, and superusers, need
---       no grant. It cannot append events: no INSERT on pawl.events. It may finalize (insert
+--       no grant. Upgrading from a schema before version 7, where every processor login could
+--       touch every processor: its processors stop with "may not use processor" until granted;
+--       `SELECT pawl.grant_processor('*', 'pawl_processor')` restores the old sharing at once,
+--       while you grant processors one by one. It cannot append events: no INSERT on pawl.events. It may finalize (insert
 --       into pawl.runs): the processor's log source runs a finalizer so that appends of a
 --       crashed appender still become readable; finalizing only orders appends that were
 --       already committed, it cannot create events. (`pawl run --no-finalizer` starts none;
