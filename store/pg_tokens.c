@@ -345,12 +345,11 @@ static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int
     char a[24];
     const char *v[3] = {proc, me, I64(a, timeout_ms)};
     struct ints_cap c = {0};
-    struct pawl_pgstmt s = {
-        .sql = "SELECT others, before_me FROM pawl.nodes_live($1, $2, $3)",
-        .nparams = 3,
-        .values = v,
-        .on_result = on_ints,
-        .ud = &c};
+    struct pawl_pgstmt s = {.sql = "SELECT others, before_me FROM pawl.nodes_live($1, $2, $3)",
+                            .nparams = 3,
+                            .values = v,
+                            .on_result = on_ints,
+                            .ud = &c};
     int rc = run(from(tk), &s, 1);
     pawl_free(c.list);
     if (rc)
@@ -363,10 +362,7 @@ static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int
 static int pg_leave(struct pawl_tokens *tk, const char *proc, const char *me)
 {
     const char *v[2] = {proc, me};
-    struct pawl_pgstmt s = {
-        .sql = "SELECT pawl.nodes_leave($1, $2)",
-        .nparams = 2,
-        .values = v};
+    struct pawl_pgstmt s = {.sql = "SELECT pawl.nodes_leave($1, $2)", .nparams = 2, .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -374,9 +370,8 @@ static int pg_release(struct pawl_tokens *tk, const char *proc, uint32_t seg_id,
 {
     char a[24];
     const char *v[3] = {proc, I64(a, seg_id), owner};
-    struct pawl_pgstmt s = {.sql = "SELECT pawl.tokens_release($1, $2, $3)",
-                            .nparams = 3,
-                            .values = v};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT pawl.tokens_release($1, $2, $3)", .nparams = 3, .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -713,13 +708,15 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         PAWL_ERROR("tokens", "table pawl.tokens is missing: migrate the schema first");
         rc = PAWL_ESCHEMA;
     } else if (rc == 0 && c.v[0] == 2) {
-        PAWL_ERROR("tokens", "the database's schema is newer than this pawl (version %d): "
-                             "upgrade pawl",
+        PAWL_ERROR("tokens",
+                   "the database's schema is newer than this pawl (version %d): "
+                   "upgrade pawl",
                    pawl_schema_lib_version());
         rc = PAWL_ESCHEMA;
     } else if (rc == 0 && c.v[0] == 3) {
-        PAWL_ERROR("tokens", "the database's schema is older than version %d, which this "
-                             "token store needs: migrate it (pawl init)",
+        PAWL_ERROR("tokens",
+                   "the database's schema is older than version %d, which this "
+                   "token store needs: migrate it (pawl init)",
                    TOKENS_SCHEMA_MIN);
         rc = PAWL_ESCHEMA;
     }

@@ -234,12 +234,12 @@ int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store
 /* One segment row as the store holds it. */
 struct pawl_segment_status {
     struct pawl_segment seg;
-    int64_t token;                  /* events <= token are handled */
+    int64_t token;                     /* events <= token are handled */
     char owner[PAWL_INSTANCE_MAX + 1]; /* "" when unowned */
-    int64_t claim_age_ms;           /* since the claim was taken or last extended; -1 unowned */
-    int mode;                       /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
-                                       owner at claim time; -1 when unowned */
-    int64_t high_water;             /* highest token ever stored (replay detection) */
+    int64_t claim_age_ms;              /* since the claim was taken or last extended; -1 unowned */
+    int mode;                          /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
+                                          owner at claim time; -1 when unowned */
+    int64_t high_water;                /* highest token ever stored (replay detection) */
     /*
      * A merge in progress: events of the sub-segment merge_seg with index <= merge_token were
      * already handled by the faster half and are skipped. has_merge clears itself once the

@@ -117,8 +117,8 @@ static int64_t owned(const char *proc, const char *node)
 {
     char sql[256];
     snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pawl.tokens WHERE processor = '%s' AND owner LIKE '%s/%%'",
-             proc, node);
+             "SELECT count(*) FROM pawl.tokens WHERE processor = '%s' AND owner LIKE '%s/%%'", proc,
+             node);
     return q64(sql);
 }
 

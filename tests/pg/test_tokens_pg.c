@@ -413,14 +413,14 @@ static void test_upgrade_from_5(void **state)
                                             "'processor_nodes_seen_at_check')"),
                      2);
     /* The token functions are the owner's, SECURITY DEFINER with a pinned search_path. */
-    assert_int_equal(pawl_test_query_i64(
-                         d, "SELECT count(*) FROM pg_proc WHERE pronamespace = "
-                            "'pawl'::regnamespace AND prosecdef AND proconfig::text LIKE "
-                            "'%search_path=pg_catalog%' AND proname IN ('tokens_authorize', "
-                            "'tokens_list', 'tokens_claim', 'tokens_extend', 'nodes_live', "
-                            "'nodes_leave', 'tokens_release', 'tokens_init', 'store_token', "
-                            "'tokens_split', 'tokens_merge', 'tokens_reset')"),
-                     12);
+    assert_int_equal(
+        pawl_test_query_i64(d, "SELECT count(*) FROM pg_proc WHERE pronamespace = "
+                               "'pawl'::regnamespace AND prosecdef AND proconfig::text LIKE "
+                               "'%search_path=pg_catalog%' AND proname IN ('tokens_authorize', "
+                               "'tokens_list', 'tokens_claim', 'tokens_extend', 'nodes_live', "
+                               "'nodes_leave', 'tokens_release', 'tokens_init', 'store_token', "
+                               "'tokens_split', 'tokens_merge', 'tokens_reset')"),
+        12);
     /* And the store works through them: the rows, a claim of the freed segment, a token. */
     assert_int_equal(pawl_tokens_pg_new(&t, d), 0);
     struct pawl_segment_status *rows;
