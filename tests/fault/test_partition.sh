@@ -78,10 +78,11 @@ PAWL_DSN="$DSN" PAWL_LOG_LEVEL=error "$PAWL" init >/dev/null 2>&1 || { echo "paw
 sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
      CREATE TABLE audit (at timestamptz NOT NULL DEFAULT clock_timestamp(), segment_id int8,
          old_owner text, new_owner text, old_token int8, new_token int8);
-     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: qualify.
-     CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS \$\$
+     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: the trigger
+     -- keeps the search_path it was created with.
+     CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS \$\$
      BEGIN
-         INSERT INTO public.audit (segment_id, old_owner, new_owner, old_token, new_token)
+         INSERT INTO audit (segment_id, old_owner, new_owner, old_token, new_token)
          VALUES (NEW.segment_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.owner END, NEW.owner,
                  CASE WHEN TG_OP = 'UPDATE' THEN OLD.token END, NEW.token);
          RETURN NEW;

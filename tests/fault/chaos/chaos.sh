@@ -59,15 +59,16 @@ sql() { psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "$1"; }
 sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
      CREATE TABLE chaos_token_audit (at timestamptz NOT NULL DEFAULT clock_timestamp(),
          op text, processor text, segment_id int8, old_token int8, new_token int8);
-     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: qualify.
-     CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS \$\$
+     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: the trigger
+     -- keeps the search_path it was created with.
+     CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS \$\$
      BEGIN
          IF TG_OP = 'DELETE' THEN
-             INSERT INTO public.chaos_token_audit (op, processor, segment_id, old_token)
+             INSERT INTO chaos_token_audit (op, processor, segment_id, old_token)
              VALUES (TG_OP, OLD.processor, OLD.segment_id, OLD.token);
              RETURN OLD;
          END IF;
-         INSERT INTO public.chaos_token_audit (op, processor, segment_id, old_token, new_token)
+         INSERT INTO chaos_token_audit (op, processor, segment_id, old_token, new_token)
          VALUES (TG_OP, NEW.processor, NEW.segment_id,
                  CASE WHEN TG_OP = 'UPDATE' THEN OLD.token END, NEW.token);
          RETURN NEW;
