@@ -66,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -691,6 +692,56 @@ static void *extend_main(void *arg)
  * Life cycle
  * ------------------------------------------------------------------------------------------ */
 
+/*
+ * This processor object's owner id in the token store: "<node id>/<nonce>" (node id: the
+ * configured one, or "<host>:<pid>"). The nonce is PAWL_NONCE_LEN hex digits of getrandom, new
+ * for every processor, so two processes started with the same --node-id (one environment file
+ * shared by a deployment) are two nodes, each with its own claims and fair share: a claim is
+ * "already ours" only for the object that took it. '/' never occurs in a node id, so the
+ * configured part is everything before the last '/'. The cost: a restarted process is a new
+ * node, and its predecessor's claims wait for the claim timeout like any dead node's.
+ */
+static void node_identity(char *out, size_t len, const char *node_id)
+{
+    char base[PAWL_OWNER_MAX + 1];
+    if (node_id) {
+        snprintf(base, sizeof base, "%s", node_id);
+    } else {
+        char host[40] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        for (char *c = host; *c; c++)
+            if (!name_ok((char[]){*c, 0}, 1))
+                *c = '_';
+        snprintf(base, sizeof base, "%.40s:%ld", host, (long)getpid());
+    }
+    unsigned char r[PAWL_NONCE_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t k = getrandom(r + got, sizeof r - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    if (got < sizeof r) {
+        /* No getrandom (an old kernel, a seccomp filter): mix the clock, pid and address. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                     ((uint64_t)getpid() << 16) ^ (uint64_t)(uintptr_t)out;
+        for (size_t i = 0; i < sizeof r; i++) {
+            x ^= x >> 33;
+            x *= 0xff51afd7ed558ccdULL;
+            x ^= x >> 29;
+            r[i] = (unsigned char)x;
+        }
+    }
+    char hex[PAWL_NONCE_LEN + 1];
+    for (size_t i = 0; i < sizeof r; i++)
+        snprintf(hex + 2 * i, 3, "%02x", r[i]);
+    snprintf(out, len, "%s/%s", base, hex);
+}
+
 int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
                        struct pawl_source *source, struct pawl_tokens *tokens,
                        const struct pawl_handler *handlers, size_t n)
@@ -710,20 +761,7 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     p->o = *opts;
     snprintf(p->name, sizeof p->name, "%s", opts->name);
     p->o.name = p->name;
-    if (opts->node_id) {
-        snprintf(p->node, sizeof p->node, "%s", opts->node_id);
-    } else {
-        char host[40] = "host";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = '\0';
-        for (char *c = host; *c; c++)
-            if (!name_ok((char[]){*c, 0}, 1))
-                *c = '_';
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        snprintf(p->node, sizeof p->node, "%.40s:%ld:%04lx", host, (long)getpid(),
-                 (unsigned long)((ts.tv_nsec ^ (long)getpid() * 2654435761u) & 0xffff));
-    }
+    node_identity(p->node, sizeof p->node, opts->node_id);
     p->o.node_id = p->node;
     p->extend_ms = opts->claim_extend_interval_ms ? opts->claim_extend_interval_ms
                                                   : opts->claim_timeout_ms / 3;

@@ -98,7 +98,7 @@ enum admin_op { ADMIN_NONE = 0, ADMIN_SPLIT = 1, ADMIN_MERGE = 2 };
 struct pawl_processor {
     struct pawl_processor_opts o;
     char name[PAWL_NAME_MAX + 1];
-    char node[PAWL_OWNER_MAX + 1];
+    char node[PAWL_INSTANCE_MAX + 1];
     struct pawl_source *src;
     struct pawl_tokens *tok;
     struct pawl_handler *h;

@@ -25,7 +25,7 @@ struct row {
 
 struct node {
     char proc[PAWL_NAME_MAX + 1];
-    char id[PAWL_OWNER_MAX + 1];
+    char id[PAWL_INSTANCE_MAX + 1];
     int64_t seen_ns;
 };
 
@@ -52,7 +52,7 @@ struct txn_mem {
     struct pawl_txn base;
     struct tokens_mem *m;
     char proc[PAWL_NAME_MAX + 1];
-    char owner[PAWL_OWNER_MAX + 1];
+    char owner[PAWL_INSTANCE_MAX + 1];
     uint32_t seg_id;
     int has_store;
     int64_t token;

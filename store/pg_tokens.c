@@ -1,6 +1,12 @@
 /*
  * pg_tokens.c — the PostgreSQL token store (table pawl.tokens, sql/002_tokens.sql).
  *
+ * Every read and write goes through pawl's token functions (sql/007_token_isolation.sql:
+ * tokens_list, tokens_claim, tokens_extend, nodes_live, nodes_leave, tokens_release,
+ * store_token, tokens_init/split/merge/reset), never through the tables: they run with the
+ * owner's rights after checking that the session's login is granted the processor, so a role
+ * that runs one processor can neither read nor move another's rows (42501 -> PAWL_EPERM).
+ *
  * Every operation is one request on a small pipelined connection pool (store/pgconn.h): the
  * statements of a request are sent back to back and end with a Sync, which makes them one
  * implicit transaction. Callers block on pawl_pgpool_exec while the pool's I/O thread drives
@@ -28,6 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The schema version that brought the token functions this store calls (007_token_isolation). */
+#define TOKENS_SCHEMA_MIN 7
 
 /* Batch statements kept prepared (the pool allows 128 in all); others go as text. */
 #define PREP_MAX 96
@@ -126,6 +135,8 @@ static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgs
             return PAWL_ENOTFOUND;
         if (strcmp(req.sqlstate, "PW004") == 0)
             return PAWL_EINVAL;
+        if (strcmp(req.sqlstate, "42501") == 0)
+            return PAWL_EPERM; /* not granted the processor, or no rights on pawl at all */
         if (strcmp(req.sqlstate, "42P01") == 0 || strcmp(req.sqlstate, "42883") == 0)
             return PAWL_ESCHEMA;
         return PAWL_ESQL;
@@ -148,6 +159,8 @@ struct rows_cap {
     struct pawl_segment_status *rows;
     size_t n, cap;
     int oom;
+    int skip;       /* leading columns before the row's own (tokens_claim: 1, "claimed") */
+    int first_flag; /* skip = 1: the first row's leading boolean */
 };
 
 static int64_t geti(const PGresult *r, int row, int col, int64_t dflt)
@@ -155,19 +168,15 @@ static int64_t geti(const PGresult *r, int row, int col, int64_t dflt)
     return PQgetisnull(r, row, col) ? dflt : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
 
-/* Columns: segment_id, mask, token, high_water, owner, age_ms, mode, merge_id, merge_mask,
- * merge_token. */
-#define ROW_COLS                                                                                   \
-    "segment_id, mask, token, high_water, coalesce(owner, ''), "                                   \
-    "coalesce((extract(epoch FROM now() - claimed_at) * 1000)::int8, -1), coalesce(mode, -1), "    \
-    "merge_id, merge_mask, merge_token"
-
+/* Columns (after c->skip leading ones), as pawl.tokens_list returns them: segment_id, mask,
+ * token, high_water, owner, age_ms, mode, merge_id, merge_mask, merge_token. */
 static void on_rows(void *ud, const PGresult *r)
 {
     struct rows_cap *c = ud;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < c->skip + 10)
         return;
     int nt = PQntuples(r);
+    int o = c->skip;
     for (int i = 0; i < nt; i++) {
         if (c->n == c->cap) {
             size_t cap = c->cap ? c->cap * 2 : 32;
@@ -179,20 +188,22 @@ static void on_rows(void *ud, const PGresult *r)
             c->rows = nr;
             c->cap = cap;
         }
+        if (c->n == 0 && o > 0)
+            c->first_flag = PQgetvalue(r, i, 0)[0] == 't';
         struct pawl_segment_status *s = &c->rows[c->n++];
         memset(s, 0, sizeof *s);
-        s->seg.id = (uint32_t)geti(r, i, 0, 0);
-        s->seg.mask = (uint32_t)geti(r, i, 1, 0);
-        s->token = geti(r, i, 2, 0);
-        s->high_water = geti(r, i, 3, 0);
-        snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(r, i, 4));
-        s->claim_age_ms = s->owner[0] ? geti(r, i, 5, -1) : -1;
-        s->mode = (int)geti(r, i, 6, -1);
-        s->has_merge = !PQgetisnull(r, i, 9);
+        s->seg.id = (uint32_t)geti(r, i, o + 0, 0);
+        s->seg.mask = (uint32_t)geti(r, i, o + 1, 0);
+        s->token = geti(r, i, o + 2, 0);
+        s->high_water = geti(r, i, o + 3, 0);
+        snprintf(s->owner, sizeof s->owner, "%s", PQgetvalue(r, i, o + 4));
+        s->claim_age_ms = s->owner[0] ? geti(r, i, o + 5, -1) : -1;
+        s->mode = (int)geti(r, i, o + 6, -1);
+        s->has_merge = !PQgetisnull(r, i, o + 9);
         if (s->has_merge) {
-            s->merge_seg.id = (uint32_t)geti(r, i, 7, 0);
-            s->merge_seg.mask = (uint32_t)geti(r, i, 8, 0);
-            s->merge_token = geti(r, i, 9, 0);
+            s->merge_seg.id = (uint32_t)geti(r, i, o + 7, 0);
+            s->merge_seg.mask = (uint32_t)geti(r, i, o + 8, 0);
+            s->merge_token = geti(r, i, o + 9, 0);
         }
     }
 }
@@ -244,8 +255,7 @@ static int pg_list(struct pawl_tokens *tk, const char *proc, struct pawl_segment
 {
     struct rows_cap c = {0};
     const char *v[1] = {proc};
-    struct pawl_pgstmt s = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens WHERE processor = $1 "
-                                   "ORDER BY mask, segment_id",
+    struct pawl_pgstmt s = {.sql = "SELECT * FROM pawl.tokens_list($1)",
                             .nparams = 1,
                             .values = v,
                             .on_result = on_rows,
@@ -270,36 +280,22 @@ static int pg_claim(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, c
     struct tokens_pg *t = from(tk);
     char a[24], b[24], m[24];
     const char *v[5] = {proc, I64(a, seg_id), owner, I64(b, timeout_ms), I64(m, mode)};
-    struct rows_cap c = {0};
-    struct pawl_pgstmt s = {
-        .sql = "UPDATE pawl.tokens SET owner = $3, claimed_at = now(), mode = $5 "
-               "WHERE processor = $1 AND segment_id = $2 AND (owner IS NULL OR owner = $3 OR "
-               "claimed_at < now() - $4::int8 * interval '1 millisecond') "
-               "RETURNING " ROW_COLS,
-        .nparams = 5,
-        .values = v,
-        .on_result = on_rows,
-        .ud = &c};
+    /* One row: (claimed, the row's columns); none: no such segment. */
+    struct rows_cap c = {.skip = 1};
+    struct pawl_pgstmt s = {.sql = "SELECT * FROM pawl.tokens_claim($1, $2, $3, $4, $5)",
+                            .nparams = 5,
+                            .values = v,
+                            .on_result = on_rows,
+                            .ud = &c};
     int rc = run(t, &s, 1);
     if (rc == 0 && c.oom)
         rc = PAWL_ENOMEM;
     if (rc == 0 && c.n == 0) {
-        struct rows_cap d = {0};
-        struct pawl_pgstmt q = {.sql = "SELECT " ROW_COLS " FROM pawl.tokens "
-                                       "WHERE processor = $1 AND segment_id = $2",
-                                .nparams = 2,
-                                .values = v,
-                                .on_result = on_rows,
-                                .ud = &d};
-        rc = run(t, &q, 1);
-        if (rc == 0 && d.n == 0) {
-            set_err(t, "no segment %u in %s", seg_id, proc);
-            rc = PAWL_ENOTFOUND;
-        } else if (rc == 0) {
-            set_err(t, "segment %u of %s is held by %s", seg_id, proc, d.rows[0].owner);
-            rc = PAWL_EBUSY;
-        }
-        pawl_free(d.rows);
+        set_err(t, "no segment %u in %s", seg_id, proc);
+        rc = PAWL_ENOTFOUND;
+    } else if (rc == 0 && !c.first_flag) {
+        set_err(t, "segment %u of %s is held by %s", seg_id, proc, c.rows[0].owner);
+        rc = PAWL_EBUSY;
     }
     if (rc == 0 && out)
         *out = c.rows[0];
@@ -323,20 +319,13 @@ static int pg_extend(struct pawl_tokens *tk, const char *proc, const char *owner
     arr[off] = '\0';
     const char *v[3] = {proc, owner, arr};
     struct ints_cap c = {0};
-    struct pawl_pgstmt s[2] = {
-        {.sql =
-             "INSERT INTO pawl.processor_nodes (processor, node, seen_at) "
-             "VALUES ($1, $2, now()) ON CONFLICT (processor, node) DO UPDATE SET seen_at = now()",
-         .nparams = 2,
-         .values = v},
-        {.sql = "UPDATE pawl.tokens SET claimed_at = now() WHERE processor = $1 AND owner = $2 "
-                "AND segment_id = ANY ($3::int8[]) RETURNING segment_id",
-         .nparams = 3,
-         .values = v,
-         .on_result = on_ints,
-         .ud = &c},
-    };
-    int rc = run(t, s, n ? 2 : 1);
+    /* Registers the node (even with n = 0) and refreshes its claims, in one call. */
+    struct pawl_pgstmt s = {.sql = "SELECT * FROM pawl.tokens_extend($1, $2, $3::int8[])",
+                            .nparams = 3,
+                            .values = v,
+                            .on_result = on_ints,
+                            .ud = &c};
+    int rc = run(t, &s, 1);
     if (rc == 0 && held) {
         for (size_t i = 0; i < n; i++) {
             held[i] = 0;
@@ -356,14 +345,11 @@ static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int
     char a[24];
     const char *v[3] = {proc, me, I64(a, timeout_ms)};
     struct ints_cap c = {0};
-    struct pawl_pgstmt s = {
-        .sql = "SELECT count(*), count(*) FILTER (WHERE node COLLATE \"C\" < $2 COLLATE \"C\") "
-               "FROM pawl.processor_nodes WHERE processor = $1 AND node <> $2 "
-               "AND seen_at > now() - $3::int8 * interval '1 millisecond'",
-        .nparams = 3,
-        .values = v,
-        .on_result = on_ints,
-        .ud = &c};
+    struct pawl_pgstmt s = {.sql = "SELECT others, before_me FROM pawl.nodes_live($1, $2, $3)",
+                            .nparams = 3,
+                            .values = v,
+                            .on_result = on_ints,
+                            .ud = &c};
     int rc = run(from(tk), &s, 1);
     pawl_free(c.list);
     if (rc)
@@ -376,10 +362,7 @@ static int pg_live(struct pawl_tokens *tk, const char *proc, const char *me, int
 static int pg_leave(struct pawl_tokens *tk, const char *proc, const char *me)
 {
     const char *v[2] = {proc, me};
-    struct pawl_pgstmt s = {
-        .sql = "DELETE FROM pawl.processor_nodes WHERE processor = $1 AND node = $2",
-        .nparams = 2,
-        .values = v};
+    struct pawl_pgstmt s = {.sql = "SELECT pawl.nodes_leave($1, $2)", .nparams = 2, .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -387,11 +370,8 @@ static int pg_release(struct pawl_tokens *tk, const char *proc, uint32_t seg_id,
 {
     char a[24];
     const char *v[3] = {proc, I64(a, seg_id), owner};
-    struct pawl_pgstmt s = {.sql = "UPDATE pawl.tokens SET owner = NULL, claimed_at = NULL, "
-                                   "mode = NULL WHERE processor = $1 AND segment_id = $2 "
-                                   "AND owner = $3",
-                            .nparams = 3,
-                            .values = v};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT pawl.tokens_release($1, $2, $3)", .nparams = 3, .values = v};
     return run(from(tk), &s, 1);
 }
 
@@ -442,7 +422,7 @@ struct txn_pg {
     struct tokens_pg *t;
     struct txn_pg *next_free;
     char proc[PAWL_NAME_MAX + 1];
-    char owner[PAWL_OWNER_MAX + 1];
+    char owner[PAWL_INSTANCE_MAX + 1];
     uint32_t seg_id;
     int has_store;
     int64_t token;
@@ -713,12 +693,14 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
     /* 0: no token table; 2: a schema newer than this library (refused, like pawl_store_new:
-     * its token functions may mean something else); 1: usable. */
-    char check[256];
+     * its token functions may mean something else); 3: older than the token functions this
+     * store calls; 1: usable. */
+    char check[320];
     snprintf(check, sizeof check,
              "SELECT CASE WHEN to_regclass('pawl.tokens') IS NULL THEN 0 "
-             "WHEN (SELECT max(version) FROM pawl.schema_version) > %d THEN 2 ELSE 1 END",
-             pawl_schema_lib_version());
+             "WHEN (SELECT max(version) FROM pawl.schema_version) > %d THEN 2 "
+             "WHEN (SELECT max(version) FROM pawl.schema_version) < %d THEN 3 ELSE 1 END",
+             pawl_schema_lib_version(), TOKENS_SCHEMA_MIN);
     struct pawl_pgstmt s = {.sql = check, .on_result = on_ints, .ud = &c};
     rc = run(t, &s, 1);
     pawl_free(c.list);
@@ -726,9 +708,16 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         PAWL_ERROR("tokens", "table pawl.tokens is missing: migrate the schema first");
         rc = PAWL_ESCHEMA;
     } else if (rc == 0 && c.v[0] == 2) {
-        PAWL_ERROR("tokens", "the database's schema is newer than this pawl (version %d): "
-                             "upgrade pawl",
+        PAWL_ERROR("tokens",
+                   "the database's schema is newer than this pawl (version %d): "
+                   "upgrade pawl",
                    pawl_schema_lib_version());
+        rc = PAWL_ESCHEMA;
+    } else if (rc == 0 && c.v[0] == 3) {
+        PAWL_ERROR("tokens",
+                   "the database's schema is older than version %d, which this "
+                   "token store needs: migrate it (pawl init)",
+                   TOKENS_SCHEMA_MIN);
         rc = PAWL_ESCHEMA;
     }
     if (rc)

@@ -224,17 +224,22 @@ int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store
  * ------------------------------------------------------------------------------------------ */
 
 #define PAWL_NAME_MAX 63  /* processor name: 1..63 bytes of [A-Za-z0-9_.:-] */
-#define PAWL_OWNER_MAX 63 /* node id: 1..63 printable bytes */
+#define PAWL_OWNER_MAX 63 /* configured node id (--node-id): 1..63 of [A-Za-z0-9_.:-] */
+/* hex digits of the nonce a processor adds to its node id when it is created */
+#define PAWL_NONCE_LEN 12
+/* an owner in the token store: "<node id>/<nonce>" for a processor's claims (other owners,
+ * such as an administrator's, are any text up to this long) */
+#define PAWL_INSTANCE_MAX (PAWL_OWNER_MAX + 1 + PAWL_NONCE_LEN)
 
 /* One segment row as the store holds it. */
 struct pawl_segment_status {
     struct pawl_segment seg;
-    int64_t token;                  /* events <= token are handled */
-    char owner[PAWL_OWNER_MAX + 1]; /* "" when unowned */
-    int64_t claim_age_ms;           /* since the claim was taken or last extended; -1 unowned */
-    int mode;                       /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
-                                       owner at claim time; -1 when unowned */
-    int64_t high_water;             /* highest token ever stored (replay detection) */
+    int64_t token;                     /* events <= token are handled */
+    char owner[PAWL_INSTANCE_MAX + 1]; /* "" when unowned */
+    int64_t claim_age_ms;              /* since the claim was taken or last extended; -1 unowned */
+    int mode;                          /* enum pawl_ckpt_mode (pawl/checkpoint.h) written by the
+                                          owner at claim time; -1 when unowned */
+    int64_t high_water;                /* highest token ever stored (replay detection) */
     /*
      * A merge in progress: events of the sub-segment merge_seg with index <= merge_token were
      * already handled by the faster half and are skipped. has_merge clears itself once the
@@ -346,9 +351,12 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
  */
 struct pawl_processor_opts {
     const char *name;                  /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
-    const char *node_id;               /* owner id in the store; NULL: "<host>:<pid>:<random>".
-                                          Must be unique among running nodes: a claim held under
-                                          an id is "already ours" for every node using it */
+    const char *node_id;               /* this node's id; NULL: "<host>:<pid>". The owner in
+                                          the token store is "<node id>/<nonce>", the nonce
+                                          (PAWL_NONCE_LEN random hex digits) new for every
+                                          processor object: processes sharing one id are
+                                          distinct nodes, each with its own fair share, and
+                                          never own a claim together */
     uint32_t segments;                 /* initial segments, power of two 1..65536; default 16.
                                           Used only when the processor has no segments yet; later
                                           changes go through split and merge */
@@ -415,7 +423,7 @@ struct pawl_processor_stats {
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 
-/* This node's owner id (borrowed, valid until free). */
+/* This node's owner id in the store, "<node id>/<nonce>" (borrowed, valid until free). */
 const char *pawl_processor_node_id(const struct pawl_processor *p);
 
 /*

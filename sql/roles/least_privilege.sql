@@ -6,6 +6,7 @@
 --   psql "$OWNER_DSN" -v ON_ERROR_STOP=1 -f sql/roles/least_privilege.sql
 --   CREATE ROLE orders_api LOGIN PASSWORD '...' IN ROLE pawl_appender;
 --   CREATE ROLE orders_projector LOGIN PASSWORD '...' IN ROLE pawl_processor;
+--   SELECT pawl.grant_processor('orders', 'orders_projector');   -- as the owner, per processor
 --
 -- and run it again after each `pawl init` that upgrades the schema (new tables and functions
 -- get their grants here, not from defaults). It is idempotent.
@@ -20,20 +21,33 @@
 --       owner's rights and stamp every row themselves, so the role has no INSERT, UPDATE or
 --       DELETE on pawl.events or pawl.runs: it cannot forge, change or remove events or runs.
 --       It cannot read or write tokens: an appender can never move a processor's checkpoint.
---   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and claim,
---       extend and store tokens (pawl.tokens, pawl.processor_nodes, the token functions, which
---       include reset / split / merge of `pawl reset|split|merge`). It cannot append events:
---       no append function. It may execute pawl.finalize: the processor's log source runs a
---       finalizer so that appends of a crashed appender still become readable; finalizing only
---       orders appends that were already committed, it cannot create events.
---       Projection tables a processor's handlers write belong to the service: grant those
---       yourself.
+--   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and use the
+--       token store through pawl's token functions only (tokens_list, tokens_claim,
+--       tokens_extend, nodes_live, nodes_leave, tokens_release, store_token, and tokens_init /
+--       _reset / _split / _merge of `pawl reset|split|merge`). It has no rights on the token
+--       tables themselves, and the functions (SECURITY DEFINER, sql/007_token_isolation.sql)
+--       serve only the processors granted to the session's login, so processors are isolated
+--       from each other: a login granted `orders` can neither read nor move the tokens, claims
+--       or nodes of `billing`. Grant each processor to the role (a login, or a group of them)
+--       that runs it, as the owner:
 --
--- Token functions run with the caller's rights (SECURITY INVOKER), so the table grants are what
--- enforce the split; EXECUTE on pawl's functions is also revoked from PUBLIC so that a role
--- outside these groups cannot even call them. Read-only consumers in other languages need only
--- the SQL face: GRANT pawl_reader (USAGE on pawl_api, SELECT on the view, EXECUTE on its
--- functions; those read pawl.events and pawl.runs, so SELECT on both as well).
+--         SELECT pawl.grant_processor('orders', 'orders_projector');
+--         SELECT pawl.revoke_processor('orders', 'orders_projector');   -- take it back
+--
+--       ('*' grants every processor, for an operator's role.) The owner, and superusers, need
+--       no grant. Upgrading from a schema before version 7, where every processor login could
+--       touch every processor: its processors stop with "may not use processor" until granted;
+--       `SELECT pawl.grant_processor('*', 'pawl_processor')` restores the old sharing at once,
+--       while you grant processors one by one. It cannot append events: no append function. It
+--       may execute pawl.finalize: the processor's log source runs a finalizer so that appends
+--       of a crashed appender still become readable; finalizing only orders appends that were
+--       already committed, it cannot create events. Projection tables a processor's
+--       handlers write belong to the service: grant those yourself.
+--
+-- EXECUTE on pawl's functions is revoked from PUBLIC so that a role outside these groups cannot
+-- even call them. Read-only consumers in other languages need only the SQL face: GRANT
+-- pawl_reader (USAGE on pawl_api, SELECT on the view, EXECUTE on its functions; those read
+-- pawl.events and pawl.runs, so SELECT on both as well).
 
 \set ON_ERROR_STOP 1
 
@@ -81,18 +95,20 @@ GRANT EXECUTE ON FUNCTION pawl.append(text[], int8[], int4[], int4[], text[], by
                                       boolean) TO pawl_appender;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 
--- Processors: tokens (rows are replaced by split and merge) and the node registry; finalize
--- (see above); never events.
-GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.tokens TO pawl_processor; -- DELETE: split, merge
-GRANT SELECT, INSERT, UPDATE, DELETE ON pawl.processor_nodes TO pawl_processor;
+-- Processors: the token functions (which check the processor grants) and nothing on the token
+-- tables (rights a role setup before schema 7 granted are taken back); finalize (see above);
+-- never events.
+REVOKE ALL ON pawl.tokens, pawl.processor_nodes, pawl.processor_grants FROM pawl_processor;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
 DO $fns$
 DECLARE
     f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-              WHERE p.pronamespace = 'pawl'::regnamespace AND p.proname LIKE 'tokens%'
-                 OR p.pronamespace = 'pawl'::regnamespace AND p.proname = 'store_token'
+              WHERE p.pronamespace = 'pawl'::regnamespace
+                AND p.proname IN ('tokens_list', 'tokens_claim', 'tokens_extend', 'nodes_live',
+                                  'nodes_leave', 'tokens_release', 'store_token', 'tokens_init',
+                                  'tokens_reset', 'tokens_split', 'tokens_merge')
     LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pawl_processor', f);
     END LOOP;

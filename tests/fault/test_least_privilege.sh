@@ -2,8 +2,9 @@
 # test_least_privilege.sh — the role setup of sql/roles/least_privilege.sql, exercised through
 # the real `pawl` binary logged in as members of each group: the appender appends and reads but
 # cannot touch tokens nor run a processor; the processor runs, claims and stores tokens, resets,
-# but cannot append, update or delete events; neither can migrate the schema; a role outside the
-# groups can do nothing. Every refusal is checked to have written nothing.
+# but cannot append, update or delete events, nor touch a processor it is not granted; neither
+# can migrate the schema; a role outside the groups can do nothing. Every refusal is checked to
+# have written nothing.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -45,6 +46,7 @@ pw=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN PASSWORD '$pw' IN ROLE pawl_appender" \
     -c "CREATE ROLE $proc LOGIN PASSWORD '$pw' IN ROLE pawl_processor" -c "CREATE ROLE $other LOGIN PASSWORD '$pw'" >/dev/null
 expect_rc "login roles" 0 $?
+q "SELECT pawl.grant_processor('pp', '$proc')" >/dev/null; expect_rc "processor pp granted to the processor's login" 0 $?
 
 # ---- the appender ---------------------------------------------------------------------------
 export PAWL_DSN="$OWNER user=$app passfile=$tmp/pgpass"
@@ -93,6 +95,10 @@ grep -q '42501\|permission denied' "$tmp/err"; check "processor: the message say
 as $proc "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload) VALUES (pg_current_xact_id(), 1, 0, 1, 'x', 'T', '')" |
     grep -q 'permission denied'; check "processor: INSERT events denied" $?
 as $proc "DELETE FROM pawl.events" | grep -q 'permission denied'; check "processor: DELETE events denied" $?
+as $proc "UPDATE pawl.tokens SET token = 0" | grep -q 'permission denied'; check "processor: no direct UPDATE on pawl.tokens (functions only)" $?
+as $proc "SELECT pawl.tokens_init('not_granted', 4, 0)" | grep -q 'may not use processor not_granted'
+check "processor: a processor not granted is refused" $?
+[ "$(q "SELECT count(*) FROM pawl.tokens WHERE processor = 'not_granted'")" -eq 0 ]; check "processor: nothing created for it" $?
 "$PAWL" init >/dev/null 2>&1; rc=$?; [ $rc -ne 0 ]; check "processor: pawl init refused (exit $rc)" $?
 
 # ---- a role in no group ---------------------------------------------------------------------

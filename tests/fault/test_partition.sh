@@ -82,7 +82,9 @@ PAWL_DSN="$DSN" PAWL_LOG_LEVEL=error "$PAWL" init >/dev/null 2>&1 || { echo "paw
 sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
      CREATE TABLE audit (at timestamptz NOT NULL DEFAULT clock_timestamp(), segment_id int8,
          old_owner text, new_owner text, old_token int8, new_token int8);
-     CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS \$\$
+     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: the trigger
+     -- keeps the search_path it was created with.
+     CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS \$\$
      BEGIN
          INSERT INTO audit (segment_id, old_owner, new_owner, old_token, new_token)
          VALUES (NEW.segment_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.owner END, NEW.owner,
@@ -91,7 +93,7 @@ sql "CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total in
      END \$\$;
      CREATE TRIGGER audit AFTER INSERT OR UPDATE ON pawl.tokens FOR EACH ROW EXECUTE FUNCTION audit();" || exit 1
 
-owned_by() { sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'chaos_sql' AND owner = '$1'"; }
+owned_by() { sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'chaos_sql' AND owner LIKE '$1/%'"; }
 wait_until() { # seconds, condition command
     local i
     for i in $(seq 1 $(($1 * 5))); do eval "$2" && return 0; sleep 0.2; done
@@ -119,9 +121,9 @@ before=$(sql "SELECT min(token) FROM pawl.tokens WHERE processor = 'chaos_sql'")
 sleep 12
 after=$(sql "SELECT min(token) FROM pawl.tokens WHERE processor = 'chaos_sql'")
 [ "$after" -gt "$before" ]; check "B keeps every segment moving during the partition (min token $before -> $after)" $?
-during=$(sql "SELECT count(*) FROM audit WHERE new_owner = 'node-a' AND at > '$cut_at'::timestamptz")
+during=$(sql "SELECT count(*) FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$cut_at'::timestamptz")
 [ "$during" -eq 0 ]; check "nothing was written as A while it was cut off ($during token writes)" $?
-[ "$during" -eq 0 ] || sql "SELECT * FROM audit WHERE new_owner = 'node-a' AND at > '$cut_at'::timestamptz LIMIT 5"
+[ "$during" -eq 0 ] || sql "SELECT * FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$cut_at'::timestamptz LIMIT 5"
 ip -n "$NSA" link set "va$tag" up
 restored_at=$(sql "SELECT now()")
 
@@ -157,7 +159,7 @@ grep -q 'claim taken over\|claims lost [1-9]' "$work/a.log"
 check "A found out on reconnect that its claims were taken over (and rolled its batch back)" $?
 echo "node A: $(tail -n 1 "$work/a.log")"
 echo "node B: $(tail -n 1 "$work/b.log")"
-echo "A's token writes after the link returned: $(sql "SELECT count(*) FROM audit WHERE new_owner = 'node-a' AND at > '$restored_at'::timestamptz")"
+echo "A's token writes after the link returned: $(sql "SELECT count(*) FROM audit WHERE new_owner LIKE 'node-a/%' AND at > '$restored_at'::timestamptz")"
 
 echo "$fails failure(s)"
 if [ "$fails" -ne 0 ]; then keep=1; tail -n 20 "$work"/*.log; fi

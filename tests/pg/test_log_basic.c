@@ -77,7 +77,9 @@ static void test_schema(void **state)
     assert_int_equal(pawl_schema_migrate(dsn, err, sizeof err), 0);
     assert_int_equal(pawl_schema_version(dsn, &dbv, NULL, err, sizeof err), 0);
     assert_int_equal(dbv, libv);
-    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"), libv);
+    /* Each migration recorded once (versions may have gaps: their count, not the last one). */
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.schema_version"),
+                     pawl_migrations_count);
 }
 
 /* A second database for one test, t_log_basic_<suffix>_<pid>, created with `with` (SQL after

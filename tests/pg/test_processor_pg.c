@@ -117,7 +117,7 @@ static int64_t owned(const char *proc, const char *node)
 {
     char sql[256];
     snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pawl.tokens WHERE processor = '%s' AND owner = '%s'", proc,
+             "SELECT count(*) FROM pawl.tokens WHERE processor = '%s' AND owner LIKE '%s/%%'", proc,
              node);
     return q64(sql);
 }

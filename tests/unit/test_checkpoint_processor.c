@@ -503,7 +503,7 @@ static void test_claim_error_is_retried_with_backoff_and_leaks_no_claim(void **s
     /* The refused claim was given back: during the back-off (100 ms) the row has no owner. */
     int seen_free = 0;
     for (int i = 0; i < 50 && !seen_free && unit_get(u, &u->claims) == 0; i++) {
-        char owner[PAWL_OWNER_MAX + 1] = "x";
+        char owner[PAWL_INSTANCE_MAX + 1] = "x";
         stored(&w, 0, owner);
         seen_free = owner[0] == '\0';
         if (!seen_free)
@@ -533,7 +533,7 @@ static void test_release_on_stop_stores_reconciled_position(void **state)
     assert_int_equal(stored(&w, 0, NULL), 0);
     assert_int_equal(pawl_processor_stop(w.p), 0);
     assert_int_equal(unit_get(u, &u->releases), 1);
-    char owner[PAWL_OWNER_MAX + 1] = "x";
+    char owner[PAWL_INSTANCE_MAX + 1] = "x";
     assert_int_equal(stored(&w, 0, owner), 100);
     assert_string_equal(owner, "");
     /* The trigger it kept is inert now. */
@@ -558,7 +558,7 @@ static void test_failing_release_future_still_releases_the_claim(void **state)
     assert_int_equal(pawl_trigger_request(t, 30), 0);
     WAIT_UNTIL(stored(&w, 0, NULL) == 30, 10000);
     assert_int_equal(pawl_processor_stop(w.p), 0);
-    char owner[PAWL_OWNER_MAX + 1] = "x";
+    char owner[PAWL_INSTANCE_MAX + 1] = "x";
     assert_int_equal(stored(&w, 0, owner), 30); /* nothing more confirmed */
     assert_string_equal(owner, "");             /* but the claim is free */
     pawl_trigger_unref(t);

@@ -181,8 +181,9 @@ static int owned_by(struct world *w, const char *proc, const char *node)
     size_t n;
     assert_int_equal(w->tok->ops->list(w->tok, proc, &rows, &n), 0);
     int c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += strcmp(rows[i].owner, node) == 0;
+    size_t len = strlen(node);
+    for (size_t i = 0; i < n; i++) /* owners are "<node id>/<nonce>" */
+        c += strncmp(rows[i].owner, node, len) == 0 && rows[i].owner[len] == '/';
     pawl_tokens_rows_free(rows);
     return c;
 }

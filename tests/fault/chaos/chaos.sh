@@ -63,7 +63,9 @@ sql "CREATE TABLE chaos_outbox (id text PRIMARY KEY);
      CREATE TABLE chaos_proj (stream text PRIMARY KEY, n int8 NOT NULL, total int8 NOT NULL);
      CREATE TABLE chaos_token_audit (at timestamptz NOT NULL DEFAULT clock_timestamp(),
          op text, processor text, segment_id int8, old_token int8, new_token int8);
-     CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS \$\$
+     -- Token writes run in pawl's functions, whose search_path is pg_catalog only: the trigger
+     -- keeps the search_path it was created with.
+     CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS \$\$
      BEGIN
          IF TG_OP = 'DELETE' THEN
              INSERT INTO chaos_token_audit (op, processor, segment_id, old_token)
