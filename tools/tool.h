@@ -53,7 +53,7 @@ extern volatile sig_atomic_t tool_stop;
 /*
  * Messages on stderr: "pawl: message" as text; with --log-format json one JSON object per line,
  * {"ts", "level", "msg"} and the message's fields (kv: a string when str is set, else num).
- * Warnings and errors always show; info and debug follow --log-level.
+ * Always shown (they are the tool's output on stderr), except debug lines below --log-level.
  */
 struct tool_kv {
     const char *key;

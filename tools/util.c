@@ -75,8 +75,10 @@ static int json_mode(void)
 void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
                va_list ap)
 {
-    if (level < pawl_log_get_level() && level < PAWL_LOG_WARN)
-        return; /* warnings and errors of the tool are always shown */
+    /* The tool's own notes, summaries, warnings and errors are its output on stderr and always
+     * shown (--log-level filters the library's log); only its debug lines follow the level. */
+    if (level == PAWL_LOG_DEBUG && level < pawl_log_get_level())
+        return;
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
     flockfile(stderr);
