@@ -109,12 +109,12 @@ check "the summary says what was appended" $?
 [ "$(sql "SELECT count(*) FROM pawl.events WHERE stream_id IN ('c1', 'c2')")" = 3 ]; check "the 3 events are in the log" $?
 
 # ---- 3. durations need a unit -------------------------------------------------------------------
-"$PAWL" status p --watch 2 >/dev/null 2>"$tmp/err"; expect_rc "--watch 2 refused" 2 $?
+timeout 20 "$PAWL" status p --watch 2 >/dev/null 2>"$tmp/err"; expect_rc "--watch 2 refused" 2 $?
 grep -q -- '--watch' "$tmp/err" && grep -q '2s' "$tmp/err" && grep -q '2000ms' "$tmp/err"; check "the refusal names the flag and suggests 2s/2000ms" $?
 PAWL_CLAIM_TIMEOUT=5000 "$PAWL" status p >/dev/null 2>"$tmp/err"; expect_rc "PAWL_CLAIM_TIMEOUT=5000 refused" 2 $?
 "$PAWL" reset p --to -5 >/dev/null 2>"$tmp/err"; expect_rc "reset --to -5 refused (no unit)" 2 $?
 grep -q 'unit' "$tmp/err"; check "the refusal asks for a unit" $?
-"$PAWL" status p --watch 1m30s --help >/dev/null; expect_rc "compound durations accepted" 0 $?
+timeout 20 "$PAWL" status p --watch 1m30s --help >/dev/null; expect_rc "compound durations accepted" 0 $?
 
 # ---- 4. processors as objects -------------------------------------------------------------------
 "$PAWL" run --processor q --segments 2 --initial-token 40 --progress off >/dev/null 2>&1 &
