@@ -2,6 +2,13 @@
  * cmd_log.c — the event-log commands: `pawl init` (schema), `pawl append` (JSON lines from stdin,
  * or generated load), `pawl tail` (read and follow), `pawl demo` (appenders + a follower with a
  * live view). Each opens one store (pawl/log.h) with the options from the flag table.
+ *
+ * append from stdin is made for scripts: every appended event is echoed on stdout (line, stream,
+ * sequence; with --wait its final index, found by reading the log back), a conflict has its own
+ * exit code and a message built from the stream's actual version (the server's unique-key text
+ * is never shown), input lines are bounded by what an event of --max-event-bytes can take as
+ * JSON (so a stream of bytes without newlines is refused at once, in bounded memory), and
+ * Ctrl-C ends it cleanly with a summary of what was appended.
  */
 #include "httpd.h"
 #include "jsonl.h"

@@ -47,17 +47,26 @@ static const struct tool_cmd commands[] = {
      "upgrades it when older, and does nothing when it is current, so running it twice is safe. "
      "Concurrent runs serialize on an advisory lock. Refuses a schema newer than this pawl.",
      cmd_init, 1},
-    {"append", PAWL_SCOPE_APPEND, "[--events-per-append N] < events.jsonl | --generate [--rate X]",
+    {"append", PAWL_SCOPE_APPEND,
+     "[--events-per-append N] [--wait] < events.jsonl | --generate [--rate X]",
      "Append events from stdin (JSON lines), or generate load",
      "Reads one event per line from stdin: {\"stream\": \"order-17\", \"type\": "
      "\"OrderPlaced\", \"payload\": {...}, \"metadata\": {...}, \"seq\": 3}. stream and type "
      "are required; payload is any JSON value (a string is taken as its bytes); metadata is an "
      "object; seq (optional) is the stream position the event must get, or the append fails "
-     "with a conflict. Lines are appended in order, --events-per-append lines per transaction. "
-     "The first invalid line stops the command (exit 6) with its line number and reason; lines "
-     "before it are appended, nothing after it. What `pawl tail --json` prints is valid input "
-     "(index and appended_at are ignored). With --generate, --appenders threads append "
-     "generated events at --rate for --duration (or --count events) instead.",
+     "with a conflict. Lines are appended in order, --events-per-append lines per transaction, "
+     "and each appended event is printed on stdout as `line N  STREAM#SEQ` (control characters "
+     "escaped; SEQ is ? where the log chose it and has not reported it). With --wait the "
+     "command waits until the finalizer gave the events their final indexes and prints `line N "
+     " STREAM#SEQ  index I` instead. The first invalid line stops the command (exit 6) with its "
+     "line number and reason; so does a line longer than an event of --max-event-bytes can be "
+     "as JSON (6 bytes per byte, plus 64 KiB), refused as soon as that much arrived. Lines "
+     "before it are appended, nothing after it. A conflict (an explicit seq that does not follow "
+     "the stream's version) exits 7 and names the stream, the expected and the actual version. "
+     "Ctrl-C (or SIGTERM) stops cleanly after appending the lines already read, says what was "
+     "appended (events, last line and event) and exits 130. What `pawl tail --json` prints is "
+     "valid input (index and appended_at are ignored). With --generate, --appenders threads "
+     "append generated events at --rate for --duration (or --count events) instead.",
      cmd_append, 1},
     {"tail", PAWL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
      "Print events of the log, and follow it",
