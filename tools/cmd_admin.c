@@ -125,6 +125,7 @@ static int status_list(struct pawl_config *cfg)
     if (dsn == NULL)
         return TOOL_NODB;
     int ex = TOOL_OK;
+    int64_t shown = 0;
     for (;;) {
         struct tool_proc_row *rows = NULL;
         size_t n = 0;
@@ -173,12 +174,15 @@ static int status_list(struct pawl_config *cfg)
         }
         fflush(stdout);
         free(rows);
+        shown++;
         if (cfg->tool.watch_ms == 0 || tool_stop)
             break;
         sleep_ms_interruptible(cfg->tool.watch_ms);
         if (tool_stop)
             break;
     }
+    if (tool_stop)
+        tool_note("interrupted: stopped watching after %" PRId64 " refreshes", shown);
     return ex;
 }
 
@@ -194,6 +198,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     if (ex != TOOL_OK)
         return ex;
     int live = cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json;
+    int64_t shown = 0;
     for (;;) {
         struct tool_status st;
         char err[512];
@@ -237,12 +242,15 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
         }
         fflush(stdout);
         tool_status_fini(&st);
+        shown++;
         if (cfg->tool.watch_ms == 0 || tool_stop)
             break;
         sleep_ms_interruptible(cfg->tool.watch_ms);
         if (tool_stop)
             break;
     }
+    if (tool_stop && ex == TOOL_OK)
+        tool_note("interrupted: stopped watching %s after %" PRId64 " refreshes", proc, shown);
     stores_close(&s);
     return ex;
 }

@@ -169,6 +169,15 @@ for c in status reset append delete completion; do
         grep -q '^pawl ' "$tmp/v" && "$PAWL" $c --version >/dev/null
     check "$c: -h and -V" $?
 done
+"$PAWL" status --watch 200ms >"$tmp/watch.out" 2>"$tmp/watch.err" &
+bg=$!
+for _ in $(seq 1 100); do [ "$(grep -c '^PROCESSOR' "$tmp/watch.out")" -ge 2 ] && break; sleep 0.1; done
+kill -INT "$bg"
+for _ in $(seq 1 100); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill -9 "$bg" 2>/dev/null
+wait "$bg"; rc=$?; bg=
+expect_rc "Ctrl-C ends status --watch" 130 $rc
+grep -q 'interrupted: stopped watching after [0-9]* refreshes' "$tmp/watch.err"; check "with a summary" $?
 "$PAWL" --help >"$tmp/h"; grep -q '130' "$tmp/h"; check "pawl --help lists the exit codes" $?
 
 printf '{"stream":"j","type":"T","seq":1}\n{"stream":"j","type":"T","seq":1}\n' |
