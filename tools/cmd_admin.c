@@ -63,6 +63,31 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
     return TOOL_OK;
 }
 
+/* " (did you mean X?)" when an existing processor's name is one or two edits from proc. */
+static void closest_processor(struct pawl_config *cfg, const char *proc, char *out, size_t outlen)
+{
+    struct tool_proc_row *rows = NULL;
+    size_t n = 0;
+    char err[256];
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL || tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err,
+                                           sizeof err) != 0)
+        return;
+    size_t best = 99, bi = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = tool_edit_distance(proc, rows[i].name);
+        if (d < best) {
+            best = d;
+            bi = i;
+        }
+    }
+    if (n > 0 && best <= PAWL_MAX(strlen(proc) / 3, (size_t)1))
+        snprintf(out, outlen, " (did you mean %s? pawl status lists them)", rows[bi].name);
+    else if (n > 0)
+        snprintf(out, outlen, " (pawl status lists the %zu processors)", n);
+    free(rows);
+}
+
 /* Gather proc's status (tool_status_collect) with the claim timeout that marks expired claims;
  * on failure print "what: the reason" and return the exit code. */
 static int status_collect(struct pawl_config *cfg, struct stores *s, const char *proc,
@@ -71,7 +96,10 @@ static int status_collect(struct pawl_config *cfg, struct stores *s, const char 
     char err[512];
     int rc = tool_status_collect(s->tok, s->src, proc, scan_limit, st, err, sizeof err);
     if (rc != 0) {
-        tool_err("%s: %s", what, err);
+        char hint[128] = "";
+        if (rc == PAWL_ENOTFOUND)
+            closest_processor(cfg, proc, hint, sizeof hint);
+        tool_err("%s: %s%s", what, err, hint);
         return tool_exit_for(rc);
     }
     st->claim_timeout_ms = cfg->processor.claim_timeout_ms;

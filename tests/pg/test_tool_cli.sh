@@ -159,6 +159,8 @@ check "q's rows are gone, p's are kept" $?
 # ---- 5. conventions -------------------------------------------------------------------------------
 "$PAWL" stauts 2>"$tmp/err"; expect_rc "misspelt command" 2 $?
 grep -q "did you mean 'status'" "$tmp/err"; check "did you mean the command" $?
+"$PAWL" status pp 2>"$tmp/err"; expect_rc "misspelt processor" 5 $?
+grep -q 'did you mean p?' "$tmp/err"; check "did you mean the processor" $?
 "$PAWL" reset p --to start --exectue 2>"$tmp/err"; expect_rc "misspelt flag" 2 $?
 grep -q 'did you mean --execute' "$tmp/err"; check "did you mean the flag" $?
 env -u PAWL_DSN "$PAWL" --dsn "$PAWL_DSN" --log-level error status p --json >"$tmp/out"; expect_rc "flags before the command" 0 $?
