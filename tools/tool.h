@@ -76,8 +76,9 @@ void tool_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* With --log-format json: turn every other line written to stderr into a JSON object too. */
 void tool_log_json_stderr(void);
 
-/* s with control characters (and backslash) escaped as \xNN (\\), for terminals and tables:
- * an id or an owner cannot move the cursor or fake a line. Cut with "..." to fit; returns out. */
+/* s with control characters escaped (C0 and DEL as \\xNN, C1 as \\u00NN, backslash as \\\\), for
+ * terminals and tables: an id or an owner cannot move the cursor or fake a line. Cut with "..."
+ * to fit; returns out. */
 const char *tool_printable(const char *s, char *out, size_t outlen);
 /* s as a quoted JSON string (cut to fit); returns out. */
 const char *tool_json_string(const char *s, char *out, size_t outlen);

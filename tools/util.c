@@ -220,6 +220,10 @@ const char *tool_printable(const char *s, char *out, size_t outlen)
         size_t k;
         if (*p < 0x20 || *p == 0x7f) {
             k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", *p);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            /* A C1 control (U+0080..U+009F, e.g. U+009B, a one-character CSI). */
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", p[1]);
+            p++;
         } else if (*p == '\\') {
             k = 2;
             memcpy(tmp, "\\\\", 2);

@@ -131,6 +131,7 @@ static void test_printable(void **state)
     assert_string_equal(tool_printable("order-17", out, sizeof out), "order-17");
     assert_string_equal(tool_printable("a\033[2Jb\n\x7f\\", out, sizeof out),
                         "a\\x1b[2Jb\\x0a\\x7f\\\\");
+    assert_string_equal(tool_printable("x\xc2\x9b" "31m\xc3\xa9", out, sizeof out), "x\\u009b31m\xc3\xa9");
     char small[8];
     tool_printable("abcdefghijkl", small, sizeof small);
     assert_string_equal(small, "abcd...");
