@@ -76,7 +76,7 @@ void tool_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* With --log-format json: turn every other line written to stderr into a JSON object too. */
 void tool_log_json_stderr(void);
 
-/* s with control characters escaped (C0 and DEL as \\xNN, C1 as \\u00NN, backslash as \\\\), for
+/* s with control characters escaped (C0 and DEL as \xNN, C1 as \u00NN, a backslash doubled), for
  * terminals and tables: an id or an owner cannot move the cursor or fake a line. Cut with "..."
  * to fit; returns out. */
 const char *tool_printable(const char *s, char *out, size_t outlen);
