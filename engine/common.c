@@ -123,6 +123,11 @@ void pawl_log_set_format(enum pawl_log_format format)
     log_format = format;
 }
 
+enum pawl_log_format pawl_log_get_format(void)
+{
+    return log_format;
+}
+
 int pawl_log_level_parse(const char *s, enum pawl_log_level *out)
 {
     if (s == NULL || out == NULL)

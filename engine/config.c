@@ -35,7 +35,8 @@ static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 #define S_STORE                                                                                    \
     (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
 #define S_NAMED                                                                                    \
-    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE)
+    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |   \
+     PAWL_SCOPE_DELETE)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
@@ -310,7 +311,8 @@ static const struct pawl_flag flags[] = {
      .min = 100,
      .max = HOUR_MS,
      .help = "A claim not extended for this long may be taken by another node; status marks such claims expired, and reset, split and merge release them",
-     .scope = S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE,
+     .scope = S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |
+              PAWL_SCOPE_DELETE,
      AT(processor.claim_timeout_ms)},
     {.name = "claim-extend-interval",
      .type = PAWL_FLAG_DURATION,
@@ -390,6 +392,7 @@ static const struct pawl_flag flags[] = {
 
     /* ---- generated load (demo, bench, append --generate) ---- */
     {.name = "generate",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
      .help = "append: generate events instead of reading JSON lines from stdin",
@@ -406,6 +409,7 @@ static const struct pawl_flag flags[] = {
      .scope = S_LOAD,
      AT(tool.rate)},
     {.name = "duration",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_DURATION,
      .def = "20s",
      .min = 0,
@@ -448,6 +452,7 @@ static const struct pawl_flag flags[] = {
      .scope = S_LOAD,
      AT(tool.streams)},
     {.name = "count",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
      .def = "0",
      .min = 0,
@@ -455,9 +460,18 @@ static const struct pawl_flag flags[] = {
      .help = "Stop after this many events; 0: no limit",
      .scope = PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL,
      AT(tool.count)},
+    {.name = "wait",
+     .kind = PAWL_FLAG_ACTION,
+     .type = PAWL_FLAG_BOOL,
+     .def = "false",
+     .help = "append: wait until the finalizer gave the appended events their final indexes, and "
+             "print them",
+     .scope = PAWL_SCOPE_APPEND,
+     AT(tool.wait)},
 
     /* ---- reading ---- */
     {.name = "from",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
      .def = "0",
      .min = -1,
@@ -466,6 +480,7 @@ static const struct pawl_flag flags[] = {
      .scope = PAWL_SCOPE_TAIL,
      AT(tool.from)},
     {.name = "follow",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
      .help = "tail: keep waiting for new events",
@@ -474,12 +489,14 @@ static const struct pawl_flag flags[] = {
 
     /* ---- output ---- */
     {.name = "json",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
      .help = "Print JSON instead of a table",
      .scope = PAWL_SCOPE_STATUS | PAWL_SCOPE_CONFIG | PAWL_SCOPE_TAIL,
      AT(tool.json)},
     {.name = "watch",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_DURATION,
      .def = "0",
      .min = 0,
@@ -488,6 +505,7 @@ static const struct pawl_flag flags[] = {
      .scope = PAWL_SCOPE_STATUS,
      AT(tool.watch_ms)},
     {.name = "metrics",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
      .help = "status: also print totals, and with --metrics-port the metrics of the pawl "
@@ -513,12 +531,15 @@ static const struct pawl_flag flags[] = {
 
     /* ---- administration ---- */
     {.name = "execute",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
-     .help = "Do it; without this flag reset, split and merge only print what they would do",
-     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE,
+     .help = "Do it; without this flag reset, split, merge and delete only print what they "
+             "would do",
+     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE,
      AT(tool.execute)},
     {.name = "to",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = 64,
@@ -527,6 +548,7 @@ static const struct pawl_flag flags[] = {
      .scope = PAWL_SCOPE_RESET,
      AT(tool.to)},
     {.name = "segment",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
      .def = "0",
      .min = 0,
@@ -543,6 +565,7 @@ static const struct pawl_flag flags[] = {
      .scope = PAWL_SCOPE_RUN,
      AT(tool.handler)},
     {.name = "csv",
+     .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = 4096,
@@ -630,7 +653,7 @@ char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outl
     case PAWL_FLAG_DURATION:
         format_ms(f->min, a, sizeof a);
         format_ms(f->max, b, sizeof b);
-        snprintf(out, outlen, "a duration in [%s, %s] (units ms, s, m, h; bare numbers are ms)", a,
+        snprintf(out, outlen, "a duration in [%s, %s] with a unit: ms, s, m, h (1m30s, 1.5s)", a,
                  b);
         break;
     case PAWL_FLAG_STRING:
@@ -687,33 +710,81 @@ static int parse_double(const char *v, double *out)
     return 0;
 }
 
+/*
+ * <number><unit> parts ("1m30s", "1.5s"); see pawl_config_parse_duration. Each part's number is
+ * plain decimal (no sign, exponent or hex: strtod's extras would let "1e3s" or "0x10s" through).
+ */
 static int parse_duration(const char *v, int64_t *out)
 {
-    if (*v == '\0' || isspace((unsigned char)*v) || *v == '+')
+    bool neg = false;
+    if (*v == '-') {
+        neg = true;
+        v++;
+    }
+    if (!isdigit((unsigned char)*v) && *v != '.')
         return PAWL_EINVAL;
-    char *end = NULL;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (end == v || isnan(x))
-        return PAWL_EINVAL;
-    double mult;
-    if (*end == '\0' || strcmp(end, "ms") == 0)
-        mult = 1;
-    else if (strcmp(end, "s") == 0)
-        mult = 1000;
-    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        mult = 60000;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600000;
-    else
-        return PAWL_EINVAL;
-    double ms = x * mult;
-    if (errno == ERANGE || !(fabs(ms) < 9.2e18))
-        return PAWL_ERANGE;
-    if (ms != floor(ms))
+    if (strcmp(v, "0") == 0) {
+        *out = 0;
+        return 0;
+    }
+    double total = 0;
+    int last_rank = 99; /* units must come in decreasing order, each once */
+    while (*v) {
+        const char *num = v;
+        while (isdigit((unsigned char)*v) || *v == '.')
+            v++;
+        if (v == num)
+            return PAWL_EINVAL;
+        char buf[64];
+        size_t n = (size_t)(v - num);
+        if (n >= sizeof buf || (n == 1 && *num == '.'))
+            return PAWL_EINVAL;
+        memcpy(buf, num, n);
+        buf[n] = '\0';
+        char *end = NULL;
+        double x = strtod(buf, &end);
+        if (*end != '\0' || strchr(buf, '.') != strrchr(buf, '.'))
+            return PAWL_EINVAL;
+        double mult;
+        int rank;
+        if (strncmp(v, "ms", 2) == 0) {
+            mult = 1, rank = 0, v += 2;
+        } else if (strncmp(v, "min", 3) == 0) {
+            mult = 60000, rank = 2, v += 3;
+        } else if (*v == 's') {
+            mult = 1000, rank = 1, v += 1;
+        } else if (*v == 'm') {
+            mult = 60000, rank = 2, v += 1;
+        } else if (*v == 'h') {
+            mult = 3600000, rank = 3, v += 1;
+        } else {
+            return PAWL_EINVAL; /* a bare number, or an unknown unit */
+        }
+        if (rank >= last_rank)
+            return PAWL_EINVAL;
+        last_rank = rank;
+        total += x * mult;
+        if (!(total < 9.2e18))
+            return PAWL_ERANGE;
+    }
+    /* Parts in decimal fractions of ms sum exactly when they are whole ms: 0.1s + 0.2s. */
+    double r = floor(total + 0.5);
+    if (fabs(total - r) > 1e-6 * PAWL_MAX(1.0, total))
         return PAWL_EINVAL; /* below a millisecond */
-    *out = (int64_t)ms;
+    *out = neg ? -(int64_t)r : (int64_t)r;
     return 0;
+}
+
+/* True when text is a bare number (the old milliseconds), for the error's hint. */
+static bool bare_number(const char *v)
+{
+    if (*v == '-')
+        v++;
+    if (*v == '\0')
+        return false;
+    char *end = NULL;
+    (void)strtod(v, &end);
+    return end != v && *end == '\0' && isdigit((unsigned char)*v);
 }
 
 int pawl_config_parse_duration(const char *text, int64_t *ms)
@@ -765,7 +836,9 @@ static int parse_value(const struct pawl_flag *f, const char *value, const char 
         break;
     case PAWL_FLAG_DURATION:
         rc = parse_duration(value, &p->i);
-        what = "not a duration";
+        what = bare_number(value) ? "a duration needs a unit (e.g. 2s or 2000ms; bare numbers are "
+                                    "not taken as milliseconds)"
+                                  : "not a duration";
         if (rc == 0 && (p->i < f->min || p->i > f->max))
             rc = PAWL_ERANGE;
         break;
@@ -1088,6 +1161,8 @@ int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, 
     if (envp == NULL)
         return 0;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
+        if (flags[i].kind == PAWL_FLAG_ACTION)
+            continue; /* actions come only from the command line */
         char env[96];
         pawl_config_flag_env(&flags[i], env, sizeof env);
         size_t n = strlen(env);
@@ -1102,6 +1177,79 @@ int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, 
             return rc;
     }
     return 0;
+}
+
+/* Edit distance, capped: names are short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    /* Optimal string alignment: insertions, deletions, substitutions and swaps of two
+     * neighbours ("dns" for "dsn") cost 1 each. */
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 99;
+    size_t d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+/* The flag of scope nearest to name (at most a third of its letters wrong), or NULL. */
+static const char *closest_flag(const char *name, unsigned scope)
+{
+    const char *best = NULL;
+    size_t bestd = 99;
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
+        if ((flags[i].scope & scope) == 0)
+            continue;
+        size_t d = edit_distance(name, flags[i].name);
+        if (d < bestd) {
+            bestd = d;
+            best = flags[i].name;
+        }
+    }
+    size_t allowed = PAWL_MAX(strlen(name) / 3, (size_t)1);
+    return bestd <= allowed ? best : NULL;
+}
+
+int pawl_config_env_actions(char *const *envp, char *out, size_t outlen)
+{
+    int count = 0;
+    size_t used = 0;
+    if (out && outlen)
+        out[0] = '\0';
+    for (size_t i = 0; envp && i < PAWL_ARRAY_LEN(flags); i++) {
+        if (flags[i].kind != PAWL_FLAG_ACTION)
+            continue;
+        char env[96];
+        pawl_config_flag_env(&flags[i], env, sizeof env);
+        size_t n = strlen(env);
+        for (char *const *e = envp; *e; e++) {
+            if (strncmp(*e, env, n) == 0 && (*e)[n] == '=') {
+                if (out && used < outlen) {
+                    int w = snprintf(out + used, outlen - used, "%s%s", count ? ", " : "", env);
+                    used += w > 0 ? (size_t)w : 0;
+                }
+                count++;
+                break;
+            }
+        }
+    }
+    return count;
 }
 
 int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv, unsigned scope,
@@ -1130,6 +1278,10 @@ int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv,
             out->help = 1;
             continue;
         }
+        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            out->version = 1;
+            continue;
+        }
         if (a[1] != '-') {
             if (err && errlen)
                 snprintf(err, errlen, "unknown option %.80s (flags are spelled --name)", a);
@@ -1155,8 +1307,10 @@ int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv,
             }
         }
         if (idx < 0) {
+            const char *near = closest_flag(namebuf, scope);
             if (err && errlen)
-                snprintf(err, errlen, "unknown flag --%s", namebuf);
+                snprintf(err, errlen, "unknown flag --%s%s%s%s", namebuf,
+                         near ? " (did you mean --" : "", near ? near : "", near ? "?)" : "");
             return PAWL_ENOTFOUND;
         }
         if ((flags[idx].scope & scope) == 0) {

@@ -245,9 +245,20 @@ static int pg_init(struct pawl_tokens *tk, const char *proc, uint32_t n, int64_t
 {
     char a[24], b[24];
     const char *v[3] = {proc, I64(a, n), I64(b, token)};
-    struct pawl_pgstmt s = {
-        .sql = "SELECT pawl.tokens_init($1, $2, $3)", .nparams = 3, .values = v};
-    return run(from(tk), &s, 1);
+    struct ints_cap c = {0};
+    struct pawl_pgstmt s = {.sql = "SELECT pawl.tokens_init($1, $2, $3)",
+                            .nparams = 3,
+                            .values = v,
+                            .on_result = on_ints,
+                            .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    /* A processor that did not exist is created here: say so, so a misspelt name does not
+     * silently start a second processor from the start of the log. */
+    if (rc == 0 && c.got && c.v[0] > 0)
+        PAWL_INFO("tokens", "creating processor %s with %u segments at token %lld", proc, n,
+                  (long long)token);
+    pawl_free(c.list);
+    return rc;
 }
 
 static int pg_list(struct pawl_tokens *tk, const char *proc, struct pawl_segment_status **rows,

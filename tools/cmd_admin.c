@@ -1,10 +1,14 @@
 /*
- * cmd_admin.c — `pawl status`, `pawl reset`, `pawl split`, `pawl merge`: the operator's view of
- * a processor's segments in the token store, and the changes made to them while the processor's
- * segments are unclaimed. Changes print what they would do unless --execute is given, and are
- * refused (exit 4, naming the owners) while any segment involved is claimed: moving a claimed
- * segment's token under a running node would race its next conditional write.
+ * cmd_admin.c — `pawl status`, `pawl reset`, `pawl split`, `pawl merge`, `pawl delete`: the
+ * operator's view of the processors and their segments in the token store, and the changes made
+ * to them while the processor's segments are unclaimed. Changes print what they would do unless
+ * --execute is given, and are refused (exit 4, naming the owners) while any segment involved is
+ * claimed: moving a claimed segment's token under a running node would race its next
+ * conditional write. A refusal goes to stderr only: stdout carries a plan only when the change
+ * could be made. The commands that change a processor take its name (and every action) from
+ * the command line only, never from the environment.
  */
+#include "pgq.h"
 #include "progress.h"
 #include "scrape.h"
 #include "status.h"
@@ -59,6 +63,31 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
     return TOOL_OK;
 }
 
+/* " (did you mean X?)" when an existing processor's name is one or two edits from proc. */
+static void closest_processor(struct pawl_config *cfg, const char *proc, char *out, size_t outlen)
+{
+    struct tool_proc_row *rows = NULL;
+    size_t n = 0;
+    char err[256];
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL || tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err,
+                                           sizeof err) != 0)
+        return;
+    size_t best = 99, bi = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = tool_edit_distance(proc, rows[i].name);
+        if (d < best) {
+            best = d;
+            bi = i;
+        }
+    }
+    if (n > 0 && best <= PAWL_MAX(strlen(proc) / 3, (size_t)1))
+        snprintf(out, outlen, " (did you mean %s? pawl status lists them)", rows[bi].name);
+    else if (n > 0)
+        snprintf(out, outlen, " (pawl status lists the %zu processors)", n);
+    free(rows);
+}
+
 /* Gather proc's status (tool_status_collect) with the claim timeout that marks expired claims;
  * on failure print "what: the reason" and return the exit code. */
 static int status_collect(struct pawl_config *cfg, struct stores *s, const char *proc,
@@ -67,16 +96,20 @@ static int status_collect(struct pawl_config *cfg, struct stores *s, const char 
     char err[512];
     int rc = tool_status_collect(s->tok, s->src, proc, scan_limit, st, err, sizeof err);
     if (rc != 0) {
-        tool_err("%s: %s", what, err);
+        char hint[128] = "";
+        if (rc == PAWL_ENOTFOUND)
+            closest_processor(cfg, proc, hint, sizeof hint);
+        tool_err("%s: %s%s", what, err, hint);
         return tool_exit_for(rc);
     }
     st->claim_timeout_ms = cfg->processor.claim_timeout_ms;
     return TOOL_OK;
 }
 
-/* The processor name: --processor, or the one positional argument. */
+/* The processor name: --processor, or the one positional argument. A command that changes the
+ * processor (changes != 0) does not take it from PAWL_PROCESSOR. */
 static const char *proc_name(struct pawl_config *cfg, int argc, const char *const *argv,
-                             const char *cmd)
+                             const char *cmd, int changes)
 {
     if (argc > 1) {
         tool_err("%s: unexpected argument '%s'", cmd, argv[1]);
@@ -90,8 +123,16 @@ static const char *proc_name(struct pawl_config *cfg, int argc, const char *cons
         }
         return argv[0];
     }
+    if (changes && cfg->processor.name &&
+        pawl_config_source_of(cfg, "processor") != PAWL_SRC_FLAG) {
+        tool_err("%s: which processor? give its name on the command line (%s changes a processor, "
+                 "so PAWL_PROCESSOR from the environment is not used)",
+                 cmd, cmd);
+        return NULL;
+    }
     if (cfg->processor.name == NULL)
-        tool_err("%s: which processor? give --processor NAME (or PAWL_PROCESSOR)", cmd);
+        tool_err("%s: which processor? give --processor NAME%s", cmd,
+                 changes ? "" : " (or PAWL_PROCESSOR)");
     return cfg->processor.name;
 }
 
@@ -105,9 +146,79 @@ static void sleep_ms_interruptible(int64_t ms)
     }
 }
 
+/* status without a name: one line per processor. */
+static int status_list(struct pawl_config *cfg)
+{
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    int ex = TOOL_OK;
+    int64_t shown = 0;
+    for (;;) {
+        struct tool_proc_row *rows = NULL;
+        size_t n = 0;
+        char err[512];
+        int rc = tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err,
+                                     sizeof err);
+        if (rc != 0) {
+            tool_err("status: cannot list the processors: %s%s", err,
+                     strstr(err, "does not exist") ? " (run `pawl init` first)" : "");
+            return rc == PAWL_ECONN ? TOOL_NODB
+                   : strstr(err, "does not exist") ? TOOL_NOTFOUND
+                                                   : TOOL_FAILED;
+        }
+        if (cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json)
+            fputs("\033[H\033[2J", stdout);
+        if (cfg->tool.json) {
+            printf("{\"processors\": [");
+            for (size_t i = 0; i < n; i++) {
+                char owners[2048];
+                tool_json_string(rows[i].owners, owners, sizeof owners);
+                printf("%s{\"processor\": \"%s\", \"segments\": %" PRId64 ", \"claimed\": %" PRId64
+                       ", \"expired_claims\": %" PRId64 ", \"owners\": %s, \"lowest_token\": %" PRId64
+                       ", \"head\": %" PRId64 ", \"lag_events\": %" PRId64 "}",
+                       i ? ", " : "", rows[i].name, rows[i].segments, rows[i].claimed,
+                       rows[i].expired, owners, rows[i].lowest_token, rows[i].head,
+                       PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0));
+            }
+            printf("]}\n");
+        } else if (n == 0) {
+            printf("no processors yet (pawl run --processor NAME creates one)\n");
+        } else {
+            printf("%-24s %-9s %-8s %-12s %-12s %-12s %s\n", "PROCESSOR", "SEGMENTS", "CLAIMED",
+                   "LOWEST-TOKEN", "HEAD", "LAG", "OWNERS");
+            for (size_t i = 0; i < n; i++) {
+                char owners[4 * sizeof rows[i].owners];
+                tool_printable(rows[i].owners, owners, sizeof owners);
+                printf("%-24s %-9" PRId64 " %-8" PRId64 " %-12" PRId64 " %-12" PRId64
+                       " %-12" PRId64 " %s%s\n",
+                       rows[i].name, rows[i].segments, rows[i].claimed, rows[i].lowest_token,
+                       rows[i].head, PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
+                       owners[0] ? owners : "-",
+                       rows[i].expired ? "  (expired claims: nodes gone?)" : "");
+            }
+            printf("\n(lag: head - lowest token, an upper bound; pawl status NAME counts it per "
+                   "segment)\n");
+        }
+        fflush(stdout);
+        free(rows);
+        shown++;
+        if (cfg->tool.watch_ms == 0 || tool_stop)
+            break;
+        sleep_ms_interruptible(cfg->tool.watch_ms);
+        if (tool_stop)
+            break;
+    }
+    if (tool_stop)
+        tool_note("interrupted: stopped watching after %" PRId64 " refreshes", shown);
+    return ex;
+}
+
 int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
 {
-    const char *proc = proc_name(cfg, argc, argv, "status");
+    if (argc == 0 && cfg->processor.name == NULL)
+        return status_list(cfg);
+    const char *proc = proc_name(cfg, argc, argv, "status", 0);
     if (proc == NULL)
         return TOOL_USAGE;
     struct stores s;
@@ -115,6 +226,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
     if (ex != TOOL_OK)
         return ex;
     int live = cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json;
+    int64_t shown = 0;
     for (;;) {
         struct tool_status st;
         char err[512];
@@ -159,12 +271,15 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
         }
         fflush(stdout);
         tool_status_fini(&st);
+        shown++;
         if (cfg->tool.watch_ms == 0 || tool_stop)
             break;
         sleep_ms_interruptible(cfg->tool.watch_ms);
         if (tool_stop)
             break;
     }
+    if (tool_stop && ex == TOOL_OK)
+        tool_note("interrupted: stopped watching %s after %" PRId64 " refreshes", proc, shown);
     stores_close(&s);
     return ex;
 }
@@ -175,23 +290,26 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
 static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_status *st,
                              const char *what)
 {
+    char owners[512];
+    tool_status_owners(st, owners, sizeof owners);
+    if (owners[0] != '\0') {
+        tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait until "
+                 "their claims are older than --claim-timeout, %.1f s) and try again; nothing "
+                 "changed",
+                 what, st->proc, owners, (double)st->claim_timeout_ms / 1000);
+        return TOOL_REFUSED;
+    }
     for (size_t i = 0; i < st->n; i++) {
         const struct pawl_segment_status *r = &st->rows[i].st;
+        char shown[4 * PAWL_OWNER_MAX + 8];
         if (tool_status_claim_expired(st, r))
             printf("  segment %u: the claim of %s expired (not extended for %.1f s; claim timeout "
                    "%.1f s): %s\n",
-                   r->seg.id, r->owner, (double)r->claim_age_ms / 1000,
-                   (double)st->claim_timeout_ms / 1000,
+                   r->seg.id, tool_printable(r->owner, shown, sizeof shown),
+                   (double)r->claim_age_ms / 1000, (double)st->claim_timeout_ms / 1000,
                    cfg->tool.execute ? "releasing it" : "would release it");
     }
-    char owners[512];
-    tool_status_owners(st, owners, sizeof owners);
-    if (owners[0] == '\0')
-        return TOOL_OK;
-    tool_err("%s refused: segments of %s are claimed by %s; stop those nodes (or wait until "
-             "their claims are older than --claim-timeout, %.1f s) and try again",
-             what, st->proc, owners, (double)st->claim_timeout_ms / 1000);
-    return TOOL_REFUSED;
+    return TOOL_OK;
 }
 
 /* Release the expired claims among the rows. A claim released here that its node then tries to
@@ -214,7 +332,7 @@ static int release_expired(struct pawl_tokens *tok, const struct tool_status *st
 
 int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
 {
-    const char *proc = proc_name(cfg, argc, argv, "reset");
+    const char *proc = proc_name(cfg, argc, argv, "reset", 1);
     if (proc == NULL)
         return TOOL_USAGE;
     enum pawl_reset_kind kind;
@@ -245,23 +363,31 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
         ex = tool_exit_for(rc);
         goto out;
     }
-    if (target > st.head)
-        printf("note: token %" PRId64 " is past the head (%" PRId64 "); the processor will "
-               "wait for those events\n",
-               target, st.head);
-    printf("%s %s to token %" PRId64 " (--to %s):\n",
-           cfg->tool.execute ? "resetting" : "would reset", proc, target, cfg->tool.to);
-    for (size_t i = 0; i < st.n; i++) {
-        const struct pawl_segment_status *r = &st.rows[i].st;
-        int64_t d = target - r->token;
-        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64
-               " indexes)%s%s\n",
-               r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
-               d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "", r->owner);
+    if (target > st.head) {
+        /* A token past the head would skip events that do not exist yet: whatever is appended
+         * next, up to the token, would never reach the processor. Almost always a typo. */
+        tool_err("reset refused: --to %s is index %" PRId64 ", past the head of the log (%" PRId64
+                 "); the processor would silently skip the next %" PRId64
+                 " events appended; nothing changed",
+                 cfg->tool.to, target, st.head, target - st.head);
+        ex = TOOL_REFUSED;
+        goto out;
     }
     ex = refuse_if_claimed(cfg, &st, "reset");
     if (ex != TOOL_OK)
         goto out;
+    printf("%s %s to token %" PRId64 " (--to %s):\n",
+           cfg->tool.execute ? "resetting" : "would reset", proc, target, cfg->tool.to);
+    for (size_t i = 0; i < st.n; i++) {
+        const struct pawl_segment_status *r = &st.rows[i].st;
+        char shown[4 * PAWL_OWNER_MAX + 8];
+        int64_t d = target - r->token;
+        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64
+               " indexes)%s%s\n",
+               r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
+               d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "",
+               tool_printable(r->owner, shown, sizeof shown));
+    }
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
         goto out;
@@ -295,9 +421,13 @@ static const struct tool_seg_row *find_row(const struct tool_status *st, uint32_
 static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *argv, int merge)
 {
     const char *what = merge ? "merge" : "split";
-    const char *proc = proc_name(cfg, argc, argv, what);
+    const char *proc = proc_name(cfg, argc, argv, what, 1);
     if (proc == NULL)
         return TOOL_USAGE;
+    if (pawl_config_source_of(cfg, "segment") != PAWL_SRC_FLAG) {
+        tool_err("%s: which segment? give --segment ID (pawl status %s lists them)", what, proc);
+        return TOOL_USAGE;
+    }
     struct stores s;
     int ex = stores_open(cfg, &s);
     if (ex != TOOL_OK)
@@ -313,6 +443,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
     const struct tool_seg_row *sib = NULL;
     struct tool_status involved = st; /* a view over the rows involved, for the owner check */
     struct tool_seg_row pair[2];
+    char plan[512] = "";
     if (row == NULL) {
         tool_err("%s: %s has no segment %u", what, proc, id);
         ex = TOOL_NOTFOUND;
@@ -328,7 +459,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
             ex = TOOL_USAGE;
             goto out;
         }
-        printf("%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
+        snprintf(plan, sizeof plan, "%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
                "%" PRId64 "\n",
                cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask, row->st.token,
                lo.id, lo.mask, hi.id, hi.mask, row->st.token);
@@ -355,7 +486,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
             ex = TOOL_REFUSED;
             goto out;
         }
-        printf("%s segments %u/0x%x (token %" PRId64 ") and %u/0x%x (token %" PRId64
+        snprintf(plan, sizeof plan, "%s segments %u/0x%x (token %" PRId64 ") and %u/0x%x (token %" PRId64
                ") into %u/0x%x at token %" PRId64 "; the faster half's events up to %" PRId64
                " are not redelivered\n",
                cfg->tool.execute ? "merging" : "would merge", row->st.seg.id, row->st.seg.mask,
@@ -366,6 +497,7 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
     ex = refuse_if_claimed(cfg, &involved, what);
     if (ex != TOOL_OK)
         goto out;
+    fputs(plan, stdout); /* only now: a refused change prints no plan */
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
         goto out;
@@ -394,4 +526,57 @@ int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv)
 int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv)
 {
     return split_or_merge(cfg, argc, argv, 1);
+}
+
+int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    const char *proc = proc_name(cfg, argc, argv, "delete", 1);
+    if (proc == NULL)
+        return TOOL_USAGE;
+    struct stores s;
+    int ex = stores_open(cfg, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct tool_status st;
+    if ((ex = status_collect(cfg, &s, proc, 0, &st, "delete")) != TOOL_OK) {
+        stores_close(&s);
+        return ex;
+    }
+    ex = refuse_if_claimed(cfg, &st, "delete");
+    if (ex != TOOL_OK)
+        goto out;
+    int64_t lowest = INT64_MAX;
+    for (size_t i = 0; i < st.n; i++)
+        lowest = PAWL_MIN(lowest, st.rows[i].st.token);
+    printf("%s processor %s: %zu segments (tokens from %" PRId64 ", head %" PRId64
+           "), their claims and node records; the log is not touched\n",
+           cfg->tool.execute ? "deleting" : "would delete", proc, st.n, lowest, st.head);
+    if (!cfg->tool.execute) {
+        printf("nothing changed: add --execute to apply\n");
+        goto out;
+    }
+    /* The delete checks the claims again under row locks: a node that claimed a segment since
+     * the look above makes it refuse, deleting nothing. */
+    char err[512];
+    int64_t deleted = 0;
+    int rc = tool_pgq_delete_processor(tool_dsn(cfg), proc, cfg->processor.claim_timeout_ms,
+                                       &deleted, err, sizeof err);
+    if (rc == PAWL_EBUSY) {
+        char shown[1024];
+        tool_err("delete refused: segments of %s are claimed by %s; stop those nodes and try "
+                 "again; nothing changed",
+                 proc, tool_printable(err, shown, sizeof shown));
+        ex = TOOL_REFUSED;
+        goto out;
+    }
+    if (rc != 0) {
+        tool_err("delete failed: %s", err);
+        ex = tool_exit_for(rc);
+        goto out;
+    }
+    printf("deleted processor %s: %" PRId64 " segments\n", proc, deleted);
+out:
+    tool_status_fini(&st);
+    stores_close(&s);
+    return ex;
 }

@@ -2,11 +2,19 @@
  * cmd_log.c — the event-log commands: `pawl init` (schema), `pawl append` (JSON lines from stdin,
  * or generated load), `pawl tail` (read and follow), `pawl demo` (appenders + a follower with a
  * live view). Each opens one store (pawl/log.h) with the options from the flag table.
+ *
+ * append from stdin is made for scripts: every appended event is echoed on stdout (line, stream,
+ * sequence; with --wait its final index, found by reading the log back), a conflict has its own
+ * exit code and a message built from the stream's actual version (the server's unique-key text
+ * is never shown), input lines are bounded by what an event of --max-event-bytes can take as
+ * JSON (so a stream of bytes without newlines is refused at once, in bounded memory), and
+ * Ctrl-C ends it cleanly with a summary of what was appended.
  */
 #include "httpd.h"
 #include "jsonl.h"
 #include "load.h"
 #include "metrics.h"
+#include "pgq.h"
 #include "progress.h"
 
 #include <errno.h>
@@ -86,7 +94,7 @@ static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct too
         tool_err("%s", err);
         return TOOL_FAILED;
     }
-    fprintf(stderr, "pawl: metrics at http://127.0.0.1:%d/metrics\n", cfg->metrics_port);
+    tool_note("metrics at http://127.0.0.1:%d/metrics", cfg->metrics_port);
     return TOOL_OK;
 }
 
@@ -155,9 +163,8 @@ static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
     tool_progress_done(&prog);
     double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
     int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
-    fprintf(stderr,
-            "pawl: appended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
-            " failed appends%s%s\n",
+    tool_note("%sappended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
+            " failed appends%s%s", tool_stop ? "interrupted: " : "",
             ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9), errs,
             errs ? "; first: " : "", errs ? load.first_error : "");
     return errs ? TOOL_FAILED : TOOL_OK;
@@ -169,6 +176,68 @@ struct group {
     long *line; /* input line of each event */
     size_t n, cap;
 };
+
+/* What became of one appended event: printed at once, or with --wait once its index is known. */
+struct appended {
+    long line;
+    char *stream; /* malloc'ed */
+    int64_t seq;  /* 0: not known (see assigned_seq) */
+    int64_t index;
+    uint64_t hash; /* of type and payload, to recognise the event when reading it back */
+};
+
+struct append_ctx {
+    struct pawl_config *cfg;
+    struct pawl_store *s;
+    const char *dsn;
+    int64_t appended;    /* events */
+    int64_t appends;     /* transactions */
+    long last_line;      /* last line appended */
+    char last_ev[160];   /* "stream#seq" of the last event appended (printable) */
+    struct appended *done; /* --wait: every appended event, in order */
+    size_t ndone, capdone;
+};
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static uint64_t event_hash(const struct pawl_event *e)
+{
+    uint64_t h = fnv1a(14695981039346656037ULL, e->type, strlen(e->type) + 1);
+    return fnv1a(h, e->payload ? e->payload : "", e->payload_len);
+}
+
+/*
+ * The stream sequence the log gave event i of an append. An explicit seq is what it asked
+ * for; a "next position" event (seq 0) gets its number from the log, which reports it in the
+ * append's result once that field exists (store/log.c): WIRE it here, returning
+ * res->...[i]. Until then 0: unknown, printed as "#?" (append --wait reads it back from the log).
+ */
+static int64_t assigned_seq(const struct pawl_append_result *res, size_t i,
+                            const struct pawl_event *e)
+{
+    (void)res;
+    (void)i;
+    return e->stream_seq > 0 ? e->stream_seq : 0;
+}
+
+static void print_appended(const struct appended *a, int with_index)
+{
+    char shown[512];
+    tool_printable(a->stream, shown, sizeof shown);
+    if (a->seq > 0)
+        printf("line %ld  %s#%" PRId64, a->line, shown, a->seq);
+    else
+        printf("line %ld  %s#?", a->line, shown);
+    if (with_index)
+        printf("  index %" PRId64, a->index);
+    putchar('\n');
+}
 
 /*
  * An event may join the group unless the log would refuse the mix: within one append, a stream's
@@ -187,8 +256,50 @@ static int group_accepts(const struct group *g, const struct pawl_event *e)
     return 1;
 }
 
+/*
+ * A conflict, said precisely: the first stream of the group whose explicit sequence does not
+ * follow the stream's current version (read after the failure; a concurrent append may have
+ * moved it again, which the message cannot know). The server's unique-key text never reaches
+ * the user.
+ */
+static void report_conflict(struct append_ctx *c, const struct group *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        const struct pawl_event *e = &g->ev[i].ev;
+        if (e->stream_seq <= 0)
+            continue;
+        int first = 1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(g->ev[j].ev.stream_id, e->stream_id) == 0)
+                first = 0;
+        if (!first)
+            continue;
+        int64_t actual = 0;
+        char err[256], shown[512];
+        if (tool_pgq_stream_version(c->dsn, e->stream_id, &actual, err, sizeof err) != 0)
+            continue;
+        if (actual == e->stream_seq - 1)
+            continue;
+        struct tool_kv kv[] = {TOOL_KV_S("stream", e->stream_id), TOOL_KV_I("line", g->line[i]),
+                               TOOL_KV_I("expected_version", e->stream_seq - 1),
+                               TOOL_KV_I("actual_version", actual)};
+        tool_log(PAWL_LOG_ERROR, kv, PAWL_ARRAY_LEN(kv),
+                 "append: line %ld: conflict on stream %s: expected version %" PRId64
+                 " (the event's seq %" PRId64 " follows it), but the stream is at version %" PRId64
+                 "; nothing of this append (lines %ld-%ld) was written",
+                 g->line[i], tool_printable(e->stream_id, shown, sizeof shown),
+                 e->stream_seq - 1, e->stream_seq, actual, g->line[0], g->line[g->n - 1]);
+        return;
+    }
+    struct tool_kv kv[] = {TOOL_KV_I("line", g->line[0])};
+    tool_log(PAWL_LOG_ERROR, kv, 1,
+             "append: lines %ld-%ld: conflict: a stream is not at the expected version (it moved "
+             "again since); nothing of this append was written",
+             g->line[0], g->line[g->n - 1]);
+}
+
 /* Append the group as one transaction; the error names its lines. Empties the group. */
-static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
+static int group_flush(struct append_ctx *c, struct group *g)
 {
     if (g->n == 0)
         return 0;
@@ -198,17 +309,55 @@ static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
     if (evs) {
         for (size_t i = 0; i < g->n; i++)
             evs[i] = g->ev[i].ev;
-        rc = pawl_append(s, evs, g->n, &res);
+        rc = pawl_append(c->s, evs, g->n, &res);
         free(evs);
     }
-    if (rc != 0) {
+    if (rc == PAWL_ECONFLICT) {
+        report_conflict(c, g);
+    } else if (rc != 0) {
         if (g->n == 1)
             tool_err("append: line %ld: %s: %s", g->line[0], pawl_strerror(rc), res.message);
         else
             tool_err("append: lines %ld-%ld (one transaction): %s: %s", g->line[0],
                      g->line[g->n - 1], pawl_strerror(rc), res.message);
     } else {
-        *appended += (int64_t)g->n;
+        c->appended += (int64_t)g->n;
+        c->appends++;
+        for (size_t i = 0; i < g->n; i++) {
+            const struct pawl_event *e = &g->ev[i].ev;
+            struct appended a = {.line = g->line[i],
+                                 .stream = (char *)e->stream_id,
+                                 .seq = assigned_seq(&res, i, e),
+                                 .hash = event_hash(e)};
+            c->last_line = g->line[i];
+            char shown[128];
+            tool_printable(e->stream_id, shown, sizeof shown);
+            if (a.seq > 0)
+                snprintf(c->last_ev, sizeof c->last_ev, "%s#%" PRId64, shown, a.seq);
+            else
+                snprintf(c->last_ev, sizeof c->last_ev, "%s", shown);
+            if (!c->cfg->tool.wait) {
+                print_appended(&a, 0);
+                continue;
+            }
+            if (c->ndone == c->capdone) {
+                size_t ncap = c->capdone ? c->capdone * 2 : 256;
+                struct appended *nd = realloc(c->done, ncap * sizeof *nd);
+                if (nd == NULL) {
+                    rc = PAWL_ENOMEM;
+                    break;
+                }
+                c->done = nd;
+                c->capdone = ncap;
+            }
+            a.stream = strdup(e->stream_id);
+            if (a.stream == NULL) {
+                rc = PAWL_ENOMEM;
+                break;
+            }
+            c->done[c->ndone++] = a;
+        }
+        fflush(stdout);
     }
     for (size_t i = 0; i < g->n; i++)
         tool_jsonl_event_fini(&g->ev[i]);
@@ -217,32 +366,101 @@ static int group_flush(struct pawl_store *s, struct group *g, int64_t *appended)
 }
 
 /*
+ * --wait: read the log from the head seen before the first append until every appended event is
+ * found (same stream, type and payload, and seq when known, in input order: our appends
+ * committed one after another, so their final indexes ascend), then print them with their final
+ * indexes and sequences. Bounded by --open-timeout per quiet period and by Ctrl-C.
+ */
+static int wait_final(struct append_ctx *c, int64_t after)
+{
+    struct pawl_batch b;
+    pawl_batch_init(&b);
+    size_t next = 0;
+    int64_t quiet_since = pawl_now_ns();
+    int64_t limit_ns = PAWL_MAX((int64_t)c->cfg->store.open_timeout_ms, (int64_t)1000) * 1000000;
+    int rc = 0;
+    while (next < c->ndone && !tool_stop) {
+        rc = pawl_read(c->s, after, 1000, &b);
+        if (rc != 0)
+            break;
+        if (b.count == 0) {
+            if (pawl_now_ns() - quiet_since > limit_ns) {
+                rc = PAWL_ETIMEDOUT;
+                break;
+            }
+            int64_t last = 0;
+            pawl_finalize_now(c->s, NULL, NULL, &last);
+            if (last <= after)
+                pawl_store_wait(c->s, after, 200);
+            continue;
+        }
+        quiet_since = pawl_now_ns();
+        for (size_t i = 0; i < b.count && next < c->ndone; i++) {
+            const struct pawl_event *e = &b.events[i];
+            struct appended *a = &c->done[next];
+            if (strcmp(e->stream_id, a->stream) == 0 && event_hash(e) == a->hash &&
+                (a->seq == 0 || a->seq == e->stream_seq)) {
+                a->seq = e->stream_seq;
+                a->index = e->index;
+                next++;
+            }
+        }
+        after = b.events[b.count - 1].index;
+    }
+    pawl_batch_fini(&b);
+    for (size_t i = 0; i < next; i++)
+        print_appended(&c->done[i], 1);
+    fflush(stdout);
+    if (next < c->ndone) {
+        char why[256] = "interrupted";
+        if (rc == PAWL_ETIMEDOUT)
+            snprintf(why, sizeof why, "no new final index for --open-timeout (%d ms)",
+                     (int)c->cfg->store.open_timeout_ms);
+        else if (rc != 0)
+            pawl_store_last_error(c->s, why, sizeof why);
+        tool_err("append --wait: %zu of %zu appended events have no final index yet (%s); they "
+                 "are committed and will get one",
+                 c->ndone - next, c->ndone, why);
+        return tool_stop ? TOOL_OK : TOOL_FAILED;
+    }
+    return TOOL_OK;
+}
+
+/*
  * A line reader over a file descriptor that can say whether more input is available without
  * blocking, so a partly filled group of lines is appended as soon as the input pauses (a
- * `tail -f | pawl append` pipeline must not wait for a full group).
+ * `tail -f | pawl append` pipeline must not wait for a full group). Lines are bounded: one
+ * longer than max_line is refused as soon as that many bytes arrived without a newline, so
+ * `pawl append < /dev/zero` fails at once instead of filling the memory.
  */
 struct line_reader {
     int fd;
     char *buf;
     size_t cap, start, end;
+    size_t max_line;
     int eof;
 };
 
-/* Next line (without its newline) into line and len; 1 on success, 0 at end of input, -1 on error.
- * The line is valid until the next call. */
+/* Next line (without its newline) into line and len; 1 on success, 0 at end of input or on a
+ * stop request, -1 on a read error, -2 for a line longer than max_line. The line is valid until
+ * the next call. */
 static int next_line(struct line_reader *r, const char **line, size_t *len)
 {
     for (;;) {
         char *nl = r->end > r->start ? memchr(r->buf + r->start, '\n', r->end - r->start) : NULL;
         if (nl || (r->eof && r->end > r->start)) {
             size_t n = nl ? (size_t)(nl - (r->buf + r->start)) : r->end - r->start;
+            if (n > r->max_line)
+                return -2;
             *line = r->buf + r->start;
             *len = n;
             r->start += n + (nl ? 1 : 0);
             return 1;
         }
-        if (r->eof)
+        if (r->eof || tool_stop)
             return 0;
+        if (r->end - r->start > r->max_line)
+            return -2;
         if (r->start > 0) {
             memmove(r->buf, r->buf + r->start, r->end - r->start);
             r->end -= r->start;
@@ -250,6 +468,7 @@ static int next_line(struct line_reader *r, const char **line, size_t *len)
         }
         if (r->end == r->cap) {
             size_t ncap = r->cap ? r->cap * 2 : 65536;
+            ncap = PAWL_MIN(ncap, r->max_line + 2); /* a line, its newline, and one byte more */
             char *nb = realloc(r->buf, ncap);
             if (nb == NULL)
                 return -1;
@@ -257,11 +476,8 @@ static int next_line(struct line_reader *r, const char **line, size_t *len)
             r->cap = ncap;
         }
         ssize_t got = read(r->fd, r->buf + r->end, r->cap - r->end);
-        if (got < 0 && errno == EINTR) {
-            if (tool_stop)
-                return 0;
-            continue;
-        }
+        if (got < 0 && errno == EINTR)
+            continue; /* tool_stop is looked at above */
         if (got < 0)
             return -1;
         if (got == 0)
@@ -279,7 +495,17 @@ static int line_ready(struct line_reader *r)
     return poll(&p, 1, 0) > 0;
 }
 
-static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
+/*
+ * The longest input line an event within --max-event-bytes can take: its bytes written as JSON
+ * (a string escapes a byte as at most 6 characters, \u00XX) plus room for the field names,
+ * seq, and whitespace.
+ */
+static size_t max_line_for(const struct pawl_config *cfg)
+{
+    return (size_t)cfg->store.max_event_bytes * 6 + 65536;
+}
+
+static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const char *dsn)
 {
     struct group g = {.cap = (size_t)cfg->tool.events_per_append};
     g.ev = calloc(g.cap, sizeof *g.ev);
@@ -289,17 +515,21 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
         free(g.line);
         return TOOL_FAILED;
     }
+    struct append_ctx c = {.cfg = cfg, .s = s, .dsn = dsn};
+    int64_t head0 = 0;
+    if (cfg->tool.wait)
+        pawl_finalize_now(s, NULL, NULL, &head0);
     struct stat sb;
     int64_t total_bytes = fstat(STDIN_FILENO, &sb) == 0 && S_ISREG(sb.st_mode) ? sb.st_size : -1;
     struct tool_progress prog;
     tool_progress_init(&prog, cfg);
     if (isatty(STDIN_FILENO))
-        fprintf(stderr, "pawl: reading JSON lines from the terminal; end with Ctrl-D\n");
-    struct line_reader rd = {.fd = STDIN_FILENO};
+        tool_note("reading JSON lines from the terminal; end with Ctrl-D");
+    struct line_reader rd = {.fd = STDIN_FILENO, .max_line = max_line_for(cfg)};
     const char *line = NULL;
     size_t len = 0;
     long lineno = 0;
-    int64_t appended = 0, bytes = 0;
+    int64_t bytes = 0;
     int ex = TOOL_OK, got = 0, rc = 0;
     while (!tool_stop && (got = next_line(&rd, &line, &len)) == 1) {
         lineno++;
@@ -314,7 +544,7 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
         }
         if (prc == 0) {
             if (g.n == g.cap || !group_accepts(&g, &cur.ev)) {
-                if ((rc = group_flush(s, &g, &appended)) != 0) {
+                if ((rc = group_flush(&c, &g)) != 0) {
                     tool_jsonl_event_fini(&cur);
                     break;
                 }
@@ -322,41 +552,67 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s)
             g.ev[g.n] = cur;
             g.line[g.n++] = lineno;
         }
-        if (cfg->tool.count > 0 && appended + (int64_t)g.n >= cfg->tool.count)
+        if (cfg->tool.count > 0 && c.appended + (int64_t)g.n >= cfg->tool.count)
             break;
         /* A full group goes at once; a partial one as soon as the input pauses. */
-        if ((g.n == g.cap || (g.n > 0 && !line_ready(&rd))) &&
-            (rc = group_flush(s, &g, &appended)) != 0)
+        if ((g.n == g.cap || (g.n > 0 && !line_ready(&rd))) && (rc = group_flush(&c, &g)) != 0)
             break;
         if (tool_progress_due(&prog)) {
             double secs = (double)(pawl_now_ns() - prog.start_ns) / 1e9;
-            double rate = (double)appended / PAWL_MAX(secs, 1e-3);
+            double rate = (double)c.appended / PAWL_MAX(secs, 1e-3);
             char r[32], eta[32];
             double left = total_bytes > 0 && bytes > 0
                               ? secs * (double)(total_bytes - bytes) / (double)bytes
                               : -1;
             tool_progress_show(&prog, "%s events/s  appended %" PRId64 "  line %ld  ETA %s",
-                               tool_fmt_count(rate, r, sizeof r), appended, lineno,
+                               tool_fmt_count(rate, r, sizeof r), c.appended, lineno,
                                tool_fmt_secs(left, eta, sizeof eta));
         }
     }
-    /* Lines before a bad one are appended too (the documented contract). */
+    if (got == -2) {
+        tool_err("append: line %ld is longer than %zu bytes, the most an event of "
+                 "--max-event-bytes %zu can take as a JSON line; refused before reading the rest "
+                 "of it",
+                 lineno + 1, rd.max_line, (size_t)cfg->store.max_event_bytes);
+        ex = TOOL_BADINPUT;
+    }
+    /* Lines before a bad one are appended too (the documented contract), and so are the lines
+     * read before an interrupt. */
     if (rc == 0)
-        rc = group_flush(s, &g, &appended);
+        rc = group_flush(&c, &g);
     if (rc != 0)
-        ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
+        ex = rc == PAWL_ECONFLICT               ? TOOL_CONFLICT
+             : tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB
+                                              : TOOL_FAILED;
     for (size_t i = 0; i < g.n; i++)
         tool_jsonl_event_fini(&g.ev[i]);
     free(g.ev);
     free(g.line);
     free(rd.buf);
-    if (ex == TOOL_OK && got < 0) {
+    if (ex == TOOL_OK && got == -1) {
         tool_err("append: reading stdin: %s", strerror(errno));
         ex = TOOL_FAILED;
     }
     tool_progress_done(&prog);
-    fprintf(stderr, "pawl: appended %" PRId64 " events from %ld lines%s\n", appended, lineno,
-            ex == TOOL_OK ? "" : "; stopped at the first failure (nothing after it was appended)");
+    if (cfg->tool.wait && c.ndone > 0) {
+        int wex = wait_final(&c, head0);
+        if (ex == TOOL_OK)
+            ex = wex;
+    }
+    for (size_t i = 0; i < c.ndone; i++)
+        free(c.done[i].stream);
+    free(c.done);
+    struct tool_kv kv[] = {TOOL_KV_I("events", c.appended), TOOL_KV_I("appends", c.appends),
+                           TOOL_KV_I("lines", lineno), TOOL_KV_I("last_line", c.last_line),
+                           TOOL_KV_S("last_event", c.last_ev),
+                           TOOL_KV_S("stopped_by", tool_stop ? "signal" : ex ? "failure" : "")};
+    char last[256] = "";
+    if (c.last_line)
+        snprintf(last, sizeof last, " (last: line %ld, %s)", c.last_line, c.last_ev);
+    tool_log(ex == TOOL_OK ? PAWL_LOG_INFO : PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+             "%sappended %" PRId64 " events in %" PRId64 " appends from %ld lines%s%s",
+             tool_stop ? "interrupted: " : "", c.appended, c.appends, lineno, last,
+             ex == TOOL_OK ? "" : "; stopped at the first failure (nothing after it was appended)");
     return ex;
 }
 
@@ -377,7 +633,7 @@ int cmd_append(struct pawl_config *cfg, int argc, const char *const *argv)
     struct tool_httpd *h = NULL;
     ex = start_httpd(cfg, s, &h);
     if (ex == TOOL_OK)
-        ex = cfg->tool.generate ? append_generated(cfg, s) : append_stdin(cfg, s);
+        ex = cfg->tool.generate ? append_generated(cfg, s) : append_stdin(cfg, s, dsn);
     tool_httpd_stop(h);
     pawl_store_free(s);
     return ex;

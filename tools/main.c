@@ -2,10 +2,13 @@
  * main.c — the `pawl` command-line tool: subcommand dispatch, flag sources, generated help.
  *
  * Flags come from one table (pawl/config.h). For every invocation: defaults, then PAWL_* from
- * the environment, then --flags on the command line (so flag > env > default); a bad value
- * anywhere exits 2 with a message naming the flag, the value and the allowed range. `pawl help`,
- * `pawl CMD --help` and `pawl help --markdown` (the README's reference section) are generated
- * from the command table below and the flag table, so they cannot drift from the code.
+ * the environment (settings only: an action variable such as PAWL_EXECUTE is ignored, with a
+ * warning), then --flags on the command line (so flag > env > default); a bad value anywhere
+ * exits 2 with a message naming the flag, the value and the allowed range. Flags may stand
+ * before the command too (`pawl --dsn X status`). A misspelt command or flag gets "did you
+ * mean". `pawl help`, `pawl CMD --help`, `pawl help --markdown` (the reference in docs/), the
+ * man page (`pawl man`) and bash completion (`pawl completion bash`) are generated from the
+ * command table below and the flag table, so they cannot drift from the code.
  */
 #include "tool.h"
 
@@ -19,6 +22,9 @@
 extern char **environ;
 
 static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv);
+static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *argv);
+static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv);
+static int unknown_cmd(const char *name);
 
 #define DB_NOTE                                                                                    \
     "Without --dsn or PAWL_DSN it uses the private PostgreSQL of the working directory, starting " \
@@ -41,17 +47,26 @@ static const struct tool_cmd commands[] = {
      "upgrades it when older, and does nothing when it is current, so running it twice is safe. "
      "Concurrent runs serialize on an advisory lock. Refuses a schema newer than this pawl.",
      cmd_init, 1},
-    {"append", PAWL_SCOPE_APPEND, "[--events-per-append N] < events.jsonl | --generate [--rate X]",
+    {"append", PAWL_SCOPE_APPEND,
+     "[--events-per-append N] [--wait] < events.jsonl | --generate [--rate X]",
      "Append events from stdin (JSON lines), or generate load",
      "Reads one event per line from stdin: {\"stream\": \"order-17\", \"type\": "
      "\"OrderPlaced\", \"payload\": {...}, \"metadata\": {...}, \"seq\": 3}. stream and type "
      "are required; payload is any JSON value (a string is taken as its bytes); metadata is an "
      "object; seq (optional) is the stream position the event must get, or the append fails "
-     "with a conflict. Lines are appended in order, --events-per-append lines per transaction. "
-     "The first invalid line stops the command (exit 6) with its line number and reason; lines "
-     "before it are appended, nothing after it. What `pawl tail --json` prints is valid input "
-     "(index and appended_at are ignored). With --generate, --appenders threads append "
-     "generated events at --rate for --duration (or --count events) instead.",
+     "with a conflict. Lines are appended in order, --events-per-append lines per transaction, "
+     "and each appended event is printed on stdout as `line N  STREAM#SEQ` (control characters "
+     "escaped; SEQ is ? where the log chose it and has not reported it). With --wait the "
+     "command waits until the finalizer gave the events their final indexes and prints `line N "
+     " STREAM#SEQ  index I` instead. The first invalid line stops the command (exit 6) with its "
+     "line number and reason; so does a line longer than an event of --max-event-bytes can be "
+     "as JSON (6 bytes per byte, plus 64 KiB), refused as soon as that much arrived. Lines "
+     "before it are appended, nothing after it. A conflict (an explicit seq that does not follow "
+     "the stream's version) exits 7 and names the stream, the expected and the actual version. "
+     "Ctrl-C (or SIGTERM) stops cleanly after appending the lines already read, says what was "
+     "appended (events, last line and event) and exits 130. What `pawl tail --json` prints is "
+     "valid input (index and appended_at are ignored). With --generate, --appenders threads "
+     "append generated events at --rate for --duration (or --count events) instead.",
      cmd_append, 1},
     {"tail", PAWL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
      "Print events of the log, and follow it",
@@ -70,9 +85,11 @@ static const struct tool_cmd commands[] = {
      "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
      "stops cleanly: batches finish, progress is stored, claims are released.",
      cmd_run, 1},
-    {"status", PAWL_SCOPE_STATUS, "[--processor] NAME [--json] [--watch D] [--metrics]",
-     "Show a processor's segments: owner, token, lag",
-     "Prints, per segment of the processor: id and mask, owner and claim age, stored token, the "
+    {"status", PAWL_SCOPE_STATUS, "[[--processor] NAME] [--json] [--watch D] [--metrics]",
+     "List the processors, or show one processor's segments: owner, token, lag",
+     "Without a name, lists every processor: its segments, how many are claimed and by which "
+     "nodes, its lowest token and its lag in events (head - lowest token). With a name, prints, "
+     "per segment of the processor: id and mask, owner and claim age, stored token, the "
      "log's head, lag in events and in seconds, checkpoint mode, and notes (replaying after a "
      "reset up to the old position; a merge in progress; a claim expired: not extended for "
      "--claim-timeout, its node gone). Lag counts the events after the "
@@ -84,13 +101,23 @@ static const struct tool_cmd commands[] = {
     {"reset", PAWL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
      "Move a stopped processor's tokens to a position",
      "Moves every segment's token to the start of the log, its end, an index, or the position "
-     "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative: -15m). Prints "
-     "what it would do, per segment, and changes nothing unless --execute is given. Refused "
-     "(exit 4, naming the owners) while any segment of the processor is claimed: stop its nodes "
-     "first. A claim not extended for --claim-timeout (its node died) does not count: --execute "
+     "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative with a unit: -15m, "
+     "-1h30m). Prints what it would do, per segment, and changes nothing unless --execute is "
+     "given. An index past the head of the log is refused (exit 4). Refused (exit 4, naming the "
+     "owners, on stderr, with nothing on stdout) while any segment of the processor is claimed: "
+     "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not count: --execute "
      "releases it. After a reset backwards, handlers see the events up to each segment's previous "
      "position as replays (pawl_ctx_is_replay) until the processor passes it.",
      cmd_reset, 1},
+    {"delete", PAWL_SCOPE_DELETE, "[--processor] NAME [--execute]",
+     "Delete a stopped processor: its segments, tokens and node records",
+     "Removes every segment row of the processor NAME (its tokens and claims) and its node "
+     "records; the log is untouched, and a later `pawl run --processor NAME` starts it afresh "
+     "from --initial-token. Prints what it would delete and changes nothing unless --execute is "
+     "given. Refused (exit 4, naming the owners) while any segment is claimed; a claim not "
+     "extended for --claim-timeout (its node died) does not count. The processor name is taken "
+     "from the command line only.",
+     cmd_delete, 1},
     {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
@@ -122,6 +149,15 @@ static const struct tool_cmd commands[] = {
      "from commit to follower, the store's finalize delay, and errors. --csv FILE writes the "
      "same as CSV and, when gnuplot is installed, a chart next to it.",
      cmd_bench, 1},
+    {"completion", 0, "bash", "Print the bash completion script",
+     "Prints a bash completion script for pawl, generated from the command and flag tables: "
+     "`source <(pawl completion bash)`, or install it as "
+     "share/bash-completion/completions/pawl (make install does).",
+     cmd_completion, 0},
+    {"man", 0, "", "Print the manual page (roff)",
+     "Prints pawl(1) in roff, generated from the command and flag tables: `pawl man | man -l -`. "
+     "make install installs it as share/man/man1/pawl.1.",
+     cmd_man, 0},
 };
 
 static const struct tool_cmd *find_cmd(const char *name)
@@ -177,10 +213,14 @@ static void print_flag_help(FILE *out, const struct pawl_flag *f)
 {
     char env[96], allowed[256], line[512];
     fprintf(out, "  --%s%s\n", f->name, type_word(f));
-    snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. Env: %s.", f->help,
+    char where[128];
+    if (f->kind == PAWL_FLAG_ACTION)
+        snprintf(where, sizeof where, "Command line only (an action).");
+    else
+        snprintf(where, sizeof where, "Env: %s.", pawl_config_flag_env(f, env, sizeof env));
+    snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. %s", f->help,
              f->def[0] ? f->def : "(none)", f->unit ? " " : "", f->unit ? f->unit : "",
-             pawl_config_flag_allowed(f, allowed, sizeof allowed),
-             pawl_config_flag_env(f, env, sizeof env));
+             pawl_config_flag_allowed(f, allowed, sizeof allowed), where);
     print_wrapped(out, line, 6, 100);
 }
 
@@ -211,7 +251,8 @@ static void print_cmd_help(FILE *out, const struct tool_cmd *c)
     }
     if (!any)
         fprintf(out, "  (none)\n");
-    fprintf(out, "  -h, --help\n      Print this help.\n\n");
+    fprintf(out, "  -h, --help\n      Print this help.\n  -V, --version\n      Print pawl's "
+                 "version.\n\n");
     print_exit_codes(out);
 }
 
@@ -228,9 +269,14 @@ static void print_usage(FILE *out)
         if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL)
             print_flag_help(out, f);
     }
-    fprintf(out, "\nEvery flag --name can also be set as PAWL_NAME in the environment; a flag on "
-                 "the command line wins.\n`pawl COMMAND --help` shows a command's manual and all "
-                 "its flags; `pawl config` prints the\neffective values and their sources.\n");
+    fprintf(out, "\nFlags may also come before the command: pawl --dsn DSN status. Every setting "
+                 "--name can also be\nset as PAWL_NAME in the environment; a flag on the command "
+                 "line wins. Actions (--execute, --to,\n--segment, --json, --count, ...) are taken "
+                 "from the command line only. Durations need a unit\n(250ms, 2s, 1m30s).\n"
+                 "`pawl COMMAND --help` shows a command's manual and all its flags; `pawl config` "
+                 "prints the\neffective values and their sources. -V, --version prints the "
+                 "version.\n\n");
+    print_exit_codes(out);
 }
 
 /* Markdown: a table cell must not contain a bare '|'. */
@@ -265,16 +311,23 @@ static void print_markdown(FILE *out)
         if (any)
             fprintf(out, " (and the common flags).\n\n");
     }
-    fprintf(out, "### Flags\n\nEvery flag is also an environment variable and a field of `struct "
-                 "pawl_config`; precedence: command line > environment > default.\n\n"
+    fprintf(out, "### Flags\n\nEvery flag is a field of `struct pawl_config`. Settings are also "
+                 "environment variables; precedence: command line > environment > default. "
+                 "Actions (environment: -) come from the command line only: an action variable "
+                 "in the environment is ignored, with a warning. Durations need a unit (250ms, "
+                 "2s, 1m30s, 1.5h); only 0 may be bare.\n\n"
                  "| flag | environment | default | accepts | commands | meaning |\n"
                  "| --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < pawl_config_flag_count(); i++) {
         const struct pawl_flag *f = pawl_config_flag_at(i);
         char env[96], allowed[256];
-        fprintf(out, "| `--%s` | `%s` | %s%s%s | ", f->name,
-                pawl_config_flag_env(f, env, sizeof env), f->def[0] ? f->def : "(none)",
-                f->unit ? " " : "", f->unit ? f->unit : "");
+        if (f->kind == PAWL_FLAG_ACTION)
+            snprintf(env, sizeof env, "-");
+        else
+            pawl_config_flag_env(f, env, sizeof env);
+        fprintf(out, "| `--%s` | %s%s%s | %s%s%s | ", f->name, env[0] == '-' ? "" : "`", env,
+                env[0] == '-' ? "" : "`", f->def[0] ? f->def : "(none)", f->unit ? " " : "",
+                f->unit ? f->unit : "");
         md_cell(out, pawl_config_flag_allowed(f, allowed, sizeof allowed));
         fprintf(out, " | ");
         if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL) {
@@ -318,10 +371,8 @@ static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv)
     }
     if (topic) {
         const struct tool_cmd *c = find_cmd(topic);
-        if (c == NULL) {
-            tool_err("unknown command '%s' (pawl help lists them)", topic);
-            return TOOL_USAGE;
-        }
+        if (c == NULL)
+            return unknown_cmd(topic);
         print_cmd_help(stdout, c);
         return TOOL_OK;
     }
@@ -378,36 +429,268 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
     return TOOL_OK;
 }
 
+/* ---- generated completion and manual ---- */
+
+static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    (void)cfg;
+    if (argc != 1 || strcmp(argv[0], "bash") != 0) {
+        tool_err("completion: give the shell: pawl completion bash");
+        return TOOL_USAGE;
+    }
+    printf("# bash completion for pawl, generated by `pawl completion bash` (pawl %s)\n"
+           "_pawl() {\n"
+           "    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd= w skip=\n"
+           "    local valued=\"",
+           PAWL_VERSION);
+    /* Flags that take the next word as their value: it is not the command. */
+    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+        const struct pawl_flag *f = pawl_config_flag_at(j);
+        if (f->type != PAWL_FLAG_BOOL)
+            printf(" --%s", f->name);
+    }
+    printf(" \"\n"
+           "    for w in \"${COMP_WORDS[@]:1:COMP_CWORD-1}\"; do\n"
+           "        if [[ -n $skip ]]; then skip=; continue; fi\n"
+           "        case $w in\n"
+           "        --*=*) ;;\n"
+           "        -*) [[ $valued == *\" $w \"* ]] && skip=1 ;;\n"
+           "        *) cmd=$w; break ;;\n"
+           "        esac\n"
+           "    done\n"
+           "    local flags\n"
+           "    case $cmd in\n");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+        const struct tool_cmd *c = &commands[i];
+        printf("    %s) flags=\"--help --version", c->name);
+        for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+            const struct pawl_flag *f = pawl_config_flag_at(j);
+            if (f->scope & c->scope)
+                printf(" --%s", f->name);
+        }
+        printf("\" ;;\n");
+    }
+    printf("    *) flags=\"--help --version");
+    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+        const struct pawl_flag *f = pawl_config_flag_at(j);
+        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL || strcmp(f->name, "dsn") == 0)
+            printf(" --%s", f->name);
+    }
+    printf("\" ;;\n    esac\n    case $prev in\n");
+    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+        const struct pawl_flag *f = pawl_config_flag_at(j);
+        if (f->type != PAWL_FLAG_ENUM)
+            continue;
+        printf("    --%s) COMPREPLY=($(compgen -W \"", f->name);
+        for (size_t k = 0; f->choices[k]; k++)
+            printf("%s%s", k ? " " : "", f->choices[k]);
+        printf("\" -- \"$cur\")); return ;;\n");
+    }
+    printf("    --to) COMPREPLY=($(compgen -W \"start end\" -- \"$cur\")); return ;;\n"
+           "    --csv) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+           "    esac\n"
+           "    if [[ -z $cmd && $cur != -* ]]; then\n"
+           "        COMPREPLY=($(compgen -W \"");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+        printf("%s%s", i ? " " : "", commands[i].name);
+    printf("\" -- \"$cur\"))\n"
+           "    elif [[ $cmd == completion && $cur != -* ]]; then\n"
+           "        COMPREPLY=($(compgen -W \"bash\" -- \"$cur\"))\n"
+           "    elif [[ $cmd == help && $cur != -* ]]; then\n"
+           "        COMPREPLY=($(compgen -W \"");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+        printf("%s%s", i ? " " : "", commands[i].name);
+    printf("\" -- \"$cur\"))\n"
+           "    else\n"
+           "        COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n"
+           "    fi\n"
+           "}\n"
+           "complete -F _pawl pawl\n");
+    return TOOL_OK;
+}
+
+/* roff text: a leading '.' or '\'' would be a request; backslashes and '-' are escaped. */
+static void roff(FILE *out, const char *s)
+{
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", out);
+    for (; *s; s++) {
+        if (*s == '\\')
+            fputs("\\e", out);
+        else if (*s == '-')
+            fputs("\\-", out);
+        else
+            fputc(*s, out);
+    }
+}
+
+static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    (void)cfg;
+    if (argc > 0) {
+        tool_err("man: unexpected argument '%s'", argv[0]);
+        return TOOL_USAGE;
+    }
+    FILE *o = stdout;
+    fprintf(o, ".TH PAWL 1 \"\" \"pawl %s\" \"User Commands\"\n.SH NAME\npawl \\- a "
+               "forward\\-only event log and pooled streaming processors on PostgreSQL\n"
+               ".SH SYNOPSIS\n.B pawl\n[\\fIFLAGS\\fR] \\fICOMMAND\\fR [\\fIFLAGS\\fR] "
+               "[\\fIARGS\\fR]\n.SH DESCRIPTION\n",
+            PAWL_VERSION);
+    roff(o, "Flags may stand before or after the command. Every setting --name may also be set "
+            "as PAWL_NAME in the environment; a flag on the command line wins. Actions (flags "
+            "marked so below) are taken from the command line only. Durations need a unit: "
+            "250ms, 2s, 1m30s, 1.5h.");
+    fprintf(o, "\n.SH COMMANDS\n");
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+        const struct tool_cmd *c = &commands[i];
+        fprintf(o, ".TP\n.B pawl %s ", c->name);
+        roff(o, c->synopsis);
+        fputc('\n', o);
+        roff(o, c->description);
+        if (c->needs_db) {
+            fputc(' ', o);
+            roff(o, DB_NOTE);
+        }
+        fputc('\n', o);
+    }
+    fprintf(o, ".SH FLAGS\n");
+    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
+        const struct pawl_flag *f = pawl_config_flag_at(j);
+        char env[96], allowed[256];
+        fprintf(o, ".TP\n.B \\-\\-");
+        roff(o, f->name);
+        fprintf(o, "%s\n", type_word(f));
+        roff(o, f->help);
+        fprintf(o, ". Default: ");
+        roff(o, f->def[0] ? f->def : "(none)");
+        fprintf(o, ". Accepts ");
+        roff(o, pawl_config_flag_allowed(f, allowed, sizeof allowed));
+        fprintf(o, ". ");
+        if (f->kind == PAWL_FLAG_ACTION)
+            fprintf(o, "Command line only (an action).\n");
+        else
+            fprintf(o, "Environment: %s.\n", pawl_config_flag_env(f, env, sizeof env));
+    }
+    fprintf(o, ".SH EXIT STATUS\n");
+    for (const struct tool_exit_code *e = tool_exit_codes; e->meaning; e++) {
+        fprintf(o, ".TP\n.B %d\n", e->code);
+        roff(o, e->meaning);
+        fputc('\n', o);
+    }
+    fprintf(o, ".SH SEE ALSO\n\\fBpawl help\\fR \\fICOMMAND\\fR, \\fBpawl config\\fR\n");
+    return TOOL_OK;
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
     /* A second interrupt while stopping gives up at once. */
     if (tool_stop)
-        _exit(130);
+        _exit(TOOL_INTERRUPTED);
     tool_stop = 1;
+}
+
+/* The command nearest to name, or NULL. */
+static const char *closest_cmd(const char *name)
+{
+    const char *best = NULL;
+    size_t bestd = 99;
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+        size_t d = tool_edit_distance(name, commands[i].name);
+        if (d < bestd) {
+            bestd = d;
+            best = commands[i].name;
+        }
+    }
+    return bestd <= PAWL_MAX(strlen(name) / 3, (size_t)1) ? best : NULL;
+}
+
+static int unknown_cmd(const char *name)
+{
+    const char *near = closest_cmd(name);
+    if (near)
+        tool_err("unknown command '%s' (did you mean '%s'? pawl help lists them)", name, near);
+    else
+        tool_err("unknown command '%s' (pawl help lists them)", name);
+    return TOOL_USAGE;
+}
+
+/* Commands whose Ctrl-C ends with exit 130 after their summary (run and tail keep 0: stopping
+ * is how they end normally, and their owners decide). */
+static int interrupt_exits_130(const struct tool_cmd *cmd)
+{
+    return cmd->run == cmd_append || cmd->run == cmd_demo || cmd->run == cmd_bench ||
+           cmd->run == cmd_status;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    /* Flags before the command: kept aside and parsed with the command's own, so they are
+     * checked against the command's scope like any other. */
+    int i = 1;
+    int npre = 0;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (args == NULL)
+        return TOOL_FAILED;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || strcmp(a, "-") == 0)
+            break;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            print_usage(stdout);
+            free(args);
+            return TOOL_OK;
+        }
+        if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+            printf("pawl %s\n", PAWL_VERSION);
+            free(args);
+            return TOOL_OK;
+        }
+        args[npre++] = argv[i];
+        if (strncmp(a, "--", 2) == 0 && strchr(a, '=') == NULL) {
+            const struct pawl_flag *f = pawl_config_flag_find(a + 2);
+            if (f && f->type != PAWL_FLAG_BOOL && i + 1 < argc)
+                args[npre++] = argv[++i];
+        }
+    }
+    if (i >= argc) {
+        if (npre > 0)
+            tool_err("flags given but no command (pawl help lists them)");
         print_usage(stderr);
+        free(args);
         return TOOL_USAGE;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    if (strcmp(argv[i], "version") == 0) {
         printf("pawl %s\n", PAWL_VERSION);
+        free(args);
         return TOOL_OK;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        print_usage(stdout);
-        return TOOL_OK;
-    }
-    const struct tool_cmd *cmd = find_cmd(argv[1]);
+    const struct tool_cmd *cmd = find_cmd(argv[i]);
     if (cmd == NULL) {
-        tool_err("unknown command '%s' (pawl help lists them)", argv[1]);
-        return TOOL_USAGE;
+        free(args);
+        return unknown_cmd(argv[i]);
     }
-    if (cmd->run == cmd_help)
-        return cmd_help(NULL, argc - 2, (const char *const *)argv + 2);
+    if (cmd->scope == 0) { /* help, completion, man: no flags of the table */
+        for (int k = i + 1; k < argc; k++) {
+            if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0) {
+                print_cmd_help(stdout, cmd);
+                free(args);
+                return TOOL_OK;
+            }
+            if (strcmp(argv[k], "-V") == 0 || strcmp(argv[k], "--version") == 0) {
+                printf("pawl %s\n", PAWL_VERSION);
+                free(args);
+                return TOOL_OK;
+            }
+        }
+        int rc = cmd->run(NULL, argc - i - 1, (const char *const *)argv + i + 1);
+        free(args);
+        return rc;
+    }
+    int nargs = npre;
+    for (int k = i + 1; k < argc; k++)
+        args[nargs++] = argv[k];
 
     struct pawl_config cfg;
     pawl_config_defaults(&cfg);
@@ -416,29 +699,50 @@ int main(int argc, char **argv)
     if (rc != 0) {
         tool_err("%s", err);
         pawl_config_fini(&cfg);
+        free(args);
         return TOOL_USAGE;
     }
-    struct pawl_config_args args;
+    struct pawl_config_args pargs;
     /* `pawl config` takes every flag, to show what it would mean. */
     unsigned scope = cmd->run == cmd_config ? PAWL_SCOPE_ALL : cmd->scope;
-    rc = pawl_config_parse_args(&cfg, argc - 2, argv + 2, scope, &args, err, sizeof err);
+    rc = pawl_config_parse_args(&cfg, nargs, args, scope, &pargs, err, sizeof err);
+    pawl_config_apply_log(&cfg); /* so even a usage error follows --log-format */
     if (rc != 0) {
         tool_err("%s: %s (pawl %s --help lists its flags)", cmd->name, err, cmd->name);
         pawl_config_fini(&cfg);
+        free(args);
         return TOOL_USAGE;
     }
-    if (args.help) {
+    if (pargs.version) {
+        printf("pawl %s\n", PAWL_VERSION);
+        pawl_config_fini(&cfg);
+        free(args);
+        return TOOL_OK;
+    }
+    if (pargs.help) {
         print_cmd_help(stdout, cmd);
         pawl_config_fini(&cfg);
+        free(args);
         return TOOL_OK;
     }
     tool_dsn_warn_argv(&cfg); /* a password in argv is visible in ps */
+    if (cfg.log.format == PAWL_LOG_JSON)
+        tool_log_json_stderr();
+    char ignored[512];
+    int nign = pawl_config_env_actions(environ, ignored, sizeof ignored);
+    if (nign > 0) {
+        struct tool_kv kv[] = {TOOL_KV_S("ignored", ignored)};
+        tool_log(PAWL_LOG_WARN, kv, 1,
+                 "ignoring %s in the environment: actions (what a command does, or to what) are "
+                 "taken from the command line only",
+                 ignored);
+    }
     if (cfg.dsn && cfg.dsn[0] && pawl_dsn_check(cfg.dsn, err, sizeof err) != 0) {
         tool_err("invalid value for --dsn: %s", err);
         pawl_config_fini(&cfg);
+        free(args);
         return TOOL_USAGE;
     }
-    pawl_config_apply_log(&cfg);
     PAWL_DEBUG("tool", "pawl %s %s", PAWL_VERSION, cmd->name);
 
     struct sigaction sa;
@@ -449,7 +753,11 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    rc = cmd->run(&cfg, args.npositional, args.positional);
+    rc = cmd->run(&cfg, pargs.npositional, pargs.positional);
+    if (tool_stop && rc == TOOL_OK && interrupt_exits_130(cmd))
+        rc = TOOL_INTERRUPTED;
     pawl_config_fini(&cfg);
+    free(args);
+    fflush(stderr);
     return rc;
 }

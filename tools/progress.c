@@ -26,6 +26,9 @@ void tool_progress_init(struct tool_progress *p, const struct pawl_config *cfg)
         p->mode = isatty(STDERR_FILENO) ? TOOL_PROGRESS_LIVE : TOOL_PROGRESS_PLAIN;
         break;
     }
+    /* With --log-format json every stderr line is a JSON object: no redrawn line. */
+    if (p->mode == TOOL_PROGRESS_LIVE && pawl_log_get_format() == PAWL_LOG_JSON)
+        p->mode = TOOL_PROGRESS_PLAIN;
     p->interval_ns =
         p->mode == TOOL_PROGRESS_LIVE ? LIVE_PERIOD_NS : cfg->tool.progress_ms * 1000000LL;
     p->start_ns = p->last_ns = pawl_now_ns();
@@ -53,6 +56,13 @@ void tool_progress_show(struct tool_progress *p, const char *fmt, ...)
     va_end(ap);
     char el[16];
     tool_fmt_secs((double)(pawl_now_ns() - p->start_ns) / 1e9, el, sizeof el);
+    if (pawl_log_get_format() == PAWL_LOG_JSON) {
+        struct tool_kv kv[] = {
+            TOOL_KV_I("elapsed_ms", (pawl_now_ns() - p->start_ns) / 1000000),
+            TOOL_KV_S("kind", "progress")};
+        tool_log(PAWL_LOG_INFO, kv, PAWL_ARRAY_LEN(kv), "%s", line);
+        return;
+    }
     if (p->mode == TOOL_PROGRESS_LIVE) {
         /* \r and erase-to-end-of-line redraw the same line. */
         fprintf(stderr, "\r\033[K[%s] %s", el, line);

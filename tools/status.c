@@ -138,7 +138,9 @@ void tool_status_owners(const struct tool_status *st, char *out, size_t outlen)
                 dup = 1;
         if (dup)
             continue;
-        int k = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "", o);
+        char shown[4 * PAWL_OWNER_MAX + 8];
+        int k = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "",
+                         tool_printable(o, shown, sizeof shown));
         if (k < 0 || (size_t)k >= outlen - used)
             break;
         used += (size_t)k;
@@ -266,6 +268,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
         total += st->rows[i].lag_events;
         exact &= st->rows[i].lag_exact;
     }
+    /* Processor names are checked ([A-Za-z0-9_.:-]); owners are any printable text, escaped. */
     fprintf(f, "PROCESSOR %s   HEAD %" PRId64 "   SEGMENTS %zu   LAG %s%" PRId64 " events\n\n",
             st->proc, st->head, st->n, exact ? "" : "<= ", total);
     if (st->fin.known != 0) {
@@ -277,7 +280,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
             "CLAIM-AGE", "TOKEN", "HEAD", "LAG", "LAG-SEC", "MODE", "NOTE");
     for (size_t i = 0; i < st->n; i++) {
         const struct tool_seg_row *r = &st->rows[i];
-        char age[32], lag[32], lagsec[32], note[96] = "";
+        char age[32], lag[32], lagsec[32], note[96] = "", owner[4 * PAWL_OWNER_MAX + 8];
         fmt_age_ms(r->st.claim_age_ms, age, sizeof age);
         snprintf(lag, sizeof lag, "%s%" PRId64, r->lag_exact ? "" : "<=", r->lag_events);
         snprintf(lagsec, sizeof lagsec, "%.1f", r->lag_seconds);
@@ -291,7 +294,9 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
             snprintf(note + strlen(note), sizeof note - strlen(note),
                      "%sclaim expired (node gone?)", note[0] ? "; " : "");
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
-                r->st.seg.id, r->st.seg.mask, r->st.owner[0] ? r->st.owner : "-", age, r->st.token,
+                r->st.seg.id, r->st.seg.mask,
+                r->st.owner[0] ? tool_printable(r->st.owner, owner, sizeof owner) : "-", age,
+                r->st.token,
                 st->head, lag, lagsec, mode_text(r->st.mode), note);
     }
 }
@@ -462,7 +467,8 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
     if (to[0] == '-') {
         int64_t ms = 0;
         if (pawl_config_parse_duration(to + 1, &ms) != 0 || ms < 0) {
-            snprintf(err, errlen, "--to %s: not a relative time (like -15m or -2h)", to);
+            snprintf(err, errlen, "--to %.40s: not a relative time (like -15m, -2h or -1m30s; a unit "
+                     "is required)", to);
             return PAWL_EINVAL;
         }
         if (ms > now_us / 1000) { /* before 1970: also keeps ms * 1000 from overflowing */

@@ -14,7 +14,9 @@
 #include "pawl.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 /* Exit codes; the README's table is generated from tool_exit_codes[]. */
 enum tool_exit {
@@ -24,7 +26,9 @@ enum tool_exit {
     TOOL_NODB = 3,     /* cannot reach the database (or start the private one) */
     TOOL_REFUSED = 4,  /* refused: segments are claimed, or a merge is still running */
     TOOL_NOTFOUND = 5, /* no such processor or segment; no schema (run `pawl init`) */
-    TOOL_BADINPUT = 6, /* append: an input line is not a valid event */
+    TOOL_BADINPUT = 6, /* append: an input line is not a valid event (or too long) */
+    TOOL_CONFLICT = 7, /* append: a stream is not at the expected version */
+    TOOL_INTERRUPTED = 130, /* stopped by SIGINT / SIGTERM after a clean stop (128 + SIGINT) */
 };
 
 struct tool_exit_code {
@@ -46,8 +50,40 @@ struct tool_cmd {
 /* Set by SIGINT / SIGTERM; long-running commands poll it and finish cleanly. */
 extern volatile sig_atomic_t tool_stop;
 
-/* Print "pawl: " + message to stderr. */
+/*
+ * Messages on stderr: "pawl: message" as text; with --log-format json one JSON object per line,
+ * {"ts", "level", "msg"} and the message's fields (kv: a string when str is set, else num).
+ * Always shown (they are the tool's output on stderr), except debug lines below --log-level.
+ */
+struct tool_kv {
+    const char *key;
+    const char *str;
+    int64_t num;
+};
+#define TOOL_KV_S(k, v) ((struct tool_kv){.key = (k), .str = tool_kv_str(v)})
+static inline const char *tool_kv_str(const char *s)
+{
+    return s ? s : "";
+}
+#define TOOL_KV_I(k, v) ((struct tool_kv){.key = (k), .num = (int64_t)(v)})
+void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
+              ...) __attribute__((format(printf, 4, 5)));
+void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
+               va_list ap);
+/* An error (level error) / a note (level info). */
 void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tool_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* With --log-format json: turn every other line written to stderr into a JSON object too. */
+void tool_log_json_stderr(void);
+
+/* s with control characters escaped (C0 and DEL as \xNN, C1 as \u00NN, a backslash doubled), for
+ * terminals and tables: an id or an owner cannot move the cursor or fake a line. Cut with "..."
+ * to fit; returns out. */
+const char *tool_printable(const char *s, char *out, size_t outlen);
+/* s as a quoted JSON string (cut to fit); returns out. */
+const char *tool_json_string(const char *s, char *out, size_t outlen);
+/* Edit distance (neighbour swaps count 1; 99 for strings over 64 bytes), for "did you mean". */
+size_t tool_edit_distance(const char *a, const char *b);
 
 /*
  * The database to use: cfg->dsn when set; else "" (libpq's environment) when a PG* connection
@@ -80,5 +116,6 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv);
+int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv);
 
 #endif

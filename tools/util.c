@@ -1,9 +1,20 @@
 /*
- * util.c — the tool's shared bits: exit codes, error printing, the stop flag.
+ * util.c — the tool's shared bits: exit codes, its messages on stderr (text or JSON lines), the
+ * escaping of untrusted text for terminals, "did you mean", the stop flag.
+ *
+ * Messages. Everything the tool says on stderr goes through tool_log: "pawl: message" as text,
+ * or with --log-format json one JSON object per line ({"ts", "level", "msg", then the message's
+ * own fields}). Code that still writes to stderr directly (and the library's logger, which
+ * writes JSON itself in that format) is caught by a line filter installed on stderr in JSON
+ * mode (tool_log_json_stderr): a line that is not already a JSON object becomes one, so a
+ * script reading stderr never sees a bare text line.
  */
 #include "tool.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 volatile sig_atomic_t tool_stop;
 
@@ -13,20 +24,283 @@ const struct tool_exit_code tool_exit_codes[] = {
     {TOOL_USAGE, "usage: unknown command or flag, a value of the wrong type or out of range"},
     {TOOL_NODB, "cannot reach the database, or cannot start the private PostgreSQL"},
     {TOOL_REFUSED, "refused: segments of the processor are claimed (the message names the "
-                   "owners), or a merge is still in progress"},
+                   "owners), a merge is still in progress, or a reset target is past the head"},
     {TOOL_NOTFOUND, "not found: no such processor or segment, or no pawl schema (run pawl init)"},
-    {TOOL_BADINPUT, "append: an input line is not a valid event (the message names the line)"},
+    {TOOL_BADINPUT, "append: an input line is not a valid event, or longer than the event size "
+                    "limit (the message names the line)"},
+    {TOOL_CONFLICT, "append: a stream is not at the expected version (the message names the "
+                    "stream, the expected and the actual version); nothing of that append was "
+                    "written"},
+    {TOOL_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) after a clean stop; the summary says what "
+                       "was done"},
     {-1, NULL},
 };
+
+static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+
+/* JSON string body of s (no quotes). */
+static void json_str(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+}
+
+static void json_head(FILE *f, enum pawl_log_level level)
+{
+    struct timespec ts;
+    struct tm tm;
+    char when[32];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(f, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"", when, ts.tv_nsec / 1000000,
+            level_names[level]);
+}
+
+static int json_mode(void)
+{
+    return pawl_log_get_format() == PAWL_LOG_JSON;
+}
+
+void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
+               va_list ap)
+{
+    /* The tool's own notes, summaries, warnings and errors are its output on stderr and always
+     * shown (--log-level filters the library's log); only its debug lines follow the level. */
+    if (level == PAWL_LOG_DEBUG && level < pawl_log_get_level())
+        return;
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    flockfile(stderr);
+    if (json_mode()) {
+        json_head(stderr, level);
+        json_str(stderr, msg);
+        fputc('"', stderr);
+        for (size_t i = 0; i < nkv; i++) {
+            fputs(",\"", stderr);
+            json_str(stderr, kv[i].key);
+            fputs("\":", stderr);
+            if (kv[i].str) {
+                fputc('"', stderr);
+                json_str(stderr, kv[i].str);
+                fputc('"', stderr);
+            } else {
+                fprintf(stderr, "%lld", (long long)kv[i].num);
+            }
+        }
+        fputs("}\n", stderr);
+    } else {
+        fprintf(stderr, "pawl: %s\n", msg);
+    }
+    funlockfile(stderr);
+}
+
+void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
+              ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tool_logv(level, kv, nkv, fmt, ap);
+    va_end(ap);
+}
 
 void tool_err(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("pawl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    tool_logv(PAWL_LOG_ERROR, NULL, 0, fmt, ap);
     va_end(ap);
+}
+
+void tool_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tool_logv(PAWL_LOG_INFO, NULL, 0, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the JSON line filter on stderr ---- */
+
+struct line_filter {
+    FILE *real;
+    char buf[4096];
+    size_t n;
+};
+
+static void filter_emit(struct line_filter *lf)
+{
+    char *s = lf->buf;
+    size_t n = lf->n;
+    lf->n = 0;
+    while (n > 0 && (s[n - 1] == '\r'))
+        n--;
+    s[n] = '\0';
+    /* A live progress redraw ("\r\033[K...") keeps only its last state. */
+    char *cr = strrchr(s, '\r');
+    if (cr)
+        s = cr + 1;
+    if (strncmp(s, "\033[K", 3) == 0)
+        s += 3;
+    if (*s == '\0')
+        return;
+    if (*s == '{') {
+        fprintf(lf->real, "%s\n", s);
+    } else {
+        enum pawl_log_level level = PAWL_LOG_INFO;
+        if (strncmp(s, "pawl: ", 6) == 0)
+            s += 6;
+        json_head(lf->real, level);
+        json_str(lf->real, s);
+        fputs("\"}\n", lf->real);
+    }
+    fflush(lf->real);
+}
+
+static ssize_t filter_write(void *cookie, const char *data, size_t len)
+{
+    struct line_filter *lf = cookie;
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] == '\n' || lf->n == sizeof lf->buf - 1) {
+            filter_emit(lf);
+            if (data[i] == '\n')
+                continue;
+        }
+        lf->buf[lf->n++] = data[i];
+    }
+    return (ssize_t)len;
+}
+
+static int filter_close(void *cookie)
+{
+    struct line_filter *lf = cookie;
+    if (lf->n)
+        filter_emit(lf);
+    return 0;
+}
+
+void tool_log_json_stderr(void)
+{
+    static struct line_filter lf;
+    static int installed;
+    if (installed)
+        return;
+    int fd = dup(STDERR_FILENO);
+    if (fd < 0 || (lf.real = fdopen(fd, "w")) == NULL)
+        return;
+    setvbuf(lf.real, NULL, _IOLBF, 0);
+    cookie_io_functions_t io = {.write = filter_write, .close = filter_close};
+    FILE *f = fopencookie(&lf, "w", io);
+    if (f == NULL)
+        return;
+    setvbuf(f, NULL, _IOLBF, 0);
+    stderr = f;
+    installed = 1;
+}
+
+/* ---- text ---- */
+
+const char *tool_printable(const char *s, char *out, size_t outlen)
+{
+    size_t n = 0;
+    if (outlen == 0)
+        return out;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        char tmp[8];
+        size_t k;
+        if (*p < 0x20 || *p == 0x7f) {
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", *p);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            /* A C1 control (U+0080..U+009F, e.g. U+009B, a one-character CSI). */
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", p[1]);
+            p++;
+        } else if (*p == '\\') {
+            k = 2;
+            memcpy(tmp, "\\\\", 2);
+        } else {
+            tmp[0] = (char)*p;
+            k = 1;
+        }
+        if (n + k + 4 > outlen) { /* keep room for "..." and the terminator */
+            if (n + 4 <= outlen) {
+                memcpy(out + n, "...", 3);
+                n += 3;
+            }
+            break;
+        }
+        memcpy(out + n, tmp, k);
+        n += k;
+    }
+    out[n < outlen ? n : outlen - 1] = '\0';
+    return out;
+}
+
+size_t tool_edit_distance(const char *a, const char *b)
+{
+    /* Optimal string alignment: insertions, deletions, substitutions and swaps of two
+     * neighbours ("dns" for "dsn") cost 1 each. */
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 99;
+    size_t d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+const char *tool_json_string(const char *s, char *out, size_t outlen)
+{
+    size_t n = 0;
+    if (outlen < 3) {
+        if (outlen)
+            out[0] = '\0';
+        return out;
+    }
+    out[n++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char tmp[8];
+        size_t k;
+        if (*p == '"' || *p == '\\') {
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\%c", *p);
+        } else if (*p < 0x20 || *p == 0x7f) {
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", *p);
+        } else {
+            tmp[0] = (char)*p;
+            k = 1;
+        }
+        if (n + k + 2 > outlen)
+            break;
+        memcpy(out + n, tmp, k);
+        n += k;
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+    return out;
 }
 
 int tool_exit_for(int rc)
@@ -45,6 +319,8 @@ int tool_exit_for(int rc)
     case PAWL_ENOTFOUND:
     case PAWL_ESCHEMA:
         return TOOL_NOTFOUND;
+    case PAWL_ECONFLICT:
+        return TOOL_CONFLICT;
     default:
         return TOOL_FAILED;
     }

@@ -97,6 +97,7 @@ typedef void (*pawl_log_fn)(void *ud, enum pawl_log_level level, const char *mod
 void pawl_log_set_sink(pawl_log_fn fn, void *ud); /* NULL restores the stderr sink */
 void pawl_log_set_level(enum pawl_log_level level);
 void pawl_log_set_format(enum pawl_log_format format);
+enum pawl_log_format pawl_log_get_format(void);
 enum pawl_log_level pawl_log_get_level(void);
 
 /* Log a formatted message; messages below the current level cost one relaxed load. */

@@ -38,9 +38,27 @@ enum pawl_flag_type {
     PAWL_FLAG_BOOL,     /* true/false, yes/no, on/off, 1/0 */
     PAWL_FLAG_INT,      /* decimal integer within [min, max] */
     PAWL_FLAG_DOUBLE,   /* decimal number within [dmin, dmax] */
-    PAWL_FLAG_DURATION, /* milliseconds: "250ms", "10s", "2m", "1h" or a bare number of ms */
+    PAWL_FLAG_DURATION, /* milliseconds, always with a unit: "250ms", "10s", "1.5s", "2m",
+                           "1h", "1m30s"; a bare number other than 0 is refused */
     PAWL_FLAG_STRING,   /* any text (max bytes in max, 0 = unlimited) */
     PAWL_FLAG_ENUM,     /* one of choices[] */
+};
+
+/*
+ * Setting or action. A setting says how pawl works (connection, tuning, logging, a node's
+ * processor and handler) and may come from the environment (PAWL_NAME) as well as the command
+ * line. An action says what this one invocation does or which object it changes: whether to
+ * change anything (execute), where to (to, segment), what to read or generate and when to stop
+ * (generate, duration, count, from, follow, wait) and the shape of the output a script parses
+ * (json, watch, metrics, csv). Actions come only from the command line: a leftover
+ * PAWL_EXECUTE=1 must not turn a preview into a change, nor PAWL_JSON=1 change what a script
+ * reads. pawl_config_load_env skips them; the tool warns that such a variable is ignored.
+ * The processor name is a setting (a deployed node finds it in PAWL_PROCESSOR), but the commands
+ * that change a processor (reset, split, merge, delete) take it only from the command line.
+ */
+enum pawl_flag_kind {
+    PAWL_FLAG_SETTING = 0,
+    PAWL_FLAG_ACTION = 1,
 };
 
 /* Which `pawl` subcommands a flag applies to (a bit set). */
@@ -56,7 +74,8 @@ enum pawl_scope {
     PAWL_SCOPE_DEMO = 1u << 8,
     PAWL_SCOPE_BENCH = 1u << 9,
     PAWL_SCOPE_CONFIG = 1u << 10,
-    PAWL_SCOPE_ALL = (1u << 11) - 1,
+    PAWL_SCOPE_DELETE = 1u << 11,
+    PAWL_SCOPE_ALL = (1u << 12) - 1,
 };
 
 enum pawl_config_source {
@@ -79,6 +98,7 @@ struct pawl_flag {
     size_t offset;              /* of the field in struct pawl_config */
     size_t size;                /* of that field: 1, 2, 4, 8 (integers), 8 (double), pointer */
     const char *unit;           /* for help: "events/s", "ms", ... or NULL */
+    enum pawl_flag_kind kind;   /* setting (default) or action: see enum pawl_flag_kind */
 };
 
 /* The `pawl` tool's own settings; embedders can ignore them. */
@@ -96,7 +116,8 @@ struct pawl_tool_opts {
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
     int metrics;           /* status: also print the metrics snapshot */
-    int execute;           /* reset/split/merge: do it (otherwise preview) */
+    int execute;           /* reset/split/merge/delete: do it (otherwise preview) */
+    int wait;              /* append: wait for the final indexes and print them */
     const char *to;        /* reset target: start | end | <index> | <ISO 8601 time> */
     int segment;           /* split/merge: segment id */
     const char *handler;   /* run: built-in handler name */
@@ -162,8 +183,13 @@ int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen);
 /* Apply cfg's logging settings (level, format) to the process-wide logger. */
 void pawl_config_apply_log(const struct pawl_config *cfg);
 
-/* Parse a duration as the table does ("250ms", "10s", "2m", "1h", bare ms); PAWL_EINVAL or
- * PAWL_ERANGE on failure. */
+/*
+ * Parse a duration as the table does: one or more <number><unit> parts, units ms, s, m (or min),
+ * h, e.g. "250ms", "10s", "1.5s", "2m", "1h", "1m30s", "1h2m3.5s"; the total must be a whole
+ * number of milliseconds. "0" alone needs no unit; any other bare number is PAWL_EINVAL (a bare
+ * number used to mean milliseconds, which surprised everyone). A leading '-' negates the whole.
+ * PAWL_EINVAL or PAWL_ERANGE on failure.
+ */
 int pawl_config_parse_duration(const char *text, int64_t *ms);
 
 /* The table: iterate with i from 0 to pawl_config_flag_count() - 1. */
@@ -180,12 +206,15 @@ char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outl
  * The tool's sources, as functions over arrays the caller hands in (the library itself reads no
  * environment and no argv), so they can be tested and fuzzed without the tool.
  *
- * pawl_config_load_env: for each flag, a PAWL_NAME=value entry of envp (NULL-terminated, as
- * environ) sets it with source env. Other entries are ignored. Stops at the first bad value.
+ * pawl_config_load_env: for each setting, a PAWL_NAME=value entry of envp (NULL-terminated, as
+ * environ) sets it with source env. Actions (PAWL_FLAG_ACTION) and other entries are ignored;
+ * pawl_config_env_actions lists the action variables present, so the tool can say it ignores
+ * them. Stops at the first bad value.
  *
  * pawl_config_parse_args: argv[0..argc) after the subcommand. Accepts --name value, --name=value,
  * a bare --name for booleans (never consuming the next argument), --no-name to turn a boolean
- * off, -h/--help (sets out->help), and "--" to end the flags. Other arguments are positional.
+ * off, -h/--help (sets out->help), -V/--version (out->version) and "--" to end the flags. Other
+ * arguments are positional. An unknown flag's message suggests the closest flag ("did you mean").
  * A flag whose scope does not include any bit of scope is refused. Source: flag. Stops at the
  * first error (PAWL_ENOTFOUND for an unknown flag, PAWL_EINVAL or PAWL_ERANGE for a bad value),
  * with a message in err. The positional pointers borrow from argv.
@@ -193,10 +222,14 @@ char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outl
 #define PAWL_CONFIG_MAX_POSITIONAL 8
 struct pawl_config_args {
     int help;
+    int version; /* -V or --version */
     int npositional;
     const char *positional[PAWL_CONFIG_MAX_POSITIONAL];
 };
 int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, size_t errlen);
+/* The action flags set in envp (PAWL_EXECUTE=...), as "PAWL_EXECUTE, PAWL_JSON" into out ("" when
+ * none); returns how many. */
+int pawl_config_env_actions(char *const *envp, char *out, size_t outlen);
 int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv, unsigned scope,
                            struct pawl_config_args *out, char *err, size_t errlen);
 

@@ -86,11 +86,11 @@ printf '{"stream":"x","type":"T"}\n{"stream":"x","type":"T"}\n{"stream":"x" "typ
     "$PAWL" append --events-per-append 10 2>"$tmp/err"; expect_rc "invalid line" 6 $?
 grep -q 'line 3: not valid JSON' "$tmp/err"; check "the message names the line" $?
 [ "$("$PAWL" tail --from 5 --json | wc -l)" -eq 2 ]; check "lines before the bad one were appended, none after" $?
-echo '{"stream":"x","type":"T","seq":1}' | "$PAWL" append 2>"$tmp/err"; expect_rc "stream conflict" 1 $?
+echo '{"stream":"x","type":"T","seq":1}' | "$PAWL" append 2>"$tmp/err"; expect_rc "stream conflict" 7 $?
 grep -qi 'conflict' "$tmp/err"; check "conflict reported" $?
 
 # tail | append copies a log (index and appended_at are ignored on input)
-"$PAWL" tail --json --count 2 | "$PAWL" append 2>/dev/null; expect_rc "tail --json | append" 1 $?
+"$PAWL" tail --json --count 2 | "$PAWL" append 2>/dev/null; expect_rc "tail --json | append: a conflict" 7 $?
 "$PAWL" tail --json --count 2 | jq -c '.stream = "copy-" + .stream | del(.seq)' | "$PAWL" append 2>/dev/null
 expect_rc "tail --json | append into other streams" 0 $?
 

@@ -1,0 +1,46 @@
+/*
+ * pgq.h — the few queries the tool makes itself, over one plain libpq connection: the list of
+ * processors (status without a name), deleting a processor, a stream's current version (the
+ * conflict message of append) and the final index of an appended event (append --wait). The
+ * library has no API for these operator questions, and they are not on any hot path. Main
+ * thread only; each call opens and closes its connection.
+ */
+#ifndef PAWL_TOOL_PGQ_H
+#define PAWL_TOOL_PGQ_H
+
+#include "tool.h"
+
+#include <stdint.h>
+
+struct tool_proc_row {
+    char name[PAWL_NAME_MAX + 1];
+    int64_t segments;
+    int64_t claimed;         /* segments with a live claim (younger than the claim timeout) */
+    int64_t expired;         /* segments whose claim is older than the claim timeout */
+    char owners[512];        /* the live owners, comma-separated (raw: escape for printing) */
+    int64_t lowest_token;
+    int64_t head;
+};
+
+/* Every processor in pawl.tokens, by name; *rows is malloc'ed (free it). PAWL_* code, with the
+ * server's message in err. */
+int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_proc_row **rows,
+                        size_t *n, char *err, size_t errlen);
+
+/*
+ * Delete proc's segments and node records in one transaction, unless a segment has a live
+ * claim (younger than claim_timeout_ms): PAWL_EBUSY then, deleting nothing, with the owners in
+ * err. *deleted gets the number of segment rows removed (0: no such processor, PAWL_ENOTFOUND).
+ */
+int tool_pgq_delete_processor(const char *dsn, const char *proc, int64_t claim_timeout_ms,
+                              int64_t *deleted, char *err, size_t errlen);
+
+/* The highest stream_seq of stream (0 when the stream is empty). */
+int tool_pgq_stream_version(const char *dsn, const char *stream, int64_t *version, char *err,
+                            size_t errlen);
+
+/* The final index of stream#seq, if it is finalized (0 otherwise). */
+int tool_pgq_event_index(const char *dsn, const char *stream, int64_t seq, int64_t *index,
+                         char *err, size_t errlen);
+
+#endif
