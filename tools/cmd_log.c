@@ -370,6 +370,11 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         tool_err("tail: unexpected argument '%s'", argv[0]);
         return TOOL_USAGE;
     }
+    if (cfg->metrics_port > 0 && !cfg->tool.follow) {
+        tool_err("tail: --metrics-port needs --follow (without it tail ends once it has printed "
+                 "the log, before anything could scrape it)");
+        return TOOL_USAGE;
+    }
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
@@ -377,6 +382,11 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
     int ex = open_store(cfg, dsn, &s);
     if (ex != TOOL_OK)
         return ex;
+    struct tool_httpd *h = NULL;
+    if ((ex = start_httpd(cfg, s, &h)) != TOOL_OK) {
+        pawl_store_free(s);
+        return ex;
+    }
     int64_t after = cfg->tool.from;
     if (after < 0) {
         int64_t last = 0;
@@ -416,6 +426,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         fflush(stdout);
     }
     pawl_batch_fini(&b);
+    tool_httpd_stop(h);
     pawl_store_free(s);
     return ex;
 }
