@@ -165,7 +165,7 @@ static void run_sample(struct run_view *v, struct pawl_tokens *tok, struct pawl_
     int rc = tool_status_collect(tok, src, v->proc, 100000, &st, err, sizeof err);
     if (rc != 0) {
         pthread_mutex_lock(&v->mu);
-        snprintf(v->last_err, sizeof v->last_err, "%s", err[0] ? err : pawl_strerror(rc));
+        snprintf(v->last_err, sizeof v->last_err, "%.150s", err[0] ? err : pawl_strerror(rc));
         pthread_mutex_unlock(&v->mu);
         return;
     }
@@ -421,8 +421,10 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
             atomic_load_explicit(&b.replays, memory_order_relaxed));
 out:
     tool_httpd_stop(httpd);
+    /* The sink's thread completes checkpoint futures: it stops after the processor (every
+     * segment released) and before the processor's pool is freed (pawl/checkpoint.h). */
+    tool_sink_free(sink);
     pawl_processor_free(p);
-    tool_sink_free(sink); /* after the processor: every segment is released by now */
     free(xargv);
     free(view.seg_text);
     pthread_mutex_destroy(&view.mu);
