@@ -71,7 +71,7 @@ struct run_view {
     struct tool_sink *sink;
     const char *proc;
     pthread_mutex_t mu;
-    char *seg_text; /* owned, under mu */
+    char *seg_text;     /* owned, under mu */
     int64_t last_ok_ns; /* when the token store last answered; under mu */
     int claimable;      /* some segment is unowned or its claim expired; under mu */
     char last_err[160]; /* under mu */
@@ -97,8 +97,8 @@ static size_t run_metrics(void *ud, char *buf, size_t cap)
         "# TYPE pawl_processor_steps_kept_total counter\n"
         "pawl_processor_steps_kept_total{processor=\"%s\"} %" PRIu64 "\n",
         v->proc, ps.steps, v->proc, ps.steps_stolen, v->proc, ps.steps_kept);
-    size_t add = tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp,
-                                       n, sizeof tmp);
+    size_t add = tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp, n,
+                                       sizeof tmp);
     used += add;
     if (v->sink) {
         struct tool_sink_stats ss;
@@ -147,8 +147,9 @@ static int run_ready(void *ud, char *why, size_t whylen)
         return 0;
     }
     if (ps.segments_owned == 0 && !claimable) {
-        snprintf(why, whylen, "not ready: holds no segment and every segment is held by another "
-                              "node");
+        snprintf(why, whylen,
+                 "not ready: holds no segment and every segment is held by another "
+                 "node");
         return 0;
     }
     snprintf(why, whylen, "ready: holds %u segment%s", ps.segments_owned,
@@ -359,8 +360,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     view.store = store;
     view.sink = sink;
     if (cfg->metrics_port > 0) {
-        if (tool_httpd_start(&httpd, cfg->metrics_port, run_metrics, &view, err, sizeof err) !=
-            0) {
+        if (tool_httpd_start(&httpd, cfg->metrics_port, run_metrics, &view, err, sizeof err) != 0) {
             tool_err("run: %s", err);
             ex = TOOL_FAILED;
             goto out;

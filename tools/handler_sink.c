@@ -429,7 +429,8 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
     }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "PAWL_PROCESSOR=", 15) && strncmp(environ[i], "PAWL_SEGMENT=", 13) &&
+        if (strncmp(environ[i], "PAWL_PROCESSOR=", 15) &&
+            strncmp(environ[i], "PAWL_SEGMENT=", 13) &&
             strncmp(environ[i], "PAWL_SEGMENT_MASK=", 18) && strncmp(environ[i], "PAWL_NODE=", 10))
             envp[k++] = environ[i];
     envp[k++] = vproc;
@@ -453,8 +454,8 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
     posix_spawnattr_setsigdefault(&at, &def);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at,
-                             POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETPGROUP);
     pid_t pid;
     int rc = posix_spawnp(&pid, s->o.argv[0], &fa, &at, (char *const *)s->o.argv, envp);
     posix_spawn_file_actions_destroy(&fa);
@@ -532,8 +533,9 @@ static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
     child_end(s, c, 1, &st);
     char msg[384];
     snprintf(msg, sizeof msg, "exec: segment %u: %s", c->seg.id, why);
-    PAWL_WARN(MOD, "%s; killed %s (pid %d); the batch is rolled back and delivered again to a "
-                   "new process after the back-off",
+    PAWL_WARN(MOD,
+              "%s; killed %s (pid %d); the batch is rolled back and delivered again to a "
+              "new process after the back-off",
               msg, s->o.argv[0], (int)pid);
     int closed = 0;
     struct ship *lists[2] = {c->aq, c->sq};
@@ -670,8 +672,8 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
             errno = 0;
             long long v = strtoll(line + 3, &end, 10);
             if (errno || end == line + 3 || *end != '\0') {
-                snprintf(why, sizeof why, "malformed acknowledgement \"%.100s\" (expected \"ok INDEX\")",
-                         line);
+                snprintf(why, sizeof why,
+                         "malformed acknowledgement \"%.100s\" (expected \"ok INDEX\")", line);
                 chan_fail(s, c, why);
                 return 1;
             }
@@ -738,8 +740,8 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 char how[64];
                 describe_exit(st, how, sizeof how);
-                PAWL_WARN(MOD, "exec: segment %u: %s (pid %d) %s after its input ended",
-                          c->seg.id, s->o.argv[0], (int)pid, how);
+                PAWL_WARN(MOD, "exec: segment %u: %s (pid %d) %s after its input ended", c->seg.id,
+                          s->o.argv[0], (int)pid, how);
             }
             unlist(s, c);
             chan_free(c);
@@ -767,8 +769,9 @@ static int64_t exec_deadlines(struct tool_sink *s)
         nextc = c->io_next;
         if (c->closing) {
             if (now >= c->close_deadline_ns) {
-                PAWL_WARN(MOD, "exec: segment %u: %s (pid %d) did not exit within %" PRId64
-                               " ms after its input ended; killed",
+                PAWL_WARN(MOD,
+                          "exec: segment %u: %s (pid %d) did not exit within %" PRId64
+                          " ms after its input ended; killed",
                           c->seg.id, s->o.argv[0], (int)c->pid, s->o.ack_timeout_ms);
                 child_end(s, c, 1, NULL);
                 unlist(s, c);
@@ -783,8 +786,9 @@ static int64_t exec_deadlines(struct tool_sink *s)
             continue;
         if (now >= head->deadline_ns) {
             char why[160];
-            snprintf(why, sizeof why, "no acknowledgement of the batch ending at %" PRId64
-                                      " within %" PRId64 " ms (--exec-ack-timeout)",
+            snprintf(why, sizeof why,
+                     "no acknowledgement of the batch ending at %" PRId64 " within %" PRId64
+                     " ms (--exec-ack-timeout)",
                      head->last, s->o.ack_timeout_ms);
             chan_fail(s, c, why);
             continue;
@@ -897,13 +901,13 @@ static void *sink_thread(void *arg)
  * Life cycle
  * ------------------------------------------------------------------------------------------ */
 
-int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *err,
-                  size_t errlen)
+int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *err, size_t errlen)
 {
     *out = NULL;
     if (o->kind == TOOL_SINK_EXEC && (o->argv == NULL || o->argv[0] == NULL)) {
-        snprintf(err, errlen, "the exec handler needs a command: pawl run --handler exec -- CMD "
-                              "[ARGS...]");
+        snprintf(err, errlen,
+                 "the exec handler needs a command: pawl run --handler exec -- CMD "
+                 "[ARGS...]");
         return PAWL_EINVAL;
     }
     struct tool_sink *s = calloc(1, sizeof *s);
@@ -920,8 +924,7 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
     s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->efd < 0 || s->epfd < 0) {
-        snprintf(err, errlen, "cannot create the handler's event descriptors: %s",
-                 strerror(errno));
+        snprintf(err, errlen, "cannot create the handler's event descriptors: %s", strerror(errno));
         goto fail;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
@@ -940,8 +943,8 @@ fail:
 
 struct pawl_handler tool_sink_handler(struct tool_sink *s, const char *name)
 {
-    return (struct pawl_handler){.name = name, .self = s, .handle = sink_handle,
-                                 .ckpt = &sink_ckpt};
+    return (struct pawl_handler){
+        .name = name, .self = s, .handle = sink_handle, .ckpt = &sink_ckpt};
 }
 
 void tool_sink_set_node(struct tool_sink *s, const char *node)

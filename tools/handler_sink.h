@@ -41,11 +41,11 @@ enum tool_sink_kind {
 
 struct tool_sink_opts {
     enum tool_sink_kind kind;
-    int fd;                   /* print: where lines go (1) */
-    int fsync;                /* print: fsync fd before a token is stored (regular files) */
-    const char *const *argv;  /* exec: the command, NULL-terminated; borrowed until free */
-    int64_t ack_timeout_ms;   /* exec: longest wait for a batch's ack, and for an exit */
-    const char *processor;    /* exec: PAWL_PROCESSOR for the child; borrowed */
+    int fd;                  /* print: where lines go (1) */
+    int fsync;               /* print: fsync fd before a token is stored (regular files) */
+    const char *const *argv; /* exec: the command, NULL-terminated; borrowed until free */
+    int64_t ack_timeout_ms;  /* exec: longest wait for a batch's ack, and for an exit */
+    const char *processor;   /* exec: PAWL_PROCESSOR for the child; borrowed */
 };
 
 struct tool_sink_stats {
@@ -60,8 +60,7 @@ struct tool_sink_stats {
 struct tool_sink;
 
 /* Start the sink's thread. PAWL_EINVAL (with err) for bad options, PAWL_ESYS, PAWL_ENOMEM. */
-int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *err,
-                  size_t errlen);
+int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *err, size_t errlen);
 /* The handler to give the processor (borrows s). */
 struct pawl_handler tool_sink_handler(struct tool_sink *s, const char *name);
 /* The node id children see as PAWL_NODE (copied); set before the processor starts. */
