@@ -560,10 +560,30 @@ static const struct pawl_flag flags[] = {
      .type = PAWL_FLAG_STRING,
      .def = "count",
      .max = 64,
-     .help = "run: the handler: count, print (JSON lines on stdout), projection (the "
-             "snapshotting projection example), async (the asynchronous sink example)",
+     .help = "run: the handler: count, print (JSON lines on stdout), exec (JSON lines to the "
+             "command after --), projection (the snapshotting projection example), async (the "
+             "asynchronous sink example)",
      .scope = PAWL_SCOPE_RUN,
      AT(tool.handler)},
+
+    /* ---- run: handlers that write outside the database (tools/handler_sink.c) ---- */
+    {.name = "output-fsync",
+     .type = PAWL_FLAG_BOOL,
+     .def = "false",
+     .help = "run --handler print: fsync stdout (when it is a regular file) before a token is "
+             "stored, so a machine crash cannot lose printed events the token covers",
+     .scope = PAWL_SCOPE_RUN,
+     AT(tool.output_fsync)},
+    {.name = "exec-ack-timeout",
+     .type = PAWL_FLAG_DURATION,
+     .def = "30s",
+     .min = 10,
+     .max = HOUR_MS,
+     .help = "run --handler exec: a batch the command has not acknowledged in this time fails "
+             "(the command is killed, the batch delivered again); also how long a command may "
+             "take to exit once its input ends",
+     .scope = PAWL_SCOPE_RUN,
+     AT(tool.exec_ack_timeout_ms)},
     {.name = "csv",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,

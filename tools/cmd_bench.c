@@ -145,6 +145,12 @@ int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv)
         tool_err("bench: unexpected argument '%s'", argv[0]);
         return TOOL_USAGE;
     }
+    if (cfg->metrics_port > 0) {
+        /* Each cell resets the metrics registry: counters would go backwards under a scraper. */
+        tool_err("bench: --metrics-port is not served by bench (it resets the metrics between "
+                 "its cells); serve them from `pawl append --generate` or `pawl demo` instead");
+        return TOOL_USAGE;
+    }
     int epas[] = {1, 10, 100}, apps[] = {1, 4};
     int nepa = 3, napp = 2;
     if (pawl_config_source_of(cfg, "events-per-append") != PAWL_SRC_DEFAULT) {

@@ -44,53 +44,13 @@ static int open_store(struct pawl_config *cfg, const char *dsn, struct pawl_stor
     return rc == PAWL_EINVAL ? TOOL_USAGE : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
 }
 
-/* Store figures for the metrics endpoint (the library's own histograms come first). */
-static size_t store_metrics(void *ud, char *buf, size_t cap)
-{
-    struct pawl_store *s = ud;
-    struct pawl_log_stats st;
-    pawl_store_stats(s, &st, 0);
-    char tmp[4096];
-    int n = snprintf(
-        tmp, sizeof tmp,
-        "# HELP pawl_store_appends_pending Appends committed here and not yet finalized\n"
-        "# TYPE pawl_store_appends_pending gauge\npawl_store_appends_pending %" PRId64 "\n"
-        "# HELP pawl_store_finalize_runs_total Finalization runs of this process that did work\n"
-        "# TYPE pawl_store_finalize_runs_total counter\npawl_store_finalize_runs_total %" PRId64
-        "\n"
-        "# HELP pawl_store_finalize_busy_total Finalization runs that found the lock held\n"
-        "# TYPE pawl_store_finalize_busy_total counter\npawl_store_finalize_busy_total %" PRId64
-        "\n"
-        "# HELP pawl_store_events_finalized_total Events finalized by this process\n"
-        "# TYPE pawl_store_events_finalized_total counter\n"
-        "pawl_store_events_finalized_total %" PRId64 "\n"
-        "# HELP pawl_store_last_index Highest final index known here\n"
-        "# TYPE pawl_store_last_index gauge\npawl_store_last_index %" PRId64 "\n"
-        "# HELP pawl_store_finalize_delay_seconds Commit to final index (store's estimate)\n"
-        "# TYPE pawl_store_finalize_delay_seconds summary\n"
-        "pawl_store_finalize_delay_seconds{quantile=\"0.5\"} %.6f\n"
-        "pawl_store_finalize_delay_seconds{quantile=\"0.99\"} %.6f\n"
-        "pawl_store_finalize_delay_seconds_count %" PRId64 "\n"
-        "# HELP pawl_store_finalizer_interval_seconds Current interval between finalization runs\n"
-        "# TYPE pawl_store_finalizer_interval_seconds gauge\n"
-        "pawl_store_finalizer_interval_seconds %.6f\n"
-        "# HELP pawl_store_append_retries_total Appends run again after a deadlock, a "
-        "serialization failure or a race for a stream's next number\n"
-        "# TYPE pawl_store_append_retries_total counter\n"
-        "pawl_store_append_retries_total %" PRId64 "\n",
-        st.appends_pending, st.finalize_runs, st.finalize_busy, st.events_finalized, st.last_index,
-        st.delay_p50_ms / 1e3, st.delay_p99_ms / 1e3, st.delay_count,
-        st.finalizer_interval_ms / 1e3, st.append_retries);
-    return tool_httpd_extra_text(buf, cap, tmp, n, sizeof tmp);
-}
-
 static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct tool_httpd **h)
 {
     *h = NULL;
     if (cfg->metrics_port <= 0)
         return TOOL_OK;
     char err[256];
-    if (tool_httpd_start(h, cfg->metrics_port, store_metrics, s, err, sizeof err) != 0) {
+    if (tool_httpd_start(h, cfg->metrics_port, tool_store_metrics, s, err, sizeof err) != 0) {
         tool_err("%s", err);
         return TOOL_FAILED;
     }
@@ -666,6 +626,11 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         tool_err("tail: unexpected argument '%s'", argv[0]);
         return TOOL_USAGE;
     }
+    if (cfg->metrics_port > 0 && !cfg->tool.follow) {
+        tool_err("tail: --metrics-port needs --follow (without it tail ends once it has printed "
+                 "the log, before anything could scrape it)");
+        return TOOL_USAGE;
+    }
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
@@ -673,6 +638,11 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
     int ex = open_store(cfg, dsn, &s);
     if (ex != TOOL_OK)
         return ex;
+    struct tool_httpd *h = NULL;
+    if ((ex = start_httpd(cfg, s, &h)) != TOOL_OK) {
+        pawl_store_free(s);
+        return ex;
+    }
     int64_t after = cfg->tool.from;
     if (after < 0) {
         int64_t last = 0;
@@ -722,6 +692,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
                  " (index queries %" PRId64 ")",
                  printed, after, st.read_retries, st.read_reconnects, st.read_gaps,
                  st.notifications, st.index_queries);
+    tool_httpd_stop(h);
     pawl_store_free(s);
     return ex;
 }

@@ -1,6 +1,11 @@
 /*
  * cmd_run.c — `pawl run`: one node of a processor against the PostgreSQL log and token store,
- * with a built-in handler (count, print) or one of the checkpoint examples (projection, async).
+ * with a built-in handler (count; print and exec, which write outside the database and store a
+ * token only once their output is out: tools/handler_sink.h) or one of the checkpoint examples
+ * (projection, async). With --metrics-port it serves the library's metrics, the store's, and
+ * per-segment figures (token, lag in events and seconds, held here) sampled by the main loop
+ * about once a second, plus /healthz and /readyz (ready: the token store answered within the
+ * last 10 s and this node holds a segment or some segment is free to claim).
  * Runs until interrupted (SIGINT/SIGTERM), then stops cleanly: every work package stores its
  * progress and releases its claim. While it runs, a progress line shows the handling rate, the
  * segments held and how far the processor is behind the head (with an ETA while catching up).
@@ -14,17 +19,19 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "handler_sink.h"
 #include "httpd.h"
-#include "jsonl.h"
+#include "status.h"
 
 struct builtin {
     _Atomic int64_t handled;
     _Atomic int64_t replays;
-    pthread_mutex_t out_mu; /* one printed line at a time */
 };
 
 static int handle_count(void *self, struct pawl_event_ctx *ctx)
@@ -35,18 +42,6 @@ static int handle_count(void *self, struct pawl_event_ctx *ctx)
     if (pawl_ctx_is_replay(ctx))
         atomic_fetch_add_explicit(&b->replays, 1, memory_order_relaxed);
     return 0;
-}
-
-static int handle_print(void *self, struct pawl_event_ctx *ctx)
-{
-    struct builtin *b = self;
-    handle_count(self, ctx);
-    pthread_mutex_lock(&b->out_mu);
-    if (pawl_ctx_is_replay(ctx))
-        fputs("(replay) ", stdout);
-    int rc = tool_jsonl_write(stdout, pawl_ctx_event(ctx));
-    pthread_mutex_unlock(&b->out_mu);
-    return rc;
 }
 
 /* Lowest token among the processor's segments, for "behind the head". */
@@ -65,31 +60,185 @@ static int64_t lowest_token(struct pawl_tokens *tok, const char *proc)
     return low;
 }
 
-/* The metrics endpoint's figures beyond the library's counters: the segment workers' pool. */
+/*
+ * What the metrics endpoint shows beyond the library's registry. The per-segment part is
+ * rendered by the main loop (it needs the token store and a scan of the log) into seg_text; a
+ * scrape copies it under mu.
+ */
+struct run_view {
+    struct pawl_processor *p;
+    struct pawl_store *store;
+    struct tool_sink *sink;
+    const char *proc;
+    pthread_mutex_t mu;
+    char *seg_text;     /* owned, under mu */
+    int64_t last_ok_ns; /* when the token store last answered; under mu */
+    int claimable;      /* some segment is unowned or its claim expired; under mu */
+    char last_err[160]; /* under mu */
+};
+
 static size_t run_metrics(void *ud, char *buf, size_t cap)
 {
+    struct run_view *v = ud;
     struct pawl_processor_stats ps;
-    pawl_processor_stats(ud, &ps);
-    char tmp[1024];
+    pawl_processor_stats(v->p, &ps);
+    size_t used = tool_store_metrics(v->store, buf, cap);
+    char tmp[2048];
     int n = snprintf(
         tmp, sizeof tmp,
         "# HELP pawl_processor_steps_total Package steps run by the segment workers\n"
-        "# TYPE pawl_processor_steps_total counter\npawl_processor_steps_total %" PRIu64 "\n"
+        "# TYPE pawl_processor_steps_total counter\n"
+        "pawl_processor_steps_total{processor=\"%s\"} %" PRIu64 "\n"
         "# HELP pawl_processor_steps_stolen_total Steps taken from another worker's queue\n"
         "# TYPE pawl_processor_steps_stolen_total counter\n"
-        "pawl_processor_steps_stolen_total %" PRIu64 "\n"
+        "pawl_processor_steps_stolen_total{processor=\"%s\"} %" PRIu64 "\n"
         "# HELP pawl_processor_steps_kept_total Bursts of steps a worker kept to itself rather "
         "than wake a parked worker\n"
         "# TYPE pawl_processor_steps_kept_total counter\n"
-        "pawl_processor_steps_kept_total %" PRIu64 "\n",
-        ps.steps, ps.steps_stolen, ps.steps_kept);
-    return tool_httpd_extra_text(buf, cap, tmp, n, sizeof tmp);
+        "pawl_processor_steps_kept_total{processor=\"%s\"} %" PRIu64 "\n",
+        v->proc, ps.steps, v->proc, ps.steps_stolen, v->proc, ps.steps_kept);
+    size_t add = tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp, n,
+                                       sizeof tmp);
+    used += add;
+    if (v->sink) {
+        struct tool_sink_stats ss;
+        tool_sink_stats(v->sink, &ss);
+        n = snprintf(tmp, sizeof tmp,
+                     "# HELP pawl_handler_output_lines_total Event lines the print or exec "
+                     "handler wrote out\n"
+                     "# TYPE pawl_handler_output_lines_total counter\n"
+                     "pawl_handler_output_lines_total{processor=\"%s\"} %" PRIu64 "\n"
+                     "# HELP pawl_handler_output_failures_total Batches whose output failed "
+                     "(write error; exec: exit, negative or malformed ack, time-out)\n"
+                     "# TYPE pawl_handler_output_failures_total counter\n"
+                     "pawl_handler_output_failures_total{processor=\"%s\"} %" PRIu64 "\n"
+                     "# HELP pawl_handler_exec_starts_total Commands the exec handler started\n"
+                     "# TYPE pawl_handler_exec_starts_total counter\n"
+                     "pawl_handler_exec_starts_total{processor=\"%s\"} %" PRIu64 "\n",
+                     v->proc, ss.lines_out, v->proc, ss.failures, v->proc, ss.starts);
+        used += tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp, n,
+                                      sizeof tmp);
+    }
+    pthread_mutex_lock(&v->mu);
+    if (v->seg_text) {
+        size_t len = strlen(v->seg_text);
+        if (buf && cap > used + len)
+            memcpy(buf + used, v->seg_text, len + 1);
+        used += len;
+    }
+    pthread_mutex_unlock(&v->mu);
+    return used;
+}
+
+static int run_ready(void *ud, char *why, size_t whylen)
+{
+    struct run_view *v = ud;
+    struct pawl_processor_stats ps;
+    pawl_processor_stats(v->p, &ps);
+    pthread_mutex_lock(&v->mu);
+    int64_t age_ms = v->last_ok_ns ? (pawl_now_ns() - v->last_ok_ns) / 1000000 : -1;
+    int claimable = v->claimable;
+    char err[sizeof v->last_err];
+    memcpy(err, v->last_err, sizeof err);
+    pthread_mutex_unlock(&v->mu);
+    if (age_ms < 0 || age_ms > 10000) {
+        snprintf(why, whylen, "not ready: the token store has not answered %s%s%s",
+                 age_ms < 0 ? "yet" : "for over 10 s", err[0] ? ": " : "", err);
+        return 0;
+    }
+    if (ps.segments_owned == 0 && !claimable) {
+        snprintf(why, whylen,
+                 "not ready: holds no segment and every segment is held by another "
+                 "node");
+        return 0;
+    }
+    snprintf(why, whylen, "ready: holds %u segment%s", ps.segments_owned,
+             ps.segments_owned == 1 ? "" : "s");
+    return 1;
+}
+
+/* Sample the segments (tokens, lag) for the endpoint; main thread. */
+static void run_sample(struct run_view *v, struct pawl_tokens *tok, struct pawl_source *src,
+                       int64_t claim_timeout_ms)
+{
+    struct tool_status st;
+    char err[256] = "";
+    int rc = tool_status_collect(tok, src, v->proc, 100000, &st, err, sizeof err);
+    if (rc != 0) {
+        pthread_mutex_lock(&v->mu);
+        snprintf(v->last_err, sizeof v->last_err, "%.150s", err[0] ? err : pawl_strerror(rc));
+        pthread_mutex_unlock(&v->mu);
+        return;
+    }
+    st.claim_timeout_ms = claim_timeout_ms;
+    const char *me = pawl_processor_node_id(v->p);
+    size_t cap = 1024 + st.n * 4 * 160, len = 0;
+    char *t = malloc(cap);
+    int claimable = 0;
+    if (t) {
+        len += (size_t)snprintf(
+            t + len, cap - len,
+            "# HELP pawl_processor_segment_token Stored token of the segment (events up to it "
+            "are handled)\n# TYPE pawl_processor_segment_token gauge\n");
+        for (size_t i = 0; i < st.n; i++)
+            len += (size_t)snprintf(t + len, cap - len,
+                                    "pawl_processor_segment_token{processor=\"%s\",segment=\"%u\","
+                                    "mask=\"%u\"} %" PRId64 "\n",
+                                    v->proc, st.rows[i].st.seg.id, st.rows[i].st.seg.mask,
+                                    st.rows[i].st.token);
+        len += (size_t)snprintf(
+            t + len, cap - len,
+            "# HELP pawl_processor_segment_lag_events Events of the segment after its token (an "
+            "upper bound, head - token, beyond a scan of 100000 events)\n"
+            "# TYPE pawl_processor_segment_lag_events gauge\n");
+        for (size_t i = 0; i < st.n; i++)
+            len += (size_t)snprintf(t + len, cap - len,
+                                    "pawl_processor_segment_lag_events{processor=\"%s\",segment="
+                                    "\"%u\",mask=\"%u\"} %" PRId64 "\n",
+                                    v->proc, st.rows[i].st.seg.id, st.rows[i].st.seg.mask,
+                                    st.rows[i].lag_events);
+        len += (size_t)snprintf(
+            t + len, cap - len,
+            "# HELP pawl_processor_segment_lag_seconds Age of the segment's oldest unhandled "
+            "event (0 when caught up)\n# TYPE pawl_processor_segment_lag_seconds gauge\n");
+        for (size_t i = 0; i < st.n; i++)
+            len += (size_t)snprintf(t + len, cap - len,
+                                    "pawl_processor_segment_lag_seconds{processor=\"%s\",segment="
+                                    "\"%u\",mask=\"%u\"} %.3f\n",
+                                    v->proc, st.rows[i].st.seg.id, st.rows[i].st.seg.mask,
+                                    st.rows[i].lag_seconds);
+        len += (size_t)snprintf(t + len, cap - len,
+                                "# HELP pawl_processor_segment_held_here 1 while this node holds "
+                                "the segment's claim\n"
+                                "# TYPE pawl_processor_segment_held_here gauge\n");
+        for (size_t i = 0; i < st.n; i++)
+            len += (size_t)snprintf(t + len, cap - len,
+                                    "pawl_processor_segment_held_here{processor=\"%s\",segment="
+                                    "\"%u\",mask=\"%u\"} %d\n",
+                                    v->proc, st.rows[i].st.seg.id, st.rows[i].st.seg.mask,
+                                    strcmp(st.rows[i].st.owner, me) == 0);
+    }
+    for (size_t i = 0; i < st.n; i++)
+        if (st.rows[i].st.owner[0] == '\0' || tool_status_claim_expired(&st, &st.rows[i].st))
+            claimable = 1;
+    tool_status_fini(&st);
+    pthread_mutex_lock(&v->mu);
+    if (t) {
+        free(v->seg_text);
+        v->seg_text = t;
+    }
+    v->last_ok_ns = pawl_now_ns();
+    v->claimable = claimable;
+    v->last_err[0] = '\0';
+    pthread_mutex_unlock(&v->mu);
 }
 
 int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
 {
-    if (argc > 0) {
-        tool_err("run: unexpected argument '%s'", argv[0]);
+    const char *hname0 = cfg->tool.handler ? cfg->tool.handler : "count";
+    if (argc > 0 && strcmp(hname0, "exec") != 0) {
+        tool_err("run: unexpected argument '%s' (a command after -- is for --handler exec)",
+                 argv[0]);
         return TOOL_USAGE;
     }
     if (cfg->processor.name == NULL) {
@@ -99,25 +248,68 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     const char *hname = cfg->tool.handler ? cfg->tool.handler : "count";
     struct builtin b;
     memset(&b, 0, sizeof b);
-    pthread_mutex_init(&b.out_mu, NULL);
     struct pawl_handler h = {.name = hname, .self = &b, .handle = handle_count};
+    /* print and exec: the counting handler, then the sink's unit (auto mode). */
+    struct pawl_handler hs[2] = {h, h};
+    size_t nh = 1;
+    struct tool_sink *sink = NULL;
+    const char **xargv = NULL;
+    struct pawl_store *store = NULL;
+    struct pawl_source *src = NULL;
+    struct pawl_tokens *tok = NULL;
+    struct pawl_processor *p = NULL;
+    struct tool_httpd *httpd = NULL;
+    struct run_view view = {.proc = cfg->processor.name};
+    pthread_mutex_init(&view.mu, NULL);
     struct ex_projection *proj = NULL;
     struct ex_async *async = NULL;
     int ex = TOOL_OK;
     if (strcmp(hname, "count") == 0) {
         /* the default above */
-    } else if (strcmp(hname, "print") == 0) {
-        h.handle = handle_print;
+    } else if (strcmp(hname, "print") == 0 || strcmp(hname, "exec") == 0) {
+        int exec = strcmp(hname, "exec") == 0;
+        if (exec && argc == 0) {
+            tool_err("run: --handler exec needs a command: pawl run --processor NAME --handler "
+                     "exec -- CMD [ARGS...]");
+            ex = TOOL_USAGE;
+            goto out;
+        }
+        xargv = calloc((size_t)argc + 1, sizeof *xargv);
+        if (xargv == NULL) {
+            ex = TOOL_FAILED;
+            goto out;
+        }
+        for (int i = 0; i < argc; i++)
+            xargv[i] = argv[i];
+        struct tool_sink_opts so = {
+            .kind = exec ? TOOL_SINK_EXEC : TOOL_SINK_PRINT,
+            .fd = STDOUT_FILENO,
+            .fsync = cfg->tool.output_fsync,
+            .argv = xargv,
+            .ack_timeout_ms = cfg->tool.exec_ack_timeout_ms,
+            .processor = cfg->processor.name,
+        };
+        char serr0[256] = "";
+        if (tool_sink_new(&sink, &so, serr0, sizeof serr0) != 0) {
+            tool_err("run: %s", serr0);
+            ex = TOOL_FAILED;
+            goto out;
+        }
+        fflush(stdout); /* the sink writes to the descriptor directly */
+        hs[1] = tool_sink_handler(sink, hname);
+        nh = 2;
     } else if (strcmp(hname, "projection") == 0) {
         char dir[128];
         snprintf(dir, sizeof dir, "pawl-projection-%s", cfg->processor.name);
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
             tool_err("run: cannot create %s: %s", dir, strerror(errno));
-            return TOOL_FAILED;
+            ex = TOOL_FAILED;
+            goto out;
         }
         if (ex_projection_new(&proj, dir, 1000) != 0) {
             tool_err("run: cannot start the projection example");
-            return TOOL_FAILED;
+            ex = TOOL_FAILED;
+            goto out;
         }
         h = ex_projection_handler(proj, "projection");
         fprintf(stderr, "pawl: projection snapshots go to ./%s\n", dir);
@@ -125,20 +317,19 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         struct ex_async_opts ao = {.path = NULL, .threads = 2, .every = 1000};
         if (ex_async_new(&async, &ao) != 0) {
             tool_err("run: cannot start the asynchronous sink example");
-            return TOOL_FAILED;
+            ex = TOOL_FAILED;
+            goto out;
         }
         h = ex_async_handler(async, "async");
     } else {
-        tool_err("run: unknown handler '%s' (count, print, projection, async)", hname);
-        return TOOL_USAGE;
+        tool_err("run: unknown handler '%s' (count, print, exec, projection, async)", hname);
+        ex = TOOL_USAGE;
+        goto out;
     }
 
+    if (nh == 1)
+        hs[0] = h;
     const char *dsn = tool_dsn(cfg);
-    struct pawl_store *store = NULL;
-    struct pawl_source *src = NULL;
-    struct pawl_tokens *tok = NULL;
-    struct pawl_processor *p = NULL;
-    struct tool_httpd *httpd = NULL;
     char err[256];
     int rc;
     if (dsn == NULL) {
@@ -157,17 +348,25 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
         goto out;
     }
-    if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, &h, 1)) != 0) {
+    if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, hs, nh)) != 0) {
         tool_err("run: cannot create processor %s: %s (%s)", cfg->processor.name, pawl_strerror(rc),
                  tok->ops->errmsg(tok));
         ex = tool_exit_for(rc);
         goto out;
     }
-    if (cfg->metrics_port > 0 &&
-        tool_httpd_start(&httpd, cfg->metrics_port, run_metrics, p, err, sizeof err) != 0) {
-        tool_err("run: %s", err);
-        ex = TOOL_FAILED;
-        goto out;
+    if (sink)
+        tool_sink_set_node(sink, pawl_processor_node_id(p));
+    view.p = p;
+    view.store = store;
+    view.sink = sink;
+    if (cfg->metrics_port > 0) {
+        if (tool_httpd_start(&httpd, cfg->metrics_port, run_metrics, &view, err, sizeof err) != 0) {
+            tool_err("run: %s", err);
+            ex = TOOL_FAILED;
+            goto out;
+        }
+        tool_httpd_set_ready(httpd, run_ready, &view);
+        fprintf(stderr, "pawl: metrics at http://127.0.0.1:%d/metrics\n", cfg->metrics_port);
     }
     if ((rc = pawl_processor_start(p)) != 0) {
         tool_err("run: cannot start: %s", pawl_strerror(rc));
@@ -181,9 +380,14 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     tool_progress_init(&prog, cfg);
     uint64_t last_events = 0;
     int64_t last_ns = pawl_now_ns();
+    int64_t next_sample_ns = 0;
     while (!tool_stop) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
+        if (httpd && pawl_now_ns() >= next_sample_ns) {
+            run_sample(&view, tok, src, cfg->processor.claim_timeout_ms);
+            next_sample_ns = pawl_now_ns() + 1000000000LL;
+        }
         if (!tool_progress_due(&prog))
             continue;
         struct pawl_processor_stats ps;
@@ -217,12 +421,17 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
             atomic_load_explicit(&b.replays, memory_order_relaxed));
 out:
     tool_httpd_stop(httpd);
+    /* The sink's thread completes checkpoint futures: it stops after the processor (every
+     * segment released) and before the processor's pool is freed (pawl/checkpoint.h). */
+    tool_sink_free(sink);
     pawl_processor_free(p);
+    free(xargv);
+    free(view.seg_text);
+    pthread_mutex_destroy(&view.mu);
     pawl_tokens_free(tok);
     pawl_source_free(src);
     pawl_store_free(store);
     ex_projection_free(proj);
     ex_async_free(async);
-    pthread_mutex_destroy(&b.out_mu);
     return ex;
 }

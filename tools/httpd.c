@@ -26,6 +26,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -65,6 +66,8 @@ struct tool_httpd {
     pthread_t reaper;
     int reaper_started;
     unsigned long evicted, expired; /* connections dropped, logged (debug) at stop */
+    void *ready_ud;
+    _Atomic(tool_httpd_ready_fn) ready; /* NULL: ready whenever alive; set after start */
 };
 
 static int64_t now_ns(void)
@@ -179,6 +182,13 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
+void tool_httpd_set_ready(struct tool_httpd *h, tool_httpd_ready_fn fn, void *ud)
+{
+    h->ready_ud = ud;
+    /* Release: a scrape that sees fn sees ready_ud too. */
+    atomic_store_explicit(&h->ready, fn, memory_order_release);
+}
+
 size_t tool_httpd_extra_text(char *buf, size_t cap, const char *text, int n, size_t textcap)
 {
     size_t len = n > 0 && (size_t)n < textcap ? (size_t)n : 0;
@@ -249,8 +259,26 @@ static mhd_result on_request(void *cls, struct MHD_Connection *conn, const char 
             MHD_add_response_header(resp, "Content-Type",
                                     "text/plain; version=0.0.4; charset=utf-8");
         status = MHD_HTTP_OK;
+    } else if (strcmp(url, "/healthz") == 0) {
+        static const char msg[] = "ok\n";
+        resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+        status = MHD_HTTP_OK;
+    } else if (strcmp(url, "/readyz") == 0) {
+        char why[256] = "ok";
+        tool_httpd_ready_fn fn = atomic_load_explicit(&h->ready, memory_order_acquire);
+        int ok = fn == NULL || fn(h->ready_ud, why, sizeof why);
+        size_t n = strlen(why);
+        char *body = malloc(n + 2);
+        if (body == NULL)
+            return MHD_NO;
+        memcpy(body, why, n);
+        body[n] = '\n';
+        body[n + 1] = '\0';
+        resp = MHD_create_response_from_buffer(n + 1, body, MHD_RESPMEM_MUST_FREE);
+        status = ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
     } else {
-        static const char msg[] = "not found: metrics are at /metrics\n";
+        static const char msg[] = "not found: metrics are at /metrics, liveness at /healthz, "
+                                  "readiness at /readyz\n";
         resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
         status = MHD_HTTP_NOT_FOUND;
     }

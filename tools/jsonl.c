@@ -76,7 +76,8 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
     {
         if (strcmp(key, "stream") && strcmp(key, "type") && strcmp(key, "payload") &&
             strcmp(key, "metadata") && strcmp(key, "seq") && strcmp(key, "index") &&
-            strcmp(key, "appended_at")) {
+            strcmp(key, "appended_at") && strcmp(key, "segment") && strcmp(key, "replay") &&
+            strcmp(key, "batch_end")) {
             snprintf(err, errlen,
                      "unknown key \"%.60s\" (allowed: stream, type, payload, metadata, seq; "
                      "index and appended_at are ignored)",
@@ -139,11 +140,11 @@ fail:
     return rc;
 }
 
-int tool_jsonl_write(FILE *f, const struct pawl_event *ev)
+struct json_t *tool_jsonl_object(const struct pawl_event *ev)
 {
     json_t *o = json_object();
     if (o == NULL)
-        return PAWL_ENOMEM;
+        return NULL;
     json_object_set_new(o, "index", json_integer(ev->index));
     json_object_set_new(o, "stream", json_string(ev->stream_id ? ev->stream_id : ""));
     json_object_set_new(o, "seq", json_integer(ev->stream_seq));
@@ -170,6 +171,14 @@ int tool_jsonl_write(FILE *f, const struct pawl_event *ev)
         snprintf(when, sizeof when, "%s.%06lldZ", base, (long long)(ev->appended_at_us % 1000000));
     }
     json_object_set_new(o, "appended_at", when[0] ? json_string(when) : json_null());
+    return o;
+}
+
+int tool_jsonl_write(FILE *f, const struct pawl_event *ev)
+{
+    json_t *o = tool_jsonl_object(ev);
+    if (o == NULL)
+        return PAWL_ENOMEM;
     int rc = json_dumpf(o, f, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 ? 0 : PAWL_ESYS;
     fputc('\n', f);
     json_decref(o);

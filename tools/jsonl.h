@@ -7,7 +7,8 @@
  * (a string is taken as its bytes, anything else as its compact JSON text; absent means empty);
  * metadata is an object or null; seq (optional, >= 1) is the stream position the event must get
  * (an append conflicts if the stream has moved on), 0 or absent means "next". "index" and
- * "appended_at" (what `pawl tail` prints) are accepted and ignored, so `pawl tail | pawl append`
+ * "appended_at" (what `pawl tail` prints) and "segment", "replay" and "batch_end" (what
+ * `pawl run --handler print|exec` adds) are accepted and ignored, so `pawl tail | pawl append`
  * copies a log. Other keys are refused: a misspelt key is an error, not silently dropped data.
  *
  * The parser is independent of the tool's main so a fuzz target can call it directly. Not
@@ -35,6 +36,10 @@ struct tool_jsonl_event {
 int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out, char *err,
                      size_t errlen);
 void tool_jsonl_event_fini(struct tool_jsonl_event *e);
+
+/* ev as a JSON object (jansson's json_t: index, stream, seq, type, payload, metadata,
+ * appended_at), for callers that add fields; NULL when out of memory. Caller decrefs. */
+struct json_t *tool_jsonl_object(const struct pawl_event *ev);
 
 /* Write ev as one JSON line (with its index and time) to f. */
 int tool_jsonl_write(FILE *f, const struct pawl_event *ev);

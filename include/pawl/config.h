@@ -124,6 +124,9 @@ struct pawl_tool_opts {
     int progress;          /* 0 auto (live on a TTY), 1 live, 2 plain lines, 3 off */
     int64_t progress_ms;   /* period of plain progress lines */
     const char *csv;       /* bench: write CSV here (NULL = none) */
+    /* run: handlers that write outside the database */
+    int output_fsync;            /* print: fsync a regular-file stdout before storing tokens */
+    int64_t exec_ack_timeout_ms; /* exec: longest wait for a batch's ack / a child's exit */
 };
 
 #define PAWL_CONFIG_MAX_FLAGS 96

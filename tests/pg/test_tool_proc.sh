@@ -75,8 +75,9 @@ exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
 awk '$1 == "pawl_events_handled_total" && $2 >= 300 { a = 1 } $1 == "pawl_claims_held" && $2 == 4 { b = 1 }
      END { exit !(a && b) }' "$tmp/metrics"
 check "metrics endpoint of run: events handled, claims held" $?
-awk '$1 == "pawl_processor_steps_total" && $2 >= 1 { a = 1 } $1 == "pawl_processor_steps_stolen_total" { b = 1 }
-     $1 == "pawl_processor_steps_kept_total" && $2 ~ /^[0-9]+$/ { c = 1 } END { exit !(a && b && c) }' "$tmp/metrics"
+awk '$1 == "pawl_processor_steps_total{processor=\"p\"}" && $2 >= 1 { a = 1 }
+     $1 == "pawl_processor_steps_stolen_total{processor=\"p\"}" { b = 1 }
+     $1 == "pawl_processor_steps_kept_total{processor=\"p\"}" && $2 ~ /^[0-9]+$/ { c = 1 } END { exit !(a && b && c) }' "$tmp/metrics"
 check "metrics endpoint of run: the segment workers' steps, steals and keeps" $?
 "$PAWL" status p --metrics --metrics-port $port >"$tmp/stm.txt"; expect_rc "status --metrics" 0 $?
 grep -q '^METRICS of the pawl process' "$tmp/stm.txt" && grep -Eq 'pawl_events_handled_total +[0-9]' "$tmp/stm.txt" &&
@@ -129,13 +130,13 @@ bg=$!
 wait_status 60 '.lag_events == 0 and all(.segments[]; .token == 300)'
 check "the processor replays up to the head" $?
 stop_bg
-[ "$(grep -c '^(replay) {' "$tmp/print.out")" -eq 300 ]; check "all 300 events delivered as replays" $?
+[ "$(jq -c 'select(.replay == true)' "$tmp/print.out" | wc -l)" -eq 300 ]; check "all 300 events delivered as replays (valid JSON lines with \"replay\": true)" $?
 echo '{"stream":"live","type":"New"}' | "$PAWL" append 2>/dev/null
 "$PAWL" run --processor p --handler print --claim-poll 100ms --progress off >"$tmp/print2.out" 2>/dev/null &
 bg=$!
 wait_status 60 '.lag_events == 0 and .head == 301'
 stop_bg
-grep -q '^{.*"stream":"live"' "$tmp/print2.out" && ! grep -q '(replay)' "$tmp/print2.out"
+[ "$(jq -c 'select(.stream == "live" and .replay == null)' "$tmp/print2.out" | wc -l)" -eq 1 ]
 check "a new event after the old position is live, not a replay" $?
 
 # ---- split and merge -------------------------------------------------------------------------

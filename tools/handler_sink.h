@@ -1,0 +1,72 @@
+/*
+ * handler_sink.h — the handlers of `pawl run` that write outside the database: print (JSON lines
+ * on stdout) and exec (JSON lines to a command that acknowledges them).
+ *
+ * Both are checkpointing units (pawl/checkpoint.h), so a segment's token is stored only once the
+ * output of every event up to it has left the process: for print, written to stdout (and fsynced
+ * with --output-fsync when stdout is a regular file); for exec, acknowledged by the command.
+ * `pawl run` pairs the unit with its plain counting handler, which puts the processor in auto
+ * mode: every batch (and an idle segment's periodic advance) asks the unit to cover its end.
+ * handle() only formats the event into the segment's buffer; on_checkpoint_advanced hands the
+ * buffer to the sink's own I/O thread and returns a future that thread completes once the
+ * output is written or acknowledged. No pool worker ever waits for stdout or the command.
+ *
+ * exec protocol. One long-lived child per claimed segment (the segment's events stay in order
+ * and a slow or failing command stalls only its segment), started on the segment's first batch
+ * with PAWL_PROCESSOR, PAWL_SEGMENT, PAWL_SEGMENT_MASK and PAWL_NODE in its environment, in a
+ * process group of its own (a terminal's Ctrl-C reaches pawl, which then stops the children in
+ * order). Its stdin gets one JSON line per event: the `pawl tail --json` object plus "segment",
+ * "replay" and, on the last line of a batch, "batch_end": true. For each batch_end line the
+ * child prints `ok INDEX` (that line's index) on stdout once the batch is handled; `ok N` earlier
+ * is allowed (progress). Anything else on its stdout — `fail REASON`, a malformed line, an ack
+ * beyond what was sent — an exit, or no ack within --exec-ack-timeout fails the batch: the child
+ * is killed, the batch rolls back, and the segment is delivered again after the processor's
+ * back-off to a new child. At release (stop, rebalancing) the child's stdin is closed and it is
+ * given --exec-ack-timeout to exit before it is killed.
+ *
+ * Threads: the handler and callbacks run on the processor's workers; the sink's thread does all
+ * I/O. tool_sink_new / _free from the controlling thread; free only after pawl_processor_stop.
+ */
+#ifndef PAWL_TOOL_HANDLER_SINK_H
+#define PAWL_TOOL_HANDLER_SINK_H
+
+#include "pawl.h"
+
+#include <stdint.h>
+
+enum tool_sink_kind {
+    TOOL_SINK_PRINT = 0,
+    TOOL_SINK_EXEC = 1,
+};
+
+struct tool_sink_opts {
+    enum tool_sink_kind kind;
+    int fd;                  /* print: where lines go (1) */
+    int fsync;               /* print: fsync fd before a token is stored (regular files) */
+    const char *const *argv; /* exec: the command, NULL-terminated; borrowed until free */
+    int64_t ack_timeout_ms;  /* exec: longest wait for a batch's ack, and for an exit */
+    const char *processor;   /* exec: PAWL_PROCESSOR for the child; borrowed */
+};
+
+struct tool_sink_stats {
+    uint64_t events;     /* handled (formatted) */
+    uint64_t replays;    /* of those, replays */
+    uint64_t lines_out;  /* lines written (print) or sent (exec) */
+    uint64_t batches_ok; /* shipments written / acknowledged */
+    uint64_t failures;   /* shipments failed (write error, exit, nack, malformed, time-out) */
+    uint64_t starts;     /* exec: children started */
+};
+
+struct tool_sink;
+
+/* Start the sink's thread. PAWL_EINVAL (with err) for bad options, PAWL_ESYS, PAWL_ENOMEM. */
+int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *err, size_t errlen);
+/* The handler to give the processor (borrows s). */
+struct pawl_handler tool_sink_handler(struct tool_sink *s, const char *name);
+/* The node id children see as PAWL_NODE (copied); set before the processor starts. */
+void tool_sink_set_node(struct tool_sink *s, const char *node);
+void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out);
+/* Stops the thread (children still running are killed), frees. NULL is a no-op. */
+void tool_sink_free(struct tool_sink *s);
+
+#endif
