@@ -63,8 +63,8 @@ static const struct pawl_flag flags[] = {
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = 4096,
-     .help = "PostgreSQL connection string; empty: the private PostgreSQL of the working "
-             "directory, started if needed",
+     .help = "PostgreSQL connection string; empty: libpq's PG* environment if set, else your "
+             "private PostgreSQL (pawl-pg), started if needed",
      .scope = S_DB,
      AT(dsn)},
 
@@ -121,7 +121,8 @@ static const struct pawl_flag flags[] = {
      .def = "2000",
      .min = 1,
      .max = 100000,
-     .help = "Appends per finalization run",
+     .help = "Largest run row: a run finalizes everything pending, in rows of at most this many "
+             "appends",
      .scope = S_STORE,
      AT(store.finalize_batch_max)},
     {.name = "finalizer-retry",
@@ -178,6 +179,15 @@ static const struct pawl_flag flags[] = {
      .help = "Give up on an append whose stream stays held this long in total (error names it)",
      .scope = S_STORE,
      AT(store.append_lock_wait_ms)},
+    {.name = "read-retry-timeout",
+     .type = PAWL_FLAG_DURATION,
+     .def = "10m",
+     .min = 0,
+     .max = 24 * HOUR_MS,
+     .help = "A reader whose connection stays lost this long gives up (0: never); until then "
+             "it reads again from its position once the pool has reconnected",
+     .scope = S_STORE,
+     AT(store.read_retry_timeout_ms)},
     {.name = "listen",
      .type = PAWL_FLAG_BOOL,
      .def = "true",
@@ -255,7 +265,8 @@ static const struct pawl_flag flags[] = {
      .type = PAWL_FLAG_STRING,
      .def = "",
      .max = PAWL_OWNER_MAX,
-     .help = "This node's owner id in the token store; empty: host:pid:random",
+     .help = "This node's id; claims are owned as <id>/<random nonce per process>; empty: "
+             "host:pid",
      .scope = S_PROC,
      AT(processor.node_id)},
     {.name = "segments",

@@ -173,17 +173,24 @@ static uint64_t event_hash(const struct pawl_event *e)
 }
 
 /*
- * The stream sequence the log gave event i of an append. An explicit seq is what it asked
- * for; a "next position" event (seq 0) gets its number from the log, which reports it in the
- * append's result once that field exists (store/log.c): WIRE it here, returning
- * res->...[i]. Until then 0: unknown, printed as "#?" (append --wait reads it back from the log).
+ * The stream sequence the log gave event i of an append (evs: the append's events). An explicit
+ * seq is what it asked for; a "next position" event (seq 0) of the first event's stream gets
+ * res->first_seq plus its rank in that stream within the append. The store reports only the
+ * first event's stream, so an event of another stream in a mixed "next position" append is 0:
+ * unknown, printed as "#?" (append --wait reads it back from the log).
  */
-static int64_t assigned_seq(const struct pawl_append_result *res, size_t i,
-                            const struct pawl_event *e)
+static int64_t assigned_seq(const struct pawl_append_result *res, const struct pawl_event *evs,
+                            size_t i)
 {
-    (void)res;
-    (void)i;
-    return e->stream_seq > 0 ? e->stream_seq : 0;
+    const struct pawl_event *e = &evs[i];
+    if (e->stream_seq > 0)
+        return e->stream_seq;
+    if (res->first_seq <= 0 || strcmp(e->stream_id, evs[0].stream_id) != 0)
+        return 0;
+    int64_t rank = 0;
+    for (size_t j = 0; j < i; j++)
+        rank += strcmp(evs[j].stream_id, evs[0].stream_id) == 0;
+    return res->first_seq + rank;
 }
 
 static void print_appended(const struct appended *a, int with_index)
@@ -270,7 +277,6 @@ static int group_flush(struct append_ctx *c, struct group *g)
         for (size_t i = 0; i < g->n; i++)
             evs[i] = g->ev[i].ev;
         rc = pawl_append(c->s, evs, g->n, &res);
-        free(evs);
     }
     if (rc == PAWL_ECONFLICT) {
         report_conflict(c, g);
@@ -287,7 +293,7 @@ static int group_flush(struct append_ctx *c, struct group *g)
             const struct pawl_event *e = &g->ev[i].ev;
             struct appended a = {.line = g->line[i],
                                  .stream = (char *)e->stream_id,
-                                 .seq = assigned_seq(&res, i, e),
+                                 .seq = assigned_seq(&res, evs, i),
                                  .hash = event_hash(e)};
             c->last_line = g->line[i];
             char shown[128];
@@ -319,6 +325,7 @@ static int group_flush(struct append_ctx *c, struct group *g)
         }
         fflush(stdout);
     }
+    free(evs);
     for (size_t i = 0; i < g->n; i++)
         tool_jsonl_event_fini(&g->ev[i]);
     g->n = 0;

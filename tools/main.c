@@ -27,8 +27,8 @@ static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv);
 static int unknown_cmd(const char *name);
 
 #define DB_NOTE                                                                                    \
-    "Without --dsn or PAWL_DSN it uses the private PostgreSQL of the working directory, starting " \
-    "it if needed."
+    "Without --dsn or PAWL_DSN it uses libpq's PG* environment when set, else your private "       \
+    "PostgreSQL, starting it if needed."
 
 static const struct tool_cmd commands[] = {
     {"help", 0, "[COMMAND] [--markdown]", "Show help for pawl or for one command",
@@ -626,7 +626,7 @@ static int unknown_cmd(const char *name)
 static int interrupt_exits_130(const struct tool_cmd *cmd)
 {
     return cmd->run == cmd_append || cmd->run == cmd_demo || cmd->run == cmd_bench ||
-           cmd->run == cmd_status;
+           cmd->run == cmd_status || cmd->run == cmd_run || cmd->run == cmd_tail;
 }
 
 int main(int argc, char **argv)

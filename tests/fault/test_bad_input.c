@@ -310,12 +310,13 @@ static void test_read_only_user(void **state)
     char role[64], sql[512], rodsn[1200], err[512];
     snprintf(role, sizeof role, "pawl_ro_%d", (int)getpid());
     snprintf(sql, sizeof sql,
-             "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN; "
+             "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN PASSWORD 'ro-secret'; "
              "GRANT USAGE ON SCHEMA pawl, pawl_api TO %s; "
              "GRANT SELECT ON ALL TABLES IN SCHEMA pawl, pawl_api TO %s",
              role, role, role, role);
     pawl_test_exec(base_dsn, sql);
-    snprintf(rodsn, sizeof rodsn, "%s user=%s", dsn, role);
+    /* The private cluster takes passwords (SCRAM) from every role but its owner. */
+    snprintf(rodsn, sizeof rodsn, "%s user=%s password=ro-secret", dsn, role);
 
     /* It can open a store and read, but an append is refused by the server and writes nothing. */
     struct pawl_store *s = open_store(rodsn, 0, 0);
@@ -342,7 +343,7 @@ static void test_read_only_user(void **state)
     char name[128];
     const char *d = other_db("ro", name, sizeof name);
     char d_ro[1300];
-    snprintf(d_ro, sizeof d_ro, "%s user=%s", d, role);
+    snprintf(d_ro, sizeof d_ro, "%s user=%s password=ro-secret", d, role);
     snprintf(sql, sizeof sql, "REVOKE CREATE ON SCHEMA public FROM PUBLIC");
     pawl_test_exec(d, sql);
     rc = pawl_schema_migrate(d_ro, err, sizeof err);
@@ -390,10 +391,10 @@ static void test_refused_connections(void **state)
     /* A role at its connection limit. */
     char role[64], rdsn[1200];
     snprintf(role, sizeof role, "pawl_nolimit_%d", (int)getpid());
-    snprintf(sql, sizeof sql, "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN CONNECTION LIMIT 0",
+    snprintf(sql, sizeof sql, "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN CONNECTION LIMIT 0 PASSWORD 'nl-secret'",
              role, role);
     pawl_test_exec(base_dsn, sql);
-    snprintf(rdsn, sizeof rdsn, "%s user=%s", dsn, role);
+    snprintf(rdsn, sizeof rdsn, "%s user=%s password=nl-secret", dsn, role);
     assert_int_equal(pawl_store_new(&s, rdsn, &o, err, sizeof err), PAWL_ECONN);
     assert_null(s);
 

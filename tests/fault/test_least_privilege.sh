@@ -81,7 +81,7 @@ for _ in $(seq 1 150); do
 done
 check "processor: pawl run claims 4 segments and stores token 202 in each" $ok
 kill -INT "$bg"; for _ in $(seq 1 100); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
-wait "$bg"; rc=$?; bg=; expect_rc "processor: pawl run stops cleanly" 0 $rc
+wait "$bg"; rc=$?; bg=; expect_rc "processor: pawl run stops cleanly" 130 $rc
 grep -qi 'permission denied\|42501' "$tmp/run.err"; [ $? -ne 0 ]; check "processor: no permission errors while running" $?
 "$PAWL" status pp --json >"$tmp/st.json" 2>/dev/null; expect_rc "processor: pawl status" 0 $?
 "$PAWL" reset pp --to start --execute >/dev/null 2>&1; expect_rc "processor: pawl reset --execute" 0 $?

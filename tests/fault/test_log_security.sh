@@ -46,8 +46,11 @@ unfinalized() {
 PAWL_DSN="$OWNER" PAWL_LOG_LEVEL=error "$PAWL" init >/dev/null 2>&1; check "init" $?
 psql "$OWNER" -q -v ON_ERROR_STOP=1 -f "$SRC/sql/roles/least_privilege.sql" >/dev/null 2>&1
 check "role setup" $?
-psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN IN ROLE pawl_appender" \
-    -c "CREATE ROLE $proc LOGIN IN ROLE pawl_processor" -c "CREATE ROLE $other LOGIN" >/dev/null
+# The private cluster authenticates every role but its owner by password (SCRAM).
+export PGPASSWORD=pawl-test-secret
+psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN PASSWORD '$PGPASSWORD' IN ROLE pawl_appender" \
+    -c "CREATE ROLE $proc LOGIN PASSWORD '$PGPASSWORD' IN ROLE pawl_processor" \
+    -c "CREATE ROLE $other LOGIN PASSWORD '$PGPASSWORD'" >/dev/null
 check "login roles" $?
 
 # ---- no direct writes ---------------------------------------------------------------------------

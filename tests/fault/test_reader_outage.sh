@@ -116,8 +116,8 @@ kill -0 "$run_pid" 2>/dev/null; check "pawl run is still running" $?
 kill -INT "$tail_pid" "$run_pid" 2>/dev/null
 wait "$tail_pid"; trc=$?
 wait "$run_pid"; rrc=$?
-[ "$trc" -eq 0 ]; check "tail exits 0 on SIGINT (exit $trc)" $?
-[ "$rrc" -eq 0 ]; check "pawl run exits 0 on SIGINT (exit $rrc)" $?
+[ "$trc" -eq 130 ]; check "tail exits 130 on SIGINT (exit $trc)" $?
+[ "$rrc" -eq 130 ]; check "pawl run exits 130 on SIGINT (exit $rrc)" $?
 
 seq 1 "$final" >"$work/want"
 jq -r .index "$work/tail.out" >"$work/tail.idx"

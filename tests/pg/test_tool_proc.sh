@@ -89,7 +89,7 @@ grep -q "claimed by $owner" "$tmp/err"; check "the refusal names the owner" $?
 "$PAWL" split p --segment 1 --execute 2>"$tmp/err"; expect_rc "split refused while claimed" 4 $?
 status_json; [ "$(jq '.segments | length' "$tmp/st.json")" -eq 4 ]; check "nothing was split" $?
 
-stop_bg; expect_rc "run stops cleanly on SIGINT" 0 $?
+stop_bg; expect_rc "run stops cleanly on SIGINT" 130 $?
 grep -q 'stopped: 300 events' "$tmp/run1.err"; check "run summary counts 300 events" $?
 grep -q 'events/s' "$tmp/run1.err"; check "run shows progress lines" $?
 status_json; [ "$(jq 'all(.segments[]; .owner == null and .token == 300)' "$tmp/st.json")" = true ]
