@@ -62,4 +62,8 @@ void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns);
 #define PAWL_WARN(mod, ...) pawl_log(PAWL_LOG_WARN, mod, __VA_ARGS__)
 #define PAWL_ERROR(mod, ...) pawl_log(PAWL_LOG_ERROR, mod, __VA_ARGS__)
 
+/* Edit distance between two short names (over 64 bytes: 99), for "did you mean": insertions,
+ * deletions, substitutions and swaps of two neighbours cost 1 each. */
+size_t pawl_edit_distance(const char *a, const char *b);
+
 #endif

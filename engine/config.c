@@ -1210,35 +1210,6 @@ int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, 
     return 0;
 }
 
-/* Edit distance, capped: names are short. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    /* Optimal string alignment: insertions, deletions, substitutions and swaps of two
-     * neighbours ("dns" for "dsn") cost 1 each. */
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return 99;
-    size_t d[65][65];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        for (size_t j = 1; j <= lb; j++) {
-            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[la][lb];
-}
-
 /* The flag of scope nearest to name (at most a third of its letters wrong), or NULL. */
 static const char *closest_flag(const char *name, unsigned scope)
 {
@@ -1247,7 +1218,7 @@ static const char *closest_flag(const char *name, unsigned scope)
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
         if ((flags[i].scope & scope) == 0)
             continue;
-        size_t d = edit_distance(name, flags[i].name);
+        size_t d = pawl_edit_distance(name, flags[i].name);
         if (d < bestd) {
             bestd = d;
             best = flags[i].name;

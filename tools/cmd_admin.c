@@ -75,7 +75,7 @@ static void closest_processor(struct pawl_config *cfg, const char *proc, char *o
         return;
     size_t best = 99, bi = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t d = tool_edit_distance(proc, rows[i].name);
+        size_t d = pawl_edit_distance(proc, rows[i].name);
         if (d < best) {
             best = d;
             bi = i;

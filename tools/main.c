@@ -602,7 +602,7 @@ static const char *closest_cmd(const char *name)
     const char *best = NULL;
     size_t bestd = 99;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
-        size_t d = tool_edit_distance(name, commands[i].name);
+        size_t d = pawl_edit_distance(name, commands[i].name);
         if (d < bestd) {
             bestd = d;
             best = commands[i].name;

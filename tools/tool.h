@@ -82,8 +82,6 @@ void tool_log_json_stderr(void);
 const char *tool_printable(const char *s, char *out, size_t outlen);
 /* s as a quoted JSON string (cut to fit); returns out. */
 const char *tool_json_string(const char *s, char *out, size_t outlen);
-/* Edit distance (neighbour swaps count 1; 99 for strings over 64 bytes), for "did you mean". */
-size_t tool_edit_distance(const char *a, const char *b);
 
 /*
  * The database to use: cfg->dsn when set; else "" (libpq's environment) when a PG* connection

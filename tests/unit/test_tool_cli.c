@@ -119,8 +119,8 @@ static void test_did_you_mean_and_version(void **state)
     assert_int_equal(pawl_config_parse_args(&cfg, 1, argv4, PAWL_SCOPE_RESET, &a, err, sizeof err),
                      0);
     assert_int_equal(a.version, 1);
-    assert_int_equal(tool_edit_distance("stauts", "status"), 1);
-    assert_int_equal(tool_edit_distance("", "abc"), 3);
+    assert_int_equal(pawl_edit_distance("stauts", "status"), 1);
+    assert_int_equal(pawl_edit_distance("", "abc"), 3);
     pawl_config_fini(&cfg);
 }
 
