@@ -101,6 +101,9 @@ static const char READ_SQL[] =
 static const char FINALIZE_SQL[] =
     "SELECT appends, events, last_index FROM pawl.finalize($1::int4)";
 
+/* A retried append's lock wait: set_config(..., true) lasts until the request's Sync. */
+static const char RETRY_LOCK_TIMEOUT_SQL[] = "SELECT set_config('lock_timeout', '5ms', true)";
+
 static const char LAST_INDEX_SQL[] = "SELECT pawl_api.last_index()";
 
 static const char HOLDER_SQL[] =
@@ -655,7 +658,8 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
 struct append_op {
     struct pawl_store *s;
     struct pawl_pgreq req;
-    struct pawl_pgstmt stmt[2]; /* the append (+ piggybacked finalization), or the check */
+    struct pawl_pgstmt stmt[3]; /* [a retry's short lock_timeout,] the append (+ piggybacked
+                                 * finalization), or the check */
     struct fin_out fin;         /* the piggybacked finalization's result */
     const char *fin_vals[1];
     long long acked_at_submit; /* this store's acks before the request was sent */
@@ -1141,7 +1145,15 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
     op->en.xid[0] = '\0';
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
-    op->stmt[0] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+    int k = 0;
+    /*
+     * A retry of an append whose stream was found locked waits only briefly this time (for
+     * this transaction only): every attempt holds up the requests pipelined behind it on its
+     * connection, so probing a held stream must cost the other streams little.
+     */
+    if (op->lock_wait_start != 0)
+        op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
+    op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
                                        .nparams = 8,
                                        .values = op->en.values,
                                        .lengths = op->en.lengths,
@@ -1158,16 +1170,17 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
      */
     op->fin.appends = op->fin.events = op->fin.last = -2;
     op->fin_vals[0] = s->fin_batch_text;
-    op->stmt[1] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                       .nparams = 1,
-                                       .values = op->fin_vals,
-                                       .on_result = on_fin_result,
-                                       .ud = &op->fin};
+    if (s->o.append_finalizes)
+        op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                             .nparams = 1,
+                                             .values = op->fin_vals,
+                                             .on_result = on_fin_result,
+                                             .ud = &op->fin};
     /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
     op->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
-    op->req.nstmts = s->o.append_finalizes ? 2 : 1;
+    op->req.nstmts = k;
     op->req.on_done = op_done;
     op->req.ud = op;
     return pawl_pgpool_submit(s->main, &op->req);

@@ -260,11 +260,16 @@ static void run_race(const char *d, int lib_threads)
     pthread_join(tf, NULL);
     assert_int_equal(f.bad, 0);
     assert_int_equal(f.read, n);
-    /* Outbox transactions that wrote before their append really raced the library's. */
-    assert_true(pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.events WHERE type = 'ox'") >
-                10);
-    assert_true(pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.events WHERE type = 'sql'") >
-                10);
+    /* Outbox transactions that wrote before their append really raced the library's. At
+     * REPEATABLE READ and SERIALIZABLE most of them lose that race (serialization failures,
+     * rolled back), the more so the faster the library appends: a few must still commit. */
+    int64_t nox = pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.events WHERE type = 'ox'");
+    int64_t nsql =
+        pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.events WHERE type = 'sql'");
+    print_message("%lld events: %lld from C outbox appends, %lld from pawl_api.append\n",
+                  (long long)n, (long long)nox, (long long)nsql);
+    assert_true(nox > 10);
+    assert_true(nsql > 0);
     pawl_store_free(fs);
     pawl_store_free(s);
 }
@@ -603,25 +608,32 @@ static void test_held_stream(void **state)
     atomic_store(&thread_bad, 0);
     struct pawl_event first = ev1("held", PAWL_SEQ_ANY, "t", "0");
     assert_int_equal(pawl_append(s, &first, 1, NULL), 0);
-    int64_t base = measure(s, 2000);
-
-    /* An outbox append to "held", not committed: it holds the stream's next number. */
+    /*
+     * Rounds of 1 s alone, then 1 s while an outbox append to "held", not committed, holds the
+     * stream's next number and a library append to "held" waits for it; then the holder
+     * commits and the waiting append goes through. Alternating the windows keeps the machine's
+     * own drift (a shared, busy machine) out of the comparison.
+     */
     PGconn *c = raw(d);
-    assert_true(ok_cmd(c, "BEGIN"));
-    assert_true(ok_cmd(c, "SELECT pawl_api.append('held', 't', 'outbox')"));
-    pthread_t th;
-    pthread_create(&th, NULL, held_appender, s);
-    usleep(200000);
-    int64_t during = measure(s, 2000);
-    print_message("free-stream appends in 2 s: %lld alone, %lld with a held stream\n",
-                  (long long)base, (long long)during);
-    assert_true(during * 100 >= base * 80);
-    assert_int_equal(atomic_load(&thread_bad), 0);
-    /* The held append goes through once the holder commits. */
-    assert_true(ok_cmd(c, "COMMIT"));
-    pthread_join(th, NULL);
-    assert_int_equal(held_rc, 0);
-    assert_int_equal(held_res.first_seq, 3);
+    int64_t alone = 0, during = 0;
+    for (int round = 1; round <= 3; round++) {
+        alone += measure(s, 1000);
+        assert_true(ok_cmd(c, "BEGIN"));
+        assert_true(ok_cmd(c, "SELECT pawl_api.append('held', 't', 'outbox')"));
+        pthread_t th;
+        pthread_create(&th, NULL, held_appender, s);
+        usleep(200000);
+        during += measure(s, 1000);
+        assert_int_equal(atomic_load(&thread_bad), 0);
+        assert_true(ok_cmd(c, "COMMIT"));
+        pthread_join(th, NULL);
+        assert_int_equal(held_rc, 0);
+        /* "held": 1 first, then per round the outbox append and the one that waited. */
+        assert_int_equal(held_res.first_seq, 1 + 2 * round);
+    }
+    print_message("free-stream appends in 3 x 1 s: %lld alone, %lld with a held stream\n",
+                  (long long)alone, (long long)during);
+    assert_true(during * 100 >= alone * 80);
     struct pawl_log_stats st;
     pawl_store_stats(s, &st, 0);
     assert_true(st.append_lock_timeouts > 0);
