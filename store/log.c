@@ -2046,7 +2046,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
         if (!read_lost(rc, ss))
             return rc;
         int64_t now = pawl_now_ns();
-        int64_t since = 0;
+        long long since = 0; /* the type of rd_down_since (atomic_llong) */
         /* relaxed: the episode's start is a statistic and a deadline; readers agree on it
          * through the CAS alone. */
         if (atomic_compare_exchange_strong_explicit(&s->rd_down_since, &since, now,
