@@ -650,6 +650,11 @@ struct append_enc {
     int64_t rows;       /* events written (-1 before the result arrived) */
     int64_t head1;      /* stream 1's last sequence number before the append (-1: unknown) */
     char xid[24];       /* the append's transaction, "" until its result arrived */
+    size_t si_off;      /* offsets in buf of $3's and $4's bodies (each event's stream and rank) */
+    size_t rk_off;
+    int64_t *seqs;      /* every event's assigned sequence number, once the result arrived */
+    size_t seqs_cap;
+    int seqs_ok;        /* seqs[0..n) are valid */
 };
 
 static void on_fin_result(void *ud, const PGresult *res);
@@ -707,6 +712,11 @@ static void op_put(struct pawl_store *s, struct append_op *op)
         op->en.buf = NULL;
         op->en.cap = 0;
     }
+    if (op->en.seqs_cap > 4096) {
+        pawl_free(op->en.seqs);
+        op->en.seqs = NULL;
+        op->en.seqs_cap = 0;
+    }
     pthread_mutex_lock(&s->op_mu);
     if (s->nfree < 1024) {
         op->next_free = s->free_ops;
@@ -717,6 +727,7 @@ static void op_put(struct pawl_store *s, struct append_op *op)
     pthread_mutex_unlock(&s->op_mu);
     if (op) {
         pawl_free(op->en.buf);
+        pawl_free(op->en.seqs);
         pawl_free(op);
     }
 }
@@ -777,6 +788,9 @@ static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, 
     q = array_header(q, 0, OID_INT8, m);
     char *si_body = array_header(si, 0, OID_INT4, n);
     char *rk_body = array_header(rk, 0, OID_INT4, n);
+    en->si_off = (size_t)(si_body - en->buf);
+    en->rk_off = (size_t)(rk_body - en->buf);
+    en->seqs_ok = 0;
     uint32_t stream_no = 0;
     for (int pass = 0; pass < 2; pass++) {
         /* Pass 0 writes the run of event 0's stream, pass 1 every other run. */
@@ -850,6 +864,49 @@ static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, 
     return 0;
 }
 
+static uint32_t get32(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
+}
+
+/*
+ * Every event's sequence number from the heads the server returned (text "{h1,...,hm}", each
+ * stream's last number before the append, in $1's order): event i got heads[its stream] + its
+ * rank, both read back from the encoded $3/$4 (each element: 4-byte length, 4-byte value).
+ * Leaves seqs_ok 0 when memory or the text does not allow it.
+ */
+static void enc_all_seqs(struct append_enc *en, const char *h)
+{
+    size_t n = en->n;
+    if (en->seqs_cap < 2 * n) {
+        int64_t *ns = pawl_malloc(2 * n * sizeof *ns);
+        if (ns == NULL)
+            return;
+        pawl_free(en->seqs);
+        en->seqs = ns;
+        en->seqs_cap = 2 * n;
+    }
+    int64_t *heads = en->seqs + n; /* at most n streams */
+    size_t m = 0;
+    const char *p = h + 1;
+    while (*p != '}' && *p != '\0' && m < n) {
+        char *end;
+        heads[m++] = strtoll(p, &end, 10);
+        if (end == p)
+            return;
+        p = *end == ',' ? end + 1 : end;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t sno = get32(en->buf + en->si_off + i * 8 + 4);
+        uint32_t rank = get32(en->buf + en->rk_off + i * 8 + 4);
+        if (sno == 0 || sno > m)
+            return;
+        en->seqs[i] = heads[sno - 1] + (int64_t)rank;
+    }
+    en->seqs_ok = 1;
+}
+
 /* pawl.append's row (text format): appended, txid, heads ("{h1,h2,...}"). */
 static void enc_result(struct append_enc *en, const PGresult *res)
 {
@@ -862,6 +919,8 @@ static void enc_result(struct append_enc *en, const PGresult *res)
         const char *h = PQgetvalue(res, 0, 2);
         if (*h == '{')
             en->head1 = strtoll(h + 1, NULL, 10);
+        if (en->rows == (int64_t)en->n)
+            enc_all_seqs(en, h);
     }
 }
 
@@ -878,6 +937,7 @@ static void enc_seqs(const struct append_enc *en, struct pawl_append_result *res
         res->first_seq = en->head1 + 1;
         res->last_seq = en->head1 + (int64_t)en->first_count;
     }
+    res->seqs = en->seqs_ok ? en->seqs : NULL;
 }
 
 static void on_resolve_result(void *ud, const PGresult *res)
@@ -1143,6 +1203,7 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
     op->en.rows = -1;
     op->en.head1 = -1;
     op->en.xid[0] = '\0';
+    op->en.seqs_ok = 0;
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     int k = 0;
@@ -1259,6 +1320,8 @@ struct sync_wait {
     pthread_cond_t cond;
     int done;
     struct pawl_append_result res;
+    int64_t *seqs; /* the caller's array of n entries, or NULL */
+    size_t n;
 };
 
 static void sync_cb(void *ud, const struct pawl_append_result *res)
@@ -1266,6 +1329,11 @@ static void sync_cb(void *ud, const struct pawl_append_result *res)
     struct sync_wait *w = ud;
     pthread_mutex_lock(&w->mu);
     w->res = *res;
+    w->res.seqs = NULL;
+    if (w->seqs != NULL && res->seqs != NULL) {
+        memcpy(w->seqs, res->seqs, w->n * sizeof *w->seqs);
+        w->res.seqs = w->seqs;
+    }
     w->done = 1;
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->mu);
@@ -1274,10 +1342,18 @@ static void sync_cb(void *ud, const struct pawl_append_result *res)
 int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
                 struct pawl_append_result *res)
 {
+    return pawl_append_seqs(s, events, n, NULL, res);
+}
+
+int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                     int64_t *seqs, struct pawl_append_result *res)
+{
     if (s == NULL)
         return PAWL_EINVAL;
     struct sync_wait w;
     memset(&w, 0, sizeof w);
+    w.seqs = seqs;
+    w.n = n;
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cond, NULL);
     int rc = append_submit(s, events, n, sync_cb, &w, 0);
@@ -1315,6 +1391,12 @@ void pawl_store_drain(struct pawl_store *s)
 int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
                    struct pawl_append_result *res)
 {
+    return pawl_append_in_seqs(conn, ev, n, NULL, res);
+}
+
+int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
+                        int64_t *seqs, struct pawl_append_result *res)
+{
     struct pawl_append_result local;
     if (res == NULL)
         res = &local;
@@ -1346,6 +1428,7 @@ int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
         pawl_free(ix);
     if (rc != 0) {
         pawl_free(en.buf);
+        pawl_free(en.seqs);
         res->rc = rc;
         if (res->message[0] == '\0')
             snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
@@ -1356,21 +1439,29 @@ int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
                                  OID_JSONB_ARRAY, OID_BOOL};
     PGresult *r = PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths,
                                en.formats, 0);
-    pawl_free(en.buf);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
         enc_result(&en, r);
         PQclear(r);
+        pawl_free(en.buf);
         if (en.rows == (int64_t)n) {
             enc_seqs(&en, res);
+            res->seqs = NULL;
+            if (seqs != NULL && en.seqs_ok) {
+                memcpy(seqs, en.seqs, n * sizeof *seqs);
+                res->seqs = seqs;
+            }
+            pawl_free(en.seqs);
             return 0;
         }
+        pawl_free(en.seqs);
         res->rc = PAWL_ECONFLICT;
         snprintf(res->message, sizeof res->message,
                  "a stream is not at the expected version (stream_seq - 1 of its first event); "
                  "nothing was written and the transaction goes on");
         return res->rc;
     }
+    pawl_free(en.buf);
     const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
     snprintf(res->sqlstate, sizeof res->sqlstate, "%s", ss ? ss : "");

@@ -173,24 +173,16 @@ static uint64_t event_hash(const struct pawl_event *e)
 }
 
 /*
- * The stream sequence the log gave event i of an append (evs: the append's events). An explicit
- * seq is what it asked for; a "next position" event (seq 0) of the first event's stream gets
- * res->first_seq plus its rank in that stream within the append. The store reports only the
- * first event's stream, so an event of another stream in a mixed "next position" append is 0:
- * unknown, printed as "#?" (append --wait reads it back from the log).
+ * The stream sequence the log gave event i of an append: what the store reported for it (every
+ * stream's numbers, pawl_append_seqs), else an explicit seq is what it asked for; 0 (printed as
+ * "#?") only when the store could not keep the numbers (out of memory).
  */
 static int64_t assigned_seq(const struct pawl_append_result *res, const struct pawl_event *evs,
                             size_t i)
 {
-    const struct pawl_event *e = &evs[i];
-    if (e->stream_seq > 0)
-        return e->stream_seq;
-    if (res->first_seq <= 0 || strcmp(e->stream_id, evs[0].stream_id) != 0)
-        return 0;
-    int64_t rank = 0;
-    for (size_t j = 0; j < i; j++)
-        rank += strcmp(evs[j].stream_id, evs[0].stream_id) == 0;
-    return res->first_seq + rank;
+    if (res->seqs != NULL)
+        return res->seqs[i];
+    return evs[i].stream_seq > 0 ? evs[i].stream_seq : 0;
 }
 
 static void print_appended(const struct appended *a, int with_index)
@@ -271,12 +263,13 @@ static int group_flush(struct append_ctx *c, struct group *g)
     if (g->n == 0)
         return 0;
     struct pawl_event *evs = malloc(g->n * sizeof *evs);
+    int64_t *seqs = malloc(g->n * sizeof *seqs);
     int rc = PAWL_ENOMEM;
     struct pawl_append_result res = {.message = "out of memory"};
-    if (evs) {
+    if (evs && seqs) {
         for (size_t i = 0; i < g->n; i++)
             evs[i] = g->ev[i].ev;
-        rc = pawl_append(c->s, evs, g->n, &res);
+        rc = pawl_append_seqs(c->s, evs, g->n, seqs, &res);
     }
     if (rc == PAWL_ECONFLICT) {
         report_conflict(c, g);
@@ -326,6 +319,7 @@ static int group_flush(struct append_ctx *c, struct group *g)
         fflush(stdout);
     }
     free(evs);
+    free(seqs);
     for (size_t i = 0; i < g->n; i++)
         tool_jsonl_event_fini(&g->ev[i]);
     g->n = 0;

@@ -184,6 +184,14 @@ struct pawl_append_result {
      * new head. 0 when rc != 0.
      */
     int64_t first_seq, last_seq;
+    /*
+     * On success, every event's number, whatever its stream: seqs[i] is the stream sequence
+     * number events[i] got (n entries). In an async callback it is the store's, borrowed for
+     * the call; after pawl_append_seqs / pawl_append_in_seqs it is the caller's array; NULL
+     * after pawl_append / pawl_append_in, on failure, and if the numbers could not be kept
+     * (out of memory: the append itself succeeded).
+     */
+    const int64_t *seqs;
 };
 
 /*
@@ -200,6 +208,14 @@ typedef void (*pawl_append_fn)(void *ud, const struct pawl_append_result *res);
  */
 int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
                 struct pawl_append_result *res);
+
+/*
+ * pawl_append, and on success seqs[i] (an array of n entries the caller provides) is the stream
+ * sequence number events[i] got, for every stream of the append; seqs is not written on
+ * failure. seqs may be NULL (then it is pawl_append).
+ */
+int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                     int64_t *seqs, struct pawl_append_result *res);
 
 /*
  * Asynchronous append: validates and encodes the events (copied; the caller's memory is free
@@ -232,6 +248,10 @@ struct pg_conn;
  */
 int pawl_append_in(struct pg_conn *conn, const struct pawl_event *events, size_t n,
                    struct pawl_append_result *res);
+
+/* pawl_append_in, and on success seqs[i] (n entries, the caller's) is events[i]'s number. */
+int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *events, size_t n,
+                        int64_t *seqs, struct pawl_append_result *res);
 
 /* ---- reading ---------------------------------------------------------------------------- */
 

@@ -257,6 +257,94 @@ static void test_runs_inline(void **state)
     pawl_test_db_drop(pawl_test_dsn(), name);
 }
 
+/* Async append callback for test_append_seqs: copies what the store reported. */
+struct seqs_seen {
+    int rc;
+    int had_seqs;
+    int64_t seqs[8];
+};
+
+static void seqs_cb(void *ud, const struct pawl_append_result *r)
+{
+    struct seqs_seen *w = ud;
+    w->rc = r->rc;
+    w->had_seqs = r->seqs != NULL;
+    if (r->seqs)
+        memcpy(w->seqs, r->seqs, 5 * sizeof *r->seqs);
+}
+
+/*
+ * Every event's assigned number is reported, whatever its stream, through the blocking, the
+ * async and the caller's-transaction appends; explicit numbers come back as asked.
+ */
+static void test_append_seqs(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(1);
+    struct pawl_append_result r;
+    int64_t seqs[8];
+    struct pawl_event pre[3] = {ev("sq-a", 0, "t", ""), ev("sq-a", 0, "t", ""),
+                                ev("sq-b", 0, "t", "")};
+    assert_int_equal(pawl_append_seqs(s, pre, 3, seqs, &r), 0);
+    assert_ptr_equal(r.seqs, seqs);
+    assert_int_equal(seqs[0], 1);
+    assert_int_equal(seqs[1], 2);
+    assert_int_equal(seqs[2], 1);
+    /* Mixed streams, "next position", interleaved: a at 2, b at 1, c new. */
+    struct pawl_event mix[5] = {ev("sq-a", 0, "t", ""), ev("sq-b", 0, "t", ""),
+                                ev("sq-c", 0, "t", ""), ev("sq-a", 0, "t", ""),
+                                ev("sq-b", 0, "t", "")};
+    assert_int_equal(pawl_append_seqs(s, mix, 5, seqs, &r), 0);
+    int64_t want1[5] = {3, 2, 1, 4, 3};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(seqs[i], want1[i]);
+    assert_int_equal(r.first_seq, 3);
+    assert_int_equal(r.last_seq, 4);
+    /* pawl_append keeps no numbers of its own. */
+    assert_int_equal(pawl_append(s, mix, 1, &r), 0);
+    assert_null(r.seqs);
+    assert_int_equal(r.first_seq, 5);
+    /* Async: borrowed during the callback. Explicit numbers mixed with "next position". */
+    struct pawl_event amix[5] = {ev("sq-c", 2, "t", ""), ev("sq-a", 0, "t", ""),
+                                 ev("sq-c", 3, "t", ""), ev("sq-d", 0, "t", ""),
+                                 ev("sq-a", 0, "t", "")};
+    struct seqs_seen w = {.rc = -1};
+    assert_int_equal(pawl_append_async(s, amix, 5, seqs_cb, &w), 0);
+    pawl_store_drain(s);
+    assert_int_equal(w.rc, 0);
+    assert_true(w.had_seqs);
+    int64_t want2[5] = {2, 6, 3, 1, 7};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(w.seqs[i], want2[i]);
+    /* A conflict writes nothing into seqs. */
+    memset(seqs, 0x5a, sizeof seqs);
+    struct pawl_event stale[2] = {ev("sq-b", 0, "t", ""), ev("sq-a", 3, "t", "")};
+    assert_int_equal(pawl_append_seqs(s, stale, 2, seqs, &r), PAWL_ECONFLICT);
+    assert_null(r.seqs);
+    assert_int_equal(seqs[0], 0x5a5a5a5a5a5a5a5aLL);
+    /* In the caller's transaction. */
+    PGconn *c = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PQclear(PQexec(c, "BEGIN"));
+    struct pawl_event out[3] = {ev("sq-d", 0, "t", ""), ev("sq-b", 0, "t", ""),
+                                ev("sq-d", 0, "t", "")};
+    assert_int_equal(pawl_append_in_seqs(c, out, 3, seqs, &r), 0);
+    assert_ptr_equal(r.seqs, seqs);
+    PQclear(PQexec(c, "COMMIT"));
+    PQfinish(c);
+    int64_t want3[3] = {2, 4, 3};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(seqs[i], want3[i]);
+    /* And what was reported is what the log holds. */
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT max(stream_seq) FROM pawl.events"
+                                              " WHERE stream_id = 'sq-a'"),
+                     7);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT max(stream_seq) FROM pawl.events"
+                                              " WHERE stream_id = 'sq-d'"),
+                     3);
+    pawl_store_free(s);
+}
+
 static void test_append_read(void **state)
 {
     (void)state;
@@ -612,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_newer_schema),
         cmocka_unit_test(test_append_read),
+        cmocka_unit_test(test_append_seqs),
         cmocka_unit_test(test_sql_face_equal),
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_adaptive_cadence),
