@@ -829,11 +829,12 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
     }
     tool_load_stop(&load);
     double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
-    /* Let the follower read what was appended (bounded: 10 s). */
+    /* Let the follower read what was appended (bounded: 10 s; also after a Ctrl-C, a second
+     * one exits at once). */
     int64_t last = 0;
     pawl_finalize_now(s, NULL, NULL, &last);
     int64_t wait_until = pawl_now_ns() + 10 * 1000000000LL;
-    while (atomic_load(&f.last_index) < last && pawl_now_ns() < wait_until && tool_stop < 2) {
+    while (atomic_load(&f.last_index) < last && pawl_now_ns() < wait_until) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -14,6 +14,7 @@
 #include "pawl.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -47,8 +48,12 @@ struct tool_cmd {
     int needs_db;
 };
 
-/* Set by SIGINT / SIGTERM; long-running commands poll it and finish cleanly. */
-extern volatile sig_atomic_t tool_stop;
+/*
+ * Set by SIGINT / SIGTERM; long-running commands poll it and finish cleanly. An atomic, not a
+ * volatile sig_atomic_t: appender and reader threads read it too (a lock-free atomic_int is
+ * as safe in the handler and is not a data race across threads).
+ */
+extern atomic_int tool_stop;
 
 /*
  * Messages on stderr: "pawl: message" as text; with --log-format json one JSON object per line,

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-volatile sig_atomic_t tool_stop;
+atomic_int tool_stop;
 
 const struct tool_exit_code tool_exit_codes[] = {
     {TOOL_OK, "success"},
