@@ -2553,6 +2553,7 @@ void pawl_store_free(struct pawl_store *s)
         struct append_op *op = s->free_ops;
         s->free_ops = op->next_free;
         pawl_free(op->en.buf);
+        pawl_free(op->en.seqs);
         pawl_free(op);
     }
     pawl_free(s->ring);

@@ -566,7 +566,15 @@ static void on_retry_done(void *ud, const struct pawl_append_result *res)
 static void test_any_append_rerun(void **state)
 {
     (void)state;
-    struct pawl_store *s = open_store(0);
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.finalizer = 0;
+    o.max_event_bytes = 4096;
+    /* The append below must wait out the raw transaction, not time out on its lock (a lock
+     * time-out is a different retry, counted elsewhere): on a loaded machine the COMMIT that
+     * ends the wait can come later than the default 100 ms. */
+    o.append_lock_timeout_ms = 10000;
+    struct pawl_store *s = open_store_with(&o);
     struct pawl_event first = ev("retry-1", 0, "a", "");
     assert_int_equal(pawl_append(s, &first, 1, NULL), 0);
     struct pawl_event dup = ev("retry-1", 1, "again", "");
