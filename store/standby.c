@@ -160,6 +160,16 @@ static int64_t next_backoff(struct pawl_standby *sb)
     return PAWL_MIN((int64_t)w, cap);
 }
 
+/* "replay delay 12.5 ms" or "replay delay unknown", for log lines. */
+static void delay_text(struct pawl_standby *sb, char *out, size_t len)
+{
+    long long d = atomic_load_explicit(&sb->delay_us, memory_order_relaxed); /* a statistic */
+    if (d < 0)
+        snprintf(out, len, "replay delay unknown");
+    else
+        snprintf(out, len, "replay delay %.1f ms", (double)d / 1000.0);
+}
+
 static void start_fallback(struct pawl_standby *sb, int what, int64_t after, int64_t known,
                            double lag_s)
 {
@@ -168,13 +178,12 @@ static void start_fallback(struct pawl_standby *sb, int what, int64_t after, int
     if (atomic_exchange_explicit(&sb->fallback, 1, memory_order_relaxed))
         return;
     atomic_store_explicit(&sb->logged, 1, memory_order_relaxed);
-    long long d = atomic_load_explicit(&sb->delay_us, memory_order_relaxed);
+    char delay[48];
+    delay_text(sb, delay, sizeof delay);
     PAWL_WARN("log",
               "read: the standby (%s) %s (for %.1f s; reading after %lld, %lld announced; "
-              "replay delay %s%.1f ms): reading from the primary until it is readable again "
-              "(read-fallback primary)",
-              sb->where, kind_text(what), lag_s, (long long)after, (long long)known,
-              d < 0 ? "unknown, last " : "", d < 0 ? -1.0 : (double)d / 1000.0);
+              "%s): reading from the primary until it is readable again (read-fallback primary)",
+              sb->where, kind_text(what), lag_s, (long long)after, (long long)known, delay);
 }
 
 enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
@@ -220,12 +229,12 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
     /* read-fallback wait */
     if ((what != PAWL_SB_BEHIND || late) &&
         !atomic_exchange_explicit(&sb->logged, 1, memory_order_relaxed)) {
-        long long d = atomic_load_explicit(&sb->delay_us, memory_order_relaxed);
+        char delay[48];
+        delay_text(sb, delay, sizeof delay);
         PAWL_WARN("log",
                   "read: the standby (%s) %s (for %.1f s; reading after %lld, %lld announced; "
-                  "replay delay %.1f ms): waiting for it (read-fallback wait)",
-                  sb->where, kind_text(what), lag_s, (long long)after, (long long)known,
-                  d < 0 ? -1.0 : (double)d / 1000.0);
+                  "%s): waiting for it (read-fallback wait)",
+                  sb->where, kind_text(what), lag_s, (long long)after, (long long)known, delay);
     }
     if (what == PAWL_SB_LOST)
         return PAWL_SB_OUTAGE;
