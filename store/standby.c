@@ -178,6 +178,7 @@ static void start_fallback(struct pawl_standby *sb, int what, int64_t after, int
     if (atomic_exchange_explicit(&sb->fallback, 1, memory_order_relaxed))
         return;
     atomic_store_explicit(&sb->logged, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sb->episodes, 1, memory_order_relaxed);
     char delay[48];
     delay_text(sb, delay, sizeof delay);
     PAWL_WARN("log",
@@ -207,9 +208,8 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
         return PAWL_SB_USE;
     }
     long long zero = 0;
-    if (atomic_compare_exchange_strong_explicit(&sb->since, &zero, now, memory_order_relaxed,
-                                                memory_order_relaxed))
-        atomic_fetch_add_explicit(&sb->episodes, 1, memory_order_relaxed);
+    atomic_compare_exchange_strong_explicit(&sb->since, &zero, now, memory_order_relaxed,
+                                            memory_order_relaxed);
     atomic_store_explicit(&sb->kind, (int)what, memory_order_relaxed);
     long long since = atomic_load_explicit(&sb->since, memory_order_relaxed);
     double lag_s = since ? (double)(now - since) / 1e9 : 0;
@@ -229,6 +229,7 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
     /* read-fallback wait */
     if ((what != PAWL_SB_BEHIND || late) &&
         !atomic_exchange_explicit(&sb->logged, 1, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&sb->episodes, 1, memory_order_relaxed);
         char delay[48];
         delay_text(sb, delay, sizeof delay);
         PAWL_WARN("log",

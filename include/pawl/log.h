@@ -364,7 +364,8 @@ struct pawl_log_stats {
      * and reconnects caused (a burst of notifications coalesces into one query at a time). */
     int64_t notifications, index_queries;
     /* Reading from a standby (read_dsn): reads answered by the standby and by the primary in
-     * its stead (fallback), episodes where it was behind, unreachable or not a standby, whether
+     * its stead (fallback), episodes logged (behind past read_max_lag_ms, unreachable or not
+     * a standby; the few-millisecond lag of ordinary replication is not one), whether
      * reads go to the primary now, and the standby's replay delay at its last check (0 when it
      * has replayed everything it received; -1 when unknown or no standby). */
     int64_t standby_reads, standby_fallback_reads, standby_episodes;

@@ -153,6 +153,8 @@ grep -q "is readable again after" "$tmp/pa.err"
 check "pa logged its return to the standby" $?
 grep -q "waiting for it (read-fallback wait)" "$tmp/pb.err"
 check "pb logged that it waits for the standby" $?
+! grep -h -A5 "Sanitizer\|runtime error" "$tmp"/*.err
+check "no sanitizer report" $?
 for name in pa pb; do echo "--- $name: the standby's episodes"; grep "log: read" "$tmp/$name.err" | cut -c1-260; done
 if [ "$fails" -ne 0 ]; then
     echo "--- pa log"; grep -v "^.\{24\}info  \(checkpoint\|timers\)" "$tmp/pa.err" | tail -20
