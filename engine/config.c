@@ -941,7 +941,7 @@ static int parse_value(const struct pawl_flag *f, const char *value, const char 
         pawl_config_flag_allowed(f, allowed, sizeof allowed);
         /* Long strings are cut in the message; the flag's name and the limit say enough. A
          * DSN is never quoted: it may carry a password. */
-        if (strcmp(f->name, "dsn") == 0)
+        if (strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0)
             snprintf(err, errlen, "invalid value (%zu bytes, not shown) for %s: %s; expected %s",
                      strlen(value), label, rc == PAWL_ERANGE ? "out of range" : what, allowed);
         else

@@ -1863,8 +1863,8 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     struct pawl_sb_check check = {0};
     if (on_standby)
         pawl_standby_check_stmt(s->sb, &st[1], &check);
-    struct pawl_pgreq req = {.stmts = st, .nstmts = on_standby ? 2 : 1,
-                             .flags = PAWL_PGREQ_READONLY};
+    struct pawl_pgreq req = {
+        .stmts = st, .nstmts = on_standby ? 2 : 1, .flags = PAWL_PGREQ_READONLY};
     int rc = pawl_pgpool_exec(on_standby ? pawl_standby_pool(s->sb) : s->main, -1, &req);
     if (rc == 0 && on_standby && !(check.ok && check.in_recovery)) {
         if (res)
@@ -2073,7 +2073,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             }
             enum pawl_sb_outcome what;
             if (rc == 0)
-                what = not_sb                             ? PAWL_SB_NOT_STANDBY
+                what = not_sb                           ? PAWL_SB_NOT_STANDBY
                        : b->count == 0 && known > after ? PAWL_SB_BEHIND
                                                         : PAWL_SB_GOT;
             else if (read_lost(rc, ss))

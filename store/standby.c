@@ -201,8 +201,8 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
         int was_fb = atomic_exchange_explicit(&sb->fallback, 0, memory_order_relaxed);
         atomic_store_explicit(&sb->backoff_ns, 0, memory_order_relaxed);
         if (since != 0 && atomic_exchange_explicit(&sb->logged, 0, memory_order_relaxed))
-            PAWL_INFO("log", "read: the standby (%s) is readable again after %.1f s: %s",
-                      sb->where, (double)(now - since) / 1e9,
+            PAWL_INFO("log", "read: the standby (%s) is readable again after %.1f s: %s", sb->where,
+                      (double)(now - since) / 1e9,
                       was_fb ? "reading from it again (the fallback to the primary ends)"
                              : "reading from it");
         return PAWL_SB_USE;
@@ -295,8 +295,8 @@ static void *poll_main(void *arg)
         sb->busy = 1;
         sb->polled = -1;
         sb->poll_ok = 0;
-        sb->poll_stmt = (struct pawl_pgstmt){
-            .prepared = sb->stmt_poll, .on_result = on_poll_result, .ud = sb};
+        sb->poll_stmt =
+            (struct pawl_pgstmt){.prepared = sb->stmt_poll, .on_result = on_poll_result, .ud = sb};
         memset(&sb->poll_req, 0, sizeof sb->poll_req);
         sb->poll_req.stmts = &sb->poll_stmt;
         sb->poll_req.nstmts = 1;

@@ -44,9 +44,9 @@ enum pawl_sb_action {
 /* The check run after each read, in the same request: whether the server is still in
  * recovery and its replay delay. Filled by its statement's result. */
 struct pawl_sb_check {
-    int ok;          /* the check's row arrived */
-    int in_recovery; /* 1: still a standby */
-    double delay_ms; /* replay delay, 0 when everything received is replayed; -1 unknown */
+    int ok;                   /* the check's row arrived */
+    int in_recovery;          /* 1: still a standby */
+    double delay_ms;          /* replay delay, 0 when everything received is replayed; -1 unknown */
     struct pawl_standby *_sb; /* private */
 };
 

@@ -33,8 +33,8 @@ size_t tool_store_metrics(void *ud, char *buf, size_t cap)
         "# TYPE pawl_store_append_retries_total counter\n"
         "pawl_store_append_retries_total %" PRId64 "\n",
         st.appends_pending, st.finalize_errors, st.finalizer_interval_ms / 1e3, st.append_retries);
-    if (n > 0 && (size_t)n < sizeof tmp && (st.standby_reads > 0 || st.standby_episodes > 0 ||
-                                            st.standby_replay_delay_ms >= 0))
+    if (n > 0 && (size_t)n < sizeof tmp &&
+        (st.standby_reads > 0 || st.standby_episodes > 0 || st.standby_replay_delay_ms >= 0))
         n += snprintf(
             tmp + n, sizeof tmp - (size_t)n,
             "# HELP pawl_store_standby_replay_delay_seconds The standby's replay delay at its "

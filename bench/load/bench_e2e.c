@@ -71,7 +71,7 @@ static int per_append = 10;
 static double warmup_s = 1.5;
 static int split_latency; /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
-static const char *read_dsn;   /* latency --read-dsn: the reading store reads from this standby */
+static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
 static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */
 
 static void usage(void);
@@ -539,11 +539,11 @@ static void latency_cell(int rate, int run)
     char p2[16];
     snprintf(p2, sizeof p2, "%d", per_append);
     csv_row("latency", head,
-            !read_dsn                           ? "append-to-handler"
+            !read_dsn                          ? "append-to-handler"
             : read_wake == PAWL_READ_WAKE_POLL ? "append-to-handler-standby-poll"
                                                : "append-to-handler-standby-listen",
-            p1, p2, n, offered_s, pct(L.lat_ms, n, 0.5),
-            pct(L.lat_ms, n, 0.99), pct(L.lat_ms, n, 0.999), n ? L.lat_ms[n - 1] : 0, extra);
+            p1, p2, n, offered_s, pct(L.lat_ms, n, 0.5), pct(L.lat_ms, n, 0.99),
+            pct(L.lat_ms, n, 0.999), n ? L.lat_ms[n - 1] : 0, extra);
     snprintf(extra, sizeof extra, "samples are appends; p999 n/a; %lld finalize runs",
              (long long)(st.finalize_runs - st0.finalize_runs));
     csv_row("latency", head, "finalize-delay", p1, p2, st.delay_count, offered_s, st.delay_p50_ms,
