@@ -3,7 +3,7 @@
 # (pawl-pg standby) while events are appended on the primary, through a standby that lags
 # (replay paused) and restarts:
 #
-#   - the standby's replay is paused for 4 s while appends go on, and resumed; then the standby
+#   - the standby's replay is paused for 3 s while appends go on, and resumed; then the standby
 #     is stopped immediately (a crash) and started again under appends;
 #   - processor pa: --read-fallback primary --read-max-lag 1s, LISTEN wake-ups. While replay
 #     is paused it logs the fallback once, reads from the primary and gets ahead of what the
@@ -11,6 +11,9 @@
 #     restart sends it to the primary and back.
 #   - processor pb: --read-fallback wait --read-wake poll. While replay is paused none of its
 #     stored tokens passes the standby's highest index (it waits, and says so once).
+#   - then the standby is promoted and takes an event of its own: `pawl tail --read-dsn` on it
+#     reads the primary's events instead (read-fallback primary) or nothing (wait), never its
+#     event, and says that the server is not in recovery;
 #   - both: every appended event is handed over exactly once (the print handler's output holds
 #     each index 1..N once), each stream's events in sequence order, and no stored token ever
 #     moves backwards or beyond the log (sampled every 0.25 s throughout).
@@ -30,7 +33,7 @@ cleanup() {
     wait 2>/dev/null
     psql "$SB_BASE" -qAtc "SELECT pg_wal_replay_resume()" >/dev/null 2>&1
     psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-    if [ "$started_standby" = 1 ]; then "$PG" standby remove >/dev/null 2>&1 || echo "could not remove the standby"; fi
+    if [ "$started_standby" = 1 ]; then PAWL_PG_STOP_MODE=immediate "$PG" standby remove >/dev/null 2>&1 || echo "could not remove the standby"; fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -88,14 +91,14 @@ run_proc pb --read-fallback wait --read-wake poll --read-poll-max 50ms
 ) &
 pids+=($!)
 
-"$PAWL" append --generate --rate 400 --duration 18s --streams 40 --progress off \
+"$PAWL" append --generate --rate 400 --duration 12s --streams 40 --progress off \
     >/dev/null 2>"$tmp/append.err" &
 app=$!
 
 sleep 2
 # Lag: the standby stops replaying; readers see it fall behind what the primary announces.
 qs "SELECT pg_wal_replay_pause()" >/dev/null || echo "could not pause replay"
-sleep 4
+sleep 3
 sb_last=$(qs "SELECT pawl_api.last_index()")
 pa_max=$(q "SELECT max(token) FROM pawl.tokens WHERE processor = 'pa'")
 pb_max=$(q "SELECT max(token) FROM pawl.tokens WHERE processor = 'pb'")
@@ -153,6 +156,24 @@ grep -q "is readable again after" "$tmp/pa.err"
 check "pa logged its return to the standby" $?
 grep -q "waiting for it (read-fallback wait)" "$tmp/pb.err"
 check "pb logged that it waits for the standby" $?
+# Promotion: a standby that leaves recovery is never read from. Only a standby this test made
+# is promoted (it is removed afterwards).
+if [ "$started_standby" = 1 ]; then
+    qs "SELECT pg_promote(true, 30)" >/dev/null
+    [ "$(qs "SELECT pg_is_in_recovery()")" = f ]
+    check "the standby is promoted" $?
+    # It takes writes of its own now: an event that the primary never had.
+    printf '{"stream":"only-on-the-promoted","type":"t","payload":1}\n' |
+        PAWL_DSN="$SB" "$PAWL" append --wait >/dev/null 2>&1
+    "$PAWL" tail --from 0 --read-dsn "$SB" >"$tmp/tail_p.out" 2>"$tmp/tail_p.err"
+    [ "$(wc -l <"$tmp/tail_p.out")" -eq "$last" ] && ! grep -q only-on-the-promoted "$tmp/tail_p.out" &&
+        grep -q "is not in recovery" "$tmp/tail_p.err"
+    check "promoted: tail reads the primary's $last events instead, and says why" $?
+    timeout 3 "$PAWL" tail --from 0 --read-dsn "$SB" --read-fallback wait >"$tmp/tail_w.out" \
+        2>"$tmp/tail_w.err"
+    [ ! -s "$tmp/tail_w.out" ] && grep -q "is not in recovery.*waiting for it" "$tmp/tail_w.err"
+    check "promoted, read-fallback wait: nothing read from it, and says why" $?
+fi
 ! grep -h -A5 "Sanitizer\|runtime error" "$tmp"/*.err
 check "no sanitizer report" $?
 for name in pa pb; do echo "--- $name: the standby's episodes"; grep "log: read" "$tmp/$name.err" | cut -c1-260; done
