@@ -30,6 +30,9 @@ static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
 /* In the order of enum pawl_timer_backend. */
 static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
+/* In the order of PAWL_READ_FALLBACK_* and PAWL_READ_WAKE_* (pawl/log.h). */
+static const char *const read_fallbacks[] = {"primary", "wait", NULL};
+static const char *const read_wakes[] = {"listen", "poll", NULL};
 
 #define S_PROC PAWL_SCOPE_RUN
 #define S_STORE                                                                                    \
@@ -188,6 +191,49 @@ static const struct pawl_flag flags[] = {
              "it reads again from its position once the pool has reconnected",
      .scope = S_STORE,
      AT(store.read_retry_timeout_ms)},
+    {.name = "read-dsn",
+     .type = PAWL_FLAG_STRING,
+     .def = "",
+     .max = 4096,
+     .help = "Read events from this streaming standby of --dsn (a connection string; several "
+             "hosts with target_session_attrs=standby); appends, claims, tokens and handler SQL "
+             "stay on --dsn; empty: read from --dsn",
+     .scope = S_STORE,
+     AT(store.read_dsn)},
+    {.name = "read-fallback",
+     .type = PAWL_FLAG_ENUM,
+     .def = "primary",
+     .choices = read_fallbacks,
+     .help = "When the standby is behind for --read-max-lag, unreachable or not in recovery: "
+             "read from --dsn meanwhile (primary) or wait for it (wait); logged once per episode",
+     .scope = S_STORE,
+     AT(store.read_fallback)},
+    {.name = "read-max-lag",
+     .type = PAWL_FLAG_DURATION,
+     .def = "5s",
+     .min = 0,
+     .max = HOUR_MS,
+     .help = "How long the standby may stay behind the index the primary announced before "
+             "--read-fallback applies",
+     .scope = S_STORE,
+     AT(store.read_max_lag_ms)},
+    {.name = "read-wake",
+     .type = PAWL_FLAG_ENUM,
+     .def = "listen",
+     .choices = read_wakes,
+     .help = "With --read-dsn, wake followers by LISTEN on --dsn (listen) or by polling the "
+             "standby's highest index with back-off up to --read-poll-max (poll)",
+     .scope = S_STORE,
+     AT(store.read_wake)},
+    {.name = "read-poll-max",
+     .type = PAWL_FLAG_DURATION,
+     .def = "100ms",
+     .min = 1,
+     .max = 60000,
+     .help = "Longest back-off between polls of a standby (--read-wake poll) and between reads "
+             "of a standby that is behind",
+     .scope = S_STORE,
+     AT(store.read_poll_max_ms)},
     {.name = "listen",
      .type = PAWL_FLAG_BOOL,
      .def = "true",
@@ -895,7 +941,7 @@ static int parse_value(const struct pawl_flag *f, const char *value, const char 
         pawl_config_flag_allowed(f, allowed, sizeof allowed);
         /* Long strings are cut in the message; the flag's name and the limit say enough. A
          * DSN is never quoted: it may carry a password. */
-        if (strcmp(f->name, "dsn") == 0)
+        if (strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0)
             snprintf(err, errlen, "invalid value (%zu bytes, not shown) for %s: %s; expected %s",
                      strlen(value), label, rc == PAWL_ERANGE ? "out of range" : what, allowed);
         else

@@ -34,6 +34,7 @@
 #include "metrics.h"
 #include "pgconn.h"
 #include "schema.h"
+#include "standby.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -214,6 +215,8 @@ struct pawl_store {
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
     int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
+    struct pawl_standby *sb; /* read_dsn: where reads go (standby.c); NULL: the main pool */
+    int stmt_read_sb;        /* READ_SQL on the standby's pool */
     char fin_batch_text[16];
     pthread_mutex_t cov_mu; /* record_delays: covered and the delay histogram */
     int fin_stmt;
@@ -325,6 +328,11 @@ static void raise_index(struct pawl_store *s, int64_t idx)
     pthread_mutex_unlock(&s->idx_mu);
 }
 
+static void raise_index_cb(void *ud, int64_t idx)
+{
+    raise_index(ud, idx);
+}
+
 int64_t pawl_store_last_index(struct pawl_store *s)
 {
     /* relaxed: a snapshot value; pawl_store_wait gives the ordering guarantees. */
@@ -397,6 +405,11 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->queue_timeout_ms = 10000;
     o->migrate = 0;
     o->read_retry_timeout_ms = 600000;
+    o->read_dsn = NULL;
+    o->read_fallback = PAWL_READ_FALLBACK_PRIMARY;
+    o->read_max_lag_ms = 5000;
+    o->read_wake = PAWL_READ_WAKE_LISTEN;
+    o->read_poll_max_ms = 100;
 }
 
 static const char *check_opts(const struct pawl_store_opts *o)
@@ -426,6 +439,10 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(queue_timeout_ms, 0, 3600000);
     RANGE(migrate, 0, 1);
     RANGE(read_retry_timeout_ms, 0, 86400000);
+    RANGE(read_fallback, 0, 1);
+    RANGE(read_max_lag_ms, 0, 3600000);
+    RANGE(read_wake, 0, 1);
+    RANGE(read_poll_max_ms, 1, 60000);
 #undef RANGE
     if (o->reconnect_max_ms < o->reconnect_min_ms)
         return "reconnect_max_ms is below reconnect_min_ms";
@@ -1902,8 +1919,9 @@ static int64_t get64(const char *p)
  * copied to sqlstate.
  */
 static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
-                     char sqlstate[6])
+                     char sqlstate[6], int on_standby, int *not_standby)
 {
+    *not_standby = 0;
     sqlstate[0] = '\0';
     if (b->_res) {
         PQclear(b->_res);
@@ -1922,17 +1940,29 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     const char *vals[2] = {after_be, max_be};
     int lens[2] = {8, 4}, fmts[2] = {1, 1};
     PGresult *res = NULL;
-    struct pawl_pgstmt st = {.prepared = s->stmt_read,
-                             .nparams = 2,
-                             .values = vals,
-                             .lengths = lens,
-                             .formats = fmts,
-                             .result_binary = 1,
-                             .on_result = keep_result,
-                             .ud = &res,
-                             .keep_result = 1};
-    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
-    int rc = pawl_pgpool_exec(s->main, -1, &req);
+    struct pawl_pgstmt st[2] = {{.prepared = on_standby ? s->stmt_read_sb : s->stmt_read,
+                                 .nparams = 2,
+                                 .values = vals,
+                                 .lengths = lens,
+                                 .formats = fmts,
+                                 .result_binary = 1,
+                                 .on_result = keep_result,
+                                 .ud = &res,
+                                 .keep_result = 1}};
+    /* On a standby, the read is followed in the same request by the check that the server is
+     * still in recovery (so it was while the read ran: promotion is one-way). */
+    struct pawl_sb_check check = {0};
+    if (on_standby)
+        pawl_standby_check_stmt(s->sb, &st[1], &check);
+    struct pawl_pgreq req = {
+        .stmts = st, .nstmts = on_standby ? 2 : 1, .flags = PAWL_PGREQ_READONLY};
+    int rc = pawl_pgpool_exec(on_standby ? pawl_standby_pool(s->sb) : s->main, -1, &req);
+    if (rc == 0 && on_standby && !(check.ok && check.in_recovery)) {
+        if (res)
+            PQclear(res);
+        *not_standby = 1;
+        return 0;
+    }
     if (rc != 0 || res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (rc == 0)
             rc = PAWL_ESQL;
@@ -2114,11 +2144,54 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
     if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
         return PAWL_EINVAL;
     int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
+    int primary = 0;          /* this call reads from the primary in the standby's stead */
     for (;;) {
         /* relaxed: a snapshot; the read below is sent after it. */
         int64_t known = atomic_load_explicit(&s->last_index, memory_order_relaxed);
         char ss[6];
-        int rc = read_once(s, after, max, b, ss);
+        int rc, on_sb = s->sb && !primary && pawl_standby_route(s->sb) == PAWL_SB_STANDBY;
+        if (on_sb) {
+            int not_sb = 0;
+            if (pawl_pgpool_ready(pawl_standby_pool(s->sb)) == 0) {
+                char why[256], m[300];
+                pawl_pgpool_last_error(pawl_standby_pool(s->sb), why, sizeof why);
+                snprintf(m, sizeof m, "no connection to the standby: %s", why);
+                set_err(s, NULL, m);
+                ss[0] = '\0';
+                rc = PAWL_ECONN;
+            } else {
+                rc = read_once(s, after, max, b, ss, 1, &not_sb);
+            }
+            enum pawl_sb_outcome what;
+            if (rc == 0)
+                what = not_sb                           ? PAWL_SB_NOT_STANDBY
+                       : b->count == 0 && known > after ? PAWL_SB_BEHIND
+                                                        : PAWL_SB_GOT;
+            else if (read_lost(rc, ss))
+                what = PAWL_SB_LOST;
+            else
+                return rc;
+            int64_t wait;
+            switch (pawl_standby_outcome(s->sb, what, after, known, &wait)) {
+            case PAWL_SB_USE:
+                break;
+            case PAWL_SB_PRIMARY:
+                primary = 1;
+                continue;
+            case PAWL_SB_WAIT:
+                b->count = 0;
+                if (deadline_ns > 0)
+                    wait = PAWL_MIN(wait, PAWL_MAX(deadline_ns - pawl_now_ns(), 0));
+                return reader_sleep(s, wait);
+            case PAWL_SB_OUTAGE:
+                break;
+            }
+        } else {
+            int not_sb;
+            if (s->sb)
+                pawl_standby_note_primary_read(s->sb);
+            rc = read_once(s, after, max, b, ss, 0, &not_sb);
+        }
         if (rc == 0) {
             int64_t since = 0;
             if (atomic_load_explicit(&s->rd_down_since, memory_order_relaxed) != 0 &&
@@ -2245,6 +2318,11 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->read_gaps = LD(rd_gaps);
     st->notifications = LD(notifies);
     st->index_queries = LD(index_queries);
+    st->standby_replay_delay_ms = -1;
+    if (s->sb)
+        pawl_standby_stats(s->sb, &st->standby_reads, &st->standby_fallback_reads,
+                           &st->standby_episodes, &st->standby_fallback_active,
+                           &st->standby_replay_delay_ms);
 #undef LD
 }
 
@@ -2452,7 +2530,20 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
     if (rc != 0)
         goto fail;
-    if (o->listen) {
+    s->o.read_dsn = NULL; /* the caller's: the standby's pool keeps its own copy */
+    if (o->read_dsn && o->read_dsn[0]) {
+        static const Oid rd_types[2] = {OID_INT8, OID_INT4};
+        rc = pawl_standby_new(&s->sb, dsn, o, raise_index_cb, s, err, errlen);
+        if (rc != 0)
+            goto fail;
+        s->stmt_read_sb = pawl_pgpool_prepare(pawl_standby_pool(s->sb), READ_SQL, 2, rd_types);
+        if (s->stmt_read_sb < 0) {
+            rc = PAWL_ENOMEM;
+            goto fail;
+        }
+    }
+    /* Followers wake by LISTEN on the primary, unless the standby is polled instead. */
+    if (o->listen && !(s->sb && o->read_wake == PAWL_READ_WAKE_POLL)) {
         rc = new_pool(s, &s->listen, "listener", 1, listen_session, 1, err, errlen);
         if (rc != 0)
             goto fail;
@@ -2507,6 +2598,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
 
 fail:
     stop_retry(s);
+    pawl_standby_free(s->sb);
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
@@ -2546,6 +2638,7 @@ void pawl_store_free(struct pawl_store *s)
     while (s->waiters > 0)
         pthread_cond_wait(&s->waiters_cond, &s->idx_mu);
     pthread_mutex_unlock(&s->idx_mu);
+    pawl_standby_free(s->sb);
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);

@@ -693,6 +693,12 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
                  " (index queries %" PRId64 ")",
                  printed, after, st.read_retries, st.read_reconnects, st.read_gaps,
                  st.notifications, st.index_queries);
+    if (cfg->store.read_dsn)
+        pawl_log(PAWL_LOG_INFO, "tail",
+                 "standby: %" PRId64 " reads from it, %" PRId64 " from the primary in its stead, "
+                 "%" PRId64 " episodes behind or away; replay delay %.1f ms at the last check",
+                 st.standby_reads, st.standby_fallback_reads, st.standby_episodes,
+                 st.standby_replay_delay_ms);
     tool_httpd_stop(h);
     pawl_store_free(s);
     return ex;

@@ -397,7 +397,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
         for (size_t i = 0; i < pawl_config_flag_count(); i++) {
             const struct pawl_flag *f = pawl_config_flag_at(i);
             pawl_config_get(cfg, f->name, value, sizeof value);
-            if (strcmp(f->name, "dsn") == 0 && value[0])
+            if ((strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0) && value[0])
                 snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
             /* Values are flag text: escape only what JSON requires. */
             printf("%s\n  \"%s\": {\"value\": \"", i ? "," : "", f->name);
@@ -421,7 +421,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
     for (size_t i = 0; i < pawl_config_flag_count(); i++) {
         const struct pawl_flag *f = pawl_config_flag_at(i);
         pawl_config_get(cfg, f->name, value, sizeof value);
-        if (strcmp(f->name, "dsn") == 0 && value[0])
+        if ((strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0) && value[0])
             snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
         enum pawl_config_source src = pawl_config_source_of(cfg, f->name);
         printf("--%-18s %-28s %s", f->name, value[0] ? value : "(none)",

@@ -20,7 +20,9 @@
  *                        delay alone comes from the appending store's statistics. --threads N
  *                        sets the processor's workers (default: its default). --split adds
  *                        the processor's part: from the moment the reading store knew the
- *                        event's index was final to the handler call.
+ *                        event's index was final to the handler call. --read-dsn DSN makes
+ *                        the reading store read from that standby of --dsn (--read-wake
+ *                        listen: wake-ups by LISTEN on --dsn; poll: by polling the standby).
  *   catchup  --segments 1,4,16 --workers 1,2
  *                        per cell: a fresh processor from token 0 over the filled log with a
  *                        no-op handler or a handler writing one projection row per event into
@@ -69,6 +71,8 @@ static int per_append = 10;
 static double warmup_s = 1.5;
 static int split_latency; /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
+static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
+static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */
 
 static void usage(void);
 
@@ -382,6 +386,10 @@ static struct pawl_store *open_store(int nconn, int finalizer, int listen)
     o.finalizer = finalizer;
     o.listen = listen;
     o.max_inflight_appends = 100000;
+    if (!finalizer && read_dsn) {
+        o.read_dsn = read_dsn;
+        o.read_wake = read_wake;
+    }
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0)
@@ -530,8 +538,12 @@ static void latency_cell(int rate, int run)
              (long long)dropped, split);
     char p2[16];
     snprintf(p2, sizeof p2, "%d", per_append);
-    csv_row("latency", head, "append-to-handler", p1, p2, n, offered_s, pct(L.lat_ms, n, 0.5),
-            pct(L.lat_ms, n, 0.99), pct(L.lat_ms, n, 0.999), n ? L.lat_ms[n - 1] : 0, extra);
+    csv_row("latency", head,
+            !read_dsn                          ? "append-to-handler"
+            : read_wake == PAWL_READ_WAKE_POLL ? "append-to-handler-standby-poll"
+                                               : "append-to-handler-standby-listen",
+            p1, p2, n, offered_s, pct(L.lat_ms, n, 0.5), pct(L.lat_ms, n, 0.99),
+            pct(L.lat_ms, n, 0.999), n ? L.lat_ms[n - 1] : 0, extra);
     snprintf(extra, sizeof extra, "samples are appends; p999 n/a; %lld finalize runs",
              (long long)(st.finalize_runs - st0.finalize_runs));
     csv_row("latency", head, "finalize-delay", p1, p2, st.delay_count, offered_s, st.delay_p50_ms,
@@ -935,6 +947,8 @@ static void usage(void)
                     "  [--seconds S] [--to N] [--conns N] [--rates a,b] [--segments a,b]\n"
                     "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S] [--split]\n"
                     "  latency: [--threads N] (the processor's workers; default: its default)\n"
+                    "  latency: [--read-dsn STANDBY] [--read-wake listen|poll] (read from a "
+                    "standby)\n"
                     "  append: --workers = writer counts, --rates = events per append\n");
     exit(2);
 }
@@ -951,7 +965,8 @@ int main(int argc, char **argv)
         {"segments", required_argument, NULL, 'g'},   {"workers", required_argument, NULL, 'w'},
         {"per-append", required_argument, NULL, 'p'}, {"batches", required_argument, NULL, 'b'},
         {"warmup", required_argument, NULL, 'u'},     {"split", no_argument, NULL, 'S'},
-        {"threads", required_argument, NULL, 'T'},    {NULL, 0, NULL, 0}};
+        {"threads", required_argument, NULL, 'T'},    {"read-dsn", required_argument, NULL, 'R'},
+        {"read-wake", required_argument, NULL, 'W'},  {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -982,6 +997,16 @@ int main(int argc, char **argv)
             break;
         case 'S':
             split_latency = 1;
+            break;
+        case 'R':
+            read_dsn = optarg;
+            break;
+        case 'W':
+            if (strcmp(optarg, "listen") != 0 && strcmp(optarg, "poll") != 0) {
+                fprintf(stderr, "--read-wake is listen or poll\n");
+                exit(2);
+            }
+            read_wake = strcmp(optarg, "poll") == 0 ? PAWL_READ_WAKE_POLL : PAWL_READ_WAKE_LISTEN;
             break;
         case 'T':
             lat_threads = atoi(optarg);

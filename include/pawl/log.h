@@ -117,7 +117,31 @@ struct pawl_store_opts {
      * per outage; then the read fails with PAWL_ECONN. 0 retries forever. 0..86400000 ms,
      * default 600000 (10 minutes). */
     int read_retry_timeout_ms;
+
+    /*
+     * Reading from standbys. read_dsn (NULL or "": read from dsn) names a streaming standby of
+     * dsn's server (libpq syntax; several hosts with target_session_attrs=standby); it is
+     * copied. Events are read from it; appends, the finalizer, and everything else stay on dsn.
+     * Each read on the standby also checks that the server is still in recovery: a server that
+     * is not (promoted, or never a standby) is not read from. read_fallback says what a reader
+     * does when the standby is behind the index the primary announced for longer than
+     * read_max_lag_ms, or is unreachable or not a standby: PAWL_READ_FALLBACK_PRIMARY reads
+     * from dsn meanwhile (trying the standby again every second), PAWL_READ_FALLBACK_WAIT waits
+     * for the standby (polling it with back-off up to read_poll_max_ms). Each episode is logged
+     * once, and its end. read_wake: PAWL_READ_WAKE_LISTEN wakes followers by LISTEN on dsn (as
+     * without a standby); PAWL_READ_WAKE_POLL polls the standby's highest index instead,
+     * 1 ms after a new one, doubling while nothing comes, up to read_poll_max_ms (no listener
+     * on dsn). read_max_lag_ms 0..3600000, default 5000; read_poll_max_ms 1..60000, default 100.
+     */
+    const char *read_dsn;
+    int read_fallback;
+    int read_max_lag_ms;
+    int read_wake;
+    int read_poll_max_ms;
 };
+
+enum { PAWL_READ_FALLBACK_PRIMARY = 0, PAWL_READ_FALLBACK_WAIT = 1 };
+enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
 
 void pawl_store_opts_defaults(struct pawl_store_opts *o);
 
@@ -359,6 +383,14 @@ struct pawl_log_stats {
     /* Listener: "pawl_log" notifications received (wake-ups) and the last_index queries they
      * and reconnects caused (a burst of notifications coalesces into one query at a time). */
     int64_t notifications, index_queries;
+    /* Reading from a standby (read_dsn): reads answered by the standby and by the primary in
+     * its stead (fallback), episodes logged (behind past read_max_lag_ms, unreachable or not
+     * a standby; the few-millisecond lag of ordinary replication is not one), whether
+     * reads go to the primary now, and the standby's replay delay at its last check (0 when it
+     * has replayed everything it received; -1 when unknown or no standby). */
+    int64_t standby_reads, standby_fallback_reads, standby_episodes;
+    int standby_fallback_active;
+    double standby_replay_delay_ms;
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */

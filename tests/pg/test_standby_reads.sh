@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# test_standby_reads.sh — processors reading from a real streaming standby of the private cluster
+# (pawl-pg standby) while events are appended on the primary, through a standby that lags
+# (replay paused) and restarts:
+#
+#   - the standby's replay is paused for 3 s while appends go on, and resumed; then the standby
+#     is stopped immediately (a crash) and started again under appends;
+#   - processor pa: --read-fallback primary --read-max-lag 1s, LISTEN wake-ups. While replay
+#     is paused it logs the fallback once, reads from the primary and gets ahead of what the
+#     standby has; when the standby has caught up it logs that it reads from it again; the
+#     restart sends it to the primary and back.
+#   - processor pb: --read-fallback wait --read-wake poll. While replay is paused none of its
+#     stored tokens passes the standby's highest index (it waits, and says so once).
+#   - then the standby is promoted and takes an event of its own: `pawl tail --read-dsn` on it
+#     reads the primary's events instead (read-fallback primary) or nothing (wait), never its
+#     event, and says that the server is not in recovery;
+#   - both: every appended event is handed over exactly once (the print handler's output holds
+#     each index 1..N once), each stream's events in sequence order, and no stored token ever
+#     moves backwards or beyond the log (sampled every 0.25 s throughout).
+set -uo pipefail
+PAWL=${PAWL_BIN:?run through ctest}/pawl
+PG=${PAWL_PG:?run through ctest}
+BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
+command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
+command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
+
+tmp=$(mktemp -d)
+db=t_standby_$$
+pids=()
+started_standby=0
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    psql "$SB_BASE" -qAtc "SELECT pg_wal_replay_resume()" >/dev/null 2>&1
+    psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+    if [ "$started_standby" = 1 ]; then PAWL_PG_STOP_MODE=immediate "$PG" standby remove >/dev/null 2>&1 || echo "could not remove the standby"; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+SB_BASE=""
+
+t0=$(date +%s.%N)
+if ! "$PG" standby status >/dev/null 2>&1; then
+    started_standby=1
+    "$PG" standby start || { echo "FAIL: could not start the standby"; exit 1; }
+fi
+SB_BASE="$("$PG" standby dsn)"
+echo "standby up after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s: $SB_BASE"
+
+psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db" && psql "$BASE_DSN" -qAtc "CREATE DATABASE $db" || exit 1
+export PAWL_DSN="$BASE_DSN dbname=$db"
+SB="$SB_BASE dbname=$db"
+unset PAWL_LOG_LEVEL PAWL_READ_DSN
+"$PAWL" init >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+q() { psql "$PAWL_DSN" -qAtX -c "$1"; }
+qs() { psql "$SB" -qAtX -c "$1"; }
+for i in $(seq 1 100); do
+    [ "$(qs "SELECT pawl_api.last_index()" 2>/dev/null)" = 0 ] && break
+    sleep 0.1
+done
+[ "$(qs "SELECT pawl_api.last_index()" 2>/dev/null)" = 0 ] || { echo "FAIL: the schema did not reach the standby"; exit 1; }
+
+fails=0
+check() { # check NAME STATUS
+    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+
+linebuf=(env)
+if command -v stdbuf >/dev/null && ! ldd "$PAWL" 2>/dev/null | grep -q libasan; then
+    linebuf=(stdbuf -oL)
+fi
+run_proc() { # run_proc NAME FLAGS...
+    local name=$1
+    shift
+    "${linebuf[@]}" "$PAWL" run --processor "$name" --handler print --segments 8 --batch-size 50 \
+        --read-dsn "$SB" --progress off "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    pids+=($!)
+}
+run_proc pa --read-fallback primary --read-max-lag 1s
+run_proc pb --read-fallback wait --read-wake poll --read-poll-max 50ms
+
+# Tokens sampled throughout: "sample processor segment token".
+(
+    n=0
+    while :; do
+        n=$((n + 1))
+        q "SELECT $n, processor, segment_id, token FROM pawl.tokens WHERE processor IN ('pa','pb')" \
+            2>/dev/null | tr '|' ' ' >>"$tmp/tokens"
+        sleep 0.25
+    done
+) &
+pids+=($!)
+
+"$PAWL" append --generate --rate 400 --duration 12s --streams 40 --progress off \
+    >/dev/null 2>"$tmp/append.err" &
+app=$!
+
+sleep 2
+# Lag: the standby stops replaying; readers see it fall behind what the primary announces.
+qs "SELECT pg_wal_replay_pause()" >/dev/null || echo "could not pause replay"
+sleep 3
+sb_last=$(qs "SELECT pawl_api.last_index()")
+pa_max=$(q "SELECT max(token) FROM pawl.tokens WHERE processor = 'pa'")
+pb_max=$(q "SELECT max(token) FROM pawl.tokens WHERE processor = 'pb'")
+primary_last=$(q "SELECT pawl_api.last_index()")
+echo "replay paused: standby at $sb_last, primary at $primary_last; pa's highest token $pa_max, pb's $pb_max"
+[ "$pb_max" -le "$sb_last" ]
+check "wait: no token of pb passes the paused standby ($pb_max <= $sb_last)" $?
+[ "$pa_max" -gt "$sb_last" ]
+check "primary fallback: pa got ahead of the paused standby ($pa_max > $sb_last)" $?
+qs "SELECT pg_wal_replay_resume()" >/dev/null
+# A restart (an immediate stop: a crash of the standby) while appends go on: both lose their
+# standby connections for a while.
+PAWL_PG_STOP_MODE=immediate "$PG" standby restart >/dev/null || { echo "FAIL: standby restart"; exit 1; }
+echo "standby restarted"
+wait "$app"
+check "appender finished" $?
+last=$(q "SELECT pawl_api.last_index()")
+echo "appended: $last events"
+
+for name in pa pb; do
+    for i in $(seq 1 300); do
+        [ "$(wc -l <"$tmp/$name.out")" -ge "$last" ] && break
+        sleep 0.1
+    done
+done
+sleep 1 # tokens of the last batches
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+wait 2>/dev/null
+pids=()
+
+for name in pa pb; do
+    n=$(wc -l <"$tmp/$name.out")
+    uniq=$(jq -r .index "$tmp/$name.out" | sort -n | uniq | wc -l)
+    dups=$(jq -r .index "$tmp/$name.out" | sort -n | uniq -d | wc -l)
+    range=$(jq -r .index "$tmp/$name.out" | sort -n | sed -n '1p;$p' | tr '\n' ' ')
+    [ "$n" -eq "$last" ] && [ "$uniq" -eq "$last" ] && [ "$dups" -eq 0 ] && [ "$range" = "1 $last " ]
+    check "$name: exactly once: $n lines, $uniq distinct indexes ($range), $dups duplicated, of $last" $?
+    jq -r '"\(.stream) \(.seq)"' "$tmp/$name.out" |
+        awk '{ if ($2 != last[$1] + 1) { bad++; print "out of order: " $0 " after " last[$1] } last[$1] = $2 }
+             END { exit bad > 0 }' | head -5
+    check "$name: each stream's events in sequence order" "${PIPESTATUS[1]}"
+done
+awk -v last="$last" '{ k = $2 " " $3; if (k in tok && $4 < tok[k]) { bad++; print "regressed: " $0 " after " tok[k] }
+                       if ($4 > last) { bad++; print "beyond the log: " $0 }
+                       tok[k] = $4 }
+                     END { print NR " token rows sampled"; exit bad > 0 }' "$tmp/tokens"
+check "no stored token moved backwards or beyond the log" $?
+final=$(q "SELECT count(*) FROM pawl.tokens WHERE processor IN ('pa','pb') AND token = $last")
+[ "$final" -eq 16 ]
+check "every segment's token reached $last ($final of 16)" $?
+
+grep -q "reading from the primary until it is readable again" "$tmp/pa.err"
+check "pa logged its fallback to the primary" $?
+grep -q "is readable again after" "$tmp/pa.err"
+check "pa logged its return to the standby" $?
+grep -q "waiting for it (read-fallback wait)" "$tmp/pb.err"
+check "pb logged that it waits for the standby" $?
+# Promotion: a standby that leaves recovery is never read from. Only a standby this test made
+# is promoted (it is removed afterwards).
+if [ "$started_standby" = 1 ]; then
+    qs "SELECT pg_promote(true, 30)" >/dev/null
+    [ "$(qs "SELECT pg_is_in_recovery()")" = f ]
+    check "the standby is promoted" $?
+    # It takes writes of its own now: an event that the primary never had.
+    printf '{"stream":"only-on-the-promoted","type":"t","payload":1}\n' |
+        PAWL_DSN="$SB" "$PAWL" append --wait >/dev/null 2>&1
+    "$PAWL" tail --from 0 --read-dsn "$SB" >"$tmp/tail_p.out" 2>"$tmp/tail_p.err"
+    [ "$(wc -l <"$tmp/tail_p.out")" -eq "$last" ] && ! grep -q only-on-the-promoted "$tmp/tail_p.out" &&
+        grep -q "is not in recovery" "$tmp/tail_p.err"
+    check "promoted: tail reads the primary's $last events instead, and says why" $?
+    timeout 3 "$PAWL" tail --from 0 --read-dsn "$SB" --read-fallback wait >"$tmp/tail_w.out" \
+        2>"$tmp/tail_w.err"
+    [ ! -s "$tmp/tail_w.out" ] && grep -q "is not in recovery.*waiting for it" "$tmp/tail_w.err"
+    check "promoted, read-fallback wait: nothing read from it, and says why" $?
+fi
+! grep -h -A5 "Sanitizer\|runtime error" "$tmp"/*.err
+check "no sanitizer report" $?
+for name in pa pb; do echo "--- $name: the standby's episodes"; grep "log: read" "$tmp/$name.err" | cut -c1-260; done
+if [ "$fails" -ne 0 ]; then
+    echo "--- pa log"; grep -v "^.\{24\}info  \(checkpoint\|timers\)" "$tmp/pa.err" | tail -20
+    echo "--- pb log"; tail -20 "$tmp/pb.err"
+    echo "--- append log"; tail -5 "$tmp/append.err"
+fi
+echo "done in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+exit $((fails > 0))
