@@ -426,6 +426,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(queue_timeout_ms, 0, 3600000);
     RANGE(migrate, 0, 1);
     RANGE(read_retry_timeout_ms, 0, 86400000);
+    RANGE(io_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL);
 #undef RANGE
     if (o->reconnect_max_ms < o->reconnect_min_ms)
         return "reconnect_max_ms is below reconnect_min_ms";
@@ -2223,6 +2224,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     po.connect_timeout_ms = s->o.connect_timeout_ms;
     po.queue_timeout_ms = s->o.queue_timeout_ms;
     po.session_sql = session;
+    po.io_backend = s->o.io_backend;
     if (hooks == 1) {
         po.on_notify = on_notify;
         po.on_connect = on_listen_connect;

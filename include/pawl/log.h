@@ -117,6 +117,10 @@ struct pawl_store_opts {
      * per outage; then the read fails with PAWL_ECONN. 0 retries forever. 0..86400000 ms,
      * default 600000 (10 minutes). */
     int read_retry_timeout_ms;
+    /* The connection pools' I/O loop: an enum pawl_timer_backend. AUTO (default) runs on
+     * io_uring unless the kernel refuses it, then on epoll (logged); EPOLL forces the fallback;
+     * IO_URING makes a refusal fail pawl_store_new with PAWL_ENOTSUP. */
+    int io_backend;
 };
 
 void pawl_store_opts_defaults(struct pawl_store_opts *o);
