@@ -55,6 +55,7 @@
 
 #include "metrics.h"
 #include "segment.h"
+#include "timers.h"
 #include "trigger.h"
 
 #include "pawl/checkpoint.h"
@@ -530,7 +531,7 @@ static void *coord_main(void *arg)
                 released_all = 1;
             }
             if (p->done == NULL)
-                pawl_timed_cond_wait(p->timers, &p->coord_wait, 50 * 1000000);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000);
             pthread_mutex_unlock(&p->mu);
             continue;
         }
@@ -600,7 +601,7 @@ static void *coord_main(void *arg)
             pthread_mutex_lock(&p->mu);
             if (p->done == NULL && !p->stopping && !p->room &&
                 (p->admin_op == ADMIN_NONE || p->admin_done)) {
-                pawl_timed_cond_wait(p->timers, &p->coord_wait, wait_ns);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, wait_ns);
             }
             p->room = 0;
             pthread_mutex_unlock(&p->mu);
@@ -673,7 +674,8 @@ static void *extend_main(void *arg)
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
             break;
-        pawl_timed_cond_wait(p->timers, &p->extend_wait, (int64_t)p->extend_ms * 1000000);
+        pawl_timed_wait(p->timers, &p->emu, &p->ecv, CLOCK_REALTIME,
+                        (int64_t)p->extend_ms * 1000000);
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
@@ -822,8 +824,6 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     pthread_mutex_init(&p->dispatch_mu, NULL);
     pthread_mutex_init(&p->emu, NULL);
     pthread_cond_init(&p->ecv, NULL);
-    pawl_timed_cond_init(&p->coord_wait, &p->mu, &p->cv);
-    pawl_timed_cond_init(&p->extend_wait, &p->emu, &p->ecv);
     pawl_event_batch_init(&p->readbuf);
     rc = tokens->ops->init(tokens, p->name, opts->segments, opts->initial_token);
     if (rc) {
@@ -930,8 +930,6 @@ void pawl_processor_free(struct pawl_processor *p)
     /* Every package is done (stop waited for their release cycles): nothing is queued. The
      * timers go first: their thread may still hold the timed waits' mutexes. */
     pawl_timers_free(p->timers);
-    pawl_timed_cond_fini(&p->coord_wait);
-    pawl_timed_cond_fini(&p->extend_wait);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);
     pthread_mutex_destroy(&p->dispatch_mu);

@@ -11,7 +11,6 @@
 
 #include "common.h"
 #include "reconcile.h"
-#include "timers.h"
 
 #include "pawl/processor.h"
 
@@ -108,7 +107,7 @@ struct pawl_processor {
     int64_t extend_ms;
     /* Checkpoint modes: the units, and the runtime pool and timers their continuations and
      * time-outs run on (package steps themselves run on seg_pool below). The timers exist in
-     * plain mode too (without a pool), for the timed waits below. */
+     * plain mode too (without a pool): the coordinator's and the extender's timed waits. */
     struct pawl_ckpt_unit *units;
     size_t nunits;
     struct pawl_pool *pool;
@@ -142,9 +141,6 @@ struct pawl_processor {
     pthread_t coord_thread, extend_thread;
     pthread_mutex_t emu;
     pthread_cond_t ecv;
-    /* The coordinator's (on mu/cv) and the extender's (on emu/ecv) timed waits: their
-     * deadlines are timers of `timers` (created in every mode). */
-    struct pawl_timed_cond coord_wait, extend_wait;
 
     struct pawl_event_batch readbuf; /* coordinator's */
     /* Coordinator: packages by the low bits of the stream hash, rebuilt when the list changes. */

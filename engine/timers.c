@@ -822,42 +822,52 @@ void pawl_timers_free(struct pawl_timers *tm)
 
 /* ---- timed condition-variable waits on the timers ---- */
 
-static void timed_cond_fire(struct pawl_timer *t, void *arg, int status)
+struct timed_wait {
+    struct pawl_timer t;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+};
+
+static void timed_wait_fire(struct pawl_timer *t, void *arg, int status)
 {
     (void)t;
     (void)status;
-    struct pawl_timed_cond *w = arg;
+    struct timed_wait *w = arg;
     pthread_mutex_lock(w->mu);
     pthread_cond_broadcast(w->cv);
     pthread_mutex_unlock(w->mu);
 }
 
-void pawl_timed_cond_init(struct pawl_timed_cond *w, pthread_mutex_t *mu, pthread_cond_t *cv)
+static void timed_wait_idle(struct pawl_timer *t)
 {
-    pawl_timer_init(&w->t, timed_cond_fire, w);
-    w->t._inline = 1;
-    w->mu = mu;
-    w->cv = cv;
+    pawl_free(PAWL_CONTAINER_OF(t, struct timed_wait, t)); /* nobody references it any more */
 }
 
-void pawl_timed_cond_wait(struct pawl_timers *tm, struct pawl_timed_cond *w, int64_t delay_ns)
+void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                     clockid_t clock, int64_t delay_ns)
 {
     if (delay_ns < 0)
         delay_ns = 0;
-    if (tm == NULL || start_ns(tm, &w->t, delay_ns, 0) != 0) {
-        /* No timers (shut down): a plain timed wait keeps the caller's loop going. */
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_REALTIME, delay_ns);
-        pthread_cond_timedwait(w->cv, w->mu, &ts);
-        return;
+    /* On the heap: the timers thread may still hold it after we return (a removal in flight);
+     * the last hold frees it. */
+    struct timed_wait *w = tm ? pawl_malloc(sizeof *w) : NULL;
+    if (w) {
+        pawl_timer_init(&w->t, timed_wait_fire, w);
+        w->t._inline = 1;
+        w->t._idle_fn = timed_wait_idle;
+        w->mu = mu;
+        w->cv = cv;
+        pawl_timer_hold_(&w->t); /* ours, until we are done with it */
+        if (start_ns(tm, &w->t, delay_ns, 0) == 0) {
+            pthread_cond_wait(cv, mu); /* the timer's callback broadcasts at the deadline */
+            pawl_timer_cancel(tm, &w->t); /* PAWL_EALREADY: it fired */
+            pawl_timer_unhold_(&w->t);
+            return;
+        }
+        pawl_timer_unhold_(&w->t); /* frees it */
     }
-    pthread_cond_wait(w->cv, w->mu); /* the timer's callback broadcasts at the deadline */
-    pawl_timer_cancel(tm, &w->t);    /* PAWL_EALREADY: it fired */
-}
-
-void pawl_timed_cond_fini(struct pawl_timed_cond *w)
-{
-    /* The timers thread drops its holds after the last callback and cancelled op. */
-    while (pawl_timer_busy(&w->t))
-        sched_yield();
+    /* No timers (shut down, or out of memory): a plain timed wait keeps the caller going. */
+    struct timespec ts;
+    pawl_timespec_in(&ts, clock, delay_ns);
+    pthread_cond_timedwait(cv, mu, &ts);
 }

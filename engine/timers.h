@@ -18,22 +18,15 @@ void pawl_timer_unhold_(struct pawl_timer *t); /* may call t->_idle_fn(t), which
 
 /*
  * A condition-variable wait whose deadline is a runtime timer, so that every timed wait in the
- * library runs on the timers (io_uring timeouts, or the timerfd fallback): the waiter sleeps on
- * the condition variable without a timeout, and an inline one-shot timer (its callback runs on
- * the timers thread and only broadcasts the condition under the mutex) wakes it at the
- * deadline. One waiter per object at a time. init: mu and cv are the caller's and outlive w.
- * wait: the caller holds mu; returns after a broadcast (by anyone) or the deadline, spurious
- * wake-ups included, like pthread_cond_timedwait; tm NULL (or shut down) falls back to a plain
- * timed wait. fini: waits until the timers no longer reference w (call it while tm is alive,
- * or after pawl_timers_free), before mu and cv are destroyed.
+ * library runs on the timers (io_uring timeouts, or the timerfd fallback): the caller sleeps on
+ * cv without a timeout, and an inline one-shot timer (its callback runs on the timers thread and
+ * only broadcasts cv under mu) wakes it after delay_ns. The caller holds mu; returns after a
+ * broadcast (by anyone) or the deadline, spurious wake-ups included, like
+ * pthread_cond_timedwait. Any number of threads may wait on one cv at once. tm NULL (or shut
+ * down) falls back to pthread_cond_timedwait on clock (cv's clock). tm must be freed before mu
+ * and cv are destroyed (its thread may still be broadcasting).
  */
-struct pawl_timed_cond {
-    struct pawl_timer t;
-    pthread_mutex_t *mu;
-    pthread_cond_t *cv;
-};
-void pawl_timed_cond_init(struct pawl_timed_cond *w, pthread_mutex_t *mu, pthread_cond_t *cv);
-void pawl_timed_cond_wait(struct pawl_timers *tm, struct pawl_timed_cond *w, int64_t delay_ns);
-void pawl_timed_cond_fini(struct pawl_timed_cond *w);
+void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                     clockid_t clock, int64_t delay_ns);
 
 #endif

@@ -34,6 +34,7 @@
 #include "metrics.h"
 #include "pgconn.h"
 #include "schema.h"
+#include "timers.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -213,6 +214,7 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
+    struct pawl_timers *timers; /* every timed wait's deadline (pawl_timed_wait); no pool */
     int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
     char fin_batch_text[16];
     pthread_mutex_t cov_mu; /* record_delays: covered and the delay histogram */
@@ -360,9 +362,7 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
             rc = PAWL_ETIMEDOUT;
             break;
         }
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
@@ -1499,11 +1499,9 @@ static int64_t fin_interval_ns(struct pawl_store *s)
 /* Sleep up to ns on fin_cond, returning early on stop. */
 static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
-    struct timespec ts;
-    pawl_timespec_in(&ts, CLOCK_MONOTONIC, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
-        pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, ns);
     pthread_mutex_unlock(&s->fin_mu);
 }
 
@@ -1567,9 +1565,7 @@ static void *fin_main(void *arg)
                 int64_t left = next_safety - pawl_now_ns();
                 if (left <= 0)
                     break;
-                struct timespec ts;
-                pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-                pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+                pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
             }
             atomic_store(&s->fin_waiting, 0);
             pthread_mutex_unlock(&s->fin_mu);
@@ -1930,9 +1926,7 @@ static int reader_sleep(struct pawl_store *s, int64_t ns)
         int64_t left = until - pawl_now_ns();
         if (left <= 0)
             break;
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
@@ -2201,9 +2195,7 @@ static void *retry_main(void *arg)
         if (next == 0) {
             pthread_cond_wait(&s->retry_cond, &s->retry_mu);
         } else {
-            struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_MONOTONIC, next - now);
-            pthread_cond_timedwait(&s->retry_cond, &s->retry_mu, &ts);
+            pawl_timed_wait(s->timers, &s->retry_mu, &s->retry_cond, CLOCK_MONOTONIC, next - now);
         }
     }
     pthread_mutex_unlock(&s->retry_mu);
@@ -2319,6 +2311,17 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
     if (s->dsn == NULL || s->ring == NULL)
         goto fail;
+    struct pawl_timers_opts to;
+    pawl_timers_opts_defaults(&to);
+    to.backend = (enum pawl_timer_backend)o->io_backend;
+    rc = pawl_timers_new(&s->timers, NULL, &to);
+    if (rc != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot start the store's timers: %s",
+                     rc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(rc));
+        goto fail;
+    }
+    rc = PAWL_ENOMEM;
 
     /*
      * What pawl relies on, pinned whatever the database or role defaults say: read committed
@@ -2421,6 +2424,7 @@ fail:
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
+    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
@@ -2466,6 +2470,7 @@ void pawl_store_free(struct pawl_store *s)
         pawl_free(op->en.buf);
         pawl_free(op);
     }
+    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
