@@ -28,6 +28,11 @@ enum { UD_WAKE = 1, UD_POLL = 2, UD_REMOVE = 3 };
 
 #define UD(kind, slot, gen) ((uint64_t)(kind) | (uint64_t)(slot) << 8 | (uint64_t)(gen) << 32)
 #define EPOLL_WAKE_TAG UINT64_MAX
+/* Counters: written by the owner only, read by anyone. Relaxed load and store (no locked
+ * instruction): a reader wants an approximate snapshot, not an ordering. */
+#define STAT_ADD(l, f, n)                                                                          \
+    __atomic_store_n(&(l)->st.f, __atomic_load_n(&(l)->st.f, __ATOMIC_RELAXED) + (n),              \
+                     __ATOMIC_RELAXED)
 
 struct slot {
     int fd;        /* wanted descriptor, or -1 */
@@ -73,7 +78,12 @@ const char *pawl_ioloop_reason(const struct pawl_ioloop *l)
 
 void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out)
 {
-    *out = l->st;
+    /* Relaxed: counters the owner bumps; another thread reads an approximate snapshot. */
+    out->waits = __atomic_load_n(&l->st.waits, __ATOMIC_RELAXED);
+    out->enters = __atomic_load_n(&l->st.enters, __ATOMIC_RELAXED);
+    out->ctls = __atomic_load_n(&l->st.ctls, __ATOMIC_RELAXED);
+    out->events = __atomic_load_n(&l->st.events, __ATOMIC_RELAXED);
+    out->wakeups = __atomic_load_n(&l->st.wakeups, __ATOMIC_RELAXED);
 }
 
 /* ---- wake-up ---- */
@@ -91,7 +101,7 @@ void pawl_ioloop_wake(struct pawl_ioloop *l)
 
 static void consume_wake(struct pawl_ioloop *l)
 {
-    l->st.wakeups++;
+    STAT_ADD(l, wakeups, 1);
     /* Acq_rel: cleared after the eventfd was drained and before the caller looks at its queues,
      * so a producer that found the flag set published before this exchange, and one that finds
      * it clear writes the eventfd again. */
@@ -105,7 +115,7 @@ static struct io_uring_sqe *get_sqe(struct pawl_ioloop *l)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
     while (sqe == NULL) {
         io_uring_submit(&l->ring); /* the SQ is full: hand it to the kernel and retry */
-        l->st.enters++;
+        STAT_ADD(l, enters, 1);
         sqe = io_uring_get_sqe(&l->ring);
     }
     return sqe;
@@ -150,7 +160,7 @@ static int uring_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_io
         io_uring_prep_poll_add(sqe, s->fd, to_poll(s->want));
         io_uring_sqe_set_data64(sqe, UD(UD_POLL, i, s->gen));
         s->armed = 1;
-        l->st.ctls++;
+        STAT_ADD(l, ctls, 1);
     }
     /* Completions already in the CQ need no system call, unless requests are waiting to go. */
     if (io_uring_cq_ready(&l->ring) == 0 || io_uring_sq_ready(&l->ring) > 0) {
@@ -162,7 +172,7 @@ static int uring_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_io
         }
         struct io_uring_cqe *cqe;
         unsigned nr = left > 0 && io_uring_cq_ready(&l->ring) == 0 ? 1 : 0;
-        l->st.enters++;
+        STAT_ADD(l, enters, 1);
         int rc = nr ? io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL)
                     : io_uring_submit(&l->ring);
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
@@ -196,7 +206,7 @@ static int uring_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_io
         }
     }
     io_uring_cq_advance(&l->ring, seen);
-    l->st.events += (uint64_t)n;
+    STAT_ADD(l, events, (uint64_t)n);
     return n;
 }
 
@@ -236,18 +246,18 @@ static int epoll_apply(struct pawl_ioloop *l, unsigned i)
                             .data.u64 = i};
     if (fd != s->reg_fd) {
         if (s->reg_fd >= 0) {
-            l->st.ctls++;
+            STAT_ADD(l, ctls, 1);
             epoll_ctl(l->epfd, EPOLL_CTL_DEL, s->reg_fd, NULL); /* may be closed: ignore */
         }
         s->reg_fd = -1;
         s->reg = 0;
         if (fd < 0)
             return 0;
-        l->st.ctls++;
+        STAT_ADD(l, ctls, 1);
         if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &e) != 0)
             return PAWL_ESYS;
     } else {
-        l->st.ctls++;
+        STAT_ADD(l, ctls, 1);
         if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &e) != 0)
             return PAWL_ESYS;
     }
@@ -261,7 +271,7 @@ static int epoll_wait_loop(struct pawl_ioloop *l, int64_t deadline_ns, struct pa
     int64_t left = deadline_ns - pawl_now_ns();
     int timeout = left > 0 ? (int)PAWL_MIN((left + 999999) / 1000000, 3600000) : 0;
     struct epoll_event evs[64];
-    l->st.enters++;
+    STAT_ADD(l, enters, 1);
     int k = epoll_wait(l->epfd, evs, (int)PAWL_MIN(l->nslots + 1, 64u), timeout);
     if (k < 0) {
         if (errno == EINTR)
@@ -284,7 +294,7 @@ static int epoll_wait_loop(struct pawl_ioloop *l, int64_t deadline_ns, struct pa
                        (e & (EPOLLERR | EPOLLHUP) ? PAWL_IO_ERR : 0);
         n++;
     }
-    l->st.events += (uint64_t)n;
+    STAT_ADD(l, events, (uint64_t)n);
     return n;
 }
 
@@ -312,7 +322,7 @@ int pawl_ioloop_watch(struct pawl_ioloop *l, unsigned slot, int fd, unsigned eve
 
 int pawl_ioloop_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_ioev *ev)
 {
-    l->st.waits++;
+    STAT_ADD(l, waits, 1);
     return l->backend == BACKEND_URING ? uring_wait(l, deadline_ns, ev)
                                        : epoll_wait_loop(l, deadline_ns, ev);
 }

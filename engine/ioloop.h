@@ -59,7 +59,8 @@ void pawl_ioloop_free(struct pawl_ioloop *l); /* NULL is a no-op; closes the eve
 
 const char *pawl_ioloop_backend(const struct pawl_ioloop *l); /* "io_uring" or "epoll" */
 const char *pawl_ioloop_reason(const struct pawl_ioloop *l);  /* why that backend */
-void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out); /* owner */
+/* Any thread: a relaxed snapshot of the counters. */
+void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out);
 
 /*
  * Watch fd in slot for events (PAWL_IO_IN | PAWL_IO_OUT; errors are always reported); fd < 0

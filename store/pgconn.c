@@ -97,6 +97,7 @@ struct pawl_pgpool {
 
     pthread_t thread;
     struct pawl_ioloop *loop; /* sockets, deadlines and wake-ups; owned by the I/O thread */
+    int self_kick;            /* I/O thread only: its callbacks queued requests */
     atomic_int stop;      /* set by free(); read by the I/O thread after each wakeup */
     atomic_int nready;    /* connections READY; relaxed, informational */
     atomic_llong pending; /* requests submitted and not completed */
@@ -129,9 +130,16 @@ void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o)
     o->queue_timeout_ms = 10000;
 }
 
+/* The pool whose I/O thread this is (NULL elsewhere): a request submitted from one of its own
+ * callbacks needs no wake-up, only a loop pass that does not sleep before dispatching it. */
+static _Thread_local struct pawl_pgpool *io_self;
+
 static void wake(struct pawl_pgpool *p)
 {
-    pawl_ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
+    if (io_self == p)
+        p->self_kick = 1;
+    else
+        pawl_ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
 }
 
 static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
@@ -893,6 +901,7 @@ static void fail_all_queued(struct pawl_pgpool *p)
 static void *io_main(void *arg)
 {
     struct pawl_pgpool *p = arg;
+    io_self = p;
     for (int i = 0; i < p->nconns; i++)
         start_connect(&p->conns[i]);
 
@@ -911,6 +920,10 @@ static void *io_main(void *arg)
         if (p->o.queue_timeout_ms > 0 &&
             atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
             next = PAWL_MIN(next, now + 50000000LL);
+        if (p->self_kick) {
+            p->self_kick = 0;
+            next = now; /* poll only: what our callbacks queued goes out in this pass */
+        }
         int n = pawl_ioloop_wait(p->loop, next, evs);
         if (n < 0) {
             PAWL_ERROR("pgconn", "%s: the I/O loop failed; the pool stops", p->name);
@@ -926,6 +939,7 @@ static void *io_main(void *arg)
             else if (c->state == C_CONNECTING && now >= c->deadline_ns)
                 conn_break(c, "connect timeout");
         }
+        p->self_kick = 0; /* what callbacks queued so far goes out now */
         dispatch(p);
         expire_queue(p, now);
     }
@@ -1205,6 +1219,13 @@ int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgr
 const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p)
 {
     return pawl_ioloop_backend(p->loop);
+}
+
+void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out)
+{
+    struct pawl_ioloop_stats st;
+    pawl_ioloop_stats(p->loop, &st);
+    *out = (struct pawl_pgpool_loop_stats){st.waits, st.enters, st.ctls, st.events, st.wakeups};
 }
 
 int pawl_pgpool_size(const struct pawl_pgpool *p)

@@ -176,6 +176,14 @@ int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgr
 /* "io_uring" or "epoll": the backend the pool's I/O loop runs on. */
 const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p);
 
+/* The I/O loop's counters (benchmarks): its waiting system calls, interest changes (epoll_ctl
+ * calls, or poll requests queued), socket events and wake-ups. Read without locking: each
+ * value is a relaxed snapshot. */
+struct pawl_pgpool_loop_stats {
+    uint64_t waits, enters, ctls, events, wakeups;
+};
+void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out);
+
 /* Number of connections; the number currently READY. */
 int pawl_pgpool_size(const struct pawl_pgpool *p);
 int pawl_pgpool_ready(const struct pawl_pgpool *p);
