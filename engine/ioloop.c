@@ -268,16 +268,20 @@ static int epoll_apply(struct pawl_ioloop *l, unsigned i)
 
 static int epoll_wait_loop(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_ioev *ev)
 {
-    int64_t left = deadline_ns - pawl_now_ns();
-    int timeout = left > 0 ? (int)PAWL_MIN((left + 999999) / 1000000, 3600000) : 0;
     struct epoll_event evs[64];
-    STAT_ADD(l, enters, 1);
-    int k = epoll_wait(l->epfd, evs, (int)PAWL_MIN(l->nslots + 1, 64u), timeout);
-    if (k < 0) {
-        if (errno == EINTR)
-            return 0;
-        PAWL_ERROR("ioloop", "epoll_wait: %s", strerror(errno));
-        return PAWL_ESYS;
+    int k;
+    for (;;) {
+        int64_t left = deadline_ns - pawl_now_ns();
+        int timeout = left > 0 ? (int)PAWL_MIN((left + 999999) / 1000000, 3600000) : 0;
+        STAT_ADD(l, enters, 1);
+        k = epoll_wait(l->epfd, evs, (int)PAWL_MIN(l->nslots + 1, 64u), timeout);
+        if (k < 0 && errno != EINTR) {
+            PAWL_ERROR("ioloop", "epoll_wait: %s", strerror(errno));
+            return PAWL_ESYS;
+        }
+        /* A signal, or a timeout the kernel rounded short: the deadline has not come yet. */
+        if (k > 0 || pawl_now_ns() >= deadline_ns)
+            break;
     }
     int n = 0;
     for (int j = 0; j < k; j++) {

@@ -1511,11 +1511,13 @@ static void fin_sleep(struct pawl_store *s, int64_t ms)
 }
 
 /* Sleep ns whatever happens meanwhile (back-off while stopping: never a busy loop). */
-static void sleep_ns(int64_t ns)
+static void sleep_ns(struct pawl_store *s, int64_t ns)
 {
-    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    int64_t until = pawl_now_ns() + ns, left;
+    pthread_mutex_lock(&s->fin_mu);
+    while ((left = until - pawl_now_ns()) > 0)
+        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
+    pthread_mutex_unlock(&s->fin_mu);
 }
 
 static void on_text_result(void *ud, const PGresult *res)
@@ -1617,7 +1619,7 @@ static void *fin_main(void *arg)
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
-                sleep_ns((int64_t)err_backoff_ms * 1000000);
+                sleep_ns(s, (int64_t)err_backoff_ms * 1000000);
             else
                 fin_sleep(s, err_backoff_ms);
             err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
@@ -1643,7 +1645,7 @@ static void *fin_main(void *arg)
                 holder_named = 1;
             }
             /* Not woken by new signals: they cannot make the lock free sooner. */
-            sleep_ns((int64_t)busy_ms * 1000000);
+            sleep_ns(s, (int64_t)busy_ms * 1000000);
             busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
             atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
