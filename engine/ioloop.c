@@ -38,11 +38,11 @@ struct slot {
     int fd;        /* wanted descriptor, or -1 */
     unsigned want; /* wanted PAWL_IO_* interest */
     /* io_uring */
-    int armed;     /* a poll with generation gen is in the kernel */
+    int armed; /* a poll with generation gen is in the kernel */
     uint32_t gen;
     /* epoll */
-    int reg_fd;    /* descriptor registered in the epoll set, or -1 */
-    unsigned reg;  /* its registered interest */
+    int reg_fd;   /* descriptor registered in the epoll set, or -1 */
+    unsigned reg; /* its registered interest */
 };
 
 struct pawl_ioloop {

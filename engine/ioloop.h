@@ -42,11 +42,11 @@ struct pawl_ioloop_opts {
 };
 
 struct pawl_ioloop_stats {
-    uint64_t waits;    /* calls of pawl_ioloop_wait */
-    uint64_t enters;   /* system calls made by them (io_uring_enter or epoll_wait) */
-    uint64_t ctls;     /* epoll_ctl calls (epoll); poll SQEs queued (io_uring) */
-    uint64_t events;   /* socket events returned */
-    uint64_t wakeups;  /* cross-thread wake-ups consumed */
+    uint64_t waits;   /* calls of pawl_ioloop_wait */
+    uint64_t enters;  /* system calls made by them (io_uring_enter or epoll_wait) */
+    uint64_t ctls;    /* epoll_ctl calls (epoll); poll SQEs queued (io_uring) */
+    uint64_t events;  /* socket events returned */
+    uint64_t wakeups; /* cross-thread wake-ups consumed */
 };
 
 /*

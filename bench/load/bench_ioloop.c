@@ -92,7 +92,8 @@ static void run(const char *dsn, int backend, int secs, int k)
     }
     int id = pawl_pgpool_prepare(pool, "INSERT INTO pawl_bench_ioloop VALUES ($1::int)", 1, NULL);
     static struct slot slots[MAXK];
-    struct pawl_pgstmt st = {.sql = "CREATE UNLOGGED TABLE IF NOT EXISTS pawl_bench_ioloop (x int)"};
+    struct pawl_pgstmt st = {.sql =
+                                 "CREATE UNLOGGED TABLE IF NOT EXISTS pawl_bench_ioloop (x int)"};
     struct pawl_pgreq cr = {.stmts = &st, .nstmts = 1};
     pawl_pgpool_exec(pool, -1, &cr);
     struct pawl_pgstmt tr = {.sql = "TRUNCATE pawl_bench_ioloop"};
@@ -126,7 +127,8 @@ static void run(const char *dsn, int backend, int secs, int k)
         usleep(1000);
     int64_t n = __atomic_load_n(&done_n, __ATOMIC_ACQUIRE);
     qsort(lat, nlat, sizeof *lat, cmp64);
-    double p50 = nlat ? (double)lat[nlat / 2] / 1e6 : 0, p99 = nlat ? (double)lat[nlat * 99 / 100] / 1e6 : 0;
+    double p50 = nlat ? (double)lat[nlat / 2] / 1e6 : 0,
+           p99 = nlat ? (double)lat[nlat * 99 / 100] / 1e6 : 0;
     double per = n ? (double)n : 1;
     printf("%-9s %3d %9.0f %11.1f %8.3f %8.3f %9.2f %9.2f %9.2f %6lld\n",
            pawl_pgpool_io_backend(pool), k, (double)n / ((double)(t1 - t0) / 1e9),
@@ -156,8 +158,10 @@ int main(int argc, char **argv)
             dsn = argv[i];
     }
     if (dsn == NULL || secs < 1 || k < 1 || k > MAXK || rounds < 1) {
-        fprintf(stderr, "usage: bench_ioloop [DSN] [--seconds S] [--inflight K (1..%d)] "
-                        "[--rounds R] [--backend io_uring|epoll]\n", MAXK);
+        fprintf(stderr,
+                "usage: bench_ioloop [DSN] [--seconds S] [--inflight K (1..%d)] "
+                "[--rounds R] [--backend io_uring|epoll]\n",
+                MAXK);
         return 2;
     }
     lat = malloc(MAXLAT * sizeof *lat);
