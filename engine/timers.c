@@ -695,8 +695,7 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
         o = *opts;
     else
         pawl_timers_opts_defaults(&o);
-    if (out == NULL || o.backend < PAWL_TIMER_BACKEND_AUTO ||
-        o.backend > PAWL_TIMER_BACKEND_EPOLL)
+    if (out == NULL || o.backend < PAWL_TIMER_BACKEND_AUTO || o.backend > PAWL_TIMER_BACKEND_EPOLL)
         return PAWL_EINVAL;
     *out = NULL;
     int need_uring = o.require_io_uring || o.backend == PAWL_TIMER_BACKEND_IO_URING;
@@ -859,7 +858,7 @@ void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t
         w->cv = cv;
         pawl_timer_hold_(&w->t); /* ours, until we are done with it */
         if (start_ns(tm, &w->t, delay_ns, 0) == 0) {
-            pthread_cond_wait(cv, mu); /* the timer's callback broadcasts at the deadline */
+            pthread_cond_wait(cv, mu);    /* the timer's callback broadcasts at the deadline */
             pawl_timer_cancel(tm, &w->t); /* PAWL_EALREADY: it fired */
             pawl_timer_unhold_(&w->t);
             return;

@@ -98,9 +98,9 @@ struct pawl_pgpool {
     pthread_t thread;
     struct pawl_ioloop *loop; /* sockets, deadlines and wake-ups; owned by the I/O thread */
     int self_kick;            /* I/O thread only: its callbacks queued requests */
-    atomic_int stop;      /* set by free(); read by the I/O thread after each wakeup */
-    atomic_int nready;    /* connections READY; relaxed, informational */
-    atomic_llong pending; /* requests submitted and not completed */
+    atomic_int stop;          /* set by free(); read by the I/O thread after each wakeup */
+    atomic_int nready;        /* connections READY; relaxed, informational */
+    atomic_llong pending;     /* requests submitted and not completed */
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* signalled when a connection becomes READY or fails (for new) */
