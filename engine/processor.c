@@ -55,6 +55,7 @@
 
 #include "metrics.h"
 #include "segment.h"
+#include "timers.h"
 #include "trigger.h"
 
 #include "pawl/checkpoint.h"
@@ -529,10 +530,8 @@ static void *coord_main(void *arg)
                     request_release(k);
                 released_all = 1;
             }
-            struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_REALTIME, 50 * 1000000);
             if (p->done == NULL)
-                pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000);
             pthread_mutex_unlock(&p->mu);
             continue;
         }
@@ -602,9 +601,7 @@ static void *coord_main(void *arg)
             pthread_mutex_lock(&p->mu);
             if (p->done == NULL && !p->stopping && !p->room &&
                 (p->admin_op == ADMIN_NONE || p->admin_done)) {
-                struct timespec ts;
-                pawl_timespec_in(&ts, CLOCK_REALTIME, wait_ns);
-                pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, wait_ns);
             }
             p->room = 0;
             pthread_mutex_unlock(&p->mu);
@@ -677,9 +674,8 @@ static void *extend_main(void *arg)
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
             break;
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_REALTIME, (int64_t)p->extend_ms * 1000000);
-        pthread_cond_timedwait(&p->ecv, &p->emu, &ts);
+        pawl_timed_wait(p->timers, &p->emu, &p->ecv, CLOCK_REALTIME,
+                        (int64_t)p->extend_ms * 1000000);
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
@@ -812,6 +808,16 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
         if (rc)
             goto fail;
     }
+    if (p->timers == NULL) {
+        /* Plain mode: timers only for the coordinator's and the extender's timed waits. */
+        struct pawl_timers_opts to;
+        pawl_timers_opts_defaults(&to);
+        to.backend = (enum pawl_timer_backend)opts->timer_backend;
+        to.require_io_uring = opts->require_io_uring;
+        rc = pawl_timers_new(&p->timers, NULL, &to);
+        if (rc)
+            goto fail;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->admin_cv, NULL);
@@ -921,14 +927,15 @@ void pawl_processor_free(struct pawl_processor *p)
     pawl_free(p->backoffs);
     pawl_free(p->lut);
     pawl_event_batch_fini(&p->readbuf);
+    /* Every package is done (stop waited for their release cycles): nothing is queued. The
+     * timers go first: their thread may still hold the timed waits' mutexes. */
+    pawl_timers_free(p->timers);
     pthread_cond_destroy(&p->ecv);
     pthread_mutex_destroy(&p->emu);
     pthread_mutex_destroy(&p->dispatch_mu);
     pthread_cond_destroy(&p->admin_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
-    /* Every package is done (stop waited for their release cycles): nothing is queued. */
-    pawl_timers_free(p->timers);
     pawl_pool_free(p->pool);
     pawl_free(p->units);
     pawl_free(p->h);

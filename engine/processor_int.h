@@ -106,7 +106,8 @@ struct pawl_processor {
     int mode; /* enum pawl_ckpt_mode */
     int64_t extend_ms;
     /* Checkpoint modes: the units, and the runtime pool and timers their continuations and
-     * time-outs run on (package steps themselves run on seg_pool below). */
+     * time-outs run on (package steps themselves run on seg_pool below). The timers exist in
+     * plain mode too (without a pool): the coordinator's and the extender's timed waits. */
     struct pawl_ckpt_unit *units;
     size_t nunits;
     struct pawl_pool *pool;

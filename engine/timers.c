@@ -206,11 +206,13 @@ static void enqueue(struct pawl_timers *tm, struct pawl_timer *t)
     }
 }
 
-int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
-                     int64_t period_ms)
+static int start_ns(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ns,
+                    int64_t period_ns)
 {
-    if (tm == NULL || t == NULL || delay_ms < 0 || period_ms < 0 || t->_task.fn != timer_task)
+    if (tm == NULL || t == NULL || delay_ns < 0 || period_ns < 0 || t->_task.fn != timer_task)
         return PAWL_EINVAL;
+    if (t->_inline ? period_ns != 0 : tm->pool == NULL)
+        return PAWL_EINVAL; /* inline timers are one-shot; others need the pool */
     /* Acquire: pairs with pawl_timers_free. */
     if (__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE))
         return PAWL_ESHUTDOWN;
@@ -226,8 +228,8 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
             return PAWL_EBUSY;
         }
         /* Relaxed: published by the release CAS on the state word below. */
-        __atomic_store_n(&t->_delay_ns, delay_ms * 1000000, __ATOMIC_RELAXED);
-        __atomic_store_n(&t->_period_ns, period_ms * 1000000, __ATOMIC_RELAXED);
+        __atomic_store_n(&t->_delay_ns, delay_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&t->_period_ns, period_ns, __ATOMIC_RELAXED);
         uint64_t ns = (((s >> 2) + 1) << 2) | ST_ARMED;
         /* Seq_cst: see the _cb_inflight comment; also releases delay and period. */
         if (__atomic_compare_exchange_n(&t->_state, &s, ns, false, __ATOMIC_SEQ_CST,
@@ -239,6 +241,15 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
     enqueue(tm, t);
     pawl_timer_unhold_(t);
     return 0;
+}
+
+int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
+                     int64_t period_ms)
+{
+    if (delay_ms < 0 || period_ms < 0 || delay_ms > INT64_MAX / 1000000 ||
+        period_ms > INT64_MAX / 1000000)
+        return PAWL_EINVAL;
+    return start_ns(tm, t, delay_ms * 1000000, period_ms * 1000000);
 }
 
 int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
@@ -447,6 +458,13 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                                             __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
                 /* Relaxed: statistics. */
                 __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+                if (t->_inline) {
+                    /* Runtime-internal: the callback runs here, on the timers thread, and is
+                     * short (it wakes a waiter); the op's hold covers it. */
+                    t->_cb(t, t->_arg, 0);
+                    pawl_timer_unhold_(t);
+                    return;
+                }
                 /* A restart may expire again before the pool has dequeued the callback of
                  * this one: queueing the same task twice would corrupt the queue. The flag
                  * says "queued, not yet dequeued" (timer_task clears it first thing); an
@@ -671,13 +689,13 @@ static int epoll_setup(struct pawl_timers *tm)
 int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
                     const struct pawl_timers_opts *opts)
 {
+    /* pool may be NULL: then only runtime-internal inline timers (pawl_timed_cond) run here. */
     struct pawl_timers_opts o;
     if (opts)
         o = *opts;
     else
         pawl_timers_opts_defaults(&o);
-    if (out == NULL || pool == NULL || o.backend < PAWL_TIMER_BACKEND_AUTO ||
-        o.backend > PAWL_TIMER_BACKEND_EPOLL)
+    if (out == NULL || o.backend < PAWL_TIMER_BACKEND_AUTO || o.backend > PAWL_TIMER_BACKEND_EPOLL)
         return PAWL_EINVAL;
     *out = NULL;
     int need_uring = o.require_io_uring || o.backend == PAWL_TIMER_BACKEND_IO_URING;
@@ -799,4 +817,56 @@ void pawl_timers_free(struct pawl_timers *tm)
     pawl_free(tm->due);
     pawl_free(tm->set);
     pawl_free(tm);
+}
+
+/* ---- timed condition-variable waits on the timers ---- */
+
+struct timed_wait {
+    struct pawl_timer t;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+};
+
+static void timed_wait_fire(struct pawl_timer *t, void *arg, int status)
+{
+    (void)t;
+    (void)status;
+    struct timed_wait *w = arg;
+    pthread_mutex_lock(w->mu);
+    pthread_cond_broadcast(w->cv);
+    pthread_mutex_unlock(w->mu);
+}
+
+static void timed_wait_idle(struct pawl_timer *t)
+{
+    pawl_free(PAWL_CONTAINER_OF(t, struct timed_wait, t)); /* nobody references it any more */
+}
+
+void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                     clockid_t clock, int64_t delay_ns)
+{
+    if (delay_ns < 0)
+        delay_ns = 0;
+    /* On the heap: the timers thread may still hold it after we return (a removal in flight);
+     * the last hold frees it. */
+    struct timed_wait *w = tm ? pawl_malloc(sizeof *w) : NULL;
+    if (w) {
+        pawl_timer_init(&w->t, timed_wait_fire, w);
+        w->t._inline = 1;
+        w->t._idle_fn = timed_wait_idle;
+        w->mu = mu;
+        w->cv = cv;
+        pawl_timer_hold_(&w->t); /* ours, until we are done with it */
+        if (start_ns(tm, &w->t, delay_ns, 0) == 0) {
+            pthread_cond_wait(cv, mu);    /* the timer's callback broadcasts at the deadline */
+            pawl_timer_cancel(tm, &w->t); /* PAWL_EALREADY: it fired */
+            pawl_timer_unhold_(&w->t);
+            return;
+        }
+        pawl_timer_unhold_(&w->t); /* frees it */
+    }
+    /* No timers (shut down, or out of memory): a plain timed wait keeps the caller going. */
+    struct timespec ts;
+    pawl_timespec_in(&ts, clock, delay_ns);
+    pthread_cond_timedwait(cv, mu, &ts);
 }

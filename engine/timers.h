@@ -11,7 +11,22 @@
 
 #include "pawl/runtime.h"
 
+#include <pthread.h>
+
 void pawl_timer_hold_(struct pawl_timer *t);
 void pawl_timer_unhold_(struct pawl_timer *t); /* may call t->_idle_fn(t), which may free t */
+
+/*
+ * A condition-variable wait whose deadline is a runtime timer, so that every timed wait in the
+ * library runs on the timers (io_uring timeouts, or the timerfd fallback): the caller sleeps on
+ * cv without a timeout, and an inline one-shot timer (its callback runs on the timers thread and
+ * only broadcasts cv under mu) wakes it after delay_ns. The caller holds mu; returns after a
+ * broadcast (by anyone) or the deadline, spurious wake-ups included, like
+ * pthread_cond_timedwait. Any number of threads may wait on one cv at once. tm NULL (or shut
+ * down) falls back to pthread_cond_timedwait on clock (cv's clock). tm must be freed before mu
+ * and cv are destroyed (its thread may still be broadcasting).
+ */
+void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                     clockid_t clock, int64_t delay_ns);
 
 #endif

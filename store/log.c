@@ -35,6 +35,7 @@
 #include "pgconn.h"
 #include "schema.h"
 #include "standby.h"
+#include "timers.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -214,6 +215,7 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
+    struct pawl_timers *timers; /* every timed wait's deadline (pawl_timed_wait); no pool */
     int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
     struct pawl_standby *sb; /* read_dsn: where reads go (standby.c); NULL: the main pool */
     int stmt_read_sb;        /* READ_SQL on the standby's pool */
@@ -368,9 +370,7 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
             rc = PAWL_ETIMEDOUT;
             break;
         }
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
@@ -443,6 +443,7 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(read_max_lag_ms, 0, 3600000);
     RANGE(read_wake, 0, 1);
     RANGE(read_poll_max_ms, 1, 60000);
+    RANGE(io_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL);
 #undef RANGE
     if (o->reconnect_max_ms < o->reconnect_min_ms)
         return "reconnect_max_ms is below reconnect_min_ms";
@@ -1606,11 +1607,9 @@ static int64_t fin_interval_ns(struct pawl_store *s)
 /* Sleep up to ns on fin_cond, returning early on stop. */
 static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
 {
-    struct timespec ts;
-    pawl_timespec_in(&ts, CLOCK_MONOTONIC, ns);
     pthread_mutex_lock(&s->fin_mu);
     if (!atomic_load(&s->fin_stop))
-        pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, ns);
     pthread_mutex_unlock(&s->fin_mu);
 }
 
@@ -1620,11 +1619,13 @@ static void fin_sleep(struct pawl_store *s, int64_t ms)
 }
 
 /* Sleep ns whatever happens meanwhile (back-off while stopping: never a busy loop). */
-static void sleep_ns(int64_t ns)
+static void sleep_ns(struct pawl_store *s, int64_t ns)
 {
-    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    int64_t until = pawl_now_ns() + ns, left;
+    pthread_mutex_lock(&s->fin_mu);
+    while ((left = until - pawl_now_ns()) > 0)
+        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
+    pthread_mutex_unlock(&s->fin_mu);
 }
 
 static void on_text_result(void *ud, const PGresult *res)
@@ -1674,9 +1675,7 @@ static void *fin_main(void *arg)
                 int64_t left = next_safety - pawl_now_ns();
                 if (left <= 0)
                     break;
-                struct timespec ts;
-                pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-                pthread_cond_timedwait(&s->fin_cond, &s->fin_mu, &ts);
+                pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
             }
             atomic_store(&s->fin_waiting, 0);
             pthread_mutex_unlock(&s->fin_mu);
@@ -1728,7 +1727,7 @@ static void *fin_main(void *arg)
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
-                sleep_ns((int64_t)err_backoff_ms * 1000000);
+                sleep_ns(s, (int64_t)err_backoff_ms * 1000000);
             else
                 fin_sleep(s, err_backoff_ms);
             err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
@@ -1754,7 +1753,7 @@ static void *fin_main(void *arg)
                 holder_named = 1;
             }
             /* Not woken by new signals: they cannot make the lock free sooner. */
-            sleep_ns((int64_t)busy_ms * 1000000);
+            sleep_ns(s, (int64_t)busy_ms * 1000000);
             busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
             atomic_store(&s->fin_foreign, foreign);
             rerun = 1;
@@ -2050,9 +2049,7 @@ static int reader_sleep(struct pawl_store *s, int64_t ns)
         int64_t left = until - pawl_now_ns();
         if (left <= 0)
             break;
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_MONOTONIC, left);
-        pthread_cond_timedwait(&s->idx_cond, &s->idx_mu, &ts);
+        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
@@ -2369,9 +2366,7 @@ static void *retry_main(void *arg)
         if (next == 0) {
             pthread_cond_wait(&s->retry_cond, &s->retry_mu);
         } else {
-            struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_MONOTONIC, next - now);
-            pthread_cond_timedwait(&s->retry_cond, &s->retry_mu, &ts);
+            pawl_timed_wait(s->timers, &s->retry_mu, &s->retry_cond, CLOCK_MONOTONIC, next - now);
         }
     }
     pthread_mutex_unlock(&s->retry_mu);
@@ -2392,6 +2387,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     po.connect_timeout_ms = s->o.connect_timeout_ms;
     po.queue_timeout_ms = s->o.queue_timeout_ms;
     po.session_sql = session;
+    po.io_backend = s->o.io_backend;
     if (hooks == 1) {
         po.on_notify = on_notify;
         po.on_connect = on_listen_connect;
@@ -2486,6 +2482,17 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
     if (s->dsn == NULL || s->ring == NULL)
         goto fail;
+    struct pawl_timers_opts to;
+    pawl_timers_opts_defaults(&to);
+    to.backend = (enum pawl_timer_backend)o->io_backend;
+    rc = pawl_timers_new(&s->timers, NULL, &to);
+    if (rc != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot start the store's timers: %s",
+                     rc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(rc));
+        goto fail;
+    }
+    rc = PAWL_ENOMEM;
 
     /*
      * What pawl relies on, pinned whatever the database or role defaults say: read committed
@@ -2602,6 +2609,7 @@ fail:
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
+    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
@@ -2649,6 +2657,7 @@ void pawl_store_free(struct pawl_store *s)
         pawl_free(op->en.seqs);
         pawl_free(op);
     }
+    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);

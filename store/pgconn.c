@@ -1,8 +1,9 @@
 /*
  * pgconn.c — the pipelined connection pool (see pgconn.h for the contract).
  *
- * One I/O thread runs an epoll loop over the pool's sockets and an eventfd that submitters
- * write to. Each connection is a state machine:
+ * One I/O thread runs an event loop (engine/ioloop.h: io_uring, or epoll where io_uring is
+ * refused) over the pool's sockets, the connections' deadlines and a wake-up that submitters
+ * trigger. Each connection is a state machine:
  *
  *   DOWN --start--> CONNECTING --PQconnectPoll OK--> SETUP --session Sync--> READY
  *     ^                 | fail/timeout                  | error                 | socket/libpq
@@ -16,7 +17,7 @@
  * PQgetResult returns. A statement's results end with a NULL from PQgetResult; a Sync's result
  * (PGRES_PIPELINE_SYNC) is not followed by NULL.
  *
- * Input is consumed when epoll reports the socket readable (PQconsumeInput), and results are
+ * Input is consumed when the loop reports the socket readable (PQconsumeInput), and results are
  * taken only while PQisBusy() is false, so the thread never blocks in libpq. A connection in
  * the middle of a multi-request transaction (a NOSYNC request was its last) takes only pinned
  * requests, never shared ones, so no one else's statement lands in that transaction.
@@ -28,6 +29,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "ioloop.h"
 #include "pawl/runtime.h"
 
 #include <errno.h>
@@ -36,8 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define MAX_PREPARED 128
@@ -57,13 +57,13 @@ struct conn {
     struct pawl_pgpool *pool;
     int index;
     PGconn *pg;
-    int fd;            /* registered with epoll, or -1 */
-    uint32_t events;   /* currently registered epoll events */
+    int fd;            /* watched by the I/O loop, or -1 */
+    uint32_t events;   /* currently watched PAWL_IO_* events */
     enum cstate state; /* written by the I/O thread; read by others under the pool mutex */
     PostgresPollingStatusType poll;
     int64_t deadline_ns; /* connect timeout or end of back-off */
     int backoff_ms;
-    int want_write; /* PQflush() returned 1: wait for EPOLLOUT before writing more */
+    int want_write; /* PQflush() returned 1: wait for PAWL_IO_OUT before writing more */
     int open_txn;   /* last request sent was NOSYNC: only pinned requests may follow */
     int ninflight;  /* requests handed to libpq, not completed */
     struct pawl_pgreq *inflight_head, *inflight_tail;
@@ -96,12 +96,11 @@ struct pawl_pgpool {
     int nsession;
 
     pthread_t thread;
-    int epfd;
-    int evfd;
-    atomic_int stop;      /* set by free(); read by the I/O thread after each wakeup */
-    atomic_int woken;     /* 1 while an eventfd wakeup is outstanding (coalesces writes) */
-    atomic_int nready;    /* connections READY; relaxed, informational */
-    atomic_llong pending; /* requests submitted and not completed */
+    struct pawl_ioloop *loop; /* sockets, deadlines and wake-ups; owned by the I/O thread */
+    int self_kick;            /* I/O thread only: its callbacks queued requests */
+    atomic_int stop;          /* set by free(); read by the I/O thread after each wakeup */
+    atomic_int nready;        /* connections READY; relaxed, informational */
+    atomic_llong pending;     /* requests submitted and not completed */
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* signalled when a connection becomes READY or fails (for new) */
@@ -131,14 +130,16 @@ void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o)
     o->queue_timeout_ms = 10000;
 }
 
+/* The pool whose I/O thread this is (NULL elsewhere): a request submitted from one of its own
+ * callbacks needs no wake-up, only a loop pass that does not sleep before dispatching it. */
+static _Thread_local struct pawl_pgpool *io_self;
+
 static void wake(struct pawl_pgpool *p)
 {
-    /* acq_rel: the queue writes made under the mutex are visible before the I/O thread runs. */
-    if (atomic_exchange_explicit(&p->woken, 1, memory_order_acq_rel) == 0) {
-        uint64_t one = 1;
-        ssize_t r = write(p->evfd, &one, sizeof one);
-        (void)r;
-    }
+    if (io_self == p)
+        p->self_kick = 1;
+    else
+        pawl_ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
 }
 
 static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
@@ -209,37 +210,27 @@ static void exp_pop(struct conn *c)
     c->exp_len--;
 }
 
-/* ---- epoll registration ------------------------------------------------------------------ */
+/* ---- socket interest ---------------------------------------------------------------------- */
 
 static void reg(struct conn *c, uint32_t events)
 {
     struct pawl_pgpool *p = c->pool;
     int fd = c->pg ? PQsocket(c->pg) : -1;
-    if (fd != c->fd) {
-        if (c->fd >= 0)
-            epoll_ctl(p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* may already be closed: ignore */
-        c->fd = -1;
-        c->events = 0;
-        if (fd < 0)
-            return;
-        struct epoll_event ev = {.events = events, .data.ptr = c};
-        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
-            c->fd = fd;
-            c->events = events;
-        }
+    if (fd == c->fd && (fd < 0 || events == c->events))
         return;
+    if (pawl_ioloop_watch(p->loop, (unsigned)c->index, fd, events) != 0) {
+        PAWL_ERROR("pgconn", "%s: cannot watch connection %d's socket: %s", p->name, c->index,
+                   strerror(errno));
+        pawl_ioloop_watch(p->loop, (unsigned)c->index, -1, 0);
+        fd = -1;
     }
-    if (fd >= 0 && events != c->events) {
-        struct epoll_event ev = {.events = events, .data.ptr = c};
-        epoll_ctl(p->epfd, EPOLL_CTL_MOD, fd, &ev);
-        c->events = events;
-    }
+    c->fd = fd;
+    c->events = fd >= 0 ? events : 0;
 }
 
 static void unreg(struct conn *c)
 {
-    if (c->fd >= 0)
-        epoll_ctl(c->pool->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    pawl_ioloop_watch(c->pool->loop, (unsigned)c->index, -1, 0);
     c->fd = -1;
     c->events = 0;
 }
@@ -382,7 +373,7 @@ static void start_connect(struct conn *c)
     c->poll = PGRES_POLLING_WRITING;
     c->deadline_ns = pawl_now_ns() + (int64_t)p->o.connect_timeout_ms * 1000000;
     set_state(c, C_CONNECTING);
-    reg(c, EPOLLOUT);
+    reg(c, PAWL_IO_OUT);
 }
 
 /*
@@ -431,7 +422,7 @@ static void start_setup(struct conn *c)
         return;
     }
     c->want_write = f == 1;
-    reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
+    reg(c, PAWL_IO_IN | (c->want_write ? PAWL_IO_OUT : 0));
 }
 
 static void connect_step(struct conn *c)
@@ -439,10 +430,10 @@ static void connect_step(struct conn *c)
     c->poll = PQconnectPoll(c->pg);
     switch (c->poll) {
     case PGRES_POLLING_READING:
-        reg(c, EPOLLIN);
+        reg(c, PAWL_IO_IN);
         break;
     case PGRES_POLLING_WRITING:
-        reg(c, EPOLLOUT);
+        reg(c, PAWL_IO_OUT);
         break;
     case PGRES_POLLING_OK:
         start_setup(c);
@@ -599,7 +590,7 @@ static void dispatch(struct pawl_pgpool *p)
             }
             c->want_write = f == 1;
         }
-        reg(c, EPOLLIN | (c->want_write ? EPOLLOUT : 0));
+        reg(c, PAWL_IO_IN | (c->want_write ? PAWL_IO_OUT : 0));
     }
 }
 
@@ -818,11 +809,11 @@ static void on_io(struct conn *c, uint32_t ev)
     }
     if (c->state != C_READY && c->state != C_SETUP)
         return;
-    if (ev & (EPOLLERR | EPOLLHUP)) {
+    if (ev & PAWL_IO_ERR) {
         /* Read what is left first: the server's last error message explains the hang-up. */
         PQconsumeInput(c->pg);
     }
-    if (ev & EPOLLOUT) {
+    if (ev & PAWL_IO_OUT) {
         int f = PQflush(c->pg);
         if (f < 0) {
             conn_break(c, PQerrorMessage(c->pg));
@@ -830,7 +821,7 @@ static void on_io(struct conn *c, uint32_t ev)
         }
         c->want_write = f == 1;
     }
-    if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+    if (ev & (PAWL_IO_IN | PAWL_IO_ERR)) {
         if (!PQconsumeInput(c->pg)) {
             char msg[512];
             copy_trimmed(msg, sizeof msg, PQerrorMessage(c->pg));
@@ -910,10 +901,11 @@ static void fail_all_queued(struct pawl_pgpool *p)
 static void *io_main(void *arg)
 {
     struct pawl_pgpool *p = arg;
+    io_self = p;
     for (int i = 0; i < p->nconns; i++)
         start_connect(&p->conns[i]);
 
-    struct epoll_event evs[64];
+    struct pawl_ioev evs[MAX_CONNS];
     for (;;) {
         /* acquire: pairs with the release in pawl_pgpool_free. */
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
@@ -928,23 +920,17 @@ static void *io_main(void *arg)
         if (p->o.queue_timeout_ms > 0 &&
             atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
             next = PAWL_MIN(next, now + 50000000LL);
-        int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
-        int n = epoll_wait(p->epfd, evs, 64, timeout);
-        if (n < 0 && errno != EINTR) {
-            PAWL_ERROR("pgconn", "%s: epoll_wait: %s", p->name, strerror(errno));
+        if (p->self_kick) {
+            p->self_kick = 0;
+            next = now; /* poll only: what our callbacks queued goes out in this pass */
+        }
+        int n = pawl_ioloop_wait(p->loop, next, evs);
+        if (n < 0) {
+            PAWL_ERROR("pgconn", "%s: the I/O loop failed; the pool stops", p->name);
             break;
         }
-        for (int i = 0; i < n; i++) {
-            if (evs[i].data.ptr == NULL) {
-                uint64_t v;
-                ssize_t r = read(p->evfd, &v, sizeof v);
-                (void)r;
-                /* release: clear the flag after draining so a later submit writes again. */
-                atomic_store_explicit(&p->woken, 0, memory_order_release);
-                continue;
-            }
-            on_io(evs[i].data.ptr, evs[i].events);
-        }
+        for (int i = 0; i < n; i++)
+            on_io(&p->conns[evs[i].slot], evs[i].events);
         now = pawl_now_ns();
         for (int i = 0; i < p->nconns; i++) {
             struct conn *c = &p->conns[i];
@@ -953,6 +939,7 @@ static void *io_main(void *arg)
             else if (c->state == C_CONNECTING && now >= c->deadline_ns)
                 conn_break(c, "connect timeout");
         }
+        p->self_kick = 0; /* what callbacks queued so far goes out now */
         dispatch(p);
         expire_queue(p, now);
     }
@@ -1003,7 +990,8 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         err[0] = '\0';
     if (out == NULL || o->connections < 1 || o->connections > MAX_CONNS ||
         o->reconnect_min_ms < 1 || o->reconnect_max_ms < o->reconnect_min_ms ||
-        o->max_inflight < 1 || o->connect_timeout_ms < 1) {
+        o->max_inflight < 1 || o->connect_timeout_ms < 1 || o->io_backend < 0 ||
+        o->io_backend > PAWL_TIMER_BACKEND_EPOLL) {
         if (err && errlen)
             snprintf(err, errlen, "invalid connection pool options");
         return PAWL_EINVAL;
@@ -1015,9 +1003,8 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         pawl_calloc(1, sizeof *p + (size_t)o->connections * sizeof(struct conn));
     if (p == NULL)
         return PAWL_ENOMEM;
+    int rc_fail = PAWL_ENOMEM;
     p->o = *o;
-    p->epfd = -1;
-    p->evfd = -1;
     p->nconns = o->connections;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cond, NULL);
@@ -1043,13 +1030,15 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         p->conns[i].fd = -1;
         p->conns[i].state = C_DOWN;
     }
-    p->epfd = epoll_create1(EPOLL_CLOEXEC);
-    p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (p->epfd < 0 || p->evfd < 0)
+    struct pawl_ioloop_opts lo = {.backend = (enum pawl_timer_backend)o->io_backend};
+    int lrc = pawl_ioloop_new(&p->loop, (unsigned)p->nconns, p->name, &lo);
+    if (lrc != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot start the I/O loop: %s", p->name,
+                     lrc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(lrc));
+        rc_fail = lrc;
         goto fail;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
-        goto fail;
+    }
     /* Published before the I/O thread starts: its hooks may read *out (thread creation
      * orders this store before them). */
     *out = p;
@@ -1094,10 +1083,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     return 0;
 
 fail:
-    if (p->epfd >= 0)
-        close(p->epfd);
-    if (p->evfd >= 0)
-        close(p->evfd);
+    pawl_ioloop_free(p->loop);
     if (p->session_sql) {
         for (int i = 0; i < p->nsession; i++)
             pawl_free(p->session_sql[i]);
@@ -1108,7 +1094,7 @@ fail:
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->mu);
     pawl_free(p);
-    return PAWL_ENOMEM;
+    return rc_fail;
 }
 
 void pawl_pgpool_free(struct pawl_pgpool *p)
@@ -1117,12 +1103,9 @@ void pawl_pgpool_free(struct pawl_pgpool *p)
         return;
     /* release: the I/O thread sees stop after its next wakeup. */
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    uint64_t one = 1;
-    ssize_t w = write(p->evfd, &one, sizeof one);
-    (void)w;
+    pawl_ioloop_wake(p->loop);
     pthread_join(p->thread, NULL);
-    close(p->epfd);
-    close(p->evfd);
+    pawl_ioloop_free(p->loop);
     for (int i = 0; i < p->nconns; i++)
         pawl_free(p->conns[i].exp);
     int np = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* all published */
@@ -1231,6 +1214,18 @@ int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgr
     if (conn_index < 0)
         return PAWL_EINVAL;
     return submit(p, conn_index, req);
+}
+
+const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p)
+{
+    return pawl_ioloop_backend(p->loop);
+}
+
+void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out)
+{
+    struct pawl_ioloop_stats st;
+    pawl_ioloop_stats(p->loop, &st);
+    *out = (struct pawl_pgpool_loop_stats){st.waits, st.enters, st.ctls, st.events, st.wakeups};
 }
 
 int pawl_pgpool_size(const struct pawl_pgpool *p)

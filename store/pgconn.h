@@ -6,8 +6,9 @@
  * separate send and receive cursors: requests move from the pool's submission queue onto a
  * connection's send cursor, are written in pipeline mode without waiting for earlier results,
  * and wait on the receive cursor until their results arrive, in order. The socket is
- * non-blocking; input is consumed (PQconsumeInput) when epoll reports it readable, results are
- * taken only while PQisBusy() is false, and a PQflush() result of 1 arms EPOLLOUT: nothing
+ * non-blocking; input is consumed (PQconsumeInput) when the I/O loop (io_uring poll requests, or
+ * epoll where io_uring is refused) reports it readable, results are taken only while PQisBusy()
+ * is false, and a PQflush() result of 1 asks for write readiness: nothing
  * else is written to that connection until the socket drains. Shared requests go to the READY
  * connection with the fewest requests in flight.
  *
@@ -132,6 +133,12 @@ struct pawl_pgpool_opts {
     /* Called on the I/O thread for each NOTIFY received on any connection. */
     void (*on_notify)(void *ud, const char *channel, const char *payload);
     void *hook_ud;
+    /*
+     * The I/O loop's backend: an enum pawl_timer_backend. AUTO (default) uses io_uring unless
+     * the kernel refuses it, EPOLL forces the fallback, IO_URING fails pool creation
+     * (PAWL_ENOTSUP) when io_uring is refused.
+     */
+    int io_backend;
 };
 
 void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o);
@@ -165,6 +172,17 @@ int pawl_pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req);
  * pinned there. Use it for transactions spanning several requests (PAWL_PGREQ_NOSYNC).
  */
 int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req);
+
+/* "io_uring" or "epoll": the backend the pool's I/O loop runs on. */
+const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p);
+
+/* The I/O loop's counters (benchmarks): its waiting system calls, interest changes (epoll_ctl
+ * calls, or poll requests queued), socket events and wake-ups. Read without locking: each
+ * value is a relaxed snapshot. */
+struct pawl_pgpool_loop_stats {
+    uint64_t waits, enters, ctls, events, wakeups;
+};
+void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out);
 
 /* Number of connections; the number currently READY. */
 int pawl_pgpool_size(const struct pawl_pgpool *p);

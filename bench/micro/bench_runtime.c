@@ -12,6 +12,12 @@
  *               completed from an outside thread) and one-at-a-time latency across threads.
  *               Baseline: a mutex-protected future whose continuations go to the mutex queue.
  *   timer_arm_fire  arm B timers at delay 0 and wait until all callbacks ran; io_uring, epoll.
+ *               A deadline already past never reaches the kernel on io_uring (the timers thread
+ *               expires it itself), so this row measures the runtime's queueing, not io_uring.
+ *   timer_delay  arm B timers with a real delay (1 ms, and 1..16 ms spread) and wait until all
+ *               fired: every timer is one kernel timeout on io_uring, a heap entry behind one
+ *               timerfd on epoll. Reports the process's CPU per timer (cpu_ns_per_timer), and
+ *               how late callbacks ran after their deadline (late_us_mean, late_us_max).
  * The throughput shapes count completed tasks per executor thread (struct done, below), the
  * same way on both sides; the pool shapes also report steals, parks and futex wake-ups.
  * Run: build/bin/bench_runtime [--benchmark_filter=...] (see the README for the figures).
@@ -22,6 +28,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -713,6 +720,84 @@ static void bm_timer_arm_fire(pawl_bench_state *st, void *arg)
     ex_free(&e);
 }
 
+struct tlate {
+    struct pawl_timer t;
+    int64_t due_ns;
+};
+
+static int64_t late_sum_ns, late_max_ns;
+
+static void tlate_cb(struct pawl_timer *t, void *arg, int status)
+{
+    struct tlate *x = arg;
+    int64_t late = now_ns() - x->due_ns;
+    __atomic_fetch_add(&late_sum_ns, late, __ATOMIC_RELAXED);
+    int64_t m = __atomic_load_n(&late_max_ns, __ATOMIC_RELAXED);
+    while (late > m && !__atomic_compare_exchange_n(&late_max_ns, &m, late, 0, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED))
+        ;
+    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+}
+
+static int64_t cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+           ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+/* range(0) = backend * 100 + spread: backend 0 io_uring, 1 epoll; spread 1 = every timer 1 ms,
+ * 16 = delays spread over 1..16 ms. */
+static void bm_timer_delay(pawl_bench_state *st, void *arg)
+{
+    (void)arg;
+    int epoll = (int)pawl_bench_range(st, 0) / 100;
+    int spread = (int)pawl_bench_range(st, 0) % 100;
+    struct exec e = ex_new(0);
+    struct pawl_timers_opts o;
+    pawl_timers_opts_defaults(&o);
+    o.backend = epoll ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING;
+    struct pawl_timers *tm;
+    if (pawl_timers_new(&tm, e.pool, &o) != 0) {
+        pawl_bench_skip_with_error(st, "backend unavailable here");
+        ex_free(&e);
+        return;
+    }
+    struct tlate *t = calloc(TBATCH, sizeof(*t));
+    for (int i = 0; i < TBATCH; i++)
+        pawl_timer_init(&t[i].t, tlate_cb, &t[i]);
+    uint64_t want = 0;
+    timer_fired = 0;
+    late_sum_ns = late_max_ns = 0;
+    int64_t cpu0 = cpu_ns();
+    while (pawl_bench_keep_running(st)) {
+        for (int i = 0; i < TBATCH; i++) {
+            int64_t d = 1 + (spread > 1 ? i % spread : 0);
+            t[i].due_ns = now_ns() + d * 1000000;
+            pawl_timer_start(tm, &t[i].t, d, 0);
+        }
+        want += TBATCH;
+        /* Sleep, do not spin: the CPU counted is the timers' and the callbacks'. */
+        while (__atomic_load_n(&timer_fired, __ATOMIC_ACQUIRE) < want)
+            nanosleep(&(struct timespec){0, 200000}, NULL);
+        for (int i = 0; i < TBATCH; i++)
+            while (pawl_timer_busy(&t[i].t))
+                nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    int64_t cpu = cpu_ns() - cpu0;
+    int64_t n = pawl_bench_iterations(st) * TBATCH;
+    pawl_bench_set_items_processed(st, n);
+    pawl_bench_counter(st, "cpu_ns_per_timer", (double)cpu / (double)(n ? n : 1),
+                       PAWL_BENCH_COUNTER_PLAIN);
+    pawl_bench_counter(st, "late_us_mean", (double)late_sum_ns / 1000.0 / (double)(n ? n : 1),
+                       PAWL_BENCH_COUNTER_PLAIN);
+    pawl_bench_counter(st, "late_us_max", (double)late_max_ns / 1000.0, PAWL_BENCH_COUNTER_PLAIN);
+    pawl_timers_free(tm);
+    free(t);
+    ex_free(&e);
+}
+
 int main(int argc, char **argv)
 {
     void *BASE = (void *)1;
@@ -745,5 +830,12 @@ int main(int argc, char **argv)
     pawl_bench_use_real_time(
         pawl_bench_register("timer_arm_fire/io_uring", bm_timer_arm_fire, NULL));
     pawl_bench_use_real_time(pawl_bench_register("timer_arm_fire/epoll", bm_timer_arm_fire, BASE));
+    const char *tnames[] = {"timer_delay/io_uring/1ms", "timer_delay/epoll/1ms",
+                            "timer_delay/io_uring/1-16ms", "timer_delay/epoll/1-16ms"};
+    for (int i = 0; i < 4; i++) {
+        pawl_bench *b = pawl_bench_register(tnames[i], bm_timer_delay, NULL);
+        pawl_bench_arg(b, (i % 2) * 100 + (i < 2 ? 1 : 16));
+        pawl_bench_use_real_time(b);
+    }
     return pawl_bench_main(argc, argv);
 }

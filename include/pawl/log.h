@@ -138,6 +138,10 @@ struct pawl_store_opts {
     int read_max_lag_ms;
     int read_wake;
     int read_poll_max_ms;
+    /* The connection pools' I/O loop: an enum pawl_timer_backend. AUTO (default) runs on
+     * io_uring unless the kernel refuses it, then on epoll (logged); EPOLL forces the fallback;
+     * IO_URING makes a refusal fail pawl_store_new with PAWL_ENOTSUP. */
+    int io_backend;
 };
 
 enum { PAWL_READ_FALLBACK_PRIMARY = 0, PAWL_READ_FALLBACK_WAIT = 1 };

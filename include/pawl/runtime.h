@@ -356,10 +356,12 @@ struct pawl_timer {
     int _op;          /* 0 none, 1 armed in backend, 2 removal requested */
     int _heap_idx;    /* epoll backend: position in the deadline heap, -1 if none */
     uint64_t _missed; /* periodic expiries skipped because a callback still ran */
+    uint32_t _inline; /* runtime-internal: the one-shot callback runs on the timers thread */
 };
 
 /*
- * Start the timers thread. pool receives the callbacks and must outlive the timers object.
+ * Start the timers thread. pool receives the callbacks and must outlive the timers object (NULL:
+ * pawl_timer_start then fails with PAWL_EINVAL; the runtime uses such objects internally).
  * opts may be NULL (defaults). On success *out owns the object.
  * PAWL_ENOTSUP when io_uring is required (backend IO_URING or require_io_uring) and refused;
  * PAWL_ESYS / PAWL_ENOMEM when the thread or the epoll descriptors cannot be created.

@@ -2,7 +2,8 @@
  * test_log_pgconn.c — the pipelined connection pool against the private PostgreSQL: text and
  * prepared statements, implicit transactions and their errors, a transaction spanning several
  * pinned requests, many requests in flight, a killed backend (reconnect, in-doubt reporting)
- * and a DSN that cannot connect.
+ * and a DSN that cannot connect. Runs on the I/O loop backend PAWL_TEST_IO_BACKEND names
+ * (make test: once on the default, io_uring here, and once with the epoll fallback forced).
  */
 #include "pawl_test.h"
 
@@ -25,11 +26,17 @@ static struct pawl_pgpool *new_pool(int conns)
     o.connections = conns;
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 200;
+    o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[256];
     int rc = pawl_pgpool_new(&p, dsn, &o, 10000, err, sizeof err);
     if (rc != 0)
         fail_msg("pool: %s (%s)", pawl_strerror(rc), err);
+    /* A forced backend is the one that runs (make test runs this file once per backend). */
+    if (o.io_backend == PAWL_TIMER_BACKEND_EPOLL)
+        assert_string_equal(pawl_pgpool_io_backend(p), "epoll");
+    else if (o.io_backend == PAWL_TIMER_BACKEND_IO_URING)
+        assert_string_equal(pawl_pgpool_io_backend(p), "io_uring");
     return p;
 }
 
@@ -254,6 +261,7 @@ static void test_bad_dsn(void **state)
     struct pawl_pgpool_opts o;
     pawl_pgpool_opts_defaults(&o);
     o.connections = 1;
+    o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[512];
     int rc = pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret", &o,

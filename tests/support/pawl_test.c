@@ -113,3 +113,12 @@ double pawl_test_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+int pawl_test_io_backend(void)
+{
+    const char *v = getenv("PAWL_TEST_IO_BACKEND");
+    enum pawl_timer_backend b = PAWL_TIMER_BACKEND_AUTO;
+    if (v && v[0] && pawl_timer_backend_parse(v, &b) != 0)
+        fail_msg("PAWL_TEST_IO_BACKEND=%s: expected auto, io_uring or epoll", v);
+    return (int)b;
+}

@@ -45,6 +45,13 @@ void pawl_test_exec(const char *dsn, const char *sql);
 /* Run a query returning one int64 (the first column of the first row); fails on error. */
 int64_t pawl_test_query_i64(const char *dsn, const char *sql);
 
+/*
+ * The I/O loop backend the test run asks for (env PAWL_TEST_IO_BACKEND: "auto", "io_uring" or
+ * "epoll"; unset: auto), as an enum pawl_timer_backend. make test runs some store tests a second
+ * time with the epoll fallback forced. An unknown value fails the test.
+ */
+int pawl_test_io_backend(void);
+
 /* Milliseconds of monotonic time, for tests that time things. */
 double pawl_test_now_ms(void);
 

@@ -2,13 +2,15 @@
  * test_timer.c — timers on both backends (io_uring and timerfd+epoll), plus the fallback path
  * (io_uring refusal simulated by option) and require_io_uring. Each case runs once per backend:
  * firing within a tolerance, cancel before and at expiry, periodic timers, restart from the
- * callback, thousands of timers at once, and freeing the timers object with timers pending.
+ * callback, thousands of timers at once, and freeing the timers object with timers pending;
+ * and the timed condition-variable waits the processor and the store make on the timers.
  *
  * Tolerance: a timer must never fire early; it must fire within +TOL_MS of its deadline (the
  * machine is shared and loaded, so the bound is generous; typical lateness is printed).
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
+#include "timers.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -369,6 +371,73 @@ static void test_free_with_pending(void **state)
     }
 }
 
+struct kicker {
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+};
+
+static void *kick_main(void *arg)
+{
+    struct kicker *k = arg;
+    usleep(10000);
+    pthread_mutex_lock(k->mu);
+    pthread_cond_broadcast(k->cv);
+    pthread_mutex_unlock(k->mu);
+    return NULL;
+}
+
+/* Timed waits on the timers: never early, on time within the tolerance, woken early by a
+ * broadcast; a timers object without a pool runs them but refuses user timers. */
+static void test_timed_wait(void **state)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        struct pawl_timers_opts o;
+        pawl_timers_opts_defaults(&o);
+        o.backend = bi ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING;
+        struct pawl_timers *tm = NULL;
+        int rc = pawl_timers_new(&tm, NULL, &o);
+        if (rc == PAWL_ENOTSUP)
+            continue; /* io_uring refused here */
+        assert_int_equal(rc, 0);
+        struct rec r;
+        memset(&r, 0, sizeof r);
+        pawl_timer_init(&r.t, rec_cb, &r);
+        assert_int_equal(pawl_timer_start(tm, &r.t, 1, 0), PAWL_EINVAL); /* no pool */
+        pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+        pthread_mutex_lock(&mu);
+        int64_t worst = 0;
+        for (int i = 0; i < 40; i++) {
+            int64_t d_ns = (i % 4 + 1) * 1000000LL + (i % 3) * 250000LL;
+            int64_t t0 = pawl_now_ns();
+            pawl_timed_wait(tm, &mu, &cv, CLOCK_REALTIME, d_ns);
+            int64_t took = pawl_now_ns() - t0;
+            assert_true(took >= d_ns);
+            worst = took - d_ns > worst ? took - d_ns : worst;
+        }
+        assert_true(worst < TOL_MS * 1000000LL);
+        print_message("timed waits (%s): worst lateness %.2f ms\n", pawl_timers_backend(tm),
+                      (double)worst / 1e6);
+        struct kicker k = {&mu, &cv};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, kick_main, &k), 0);
+        int64_t t0 = pawl_now_ns();
+        pawl_timed_wait(tm, &mu, &cv, CLOCK_REALTIME, 10000000000LL); /* cancelled at wake-up */
+        assert_true(pawl_now_ns() - t0 < 5000000000LL);
+        pthread_mutex_unlock(&mu);
+        pthread_join(th, NULL);
+        pawl_timers_free(tm); /* frees the cancelled wait's record (ASan checks) */
+    }
+    /* Without timers: the plain timed wait, never early. */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    int64_t t0 = pawl_now_ns();
+    pawl_timed_wait(NULL, &mu, &cv, CLOCK_REALTIME, 2000000);
+    assert_true(pawl_now_ns() - t0 >= 2000000);
+    pthread_mutex_unlock(&mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_restart_while_callback_queued),
         cmocka_unit_test(test_thousands),
         cmocka_unit_test(test_free_with_pending),
+        cmocka_unit_test(test_timed_wait),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

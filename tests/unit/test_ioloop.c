@@ -1,0 +1,231 @@
+/*
+ * test_ioloop.c — the I/O threads' event loop on both backends (io_uring, and the epoll
+ * fallback): level-triggered readiness, write readiness, hang-up, deadlines that are honoured
+ * (never early), a wake-up from another thread, a slot moved to another descriptor (the old
+ * one's readiness is not reported), and the choice of backend when io_uring is refused.
+ */
+#include "pawl_test.h"
+
+#include "ioloop.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int uring_ok(void)
+{
+    struct pawl_ioloop *l = NULL;
+    struct pawl_ioloop_opts o = {.backend = PAWL_TIMER_BACKEND_IO_URING};
+    if (pawl_ioloop_new(&l, 1, "probe", &o) != 0)
+        return 0;
+    pawl_ioloop_free(l);
+    return 1;
+}
+
+static struct pawl_ioloop *new_loop(enum pawl_timer_backend b, unsigned nslots)
+{
+    if (b == PAWL_TIMER_BACKEND_IO_URING && !uring_ok())
+        skip(); /* reported as skipped, never as passed */
+    struct pawl_ioloop *l = NULL;
+    struct pawl_ioloop_opts o = {.backend = b};
+    assert_int_equal(pawl_ioloop_new(&l, nslots, "test", &o), 0);
+    assert_string_equal(pawl_ioloop_backend(l),
+                        b == PAWL_TIMER_BACKEND_EPOLL ? "epoll" : "io_uring");
+    return l;
+}
+
+static void pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+}
+
+static void readiness(enum pawl_timer_backend b)
+{
+    struct pawl_ioloop *l = new_loop(b, 2);
+    int sv[2];
+    pair(sv);
+    struct pawl_ioev ev[2];
+    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
+    /* Nothing to read: the wait ends at its deadline, not before it. */
+    int64_t t0 = pawl_now_ns();
+    assert_int_equal(pawl_ioloop_wait(l, t0 + 20000000, ev), 0);
+    assert_true(pawl_now_ns() - t0 >= 20000000);
+    assert_int_equal(write(sv[1], "abc", 3), 3);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(ev[0].slot, 1);
+    assert_true(ev[0].events & PAWL_IO_IN);
+    /* Not read: reported again (level-triggered), at once. */
+    t0 = pawl_now_ns();
+    assert_int_equal(pawl_ioloop_wait(l, t0 + 2000000000LL, ev), 1);
+    assert_true(ev[0].events & PAWL_IO_IN);
+    assert_true(pawl_now_ns() - t0 < 1000000000LL);
+    char buf[8];
+    assert_int_equal(read(sv[0], buf, sizeof buf), 3);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    /* Write interest: a socket with room is writable at once. */
+    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN | PAWL_IO_OUT), 0);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_true(ev[0].events & PAWL_IO_OUT);
+    assert_false(ev[0].events & PAWL_IO_IN);
+    /* Back to read interest only: no event. */
+    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    /* The peer hangs up: reported. */
+    close(sv[1]);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_true(ev[0].events & (PAWL_IO_IN | PAWL_IO_ERR));
+    struct pawl_ioloop_stats st;
+    pawl_ioloop_stats(l, &st);
+    assert_int_equal(st.events, 4);
+    assert_true(st.enters >= 1 && st.enters <= st.waits + 2);
+    assert_int_equal(pawl_ioloop_watch(l, 1, -1, 0), 0);
+    assert_int_equal(pawl_ioloop_watch(l, 2, sv[0], PAWL_IO_IN), PAWL_EINVAL);
+    close(sv[0]);
+    pawl_ioloop_free(l);
+}
+
+static void test_readiness_uring(void **state)
+{
+    (void)state;
+    readiness(PAWL_TIMER_BACKEND_IO_URING);
+}
+
+static void test_readiness_epoll(void **state)
+{
+    (void)state;
+    readiness(PAWL_TIMER_BACKEND_EPOLL);
+}
+
+/* A slot moved to another descriptor reports the new one's readiness only. */
+static void move_slot(enum pawl_timer_backend b)
+{
+    struct pawl_ioloop *l = new_loop(b, 1);
+    int a[2], c[2];
+    pair(a);
+    pair(c);
+    struct pawl_ioev ev[1];
+    assert_int_equal(pawl_ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 1000000, ev), 0); /* armed on a */
+    assert_int_equal(pawl_ioloop_watch(l, 0, c[0], PAWL_IO_IN), 0);
+    assert_int_equal(write(a[1], "x", 1), 1);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 20000000, ev), 0);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    assert_int_equal(write(c[1], "y", 1), 1);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(ev[0].slot, 0);
+    char ch;
+    assert_int_equal(read(c[0], &ch, 1), 1);
+    assert_int_equal(ch, 'y');
+    /* The old descriptor closed while watched, then the slot watches nothing. */
+    assert_int_equal(pawl_ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
+    close(a[0]);
+    assert_int_equal(pawl_ioloop_watch(l, 0, -1, 0), 0);
+    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    close(a[1]);
+    close(c[0]);
+    close(c[1]);
+    pawl_ioloop_free(l);
+}
+
+static void test_move_slot_uring(void **state)
+{
+    (void)state;
+    move_slot(PAWL_TIMER_BACKEND_IO_URING);
+}
+
+static void test_move_slot_epoll(void **state)
+{
+    (void)state;
+    move_slot(PAWL_TIMER_BACKEND_EPOLL);
+}
+
+struct waker {
+    struct pawl_ioloop *l;
+    int delay_ms;
+};
+
+static void *waker_main(void *arg)
+{
+    struct waker *w = arg;
+    usleep((useconds_t)w->delay_ms * 1000);
+    pawl_ioloop_wake(w->l);
+    pawl_ioloop_wake(w->l); /* coalesced with the first */
+    return NULL;
+}
+
+/* Another thread's wake-up ends a long wait early; wake-ups before a wait are not lost. */
+static void wakeup(enum pawl_timer_backend b)
+{
+    struct pawl_ioloop *l = new_loop(b, 1);
+    struct pawl_ioev ev[1];
+    for (int round = 0; round < 20; round++) {
+        struct waker w = {l, round % 2 ? 0 : 10};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, waker_main, &w), 0);
+        int64_t t0 = pawl_now_ns();
+        if (round % 2) /* the wake-up may well come before the wait */
+            usleep(2000);
+        int64_t until = t0 + 10000000000LL;
+        while (pawl_now_ns() < until) {
+            struct pawl_ioloop_stats st;
+            pawl_ioloop_stats(l, &st);
+            uint64_t before = st.wakeups;
+            assert_int_equal(pawl_ioloop_wait(l, until, ev), 0);
+            pawl_ioloop_stats(l, &st);
+            if (st.wakeups > before)
+                break;
+        }
+        assert_true(pawl_now_ns() - t0 < 5000000000LL);
+        pthread_join(th, NULL);
+    }
+    pawl_ioloop_free(l);
+}
+
+static void test_wakeup_uring(void **state)
+{
+    (void)state;
+    wakeup(PAWL_TIMER_BACKEND_IO_URING);
+}
+
+static void test_wakeup_epoll(void **state)
+{
+    (void)state;
+    wakeup(PAWL_TIMER_BACKEND_EPOLL);
+}
+
+/* io_uring refused: auto falls back to epoll and says why; a requirement fails. */
+static void test_refused(void **state)
+{
+    (void)state;
+    struct pawl_ioloop *l = NULL;
+    struct pawl_ioloop_opts o = {.backend = PAWL_TIMER_BACKEND_AUTO, .simulate_uring_errno = EPERM};
+    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), 0);
+    assert_string_equal(pawl_ioloop_backend(l), "epoll");
+    assert_non_null(strstr(pawl_ioloop_reason(l), "refused"));
+    assert_non_null(strstr(pawl_ioloop_reason(l), "simulated"));
+    pawl_ioloop_free(l);
+    o.backend = PAWL_TIMER_BACKEND_IO_URING;
+    l = NULL;
+    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), PAWL_ENOTSUP);
+    assert_null(l);
+    o.backend = PAWL_TIMER_BACKEND_EPOLL;
+    o.simulate_uring_errno = 0;
+    assert_int_equal(pawl_ioloop_new(&l, 0, "test", &o), PAWL_EINVAL);
+    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), 0);
+    assert_non_null(strstr(pawl_ioloop_reason(l), "option"));
+    pawl_ioloop_free(l);
+    pawl_ioloop_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_readiness_uring), cmocka_unit_test(test_readiness_epoll),
+        cmocka_unit_test(test_move_slot_uring), cmocka_unit_test(test_move_slot_epoll),
+        cmocka_unit_test(test_wakeup_uring),    cmocka_unit_test(test_wakeup_epoll),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
