@@ -1845,6 +1845,10 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     if (rc != 0 || res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (rc == 0)
             rc = PAWL_ESQL;
+        /* PW020: retention dropped the events after this position; the message names the
+         * log's start (its low-watermark). */
+        if (rc == PAWL_ESQL && strcmp(req.sqlstate, "PW020") == 0)
+            rc = PAWL_ETRUNCATED;
         memcpy(sqlstate, req.sqlstate, 6);
         sqlstate[5] = '\0';
         set_err(s, req.sqlstate, req.message[0] ? req.message : "read failed");
