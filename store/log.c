@@ -1900,7 +1900,9 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
  * again cures, rather than a real error. Reads are read-only, so running one again is always
  * safe: ECONN (the pool's lost connection or no connection within its queue timeout), the
  * server ending the session (57P01 terminated, 57P02 crash, 57P03 starting up or shutting
- * down, class 08), on a hot standby a conflict with recovery (40001), and 25P02: a read is one
+ * down, class 08), on a hot standby a conflict with recovery (40001), 55P03 (the session's
+ * lock_timeout expired while `pawl retention` held the log's lock to rotate or drop a
+ * partition), and 25P02: a read is one
  * statement in a transaction of its own, so "not run: an earlier statement failed" means it
  * was pipelined behind a request whose session the server was ending, and never ran.
  */
@@ -1912,7 +1914,8 @@ static int read_lost(int rc, const char *sqlstate)
         return 0;
     return strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "57P01") == 0 ||
            strcmp(sqlstate, "57P02") == 0 || strcmp(sqlstate, "57P03") == 0 ||
-           strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "25P02") == 0;
+           strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "25P02") == 0 ||
+           strcmp(sqlstate, "55P03") == 0;
 }
 
 /*

@@ -159,9 +159,8 @@ int tool_pgq_stream_version(const char *dsn, const char *stream, int64_t *versio
     if (c == NULL)
         return PAWL_ECONN;
     const char *v[1] = {stream};
-    PGresult *r = query(c, "SELECT coalesce(max(stream_seq), 0) FROM pawl.events "
-                           "WHERE stream_id = $1",
-                        1, v, err, errlen);
+    /* Its dropped events count too (retention keeps each stream's last dropped number). */
+    PGresult *r = query(c, "SELECT pawl_api.stream_version($1)", 1, v, err, errlen);
     int rc = PAWL_ESQL;
     if (r) {
         *version = int_at(r, 0, 0);
