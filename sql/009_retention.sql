@@ -181,6 +181,17 @@ BEGIN
        AND a.base <= hi
        AND a.base + a.n > lo
      ORDER BY 1;
+    -- A drop that committed after the look above and before the query took its lock: the rows
+    -- it dropped are missing from the result. Its watermark is visible now; fail naming it.
+    IF after_index < pawl_api.first_index() - 1 THEN
+        w := pawl_api.first_index();
+        RAISE EXCEPTION 'pawl: the log starts at index % (retention dropped the events below '
+            'it); cannot read after index %', w, after_index
+            USING ERRCODE = 'PW020',
+                  DETAIL = format('low_watermark=%s after_index=%s', w, after_index),
+                  HINT = format('read from index %s on (after %s), or reload the archive', w,
+                                w - 1);
+    END IF;
 END
 $fn$;
 
