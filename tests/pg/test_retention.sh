@@ -108,8 +108,9 @@ check "the log's disk size dropped" $?
 # Reads below the watermark fail naming it; at it they work; indexes above are unchanged.
 "$PAWL" tail --from 3 --count 1 >"$tmp/below.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q "starts at index $w" "$tmp/below.out"
-check "a read below the watermark fails naming it (exit $rc)" $?
+[ $rc -ne 0 ] && grep -q "starts at index $w" "$tmp/below.out" &&
+    grep -q "retention dropped these events (below the low-watermark)" "$tmp/below.out"
+check "a read below the watermark fails naming it, PAWL_ETRUNCATED (exit $rc)" $?
 psql "$DSN" -qAtc "SELECT * FROM pawl_api.read(2, 1)" >"$tmp/below_sql.out" 2>&1
 grep -q "PW020\|starts at index $w" "$tmp/below_sql.out" || grep -q "starts at index $w" "$tmp/below_sql.out"
 check "pawl_api.read below the watermark raises naming it" $?
@@ -156,6 +157,20 @@ check "the reloaded events equal the dropped ones" $?
 jq -r '[.stream, .seq] | @tsv' "$tmp/reloaded.jsonl" |
     awk -F'\t' '{ if ($1 in s && $2 != s[$1] + 1) bad = 1; s[$1] = $2 } END { exit bad }'
 check "in the second log every stream is in sequence order" $?
+
+# An append whose REPEATABLE READ snapshot predates a rotation is refused (it could not see
+# the rows the rotation closed in), so no stream number is written twice across partitions.
+psql "$DSN" -qAt -v ON_ERROR_STOP=0 >"$tmp/rr.out" 2>&1 <<EOF
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM pawl.runs;
+\! PAWL_DSN="$DSN" "$PAWL" retention --rotate --execute
+SELECT pawl_api.append('rr-1', 'T', '\x00'::bytea);
+ROLLBACK;
+EOF
+grep -q "rotated: new appends go to" "$tmp/rr.out" && grep -q "retry the transaction" "$tmp/rr.out"
+check "a REPEATABLE READ append older than a rotation fails with a serialization failure" $?
+[ "$(psql "$DSN" -qAtc "SELECT pawl_api.append('rr-1', 'T', '\x00'::bytea)")" = 1 ]
+check "the retried append goes through" $?
 
 kill -INT "$run_pid" "$follow_pid" 2>/dev/null
 wait "$run_pid" "$follow_pid" 2>/dev/null
