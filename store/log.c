@@ -2062,10 +2062,17 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             atomic_fetch_add_explicit(&s->rd_reconnects, 1, memory_order_relaxed);
             char e[512];
             pawl_store_last_error(s, e, sizeof e);
-            PAWL_WARN("log",
-                      "read: lost the connection while reading after index %lld (%s): reading "
-                      "again once the pool has reconnected",
-                      (long long)after, e);
+            if (strcmp(ss, "55P03") == 0)
+                PAWL_WARN("log",
+                          "read: the log's lock was held too long while reading after index "
+                          "%lld (%s; `pawl retention` rotating or dropping a partition): "
+                          "reading again",
+                          (long long)after, e);
+            else
+                PAWL_WARN("log",
+                          "read: lost the connection while reading after index %lld (%s): "
+                          "reading again once the pool has reconnected",
+                          (long long)after, e);
         }
         int limit = s->o.read_retry_timeout_ms;
         if (limit > 0 && now - since >= (int64_t)limit * 1000000) {
