@@ -44,7 +44,7 @@ gen old 3000 | "$PAWL" append --wait >/dev/null
 check "3000 events appended" $?
 
 # Load: an appender, a follower from the start, a processor.
-"$PAWL" append --generate --rate 400 --duration 20s --streams 50 --progress off \
+"$PAWL" append --generate --rate 400 --duration 15s --streams 50 --progress off \
     >"$tmp/gen.out" 2>"$tmp/gen.err" &
 gen_pid=$!
 pids+=($gen_pid)
