@@ -1965,6 +1965,10 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     if (rc != 0 || res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (rc == 0)
             rc = PAWL_ESQL;
+        /* PW020: retention dropped the events after this position; the message names the
+         * log's start (its low-watermark). */
+        if (rc == PAWL_ESQL && strcmp(req.sqlstate, "PW020") == 0)
+            rc = PAWL_ETRUNCATED;
         memcpy(sqlstate, req.sqlstate, 6);
         sqlstate[5] = '\0';
         set_err(s, req.sqlstate, req.message[0] ? req.message : "read failed");
@@ -2016,7 +2020,9 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
  * again cures, rather than a real error. Reads are read-only, so running one again is always
  * safe: ECONN (the pool's lost connection or no connection within its queue timeout), the
  * server ending the session (57P01 terminated, 57P02 crash, 57P03 starting up or shutting
- * down, class 08), on a hot standby a conflict with recovery (40001), and 25P02: a read is one
+ * down, class 08), on a hot standby a conflict with recovery (40001), 55P03 (the session's
+ * lock_timeout expired while `pawl retention` held the log's lock to rotate or drop a
+ * partition), and 25P02: a read is one
  * statement in a transaction of its own, so "not run: an earlier statement failed" means it
  * was pipelined behind a request whose session the server was ending, and never ran.
  */
@@ -2028,7 +2034,8 @@ static int read_lost(int rc, const char *sqlstate)
         return 0;
     return strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "57P01") == 0 ||
            strcmp(sqlstate, "57P02") == 0 || strcmp(sqlstate, "57P03") == 0 ||
-           strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "25P02") == 0;
+           strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "25P02") == 0 ||
+           strcmp(sqlstate, "55P03") == 0;
 }
 
 /*
@@ -2216,10 +2223,17 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             atomic_fetch_add_explicit(&s->rd_reconnects, 1, memory_order_relaxed);
             char e[512];
             pawl_store_last_error(s, e, sizeof e);
-            PAWL_WARN("log",
-                      "read: lost the connection while reading after index %lld (%s): reading "
-                      "again once the pool has reconnected",
-                      (long long)after, e);
+            if (strcmp(ss, "55P03") == 0)
+                PAWL_WARN("log",
+                          "read: the log's lock was held too long while reading after index "
+                          "%lld (%s; `pawl retention` rotating or dropping a partition): "
+                          "reading again",
+                          (long long)after, e);
+            else
+                PAWL_WARN("log",
+                          "read: lost the connection while reading after index %lld (%s): "
+                          "reading again once the pool has reconnected",
+                          (long long)after, e);
         }
         int limit = s->o.read_retry_timeout_ms;
         if (limit > 0 && now - since >= (int64_t)limit * 1000000) {

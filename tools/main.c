@@ -123,6 +123,20 @@ static const struct tool_cmd commands[] = {
      "extended for --claim-timeout (its node died) does not count. The processor name is taken "
      "from the command line only.",
      cmd_delete, 1},
+    {"retention", PAWL_SCOPE_RETENTION,
+     "[--before INDEX [--archive FILE] [--force]] [--rotate] [--execute]",
+     "Drop or archive the log's oldest events, a partition at a time",
+     "Without --before, lists the partitions of the log (xid range, indexes, events, bytes). "
+     "--before INDEX moves the log's start (its low-watermark) to INDEX: reads after an index "
+     "below INDEX - 1 then fail naming it (PAWL_ETRUNCATED), and every partition whose events "
+     "all lie below it is dropped, giving its space back; indexes at and above it do not "
+     "change. With --archive FILE the events below INDEX are first written to FILE (which must "
+     "not exist) as JSON lines that `pawl append` loads into another log, and fsynced. Refused "
+     "(exit 4) while a processor's token is below INDEX - 1, unless --force. --rotate first "
+     "closes the partition that receives new appends, so that a later retention can drop it: "
+     "rotate regularly (daily, say). Prints what it would do and changes nothing unless "
+     "--execute is given.",
+     cmd_retention, 1},
     {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "

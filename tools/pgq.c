@@ -159,9 +159,8 @@ int tool_pgq_stream_version(const char *dsn, const char *stream, int64_t *versio
     if (c == NULL)
         return PAWL_ECONN;
     const char *v[1] = {stream};
-    PGresult *r = query(c, "SELECT coalesce(max(stream_seq), 0) FROM pawl.events "
-                           "WHERE stream_id = $1",
-                        1, v, err, errlen);
+    /* Its dropped events count too (retention keeps each stream's last dropped number). */
+    PGresult *r = query(c, "SELECT pawl_api.stream_version($1)", 1, v, err, errlen);
     int rc = PAWL_ESQL;
     if (r) {
         *version = int_at(r, 0, 0);
@@ -191,6 +190,148 @@ int tool_pgq_event_index(const char *dsn, const char *stream, int64_t seq, int64
             *index = int_at(r, 0, 0);
         PQclear(r);
         rc = 0;
+    }
+    PQfinish(c);
+    return rc;
+}
+
+/* Like query, with the SQLSTATE of a failure in state (6 bytes). */
+static PGresult *query_st(PGconn *c, const char *sql, int n, const char *const *v, char *state,
+                          char *err, size_t errlen)
+{
+    PGresult *r = PQexecParams(c, sql, n, NULL, v, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+        const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        snprintf(state, 6, "%s", ss ? ss : "");
+        const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+        snprintf(err, errlen, "%s", msg && msg[0] ? msg : PQerrorMessage(c));
+        size_t l = strlen(err);
+        while (l > 0 && err[l - 1] == '\n')
+            err[--l] = '\0';
+        PQclear(r);
+        return NULL;
+    }
+    state[0] = '\0';
+    return r;
+}
+
+int tool_pgq_retention_plan(const char *dsn, int64_t w, struct tool_part_row **rows, size_t *n,
+                            int64_t *first, int64_t *last, char *slow, size_t slowlen,
+                            char *err, size_t errlen)
+{
+    *rows = NULL;
+    *n = 0;
+    if (slow && slowlen)
+        slow[0] = '\0';
+    PGconn *c = connect_db(dsn, err, errlen);
+    if (c == NULL)
+        return PAWL_ECONN;
+    char ws[24];
+    snprintf(ws, sizeof ws, "%lld", (long long)w);
+    const char *v[1] = {ws};
+    int rc = PAWL_ESQL;
+    PGresult *r = query(c,
+                        "SELECT relname, coalesce(lo::text, ''), coalesce(hi::text, ''), "
+                        "min_index, max_index, coalesce(events, 0), bytes, finalized, drops "
+                        "FROM pawl.retention_plan($1::int8)",
+                        1, v, err, errlen);
+    if (r == NULL)
+        goto out;
+    size_t m = (size_t)PQntuples(r);
+    struct tool_part_row *out = calloc(m ? m : 1, sizeof *out);
+    if (out == NULL) {
+        PQclear(r);
+        rc = PAWL_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < m; i++) {
+        int row = (int)i;
+        snprintf(out[i].name, sizeof out[i].name, "%s", PQgetvalue(r, row, 0));
+        snprintf(out[i].lo, sizeof out[i].lo, "%s", PQgetvalue(r, row, 1));
+        snprintf(out[i].hi, sizeof out[i].hi, "%s", PQgetvalue(r, row, 2));
+        out[i].min_index = int_at(r, row, 3);
+        out[i].max_index = int_at(r, row, 4);
+        out[i].events = int_at(r, row, 5);
+        out[i].bytes = int_at(r, row, 6);
+        out[i].finalized = PQgetvalue(r, row, 7)[0] == 't';
+        out[i].drops = PQgetvalue(r, row, 8)[0] == 't';
+    }
+    PQclear(r);
+    *rows = out;
+    *n = m;
+    r = query(c, "SELECT pawl_api.first_index(), pawl_api.last_index()", 0, NULL, err, errlen);
+    if (r == NULL)
+        goto out;
+    *first = int_at(r, 0, 0);
+    *last = int_at(r, 0, 1);
+    PQclear(r);
+    if (slow && slowlen && w > 0) {
+        r = query(c,
+                  "SELECT coalesce(string_agg(format('%s at token %s', processor, t), ', ' "
+                  "ORDER BY processor), '') FROM (SELECT processor, min(token) AS t "
+                  "FROM pawl.tokens GROUP BY 1 HAVING min(token) < $1::int8 - 1) s",
+                  1, v, err, errlen);
+        if (r == NULL)
+            goto out;
+        snprintf(slow, slowlen, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    rc = 0;
+out:
+    if (rc != 0) {
+        free(*rows);
+        *rows = NULL;
+        *n = 0;
+    }
+    PQfinish(c);
+    return rc;
+}
+
+int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size_t errlen)
+{
+    part[0] = '\0';
+    PGconn *c = connect_db(dsn, err, errlen);
+    if (c == NULL)
+        return PAWL_ECONN;
+    int rc = PAWL_ESQL;
+    PGresult *r = query(c, "SELECT coalesce(pawl.rotate(), '')", 0, NULL, err, errlen);
+    if (r) {
+        snprintf(part, partlen, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        rc = 0;
+    }
+    PQfinish(c);
+    return rc;
+}
+
+int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *parts,
+                            int64_t *bytes, char *err, size_t errlen)
+{
+    *parts = 0;
+    *bytes = 0;
+    PGconn *c = connect_db(dsn, err, errlen);
+    if (c == NULL)
+        return PAWL_ECONN;
+    char ws[24], state[6];
+    snprintf(ws, sizeof ws, "%lld", (long long)w);
+    const char *v[2] = {ws, force ? "true" : "false"};
+    int rc = PAWL_ESQL;
+    PGresult *r = query_st(c,
+                           "SELECT count(*), coalesce(sum(bytes), 0) "
+                           "FROM pawl.retention_drop($1::int8, $2::boolean)",
+                           2, v, state, err, errlen);
+    if (r) {
+        *parts = int_at(r, 0, 0);
+        *bytes = int_at(r, 0, 1);
+        PQclear(r);
+        rc = 0;
+    } else if (strcmp(state, "PW021") == 0) {
+        rc = PAWL_EBUSY;
+    } else if (strcmp(state, "22023") == 0) {
+        rc = PAWL_EINVAL;
+    } else if (PQstatus(c) != CONNECTION_OK) {
+        rc = PAWL_ECONN;
     }
     PQfinish(c);
     return rc;

@@ -46,7 +46,8 @@ extern "C" {
     X(PAWL_ENOTFOUND, -19, "not found")                                                            \
     X(PAWL_EBUSY, -20, "busy")                                                                     \
     X(PAWL_ERANGE, -21, "value out of range")                                                      \
-    X(PAWL_EPERM, -22, "permission denied")
+    X(PAWL_EPERM, -22, "permission denied")                                                        \
+    X(PAWL_ETRUNCATED, -23, "retention dropped these events (below the low-watermark)")
 
 enum pawl_error {
 #define PAWL_ERROR_ENUM_(name, value, text) name = value,
