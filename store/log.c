@@ -1002,7 +1002,8 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     struct append_op *op = req->ud;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 &&
+    /* Still running, or the check's own connection was lost (it is read-only: ask again). */
+    if (((rc == 0 && strcmp(op->xact_status, "in progress") == 0) || rc == PAWL_ECONN) &&
         ++op->resolve_tries < RESOLVE_TRIES && start_resolve(op) == 0)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
@@ -1606,7 +1607,8 @@ static void group_resolve_done(struct pawl_pgreq *req, int rc)
 {
     struct append_group *g = req->ud;
     struct pawl_store *s = g->s;
-    if (rc == 0 && strcmp(g->xact_status, "in progress") == 0 &&
+    /* Still running, or the check's own connection was lost (it is read-only: ask again). */
+    if (((rc == 0 && strcmp(g->xact_status, "in progress") == 0) || rc == PAWL_ECONN) &&
         ++g->resolve_tries < RESOLVE_TRIES && group_resolve_start(g) == 0)
         return;
     if (rc == 0 && g->partial && strcmp(g->xact_status, "aborted") != 0)
