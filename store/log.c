@@ -94,6 +94,9 @@ static const char RESOLVE_SQL[] =
     " pg_sleep(CASE WHEN x.st = 'in progress' THEN 0.02 ELSE 0 END)"
     " FROM (SELECT pg_xact_status($1::xid8) AS st) x";
 #define RESOLVE_TRIES 100
+/* A check that itself failed (its connection lost, no connection within queue_timeout_ms)
+ * uses a third of the budget: at most three such failures before "unknown outcome". */
+#define RESOLVE_ERROR_COST 34
 
 static const char READ_SQL[] =
     "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
@@ -1003,8 +1006,10 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
     /* Still running, or the check's own connection was lost (it is read-only: ask again). */
-    if (((rc == 0 && strcmp(op->xact_status, "in progress") == 0) || rc == PAWL_ECONN) &&
-        ++op->resolve_tries < RESOLVE_TRIES && start_resolve(op) == 0)
+    if (((rc == 0 && strcmp(op->xact_status, "in progress") == 0) ||
+         (rc != 0 && rc != PAWL_ESHUTDOWN)) &&
+        (op->resolve_tries += rc == 0 ? 1 : RESOLVE_ERROR_COST) < RESOLVE_TRIES &&
+        start_resolve(op) == 0)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
@@ -1607,9 +1612,12 @@ static void group_resolve_done(struct pawl_pgreq *req, int rc)
 {
     struct append_group *g = req->ud;
     struct pawl_store *s = g->s;
-    /* Still running, or the check's own connection was lost (it is read-only: ask again). */
-    if (((rc == 0 && strcmp(g->xact_status, "in progress") == 0) || rc == PAWL_ECONN) &&
-        ++g->resolve_tries < RESOLVE_TRIES && group_resolve_start(g) == 0)
+    /* Still running, or the check itself failed (its connection was lost, say): it is
+     * read-only, so ask again, a bounded number of times. */
+    if (((rc == 0 && strcmp(g->xact_status, "in progress") == 0) ||
+         (rc != 0 && rc != PAWL_ESHUTDOWN)) &&
+        (g->resolve_tries += rc == 0 ? 1 : RESOLVE_ERROR_COST) < RESOLVE_TRIES &&
+        group_resolve_start(g) == 0)
         return;
     if (rc == 0 && g->partial && strcmp(g->xact_status, "aborted") != 0)
         group_in_doubt_finish(g, NULL, "the transaction's state could not be verified");
