@@ -142,6 +142,7 @@ static void *ceil_main(void *arg)
     snprintf(n, sizeof n, "%d", a->batch);
     int64_t next = 1;
     unsigned streams = 0;
+    snprintf(sid, sizeof sid, "ceil-%d-%u-%ld", a->id, streams++, (long)time(NULL));
     while (!atomic_load(a->stop)) {
         if (a->batch == 1 || next > 100000) {
             /* One-event rows spread over many streams, as pawl's random ones. */
