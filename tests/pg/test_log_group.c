@@ -11,7 +11,8 @@
  *     order = sequence order after finalization;
  *   - server kills mid-group: connections terminated while groups are in flight: no
  *     duplicate, no partial append, every caller told (committed, not committed, or unknown
- *     outcome), and the store appends again afterwards.
+ *     outcome), and the store appends again afterwards;
+ *   - linger: with --append-group-linger-us an append waits for company, bounded.
  */
 #include "pawl_test.h"
 
@@ -347,6 +348,50 @@ static void test_group_server_kill(void **state)
     pawl_store_free(k_store);
 }
 
+/* --append-group-linger-us: an append that finds a connection free waits (at most that long)
+ * for company; what arrives meanwhile joins its group. */
+static void test_group_linger(void **state)
+{
+    (void)state;
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.connections = 1;
+    o.append_group_linger_us = 50000;
+    struct pawl_store *s = NULL;
+    char err[512];
+    if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0)
+        fail_msg("store: %s", err);
+    static struct outcome out[20];
+    double t0 = pawl_test_now_ms();
+    for (int i = 0; i < 20; i++) {
+        struct pawl_event e = {.stream_id = "linger", .type = "t", .payload = "p",
+                               .payload_len = 1};
+        assert_int_equal(pawl_append_async(s, &e, 1, on_done, &out[i]), 0);
+    }
+    pawl_store_drain(s);
+    double took = pawl_test_now_ms() - t0;
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(out[i].rc, 0);
+        assert_int_equal(out[i].first_seq, i + 1);
+    }
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    print_message("linger: 20 appends in %lld groups, %.1f ms\n", (long long)st.append_groups,
+                  took);
+    assert_true(took >= 45.0);           /* the first append waited for company */
+    assert_true(st.append_groups <= 2); /* and the others joined it */
+    pawl_store_free(s);
+
+    /* Out of range: refused, naming the option. */
+    o.append_group_linger_us = 100001;
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_non_null(strstr(err, "append_group_linger_us"));
+    pawl_store_opts_defaults(&o);
+    o.append_group_max = 0;
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_non_null(strstr(err, "append_group_max"));
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("log_group");
@@ -359,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_group_order),
         cmocka_unit_test(test_group_concurrent_conflicts),
         cmocka_unit_test(test_group_server_kill),
+        cmocka_unit_test(test_group_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
