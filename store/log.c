@@ -1329,7 +1329,7 @@ static int op_stream_before(const struct append_op *a, const struct append_op *b
 }
 
 /*
- * Order a group's appends by their first stream, keeping submission order among appends to
+ * Order a group of single-stream appends by stream, keeping submission order among appends to
  * the same stream (a stable insertion sort). Concurrent groups then take their streams' index
  * entries in one order, so two groups sharing streams wait for one another's commit instead of
  * deadlocking (which lock_timeout would break up at 100 ms a time). Order across different
@@ -1337,6 +1337,13 @@ static int op_stream_before(const struct append_op *a, const struct append_op *b
  */
 static void group_sort(struct append_group *g)
 {
+    /* An append to several streams could be moved past a later append to one of its other
+     * streams: such groups keep submission order. ($1's element count: bytes 12..15.) */
+    for (size_t i = 0; i < g->n; i++) {
+        const unsigned char *h = (const unsigned char *)g->ops[i]->en.values[0] + 12;
+        if (h[0] != 0 || h[1] != 0 || h[2] != 0 || h[3] != 1)
+            return;
+    }
     for (size_t i = 1; i < g->n; i++) {
         struct append_op *op = g->ops[i];
         size_t j = i;
