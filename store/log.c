@@ -37,6 +37,7 @@
 #include "standby.h"
 #include "timers.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -95,6 +96,9 @@ static const char RESOLVE_SQL[] =
     " pg_sleep(CASE WHEN x.st = 'in progress' THEN 0.02 ELSE 0 END)"
     " FROM (SELECT pg_xact_status($1::xid8) AS st) x";
 #define RESOLVE_TRIES 100
+/* A check that itself failed (its connection lost, no connection within queue_timeout_ms)
+ * uses a third of the budget: at most three such failures before "unknown outcome". */
+#define RESOLVE_ERROR_COST 34
 
 static const char READ_SQL[] =
     "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
@@ -236,6 +240,16 @@ struct pawl_store {
     atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
     const char *main_session[7];
     char lock_sql[48];
+
+    /* Group append: ops waiting for a group (FIFO through next_q), the groups not in flight,
+     * and how many are (at most grp_limit = connections). All under grp_mu. */
+    pthread_mutex_t grp_mu;
+    struct append_op *grp_head, *grp_tail;
+    size_t grp_queued;
+    struct append_group *grp_free;
+    int grp_inflight, grp_limit;
+    atomic_llong grp_linger_due; /* linger: when the retry thread starts a group (0: none) */
+    atomic_llong groups_ok, groups_appends;
 
     /* Async appends. */
     pthread_mutex_t op_mu;
@@ -397,6 +411,8 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->append_finalizes = 0;
     o->append_lock_timeout_ms = 100;
     o->append_lock_wait_ms = 30000;
+    o->append_group_max = 256;
+    o->append_group_linger_us = 0;
     o->listen = 1;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;
@@ -431,6 +447,8 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(append_finalizes, 0, 1);
     RANGE(append_lock_timeout_ms, 0, 600000);
     RANGE(append_lock_wait_ms, 0, 3600000);
+    RANGE(append_group_max, 1, 10000);
+    RANGE(append_group_linger_us, 0, 100000);
     RANGE(listen, 0, 1);
     RANGE(reconnect_min_ms, 1, 60000);
     RANGE(reconnect_max_ms, 1, 60000);
@@ -702,6 +720,7 @@ struct append_op {
     pawl_append_fn cb;
     void *ud;
     struct append_op *next_free; /* also the delayed-retry list */
+    struct append_op *next_q;    /* the group queue (grp_mu) */
 };
 
 static struct append_op *op_get(struct pawl_store *s)
@@ -1064,8 +1083,11 @@ static void resolve_done(struct pawl_pgreq *req, int rc)
     struct append_op *op = req->ud;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
-    if (rc == 0 && strcmp(op->xact_status, "in progress") == 0 &&
-        ++op->resolve_tries < RESOLVE_TRIES && start_resolve(op) == 0)
+    /* Still running, or the check's own connection was lost (it is read-only: ask again). */
+    if (((rc == 0 && strcmp(op->xact_status, "in progress") == 0) ||
+         (rc != 0 && rc != PAWL_ESHUTDOWN)) &&
+        (op->resolve_tries += rc == 0 ? 1 : RESOLVE_ERROR_COST) < RESOLVE_TRIES &&
+        start_resolve(op) == 0)
         return;
     if (rc == 0 && strcmp(op->xact_status, "committed") == 0) {
         res.rc = 0;
@@ -1216,7 +1238,15 @@ static void op_done(struct pawl_pgreq *req, int rc)
     op_finish(op, &res);
 }
 
+static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn);
+
 static int submit_op(struct pawl_store *s, struct append_op *op)
+{
+    return submit_op_on(s, op, -1);
+}
+
+/* Submit op as its own transaction, on connection conn (< 0: the least loaded one). */
+static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
 {
     op->en.rows = -1;
     op->en.head1 = -1;
@@ -1262,7 +1292,502 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
     op->req.nstmts = k;
     op->req.on_done = op_done;
     op->req.ud = op;
-    return pawl_pgpool_submit(s->main, &op->req);
+    return conn < 0 ? pawl_pgpool_submit(s->main, &op->req)
+                    : pawl_pgpool_submit_on(s->main, conn, &op->req);
+}
+
+/* ---- group append -------------------------------------------------------------------------- */
+
+/*
+ * A group: the appends that queued while earlier groups were in flight, sent as one request: one
+ * pawl.append statement per append, back to back, in one implicit transaction (one commit, one
+ * WAL flush). Each statement is exactly the append it would be alone, in a transaction that has
+ * appended already: it continues the transaction's k and updates its k = 0 row (event count and
+ * ticket). That is sql/006's "several appends in one transaction" case, whose events are one
+ * unit with contiguous indexes in the order appended; the finalizer and readers see nothing
+ * new. A statement whose stream is not at its expected version writes nothing and returns 0,
+ * and the statements after it go on: a conflict fails that append alone. The statements run in
+ * queue order and each head lookup sees the earlier statements' rows (its own transaction), so
+ * appends to one stream in a group get their numbers in submission order.
+ *
+ * At most grp_limit (= connections) groups are in flight. An append that finds a group free
+ * goes at once, alone (no added latency at low load); appends that arrive while every group is
+ * in flight queue, and the next group to finish takes up to append_group_max of them. Errors:
+ * see group_done. A group is owned by the store (grp_free) when idle, by the pool from submit
+ * to group_done, then by group_done (and its in-doubt check) until group_release.
+ */
+struct append_group {
+    struct pawl_store *s;
+    struct pawl_pgreq req;
+    struct fin_out fin; /* the piggybacked finalization's result (append_finalizes) */
+    const char *fin_vals[1];
+    long long acked_at_submit;
+    int retries;
+    int conn; /* the connection the last attempt ran on */
+    size_t n; /* ops */
+    char xid[24];
+    char xact_status[16];
+    int resolve_tries;
+    int partial; /* the check runs without every append's result: only "aborted" is conclusive */
+    char n_be[4];
+    const char *resolve_vals[5];
+    int resolve_lens[5];
+    int resolve_fmts[5];
+    struct append_group *next_free;
+    struct pawl_pgstmt *stmts; /* [append_group_max + 1] */
+    struct append_op **ops;    /* [append_group_max], in queue (submission) order */
+};
+
+static struct append_group *group_new(struct pawl_store *s)
+{
+    size_t m = (size_t)s->o.append_group_max;
+    struct append_group *g = pawl_calloc(1, sizeof *g + (m + 1) * sizeof(struct pawl_pgstmt) +
+                                                m * sizeof(struct append_op *));
+    if (g == NULL)
+        return NULL;
+    g->s = s;
+    g->stmts = (struct pawl_pgstmt *)(g + 1);
+    g->ops = (struct append_op **)(g->stmts + m + 1);
+    return g;
+}
+
+/* Move up to append_group_max queued ops, oldest first, into a free group. grp_mu held. NULL
+ * when nothing is queued or every group is in flight. */
+static struct append_group *group_take_locked(struct pawl_store *s)
+{
+    if (s->grp_head == NULL || s->grp_inflight >= s->grp_limit || s->grp_free == NULL)
+        return NULL;
+    struct append_group *g = s->grp_free;
+    s->grp_free = g->next_free;
+    s->grp_inflight++;
+    size_t n = 0, max = (size_t)s->o.append_group_max;
+    while (s->grp_head != NULL && n < max) {
+        struct append_op *op = s->grp_head;
+        s->grp_head = op->next_q;
+        op->next_q = NULL;
+        g->ops[n++] = op;
+    }
+    if (s->grp_head == NULL)
+        s->grp_tail = NULL;
+    s->grp_queued -= n;
+    g->n = n;
+    g->retries = 0;
+    assert(n >= 1 && s->grp_inflight <= s->grp_limit);
+    return g;
+}
+
+/* Give g back and take the next group from what queued meanwhile (NULL: none). */
+static struct append_group *group_release(struct pawl_store *s, struct append_group *g)
+{
+    pthread_mutex_lock(&s->grp_mu);
+    assert(s->grp_inflight > 0);
+    g->next_free = s->grp_free;
+    s->grp_free = g;
+    s->grp_inflight--;
+    struct append_group *next = group_take_locked(s);
+    pthread_mutex_unlock(&s->grp_mu);
+    return next;
+}
+
+static void group_done(struct pawl_pgreq *req, int rc);
+
+/* An op's first stream (the encoded $1's first element), for ordering a group. */
+static const char *op_stream(const struct append_op *op, uint32_t *len)
+{
+    const unsigned char *p = (const unsigned char *)op->en.values[0] + 20;
+    *len = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+    return (const char *)p + 4;
+}
+
+static int op_stream_before(const struct append_op *a, const struct append_op *b)
+{
+    uint32_t la, lb;
+    const char *sa = op_stream(a, &la), *sb = op_stream(b, &lb);
+    int c = memcmp(sa, sb, la < lb ? la : lb);
+    return c < 0 || (c == 0 && la < lb);
+}
+
+/*
+ * Order a group of single-stream appends by stream, keeping submission order among appends to
+ * the same stream (a stable insertion sort). Concurrent groups then take their streams' index
+ * entries in one order, so two groups sharing streams wait for one another's commit instead of
+ * deadlocking (which lock_timeout would break up at 100 ms a time). Order across different
+ * streams within a transaction is no promise: what holds is per-stream order and one unit.
+ */
+static void group_sort(struct append_group *g)
+{
+    /* An append to several streams could be moved past a later append to one of its other
+     * streams: such groups keep submission order. ($1's element count: bytes 12..15.) */
+    for (size_t i = 0; i < g->n; i++) {
+        const unsigned char *h = (const unsigned char *)g->ops[i]->en.values[0] + 12;
+        if (h[0] != 0 || h[1] != 0 || h[2] != 0 || h[3] != 1)
+            return;
+    }
+    for (size_t i = 1; i < g->n; i++) {
+        struct append_op *op = g->ops[i];
+        size_t j = i;
+        while (j > 0 && op_stream_before(op, g->ops[j - 1])) {
+            g->ops[j] = g->ops[j - 1];
+            j--;
+        }
+        g->ops[j] = op;
+    }
+}
+
+static int group_send(struct append_group *g);
+
+static void group_start(struct pawl_store *s, struct append_group *g)
+{
+    (void)s;
+    group_sort(g);
+}
+
+static int group_send(struct append_group *g)
+{
+    struct pawl_store *s = g->s;
+    int k = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct append_op *op = g->ops[i];
+        op->en.rows = -1;
+        op->en.head1 = -1;
+        op->en.xid[0] = '\0';
+        op->en.seqs_ok = 0;
+        /* The last statement's result is flushed before the Sync commits: the client has
+         * every append's outcome (and the xid) before the commit can be in doubt. The first
+         * one's too, so that a connection lost mid-group still leaves the xid to check. */
+        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                             .nparams = 8,
+                                             .values = op->en.values,
+                                             .lengths = op->en.lengths,
+                                             .formats = op->en.formats,
+                                             .on_result = on_insert_result,
+                                             .ud = op,
+                                             .flush_after = i == 0 || i + 1 == g->n};
+    }
+    g->fin.appends = g->fin.events = g->fin.last = -2;
+    g->fin_vals[0] = s->fin_batch_text;
+    if (s->o.append_finalizes)
+        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                             .nparams = 1,
+                                             .values = g->fin_vals,
+                                             .on_result = on_fin_result,
+                                             .ud = &g->fin};
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    g->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    memset(&g->req, 0, sizeof g->req);
+    g->req.stmts = g->stmts;
+    g->req.nstmts = k;
+    g->req.on_done = group_done;
+    g->req.ud = g;
+    return pawl_pgpool_submit(s->main, &g->req);
+}
+
+static void op_fail(struct append_op *op, int rc, const char *sqlstate, const char *msg)
+{
+    struct pawl_append_result res;
+    memset(&res, 0, sizeof res);
+    res.rc = rc;
+    snprintf(res.sqlstate, sizeof res.sqlstate, "%s", sqlstate ? sqlstate : "");
+    snprintf(res.message, sizeof res.message, "%s", msg);
+    op_finish(op, &res);
+}
+
+/* Submit g; if the pool refuses (closing), fail its appends and go on with the next group. */
+static void group_run(struct pawl_store *s, struct append_group *g)
+{
+    while (g != NULL) {
+        group_start(s, g);
+        if (group_send(g) == 0)
+            return;
+        for (size_t i = 0; i < g->n; i++)
+            op_fail(g->ops[i], PAWL_ESHUTDOWN, "", "not appended: store closing");
+        g = group_release(s, g);
+    }
+}
+
+static void group_enqueue(struct pawl_store *s, struct append_op *op)
+{
+    struct append_group *g = NULL;
+    int arm = 0;
+    op->next_q = NULL;
+    pthread_mutex_lock(&s->grp_mu);
+    if (s->grp_tail != NULL)
+        s->grp_tail->next_q = op;
+    else
+        s->grp_head = op;
+    s->grp_tail = op;
+    s->grp_queued++;
+    if (s->o.append_group_linger_us == 0 || s->grp_queued >= (size_t)s->o.append_group_max)
+        g = group_take_locked(s);
+    /* relaxed: grp_linger_due is only set under grp_mu; the retry thread re-reads it under
+     * retry_mu after the signal below. */
+    else if (s->grp_inflight < s->grp_limit &&
+             atomic_load_explicit(&s->grp_linger_due, memory_order_relaxed) == 0) {
+        atomic_store_explicit(&s->grp_linger_due,
+                              pawl_now_ns() + (int64_t)s->o.append_group_linger_us * 1000,
+                              memory_order_relaxed);
+        arm = 1;
+    }
+    pthread_mutex_unlock(&s->grp_mu);
+    if (arm) {
+        pthread_mutex_lock(&s->retry_mu);
+        pthread_cond_signal(&s->retry_cond);
+        pthread_mutex_unlock(&s->retry_mu);
+    }
+    group_run(s, g);
+}
+
+/* Linger expired (retry thread): start a group with what queued, if a group is free. */
+static void group_linger_fire(struct pawl_store *s)
+{
+    pthread_mutex_lock(&s->grp_mu);
+    atomic_store_explicit(&s->grp_linger_due, 0, memory_order_relaxed); /* under grp_mu */
+    struct append_group *g = group_take_locked(s);
+    pthread_mutex_unlock(&s->grp_mu);
+    group_run(s, g);
+}
+
+/* A committed group's append: its statement's result says what it did. */
+static void op_deliver(struct append_op *op)
+{
+    struct pawl_append_result res;
+    memset(&res, 0, sizeof res);
+    if (op->en.rows == (int64_t)op->n) {
+        res.rc = 0;
+        enc_seqs(&op->en, &res);
+    } else if (op->en.rows == 0) {
+        res.rc = PAWL_ECONFLICT;
+        snprintf(res.message, sizeof res.message,
+                 "a stream is not at the expected version (stream_seq - 1 of its first event)");
+    } else {
+        res.rc = PAWL_ESQL;
+        snprintf(res.message, sizeof res.message,
+                 "pawl.append returned %lld rows for %zu events", (long long)op->en.rows,
+                 op->n);
+    }
+    op_finish(op, &res);
+}
+
+/* Hand op the group's failure as if it had run alone: op_done's retries, lock waits and
+ * messages. Only for failures that say the same about every append of the group. */
+static void op_as_single(struct append_op *op, const struct pawl_pgreq *greq, int rc)
+{
+    memset(&op->req, 0, sizeof op->req);
+    op->req.ud = op;
+    op->req.failed_stmt = greq->failed_stmt;
+    op->req.conn_index = greq->conn_index;
+    memcpy(op->req.sqlstate, greq->sqlstate, sizeof op->req.sqlstate);
+    memcpy(op->req.message, greq->message, sizeof op->req.message);
+    op->fin.appends = -2; /* no piggybacked run of its own */
+    op_done(&op->req, rc);
+}
+
+static void on_group_resolve_result(void *ud, const PGresult *res)
+{
+    struct append_group *g = ud;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        snprintf(g->xact_status, sizeof g->xact_status, "%s", PQgetvalue(res, 0, 0));
+}
+
+static void group_resolve_done(struct pawl_pgreq *req, int rc);
+
+/*
+ * The connection died after the group's COMMIT was sent. When every append's result arrived
+ * (the last one is flushed before the commit), ask on a fresh connection whether the
+ * transaction committed: RESOLVE_SQL with the group's xid, its first writing append's first
+ * event (which holds k = 0) and the events the group wrote (that row's n). When only some
+ * results arrived (the xid is in the first), ask anyway: "aborted" still settles every append
+ * (partial). -1: nothing to ask.
+ */
+static int group_resolve_start(struct append_group *g)
+{
+    struct pawl_store *s = g->s;
+    struct append_op *first = NULL;
+    int64_t written = 0;
+    g->xid[0] = '\0';
+    g->partial = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct append_op *op = g->ops[i];
+        if (op->en.rows < 0)
+            g->partial = 1;
+        if (g->xid[0] == '\0' && op->en.xid[0] != '\0')
+            memcpy(g->xid, op->en.xid, sizeof g->xid);
+        if (op->en.rows == (int64_t)op->n) {
+            written += op->en.rows;
+            if (first == NULL)
+                first = op;
+        }
+    }
+    if (g->partial) {
+        first = g->ops[0];
+        written = 0; /* matches no k = 0 row: a "committed" answer stays unverified */
+    }
+    if (first == NULL || g->xid[0] == '\0' || written > INT32_MAX)
+        return -1;
+    put32(g->n_be, (uint32_t)written);
+    static const int from[5] = {-1, 0, 4, 5, -1};
+    for (int i = 0; i < 5; i++) {
+        g->resolve_vals[i] = i == 0 ? g->xid : i == 4 ? g->n_be : first->en.values[from[i]];
+        g->resolve_lens[i] = i == 0 ? 0 : i == 4 ? 4 : first->en.lengths[from[i]];
+        g->resolve_fmts[i] = i == 0 ? 0 : 1;
+    }
+    g->xact_status[0] = '\0';
+    g->stmts[0] = (struct pawl_pgstmt){.prepared = s->stmt_resolve,
+                                       .nparams = 5,
+                                       .values = g->resolve_vals,
+                                       .lengths = g->resolve_lens,
+                                       .formats = g->resolve_fmts,
+                                       .on_result = on_group_resolve_result,
+                                       .ud = g};
+    memset(&g->req, 0, sizeof g->req);
+    g->req.stmts = g->stmts;
+    g->req.nstmts = 1;
+    g->req.flags = PAWL_PGREQ_READONLY;
+    g->req.on_done = group_resolve_done;
+    g->req.ud = g;
+    return pawl_pgpool_submit(s->main, &g->req);
+}
+
+/*
+ * Tell every append of an in-doubt group its outcome. status: the transaction's, as checked
+ * ("committed", "aborted", "reused"), or NULL when unknown (why: the reason).
+ */
+static void group_in_doubt_finish(struct append_group *g, const char *status, const char *why)
+{
+    int all_none = 1; /* every append's result arrived and none wrote: nothing can be lost */
+    for (size_t i = 0; i < g->n; i++)
+        if (g->ops[i]->en.rows != 0)
+            all_none = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct append_op *op = g->ops[i];
+        char msg[256];
+        if (all_none) {
+            op_deliver(op); /* conflicts against committed rows: real ones */
+        } else if (status != NULL && strcmp(status, "committed") == 0) {
+            if (op->en.rows >= 0) {
+                op_deliver(op);
+            } else {
+                snprintf(msg, sizeof msg,
+                         "connection lost during commit of a group; its transaction %s "
+                         "committed but this append's result did not arrive: unknown outcome",
+                         g->xid);
+                op_fail(op, PAWL_EINDOUBT, "", msg);
+            }
+        } else if (status != NULL &&
+                   (strcmp(status, "aborted") == 0 || strcmp(status, "reused") == 0)) {
+            snprintf(msg, sizeof msg,
+                     "connection lost during commit; the server reports the group's transaction "
+                     "%s %s: not committed",
+                     g->xid, strcmp(status, "aborted") == 0 ? "aborted" : "gone (restarted)");
+            op_fail(op, PAWL_ECONN, "", msg);
+        } else if (op->en.rows == 0) {
+            /* It wrote nothing, whatever became of the others. */
+            op_fail(op, PAWL_ECONN, "",
+                    "connection lost during commit of a group; this append wrote nothing: not "
+                    "committed");
+        } else {
+            snprintf(msg, sizeof msg,
+                     "connection lost during commit of a group of %zu appends (transaction "
+                     "%s); its outcome could not be checked (%s): unknown outcome",
+                     g->n, g->xid[0] ? g->xid : "unknown", why);
+            op_fail(op, PAWL_EINDOUBT, "", msg);
+        }
+    }
+}
+
+static void group_resolve_done(struct pawl_pgreq *req, int rc)
+{
+    struct append_group *g = req->ud;
+    struct pawl_store *s = g->s;
+    /* Still running, or the check itself failed (its connection was lost, say): it is
+     * read-only, so ask again, a bounded number of times. */
+    if (((rc == 0 && strcmp(g->xact_status, "in progress") == 0) ||
+         (rc != 0 && rc != PAWL_ESHUTDOWN)) &&
+        (g->resolve_tries += rc == 0 ? 1 : RESOLVE_ERROR_COST) < RESOLVE_TRIES &&
+        group_resolve_start(g) == 0)
+        return;
+    if (rc == 0 && g->partial && strcmp(g->xact_status, "aborted") != 0)
+        group_in_doubt_finish(g, NULL, "the transaction's state could not be verified");
+    else if (rc == 0 && (strcmp(g->xact_status, "committed") == 0 ||
+                         strcmp(g->xact_status, "aborted") == 0 ||
+                         strcmp(g->xact_status, "reused") == 0))
+        group_in_doubt_finish(g, g->xact_status, NULL);
+    else
+        group_in_doubt_finish(g, NULL, rc == 0 ? g->xact_status : pawl_strerror(rc));
+    group_run(s, group_release(s, g));
+}
+
+/*
+ * A group's request finished. Committed: each append gets its statement's outcome (written, or
+ * a conflict that wrote nothing). A group of one: exactly a single append's handling. Otherwise
+ * the transaction rolled back as a whole (nothing half-written), and:
+ *   - lock_timeout, a lost connection before the commit, shutdown: each append is handled as
+ *     if it had failed alone (lock waits retry it alone, off the pipeline);
+ *   - a deadlock, a serialization failure, or a unique violation (another transaction took a
+ *     sequence number first): the whole group runs again, up to ANY_RETRIES times (an append
+ *     with explicit versions then finds the new head and fails alone as a conflict);
+ *   - any other error (one append's bad metadata, say): every append runs again alone, in
+ *     order, pinned to one connection, so that only the culprit fails and the others keep
+ *     their order;
+ *   - in doubt (the connection died after the commit was sent): the transaction's fate is
+ *     checked (group_resolve_start); nothing is run again, so nothing is appended twice, and
+ *     an append whose fate cannot be learned is told PAWL_EINDOUBT ("unknown outcome").
+ */
+static void group_done(struct pawl_pgreq *req, int rc)
+{
+    struct append_group *g = req->ud;
+    struct pawl_store *s = g->s;
+    g->conn = req->conn_index;
+    if (rc == 0) {
+        if (g->fin.appends >= 0) {
+            /* The piggybacked run committed with this transaction. */
+            if (g->fin.appends > 0) {
+                /* relaxed: statistics. */
+                atomic_fetch_add_explicit(&s->fin_piggy, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&s->fin_appends, g->fin.appends, memory_order_relaxed);
+                atomic_fetch_add_explicit(&s->fin_events, g->fin.events, memory_order_relaxed);
+            }
+            if (g->fin.last > 0)
+                raise_index(s, g->fin.last);
+            record_delays(s, g->acked_at_submit, pawl_now_ns());
+        }
+        /* relaxed: statistics. */
+        atomic_fetch_add_explicit(&s->groups_ok, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->groups_appends, (long long)g->n, memory_order_relaxed);
+        for (size_t i = 0; i < g->n; i++)
+            op_deliver(g->ops[i]);
+    } else if (g->n == 1 || rc == PAWL_ECONN || rc == PAWL_ESHUTDOWN ||
+               (rc == PAWL_ESQL && strcmp(req->sqlstate, "55P03") == 0)) {
+        for (size_t i = 0; i < g->n; i++)
+            op_as_single(g->ops[i], req, rc);
+    } else if (rc == PAWL_ESQL) {
+        int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
+                        strcmp(req->sqlstate, "40001") == 0 ||
+                        strcmp(req->sqlstate, "23505") == 0;
+        if (retryable && g->retries < ANY_RETRIES) {
+            g->retries++;
+            /* relaxed: statistics. */
+            atomic_fetch_add_explicit(&s->retries, 1, memory_order_relaxed);
+            if (group_send(g) == 0)
+                return;
+            for (size_t i = 0; i < g->n; i++)
+                op_fail(g->ops[i], PAWL_ESHUTDOWN, "", "not appended: store closing");
+        } else {
+            for (size_t i = 0; i < g->n; i++) {
+                struct append_op *op = g->ops[i];
+                op->lock_wait_start = 0;
+                if (submit_op_on(s, op, g->conn) != 0)
+                    op_fail(op, PAWL_ESHUTDOWN, "", "not appended: store closing");
+            }
+        }
+    } else {
+        assert(rc == PAWL_EINDOUBT);
+        g->resolve_tries = 0;
+        if (group_resolve_start(g) == 0)
+            return; /* group_resolve_done finishes it, holding its slot meanwhile */
+        group_in_doubt_finish(g, NULL, "not every append's result arrived before the loss");
+    }
+    group_run(s, group_release(s, g));
 }
 
 static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size_t n,
@@ -1309,6 +1834,10 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
     op->cb = cb;
     op->ud = ud;
     op->t_submit = pawl_now_ns();
+    if (s->o.append_group_max > 1) {
+        group_enqueue(s, op);
+        return 0;
+    }
     rc = submit_op(s, op);
     if (rc != 0) {
         op_put(s, op);
@@ -2334,6 +2863,8 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
         pawl_standby_stats(s->sb, &st->standby_reads, &st->standby_fallback_reads,
                            &st->standby_episodes, &st->standby_fallback_active,
                            &st->standby_replay_delay_ms);
+    st->append_groups = LD(groups_ok);
+    st->append_groups_appends = LD(groups_appends);
 #undef LD
 }
 
@@ -2375,6 +2906,16 @@ static void *retry_main(void *arg)
             pthread_mutex_lock(&s->retry_mu);
             continue;
         }
+        /* relaxed: set under grp_mu and signalled under retry_mu, which we hold. */
+        int64_t ldue = atomic_load_explicit(&s->grp_linger_due, memory_order_relaxed);
+        if (ldue != 0 && ldue <= now) {
+            pthread_mutex_unlock(&s->retry_mu);
+            group_linger_fire(s);
+            pthread_mutex_lock(&s->retry_mu);
+            continue;
+        }
+        if (ldue != 0 && (next == 0 || ldue < next))
+            next = ldue;
         if (s->retry_stop)
             break;
         if (next == 0) {
@@ -2491,7 +3032,16 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     cond_init_mono(&s->fin_cond);
     pthread_mutex_init(&s->retry_mu, NULL);
     cond_init_mono(&s->retry_cond);
+    pthread_mutex_init(&s->grp_mu, NULL);
     rc = PAWL_ENOMEM;
+    s->grp_limit = o->connections;
+    for (int i = 0; i < s->grp_limit; i++) {
+        struct append_group *g = group_new(s);
+        if (g == NULL)
+            goto fail;
+        g->next_free = s->grp_free;
+        s->grp_free = g;
+    }
     s->dsn = pawl_strdup(dsn);
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
     if (s->dsn == NULL || s->ring == NULL)
@@ -2628,6 +3178,12 @@ fail:
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    while (s->grp_free) {
+        struct append_group *g = s->grp_free;
+        s->grp_free = g->next_free;
+        pawl_free(g);
+    }
+    pthread_mutex_destroy(&s->grp_mu);
     pthread_cond_destroy(&s->retry_cond);
     pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
@@ -2676,6 +3232,12 @@ void pawl_store_free(struct pawl_store *s)
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
+    while (s->grp_free) {
+        struct append_group *g = s->grp_free;
+        s->grp_free = g->next_free;
+        pawl_free(g);
+    }
+    pthread_mutex_destroy(&s->grp_mu);
     pthread_cond_destroy(&s->retry_cond);
     pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);

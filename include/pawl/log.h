@@ -97,6 +97,18 @@ struct pawl_store_opts {
     /* Such retries stop after this long in total: the append fails with PAWL_ETIMEDOUT (sqlstate
      * 55P03) and a message naming the stream. 0..3600000 ms, default 30000. */
     int append_lock_wait_ms;
+    /* Group append: appends submitted while earlier ones are in flight are combined into one
+     * transaction (one commit, one WAL flush), at most this many appends per group; each
+     * append keeps its own expected versions (a conflict fails that append alone) and appends
+     * to one stream keep their submission order within a group. At most `connections` groups
+     * are in flight; a group takes what queued meanwhile, so an append alone never waits for
+     * company. 1: no grouping (each append its own transaction, pipelined). 1..10000,
+     * default 256. */
+    int append_group_max;
+    /* The longest an append waits for others to join its group when a connection is free
+     * (an upper bound: a group that reaches append_group_max goes at once). 0..100000 µs,
+     * default 0 (no linger: group only what queued while the previous group was in flight). */
+    int append_group_linger_us;
     /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
     int listen;
     /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
@@ -395,6 +407,9 @@ struct pawl_log_stats {
     int64_t standby_reads, standby_fallback_reads, standby_episodes;
     int standby_fallback_active;
     double standby_replay_delay_ms;
+    /* Group append: transactions that committed appends of this store (a group is one), and
+     * the appends they carried (append_groups_appends / append_groups: the mean group size). */
+    int64_t append_groups, append_groups_appends;
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */

@@ -642,6 +642,9 @@ static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
     o.finalizer_min_interval_us = 1000;
     o.finalizer_latency_share_pct = share_pct;
     o.finalizer_max_interval_us = 20000;
+    /* One transaction per append: the queue of 3000 commits is the load this measures (group
+     * append would commit them in a few dozen transactions). */
+    o.append_group_max = 1;
     struct pawl_store *s = open_store_with(&o);
     int errors = 0;
     char sid[32];
