@@ -67,6 +67,7 @@ extern "C" {
 struct pawl_segment; /* pawl/processor.h: { uint32_t id; uint32_t mask; } */
 struct pawl_future;  /* pawl/runtime.h: a one-shot future carrying an int64 or an error */
 struct pawl_trigger; /* opaque, below */
+struct pawl_event;   /* pawl/event.h */
 
 /* A request for the last token the segment has consumed, resolved when the request is taken. */
 #define PAWL_TOKEN_LATEST INT64_MAX
@@ -136,6 +137,16 @@ struct pawl_checkpointing {
      * After this call the trigger is inert.
      */
     struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg, int64_t up_to);
+
+    /*
+     * Optional (NULL: nothing to do). Called on the segment's worker when an event of the
+     * segment is parked as a dead letter (pawl/processor.h, "Dead letters"), in the batch
+     * that parks it: for the checkpoint protocol a parked event counts as handled, so a unit
+     * that tracks events in flight (a barrier) must stop waiting for it. ev is borrowed for
+     * the call. A batch that rolls back is handled again, so a unit may hear of the same event
+     * more than once; the stored token never covers a parked event before that batch commits.
+     */
+    void (*on_event_parked)(void *self, struct pawl_segment seg, const struct pawl_event *ev);
 };
 
 /*
