@@ -349,8 +349,7 @@ static void dl_batch_committed(struct pkg *k, int64_t end)
     struct pawl_processor *p = k->p;
     if (k->batch_letters) {
         atomic_fetch_add_explicit(&p->st_letters, k->batch_letters, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->st_dead_streams, k->batch_new_streams,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->st_dead_streams, k->batch_new_streams, memory_order_relaxed);
         pawl_metric_add(PAWL_M_DEAD_LETTERS, k->batch_letters);
     }
     k->batch_letters = 0;
@@ -468,8 +467,8 @@ static int dl_maybe_park(struct pkg *k, struct pawl_txn *txn, const struct pawl_
     return 1;
 }
 
-static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e,
-                        size_t pos, int dead_letter);
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
+                        int dead_letter);
 
 /* Retry stream's letters: hand them to the handlers in one transaction with the un-park. 0
  * (done, or the retry failed and was recorded: the stream stays parked), or a store error. */
@@ -481,8 +480,8 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
     size_t n = 0;
     int rc = t->ops->dl_show(t, p->name, stream, &rows, &n);
     if (rc) {
-        PAWL_WARN(MOD, "%s: segment %u: reading the letters of %s failed: %s", p->name,
-                  k->seg.id, stream, t->ops->errmsg(t));
+        PAWL_WARN(MOD, "%s: segment %u: reading the letters of %s failed: %s", p->name, k->seg.id,
+                  stream, t->ops->errmsg(t));
         return rc;
     }
     if (n == 0) {
@@ -544,14 +543,13 @@ static int dl_service(struct pkg *k)
     size_t n = 0;
     int rc = t->ops->dl_segment(t, p->name, k->seg, &rows, &n);
     if (rc) {
-        PAWL_WARN(MOD, "%s: segment %u: reading its parked streams failed: %s", p->name,
-                  k->seg.id, t->ops->errmsg(t));
+        PAWL_WARN(MOD, "%s: segment %u: reading its parked streams failed: %s", p->name, k->seg.id,
+                  t->ops->errmsg(t));
         return rc;
     }
     dl_clear(k);
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = dl_add(k, rows[i].stream_id, pawl_stream_hash(rows[i].stream_id),
-                    rows[i].first_index);
+        rc = dl_add(k, rows[i].stream_id, pawl_stream_hash(rows[i].stream_id), rows[i].first_index);
     for (size_t i = 0; i < n && rc == 0; i++)
         if (rows[i].retry_requested)
             rc = dl_retry_stream(k, rows[i].stream_id);
@@ -788,8 +786,8 @@ static int pkg_fill(struct pkg *k)
     return 0;
 }
 
-static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e,
-                        size_t pos, int dead_letter)
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
+                        int dead_letter)
 {
     struct pawl_processor *p = k->p;
     struct pawl_event_ctx ctx = {
@@ -858,8 +856,8 @@ static void counted_rollback(struct pawl_txn *t)
     (void)t; /* the processor rolls the batch back when a handler fails */
 }
 
-static const struct pawl_txn_ops counted_ops = {counted_exec, counted_store, counted_commit,
-                                                 counted_rollback, NULL, NULL};
+static const struct pawl_txn_ops counted_ops = {counted_exec,     counted_store, counted_commit,
+                                                counted_rollback, NULL,          NULL};
 
 static int pkg_batch(struct pkg *k)
 {

@@ -759,8 +759,9 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     if (opts->dead_letter_attempts > 0 &&
         (tokens->ops->dl_segment == NULL || tokens->ops->dl_show == NULL ||
          tokens->ops->dl_retry_failed == NULL)) {
-        PAWL_ERROR(MOD, "%s: dead_letter_attempts = %u needs a token store with dead letters "
-                        "(PostgreSQL)",
+        PAWL_ERROR(MOD,
+                   "%s: dead_letter_attempts = %u needs a token store with dead letters "
+                   "(PostgreSQL)",
                    opts->name, opts->dead_letter_attempts);
         return PAWL_ENOTSUP;
     }

@@ -751,9 +751,8 @@ static int pg_dl_segment(struct pawl_tokens *tk, const char *proc, struct pawl_s
 {
     char a[24], b[24];
     const char *v[3] = {proc, I64(a, seg.id), I64(b, seg.mask)};
-    struct pawl_pgstmt s = {.sql = "SELECT * FROM pawl.dead_letters_segment($1, $2, $3)",
-                            .nparams = 3,
-                            .values = v};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT * FROM pawl.dead_letters_segment($1, $2, $3)", .nparams = 3, .values = v};
     struct streams_cap c = {0};
     return streams_call(tk, &s, &c, rows, n);
 }
@@ -894,8 +893,7 @@ static int pg_dl_drop(struct pawl_tokens *tk, const char *proc, const char *stre
 }
 
 static int pg_dl_retry_failed(struct pawl_tokens *tk, const char *proc, uint32_t seg_id,
-                              const char *owner, const char *stream, int64_t index,
-                              const char *why)
+                              const char *owner, const char *stream, int64_t index, const char *why)
 {
     char a[24], b[24];
     const char *v[6] = {proc, I64(a, seg_id), owner, stream, I64(b, index), why};

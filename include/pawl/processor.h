@@ -91,8 +91,8 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  * (pawl_processor_opts.dead_letter_attempts) an event that keeps failing is parked instead:
  * PAWL_EPOISON says the event can never be handled (it is parked at once, without a back-off);
  * any other code is retryable (the event is parked once it has failed that many attempts).
- * Either way the batch is rolled back first; see "Dead letters" below. A handler that blocks in a way of
- * its own (a network call, a lock) should call pawl_pool_will_block() first, so that other
+ * Either way the batch is rolled back first; see "Dead letters" below. A handler that blocks in a
+ * way of its own (a network call, a lock) should call pawl_pool_will_block() first, so that other
  * segments' steps queued on its worker are handed to an idle one (pawl/runtime.h).
  *
  * ckpt == NULL makes an ordinary handler; otherwise the handler is a checkpointing unit (see
@@ -272,28 +272,28 @@ struct pawl_tokens;
  * to a store's park(), the pointers are the caller's and are read during the call only.
  */
 struct pawl_dead_letter {
-    struct pawl_event ev;      /* the event, as the log had it */
-    struct pawl_segment seg;   /* the segment it was parked in */
-    uint32_t attempts;         /* handler attempts so far (a failed retry counts one) */
-    int64_t behind;            /* 0: it failed itself; else the index of the stream's letter it
-                                  was parked behind (the stream was parked already) */
-    const char *first_error;   /* "" when none */
-    const char *last_error;    /* "" when none */
-    int64_t first_failed_us;   /* µs since the epoch; 0 when unknown */
-    int64_t parked_us;         /* when it was parked (store answers only) */
-    int retry_requested;       /* a retry is pending (store answers only) */
+    struct pawl_event ev;    /* the event, as the log had it */
+    struct pawl_segment seg; /* the segment it was parked in */
+    uint32_t attempts;       /* handler attempts so far (a failed retry counts one) */
+    int64_t behind;          /* 0: it failed itself; else the index of the stream's letter it
+                                was parked behind (the stream was parked already) */
+    const char *first_error; /* "" when none */
+    const char *last_error;  /* "" when none */
+    int64_t first_failed_us; /* µs since the epoch; 0 when unknown */
+    int64_t parked_us;       /* when it was parked (store answers only) */
+    int retry_requested;     /* a retry is pending (store answers only) */
 };
 
 /* A parked stream: one row of pawl_dead_letters_streams. */
 struct pawl_dead_stream {
     char stream_id[PAWL_STREAM_ID_MAX + 1];
     uint64_t letters;
-    int64_t first_index;   /* its first letter (the event that failed) */
+    int64_t first_index; /* its first letter (the event that failed) */
     int64_t last_index;
     int64_t oldest_age_ms; /* since the first letter was parked */
     uint32_t attempts;     /* of the first letter */
     int retry_requested;
-    char last_error[256];  /* of the first letter, cut to fit */
+    char last_error[256]; /* of the first letter, cut to fit */
 };
 
 struct pawl_txn_ops {
@@ -382,8 +382,7 @@ struct pawl_tokens_ops {
     int (*dl_drop)(struct pawl_tokens *t, const char *proc, const char *stream, int64_t up_to,
                    int64_t *n);
     int (*dl_retry_failed)(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
-                           const char *owner, const char *stream, int64_t index,
-                           const char *why);
+                           const char *owner, const char *stream, int64_t index, const char *why);
 };
 /* Implementations embed this as their first member. */
 struct pawl_tokens {
@@ -503,7 +502,7 @@ struct pawl_processor_stats {
     uint64_t letters_parked; /* events this processor parked as dead letters (committed) */
     uint64_t streams_parked; /* streams it parked (their first letter) */
     uint64_t letters_retried; /* letters handled by a retry that committed */
-    uint32_t parked_streams; /* right now, in the segments this node holds */
+    uint32_t parked_streams;  /* right now, in the segments this node holds */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 

@@ -266,8 +266,8 @@ static void test_poison_and_retry(void **state)
     append1("a-500", "T");
     append1("a-1", "T");
     assert_true(wait_eq("SELECT n FROM proj WHERE stream = 'a-1'", 7, 10000));
-    assert_true(wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE stream_id = 'a-500'", 7,
-                        10000));
+    assert_true(
+        wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE stream_id = 'a-500'", 7, 10000));
     assert_int_equal(q64("SELECT n FROM proj WHERE stream = 'a-500'"), 1);
 
     /* The C API lists and shows them. */
@@ -310,8 +310,8 @@ static void test_poison_and_retry(void **state)
     /* Fixed: the retry hands the 7 letters over exactly once, in order; then live events. */
     atomic_store(&fixed, 1);
     assert_int_equal(pawl_dead_letters_retry(tok, "dl", "a-500", NULL), 0);
-    assert_true(wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE stream_id = 'a-500'", 0,
-                        10000));
+    assert_true(
+        wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE stream_id = 'a-500'", 0, 10000));
     assert_true(wait_eq("SELECT n FROM proj WHERE stream = 'a-500'", 8, 5000));
     assert_int_equal(atomic_load(&handled_letters), 7);
     append1("a-500", "T");
@@ -369,8 +369,8 @@ static void test_replay(void **state)
     start_at = head();
     append_load("r", 50, 4, 7, 2, -1, -1);
     struct pawl_processor *p = start_proc("rp", src, tok, 1);
-    assert_true(wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'r-%'",
-                        49 * 4 + 2, 20000));
+    assert_true(
+        wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'r-%'", 49 * 4 + 2, 20000));
     assert_true(wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE processor = 'rp'", 2, 5000));
     pawl_processor_free(p);
     int64_t parked_before = q64("SELECT sum(extract(epoch FROM parked_at))::int8 "
@@ -379,8 +379,8 @@ static void test_replay(void **state)
     pawl_test_exec(dsn, "DELETE FROM proj WHERE stream LIKE 'r-%'");
     assert_int_equal(pawl_processor_reset(tok, src, "rp", PAWL_RESET_INDEX, start_at, NULL), 0);
     p = start_proc("rp", src, tok, 1);
-    assert_true(wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'r-%'",
-                        49 * 4 + 2, 20000));
+    assert_true(
+        wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'r-%'", 49 * 4 + 2, 20000));
     assert_true(wait_eq("SELECT min(token) FROM pawl.tokens WHERE processor = 'rp'",
                         q64("SELECT max(global_index) FROM pawl_api.events"), 10000));
     pawl_processor_free(p);
@@ -460,7 +460,8 @@ static void test_kill_during_parking_and_retry(void **state)
     }
     /* Everything is applied or parked once the segments settle. */
     if (!wait_eq("SELECT count(DISTINCT stream_id) FROM pawl.dead_letters "
-                 "WHERE processor = 'kp'", 10, 30000)) {
+                 "WHERE processor = 'kp'",
+                 10, 30000)) {
         PGconn *c = PQconnectdb(dsn);
         PGresult *r = PQexec(c, "SELECT stream_id, min(stream_seq), count(*), "
                                 "string_agg(DISTINCT type, ','), min(global_index), "
@@ -492,10 +493,9 @@ static void test_kill_during_parking_and_retry(void **state)
     usleep(150000);
     reap(pid[0], SIGKILL);
     pid[0] = spawn("kp", nodes[0], "1");
-    assert_true(wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE processor = 'kp'", 0,
-                        30000));
-    assert_true(wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'k-%'", 200 * 30,
-                        20000));
+    assert_true(wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE processor = 'kp'", 0, 30000));
+    assert_true(
+        wait_eq("SELECT coalesce(sum(n), 0) FROM proj WHERE stream LIKE 'k-%'", 200 * 30, 20000));
     assert_applied_or_parked("kp", "k-%");
     print_message("killed %d processes while parking, 1 while retrying\n", kills);
     for (int i = 0; i < 2; i++)

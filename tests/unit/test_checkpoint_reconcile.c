@@ -112,7 +112,8 @@ static int fake_claimed(void *self, struct pawl_segment seg, struct pawl_trigger
     return u->claim_rc;
 }
 
-static const struct pawl_checkpointing with_release = {fake_claimed, fake_advanced, fake_released, NULL};
+static const struct pawl_checkpointing with_release = {fake_claimed, fake_advanced, fake_released,
+                                                       NULL};
 static const struct pawl_checkpointing default_release = {fake_claimed, fake_advanced, NULL, NULL};
 
 static int fake_calls(struct fake *u)
