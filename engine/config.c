@@ -36,7 +36,7 @@ static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
     (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
 #define S_NAMED                                                                                    \
     (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |   \
-     PAWL_SCOPE_DELETE)
+     PAWL_SCOPE_DELETE | PAWL_SCOPE_DEAD_LETTERS)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
@@ -357,6 +357,16 @@ static const struct pawl_flag flags[] = {
      .help = "Longest re-claim delay (the delay doubles up to it)",
      .scope = S_PROC,
      AT(processor.backoff_max_ms)},
+    {.name = "dead-letter-attempts",
+     .type = PAWL_FLAG_INT,
+     .def = "0",
+     .min = 0,
+     .max = 1000,
+     .help = "Park an event as a dead letter (with every later event of its stream) once it has "
+             "failed this many attempts, or at once when a handler calls it poison; 0: retry it "
+             "forever (pawl dead-letters works the parked streams)",
+     .scope = S_PROC,
+     AT(processor.dead_letter_attempts)},
     {.name = "read-ahead",
      .type = PAWL_FLAG_INT,
      .def = "1000",
@@ -545,9 +555,10 @@ static const struct pawl_flag flags[] = {
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
-     .help = "Do it; without this flag reset, split, merge and delete only print what they "
-             "would do",
-     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE,
+     .help = "Do it; without this flag reset, split, merge, delete and dead-letters retry/drop "
+             "only print what they would do",
+     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE |
+              PAWL_SCOPE_DEAD_LETTERS,
      AT(tool.execute)},
     {.name = "to",
      .kind = PAWL_FLAG_ACTION,
@@ -555,9 +566,17 @@ static const struct pawl_flag flags[] = {
      .def = "",
      .max = 64,
      .help = "reset target: start, end, an index, or a time (ISO 8601, e.g. "
-             "2026-11-30T06:00:00Z)",
-     .scope = PAWL_SCOPE_RESET,
+             "2026-11-30T06:00:00Z); dead-letters drop: drop the letters up to this index",
+     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_DEAD_LETTERS,
      AT(tool.to)},
+    {.name = "stream",
+     .kind = PAWL_FLAG_ACTION,
+     .type = PAWL_FLAG_STRING,
+     .def = "",
+     .max = PAWL_STREAM_ID_MAX,
+     .help = "dead-letters show, retry, drop: the stream",
+     .scope = PAWL_SCOPE_DEAD_LETTERS,
+     AT(tool.stream)},
     {.name = "segment",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,

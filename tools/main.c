@@ -123,6 +123,20 @@ static const struct tool_cmd commands[] = {
      "extended for --claim-timeout (its node died) does not count. The processor name is taken "
      "from the command line only.",
      cmd_delete, 1},
+    {"dead-letters", PAWL_SCOPE_DEAD_LETTERS,
+     "[--processor] NAME [list|show|retry|drop] [--stream S] [--to INDEX] [--execute]",
+     "List, show, retry or drop a processor's dead letters (parked streams)",
+     "A processor run with --dead-letter-attempts parks an event its handlers cannot handle, "
+     "and every later event of its stream behind it, while the other streams go on. list (the "
+     "default) prints each parked stream: letters, first and last index, age of the oldest, "
+     "attempts and last error. show --stream S prints the stream's letters in order. retry "
+     "--stream S asks the node holding the stream's segment to hand its letters to the "
+     "handlers again, in order, before any newer event of the stream: if they succeed the "
+     "stream flows again, if not it stays parked with the attempt counted. drop --stream S "
+     "[--to INDEX] deletes the stream's letters (up to INDEX) for good. retry and drop print "
+     "what they would do and change nothing unless --execute is given. The processor name is "
+     "taken from the command line only for retry and drop.",
+     cmd_dead_letters, 1},
     {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "

@@ -115,5 +115,6 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv);
+int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv);
 
 #endif

@@ -75,7 +75,8 @@ enum pawl_scope {
     PAWL_SCOPE_BENCH = 1u << 9,
     PAWL_SCOPE_CONFIG = 1u << 10,
     PAWL_SCOPE_DELETE = 1u << 11,
-    PAWL_SCOPE_ALL = (1u << 12) - 1,
+    PAWL_SCOPE_DEAD_LETTERS = 1u << 12,
+    PAWL_SCOPE_ALL = (1u << 13) - 1,
 };
 
 enum pawl_config_source {
@@ -116,9 +117,11 @@ struct pawl_tool_opts {
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
     int metrics;           /* status: also print the metrics snapshot */
-    int execute;           /* reset/split/merge/delete: do it (otherwise preview) */
+    int execute;           /* reset/split/merge/delete/dead-letters: do it (otherwise preview) */
     int wait;              /* append: wait for the final indexes and print them */
-    const char *to;        /* reset target: start | end | <index> | <ISO 8601 time> */
+    const char *to;        /* reset target: start | end | <index> | <ISO 8601 time>;
+                              dead-letters drop: the highest index to drop */
+    const char *stream;    /* dead-letters show/retry/drop: the stream */
     int segment;           /* split/merge: segment id */
     const char *handler;   /* run: built-in handler name */
     int progress;          /* 0 auto (live on a TTY), 1 live, 2 plain lines, 3 off */
