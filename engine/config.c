@@ -35,7 +35,7 @@ static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
 #define S_STORE                                                                                    \
     (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
 #define S_NAMED                                                                                    \
-    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |   \
+    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | \
      PAWL_SCOPE_DELETE | PAWL_SCOPE_DEAD_LETTERS)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
@@ -299,7 +299,8 @@ static const struct pawl_flag flags[] = {
      .def = "0",
      .min = 0,
      .max = 256,
-     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online CPU. Handlers that block on I/O want more",
+     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online "
+             "CPU. Handlers that block on I/O want more",
      .scope = S_PROC,
      AT(processor.threads)},
     {.name = "timer-backend",
@@ -321,7 +322,8 @@ static const struct pawl_flag flags[] = {
      .def = "10s",
      .min = 100,
      .max = HOUR_MS,
-     .help = "A claim not extended for this long may be taken by another node; status marks such claims expired, and reset, split and merge release them",
+     .help = "A claim not extended for this long may be taken by another node; status marks such "
+             "claims expired, and reset, split and merge release them",
      .scope = S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |
               PAWL_SCOPE_DELETE,
      AT(processor.claim_timeout_ms)},
@@ -338,7 +340,8 @@ static const struct pawl_flag flags[] = {
      .def = "1s",
      .min = 10,
      .max = 600000,
-     .help = "Period of the claim and rebalance cycle; also the longest a plain batch that queued no SQL leaves its token unwritten",
+     .help = "Period of the claim and rebalance cycle; also the longest a plain batch that queued "
+             "no SQL leaves its token unwritten",
      .scope = S_PROC,
      AT(processor.claim_poll_ms)},
     {.name = "backoff-min",
@@ -391,7 +394,8 @@ static const struct pawl_flag flags[] = {
      .min = 1,
      .max = 100000,
      .unit = "events",
-     .help = "Events per read from the log; also how many of a segment's events plain batches that queued no SQL may handle before its token is written",
+     .help = "Events per read from the log; also how many of a segment's events plain batches that "
+             "queued no SQL may handle before its token is written",
      .scope = S_PROC,
      AT(processor.read_batch)},
     {.name = "idle-wait",

@@ -602,8 +602,7 @@ int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv)
         } else if (nrest < 1) {
             rest[nrest++] = argv[i];
         } else {
-            tool_err("dead-letters: unexpected argument '%s' (list, show, retry or drop)",
-                     argv[i]);
+            tool_err("dead-letters: unexpected argument '%s' (list, show, retry or drop)", argv[i]);
             return TOOL_USAGE;
         }
     }
@@ -643,8 +642,8 @@ int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv)
         if (n == 0)
             printf("processor %s has no dead letters\n", proc);
         else
-            printf("%-32s %-8s %-12s %-12s %-10s %-8s %s\n", "STREAM", "LETTERS", "FIRST",
-                   "LAST", "AGE", "ATTEMPTS", "LAST-ERROR");
+            printf("%-32s %-8s %-12s %-12s %-10s %-8s %s\n", "STREAM", "LETTERS", "FIRST", "LAST",
+                   "AGE", "ATTEMPTS", "LAST-ERROR");
         for (size_t i = 0; i < n; i++) {
             char id[4 * PAWL_STREAM_ID_MAX + 1], err[1024];
             printf("%-32s %-8" PRIu64 " %-12" PRId64 " %-12" PRId64 " %-10.1f %-8u %s%s\n",
@@ -670,8 +669,7 @@ int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv)
     for (size_t i = 0; i < n; i++) {
         if (strcmp(what, "drop") == 0 && letters[i].ev.index > up_to)
             continue;
-        char id[4 * PAWL_STREAM_ID_MAX + 1], type[4 * PAWL_EVENT_TYPE_MAX + 1], err[1024],
-            at[32];
+        char id[4 * PAWL_STREAM_ID_MAX + 1], type[4 * PAWL_EVENT_TYPE_MAX + 1], err[1024], at[32];
         print_time_us(letters[i].parked_us, at, sizeof at);
         printf("%s index %" PRId64 " seq %" PRId64 " type %s segment %u/%u parked %s "
                "attempts %u %s%s\n",

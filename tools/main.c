@@ -110,7 +110,8 @@ static const struct tool_cmd commands[] = {
      "-1h30m). Prints what it would do, per segment, and changes nothing unless --execute is "
      "given. An index past the head of the log is refused (exit 4). Refused (exit 4, naming the "
      "owners, on stderr, with nothing on stdout) while any segment of the processor is claimed: "
-     "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not count: --execute "
+     "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not "
+     "count: --execute "
      "releases it. After a reset backwards, handlers see the events up to each segment's previous "
      "position as replays (pawl_ctx_is_replay) until the processor passes it.",
      cmd_reset, 1},
@@ -141,7 +142,8 @@ static const struct tool_cmd commands[] = {
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
      "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed "
-     "(a claim older than --claim-timeout is released instead); a running node picks the new segments up through its claim cycle.",
+     "(a claim older than --claim-timeout is released instead); a running node picks the new "
+     "segments up through its claim cycle.",
      cmd_split, 1},
     {"merge", PAWL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
      "Merge a segment with its sibling",

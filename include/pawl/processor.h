@@ -10,7 +10,8 @@
  * no coordinator node. A node's claimed segment is driven by a work package: it takes the
  * segment's events in batches, runs the handlers, and commits each batch in one transaction
  * together with the segment's new token and any SQL the handlers queued (exactly-once
- * projections). Every token write is conditional on the writer still owning the claim: a node
+ * projections, where the token moves with the batch: not in fully-deferred checkpoint mode,
+ * see pawl/checkpoint.h). Every token write is conditional on the writer still owning the claim: a node
  * whose claim was taken over learns it at its next write, and that batch rolls back.
  *
  * Threads: pawl_processor_new/start/stop/free are called from one controlling thread (not from
@@ -149,7 +150,9 @@ int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
  * commits, in order, after the claim check and token write and in the same transaction: an
  * error in any of them fails the batch (the token is not stored, every handler's writes roll
  * back). So a handler cannot read a statement's result, and must not send transaction control
- * (BEGIN, COMMIT, SAVEPOINT). The PostgreSQL store prepares each distinct statement text once
+ * (BEGIN, COMMIT, SAVEPOINT). In fully-deferred checkpoint mode a batch may commit its
+ * statements without moving the token, so they run again when those events are redelivered
+ * (pawl/checkpoint.h): make them idempotent there. The PostgreSQL store prepares each distinct statement text once
  * per connection (up to 96), so reuse a fixed text with parameters rather than building SQL
  * per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a
  * subscriber without a transaction).
