@@ -146,6 +146,27 @@ static void sleep_ms_interruptible(int64_t ms)
     }
 }
 
+/* status NAME: one line about the processor's dead letters, when it has any. */
+static void dead_letters_line(struct pawl_tokens *tok, const char *proc)
+{
+    struct pawl_dead_stream *rows = NULL;
+    size_t n = 0;
+    if (pawl_dead_letters_streams(tok, proc, &rows, &n) != 0 || n == 0) {
+        pawl_dead_letters_free(rows);
+        return;
+    }
+    uint64_t letters = 0;
+    int64_t oldest = 0;
+    for (size_t i = 0; i < n; i++) {
+        letters += rows[i].letters;
+        oldest = PAWL_MAX(oldest, rows[i].oldest_age_ms);
+    }
+    printf("\ndead letters: %" PRIu64 " in %zu parked stream%s, the oldest parked %.0f s ago "
+           "(pawl dead-letters %s lists them)\n",
+           letters, n, n == 1 ? "" : "s", (double)oldest / 1000.0, proc);
+    pawl_dead_letters_free(rows);
+}
+
 /* status without a name: one line per processor. */
 static int status_list(struct pawl_config *cfg)
 {
@@ -244,6 +265,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
                 printf("\n(lag past the first %d events after the lowest token is head - token, "
                        "an upper bound)\n",
                        TOOL_STATUS_SCAN_LIMIT);
+            dead_letters_line(s.tok, proc);
         }
         if (cfg->tool.metrics) {
             /* With --json, stdout stays one JSON document; the summary goes to stderr. */

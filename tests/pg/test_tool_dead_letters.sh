@@ -37,6 +37,8 @@ done
 "$PAWL" dead-letters p >"$tmp/list" 2>&1; expect_rc "list" 0 $?
 grep -q 'orders-7 *3 *10 *30' "$tmp/list"; check "list shows the stream, 3 letters, 10..30" $?
 grep -q 'bad json' "$tmp/list"; check "list shows the last error" $?
+"$PAWL" status p >"$tmp/status" 2>&1; expect_rc "status" 0 $?
+grep -q 'dead letters: 3 in 1 parked stream' "$tmp/status"; check "status has a dead-letters line" $?
 "$PAWL" dead-letters p show --stream orders-7 >"$tmp/show" 2>&1; expect_rc "show" 0 $?
 [ "$(grep -c '^orders-7 index' "$tmp/show")" = 3 ]; check "show prints the 3 letters" $?
 grep -q 'waits behind index 10' "$tmp/show"; check "show says what a letter waits behind" $?
