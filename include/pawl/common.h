@@ -47,7 +47,7 @@ extern "C" {
     X(PAWL_EBUSY, -20, "busy")                                                                     \
     X(PAWL_ERANGE, -21, "value out of range")                                                      \
     X(PAWL_EPERM, -22, "permission denied")                                                        \
-    X(PAWL_EPOISON, -23, "the event can never be handled (poison)")
+    X(PAWL_EPOISON, -24, "the event can never be handled (poison)")
 
 enum pawl_error {
 #define PAWL_ERROR_ENUM_(name, value, text) name = value,

@@ -75,8 +75,9 @@ enum pawl_scope {
     PAWL_SCOPE_BENCH = 1u << 9,
     PAWL_SCOPE_CONFIG = 1u << 10,
     PAWL_SCOPE_DELETE = 1u << 11,
-    PAWL_SCOPE_DEAD_LETTERS = 1u << 12,
-    PAWL_SCOPE_ALL = (1u << 13) - 1,
+    /* 1u << 12 belongs to the retention command */
+    PAWL_SCOPE_DEAD_LETTERS = 1u << 13,
+    PAWL_SCOPE_ALL = (1u << 14) - 1,
 };
 
 enum pawl_config_source {
