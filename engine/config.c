@@ -38,8 +38,8 @@ static const char *const read_wakes[] = {"listen", "poll", NULL};
 #define S_STORE                                                                                    \
     (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
 #define S_NAMED                                                                                    \
-    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |   \
-     PAWL_SCOPE_DELETE)
+    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | \
+     PAWL_SCOPE_DELETE | PAWL_SCOPE_DEAD_LETTERS)
 #define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
@@ -372,7 +372,8 @@ static const struct pawl_flag flags[] = {
      .def = "0",
      .min = 0,
      .max = 256,
-     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online CPU. Handlers that block on I/O want more",
+     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online "
+             "CPU. Handlers that block on I/O want more",
      .scope = S_PROC,
      AT(processor.threads)},
     {.name = "timer-backend",
@@ -394,7 +395,8 @@ static const struct pawl_flag flags[] = {
      .def = "10s",
      .min = 100,
      .max = HOUR_MS,
-     .help = "A claim not extended for this long may be taken by another node; status marks such claims expired, and reset, split and merge release them",
+     .help = "A claim not extended for this long may be taken by another node; status marks such "
+             "claims expired, and reset, split and merge release them",
      .scope = S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |
               PAWL_SCOPE_DELETE,
      AT(processor.claim_timeout_ms)},
@@ -411,7 +413,8 @@ static const struct pawl_flag flags[] = {
      .def = "1s",
      .min = 10,
      .max = 600000,
-     .help = "Period of the claim and rebalance cycle; also the longest a plain batch that queued no SQL leaves its token unwritten",
+     .help = "Period of the claim and rebalance cycle; also the longest a plain batch that queued "
+             "no SQL leaves its token unwritten",
      .scope = S_PROC,
      AT(processor.claim_poll_ms)},
     {.name = "backoff-min",
@@ -430,6 +433,16 @@ static const struct pawl_flag flags[] = {
      .help = "Longest re-claim delay (the delay doubles up to it)",
      .scope = S_PROC,
      AT(processor.backoff_max_ms)},
+    {.name = "dead-letter-attempts",
+     .type = PAWL_FLAG_INT,
+     .def = "0",
+     .min = 0,
+     .max = 1000,
+     .help = "Park an event as a dead letter (with every later event of its stream) once it has "
+             "failed this many attempts, or at once when a handler calls it poison; 0: retry it "
+             "forever (pawl dead-letters works the parked streams)",
+     .scope = S_PROC,
+     AT(processor.dead_letter_attempts)},
     {.name = "read-ahead",
      .type = PAWL_FLAG_INT,
      .def = "1000",
@@ -454,7 +467,8 @@ static const struct pawl_flag flags[] = {
      .min = 1,
      .max = 100000,
      .unit = "events",
-     .help = "Events per read from the log; also how many of a segment's events plain batches that queued no SQL may handle before its token is written",
+     .help = "Events per read from the log; also how many of a segment's events plain batches that "
+             "queued no SQL may handle before its token is written",
      .scope = S_PROC,
      AT(processor.read_batch)},
     {.name = "idle-wait",
@@ -618,10 +632,10 @@ static const struct pawl_flag flags[] = {
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
      .def = "false",
-     .help = "Do it; without this flag reset, split, merge, delete and retention only print "
-             "what they would do",
+     .help = "Do it; without this flag reset, split, merge, delete, retention and dead-letters "
+             "retry/drop only print what they would do",
      .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE |
-              PAWL_SCOPE_RETENTION,
+              PAWL_SCOPE_RETENTION | PAWL_SCOPE_DEAD_LETTERS,
      AT(tool.execute)},
     {.name = "before",
      .kind = PAWL_FLAG_ACTION,
@@ -664,9 +678,17 @@ static const struct pawl_flag flags[] = {
      .def = "",
      .max = 64,
      .help = "reset target: start, end, an index, or a time (ISO 8601, e.g. "
-             "2026-11-30T06:00:00Z)",
-     .scope = PAWL_SCOPE_RESET,
+             "2026-11-30T06:00:00Z); dead-letters drop: drop the letters up to this index",
+     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_DEAD_LETTERS,
      AT(tool.to)},
+    {.name = "stream",
+     .kind = PAWL_FLAG_ACTION,
+     .type = PAWL_FLAG_STRING,
+     .def = "",
+     .max = PAWL_STREAM_ID_MAX,
+     .help = "dead-letters show, retry, drop: the stream",
+     .scope = PAWL_SCOPE_DEAD_LETTERS,
+     AT(tool.stream)},
     {.name = "segment",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,

@@ -65,6 +65,18 @@ size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx)
     return ctx->pos;
 }
 
+int pawl_ctx_error(struct pawl_event_ctx *ctx, int code, const char *why)
+{
+    if (ctx && ctx->errbuf && ctx->errlen > 0)
+        snprintf(ctx->errbuf, ctx->errlen, "%s", why ? why : "");
+    return code < 0 ? code : PAWL_EHANDLER;
+}
+
+int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx)
+{
+    return ctx->dead_letter;
+}
+
 int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values)
 {
     if (txn == NULL)
@@ -173,8 +185,12 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
     return k;
 }
 
+static void dl_clear(struct pkg *k);
+
 void pawl_pkg_free(struct pkg *k)
 {
+    dl_clear(k);
+    pawl_free(k->parked);
     pawl_event_batch_fini(&k->work);
     pawl_event_batch_fini(&k->readbuf);
     pawl_event_batch_fini(&k->inbox);
@@ -254,6 +270,295 @@ static int pkg_claimed(struct pkg *k)
     return 0;
 }
 
+/* Copy src into dst (size n > 0), cut to fit and always terminated. */
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dead letters (pawl/processor.h). A package keeps the parked streams of its segment; the
+ * processor keeps the attempts of failed events (p->att, under p->mu), which outlive a package.
+ * ------------------------------------------------------------------------------------------ */
+
+static struct dl_stream *dl_find(struct pkg *k, const char *id, uint32_t h)
+{
+    for (size_t i = 0; i < k->nparked; i++)
+        if (k->parked[i].hash == h && strcmp(k->parked[i].id, id) == 0)
+            return &k->parked[i];
+    return NULL;
+}
+
+static void dl_gauge(struct pkg *k, int64_t delta)
+{
+    atomic_fetch_add_explicit(&k->p->st_parked_now, delta, memory_order_relaxed);
+    pawl_metric_gauge_add(PAWL_G_DEAD_STREAMS, delta);
+}
+
+static void dl_clear(struct pkg *k)
+{
+    for (size_t i = 0; i < k->nparked; i++)
+        pawl_free(k->parked[i].id);
+    if (k->nparked)
+        dl_gauge(k, -(int64_t)k->nparked);
+    k->nparked = 0;
+}
+
+static int dl_add(struct pkg *k, const char *id, uint32_t h, int64_t first)
+{
+    if (k->nparked == k->parked_cap) {
+        size_t cap = k->parked_cap ? k->parked_cap * 2 : 8;
+        struct dl_stream *n = pawl_realloc(k->parked, cap * sizeof *n);
+        if (n == NULL)
+            return PAWL_ENOMEM;
+        k->parked = n;
+        k->parked_cap = cap;
+    }
+    char *copy = pawl_strdup(id);
+    if (copy == NULL)
+        return PAWL_ENOMEM;
+    k->parked[k->nparked++] = (struct dl_stream){h, first, copy};
+    dl_gauge(k, 1);
+    return 0;
+}
+
+static void dl_remove(struct pkg *k, struct dl_stream *d)
+{
+    pawl_free(d->id);
+    *d = k->parked[--k->nparked];
+    dl_gauge(k, -1);
+}
+
+/* Under p->mu: the attempts entry of event index, or NULL. */
+static struct dl_attempt *att_find_locked(struct pawl_processor *p, int64_t index)
+{
+    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        if (p->att[i].index == index)
+            return &p->att[i];
+    return NULL;
+}
+
+/* The batch committed through end: its letters count, and failed events it covered are done. */
+static void dl_batch_committed(struct pkg *k, int64_t end)
+{
+    struct pawl_processor *p = k->p;
+    if (k->batch_letters) {
+        atomic_fetch_add_explicit(&p->st_letters, k->batch_letters, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->st_dead_streams, k->batch_new_streams, memory_order_relaxed);
+        pawl_metric_add(PAWL_M_DEAD_LETTERS, k->batch_letters);
+    }
+    k->batch_letters = 0;
+    k->batch_new_streams = 0;
+    if (atomic_load_explicit(&p->natt, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
+    for (size_t i = 0; i < n;) {
+        if (p->att[i].index <= end && pawl_segment_contains(k->seg, p->att[i].hash))
+            p->att[i] = p->att[--n];
+        else
+            i++;
+    }
+    atomic_store_explicit(&p->natt, n, memory_order_relaxed);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A handler failed on e with rc (the batch is rolled back): count the attempt. Returns
+ * PKG_RERUN when e is to be parked now (handle the batch again at once), else rc. */
+#define PKG_RERUN 1
+static int dl_failed(struct pkg *k, const struct pawl_event *e, int rc)
+{
+    struct pawl_processor *p = k->p;
+    int park = 0;
+    pthread_mutex_lock(&p->mu);
+    struct dl_attempt *a = att_find_locked(p, e->index);
+    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
+    if (a == NULL && n == p->att_cap) {
+        size_t cap = p->att_cap ? p->att_cap * 2 : 16;
+        struct dl_attempt *na = pawl_realloc(p->att, cap * sizeof *na);
+        if (na) {
+            p->att = na;
+            p->att_cap = cap;
+        }
+    }
+    if (a == NULL && n < p->att_cap) {
+        a = &p->att[n];
+        memset(a, 0, sizeof *a);
+        a->index = e->index;
+        a->hash = pawl_stream_hash(e->stream_id);
+        a->first_us = pawl_wall_us();
+        copy_str(a->first_err, sizeof a->first_err, k->lasterr);
+        atomic_store_explicit(&p->natt, n + 1, memory_order_relaxed);
+    }
+    if (a) {
+        a->attempts++;
+        a->poison |= rc == PAWL_EPOISON;
+        copy_str(a->last_err, sizeof a->last_err, k->lasterr);
+        park = a->poison || a->attempts >= p->o.dead_letter_attempts;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return park ? PKG_RERUN : rc;
+}
+
+/*
+ * Before handing e to the handlers: park it if its stream is parked (from its first letter on)
+ * or if it failed past the policy. Returns 1 (parked into txn), 0 (handle it), or an error.
+ */
+static int dl_maybe_park(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_dead_letter l;
+    memset(&l, 0, sizeof l);
+    l.ev = *e;
+    l.seg = k->seg;
+    l.first_error = "";
+    l.last_error = "";
+    uint32_t h = 0;
+    struct dl_stream *d = NULL;
+    if (k->nparked) {
+        h = pawl_stream_hash(e->stream_id);
+        d = dl_find(k, e->stream_id, h);
+    }
+    int own = 0;
+    struct dl_attempt a;
+    if (d && e->index > d->first) {
+        l.behind = d->first;
+    } else if (d && e->index == d->first) {
+        own = 1; /* a replay of the letter itself: parked already, left alone by the store */
+    } else if (atomic_load_explicit(&p->natt, memory_order_relaxed)) {
+        pthread_mutex_lock(&p->mu);
+        struct dl_attempt *f = att_find_locked(p, e->index);
+        if (f)
+            a = *f;
+        pthread_mutex_unlock(&p->mu);
+        if (f == NULL || !(a.poison || a.attempts >= p->o.dead_letter_attempts))
+            return 0;
+        own = 1;
+        l.attempts = a.attempts;
+        l.first_error = a.first_err;
+        l.last_error = a.last_err;
+        l.first_failed_us = a.first_us;
+    } else {
+        return 0;
+    }
+    if (d == NULL && !k->nparked)
+        h = pawl_stream_hash(e->stream_id);
+    int rc = txn->ops->park ? txn->ops->park(txn, &l) : PAWL_ENOTSUP;
+    if (rc)
+        return rc;
+    k->batch_letters++;
+    if (own && d == NULL) {
+        rc = dl_add(k, e->stream_id, h, e->index);
+        if (rc)
+            return rc;
+        k->batch_new_streams++;
+        PAWL_WARN(MOD, "%s: segment %u: stream %s parked at event %lld after %u attempt%s: %s",
+                  p->name, k->seg.id, e->stream_id, (long long)e->index, l.attempts,
+                  l.attempts == 1 ? "" : "s", l.last_error);
+    }
+    for (size_t i = 0; i < p->nunits; i++)
+        if (p->units[i].ckpt->on_event_parked)
+            p->units[i].ckpt->on_event_parked(p->units[i].self, k->seg, e);
+    return 1;
+}
+
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
+                        int dead_letter);
+
+/* Retry stream's letters: hand them to the handlers in one transaction with the un-park. 0
+ * (done, or the retry failed and was recorded: the stream stays parked), or a store error. */
+static int dl_retry_stream(struct pkg *k, const char *stream)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_tokens *t = p->tok;
+    struct pawl_dead_letter *rows = NULL;
+    size_t n = 0;
+    int rc = t->ops->dl_show(t, p->name, stream, &rows, &n);
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: reading the letters of %s failed: %s", p->name, k->seg.id,
+                  stream, t->ops->errmsg(t));
+        return rc;
+    }
+    if (n == 0) {
+        pawl_dead_letters_free(rows);
+        return 0;
+    }
+    struct pawl_txn *txn;
+    rc = t->ops->begin(t, p->name, k->seg.id, p->node, &txn);
+    if (rc) {
+        pawl_dead_letters_free(rows);
+        return rc;
+    }
+    size_t i = 0;
+    for (; i < n; i++) {
+        rc = run_handlers(k, txn, &rows[i].ev, i, 1);
+        if (rc)
+            break;
+    }
+    if (rc) {
+        txn->ops->rollback(txn);
+        PAWL_WARN(MOD, "%s: segment %u: retry of stream %s failed at event %lld; it stays parked",
+                  p->name, k->seg.id, stream, (long long)rows[i].ev.index);
+        rc = t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream, rows[i].ev.index,
+                                     k->lasterr);
+        pawl_dead_letters_free(rows);
+        return rc;
+    }
+    rc = txn->ops->unpark(txn, stream, rows[n - 1].ev.index);
+    if (rc) {
+        txn->ops->rollback(txn);
+        pawl_dead_letters_free(rows);
+        return rc;
+    }
+    rc = txn->ops->commit(txn);
+    if (rc == 0) {
+        struct dl_stream *d = dl_find(k, stream, pawl_stream_hash(stream));
+        if (d)
+            dl_remove(k, d);
+        atomic_fetch_add_explicit(&p->st_retried, n, memory_order_relaxed);
+        pawl_metric_add(PAWL_M_DEAD_LETTERS_RETRIED, n);
+        PAWL_INFO(MOD, "%s: segment %u: stream %s retried: %zu letter%s handled, it flows again",
+                  p->name, k->seg.id, stream, n, n == 1 ? "" : "s");
+    }
+    pawl_dead_letters_free(rows);
+    return rc;
+}
+
+/* Load the segment's parked streams (first step; then every claim_poll_ms while any) and serve
+ * retry requests. 0 or a store error. */
+static int dl_service(struct pkg *k)
+{
+    struct pawl_processor *p = k->p;
+    int64_t now = pawl_now_ns();
+    if (k->dl_loaded &&
+        (k->nparked == 0 || now - k->dl_checked_ns < (int64_t)p->o.claim_poll_ms * 1000000))
+        return 0;
+    struct pawl_tokens *t = p->tok;
+    struct pawl_dead_stream *rows = NULL;
+    size_t n = 0;
+    int rc = t->ops->dl_segment(t, p->name, k->seg, &rows, &n);
+    if (rc) {
+        PAWL_WARN(MOD, "%s: segment %u: reading its parked streams failed: %s", p->name, k->seg.id,
+                  t->ops->errmsg(t));
+        return rc;
+    }
+    dl_clear(k);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = dl_add(k, rows[i].stream_id, pawl_stream_hash(rows[i].stream_id), rows[i].first_index);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (rows[i].retry_requested)
+            rc = dl_retry_stream(k, rows[i].stream_id);
+    pawl_dead_letters_free(rows);
+    k->dl_loaded = rc == 0;
+    k->dl_checked_ns = now;
+    return rc;
+}
+
 /* A batch (n events of work, handled of them delivered) committed at end, storing stored. */
 static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, size_t handled)
 {
@@ -271,6 +576,8 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
     k->work_pos += n;
     if (end > k->consumed)
         k->consumed = end;
+    if (p->o.dead_letter_attempts)
+        dl_batch_committed(k, end);
     if (n > 0) {
         k->had_success = 1;
         atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
@@ -479,18 +786,23 @@ static int pkg_fill(struct pkg *k)
     return 0;
 }
 
-static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos)
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
+                        int dead_letter)
 {
     struct pawl_processor *p = k->p;
     struct pawl_event_ctx ctx = {
         .ev = e,
         .seg = k->seg,
-        .replay = e->index <= k->high_water,
+        .replay = !dead_letter && e->index <= k->high_water,
         .txn = txn,
         .trigger = k->trigger,
         .pos = pos,
+        .errbuf = k->errbuf,
+        .errlen = sizeof k->errbuf,
+        .dead_letter = dead_letter,
     };
-    if (e->appended_at_us > 0) {
+    k->errbuf[0] = '\0';
+    if (e->appended_at_us > 0 && !dead_letter) {
         int64_t lag_us = pawl_wall_us() - e->appended_at_us;
         if (lag_us >= 0)
             pawl_metric_hist_record(PAWL_H_E2E_LAG, lag_us * 1000);
@@ -499,9 +811,12 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
         int rc = p->h[i].handle(p->h[i].self, &ctx);
         if (rc) {
             pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
-            PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s", p->name,
-                      k->seg.id, p->h[i].name ? p->h[i].name : "?", (long long)e->index,
-                      e->stream_id, pawl_strerror(rc));
+            const char *hn = p->h[i].name ? p->h[i].name : "?";
+            PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s%s%s", p->name,
+                      k->seg.id, hn, (long long)e->index, e->stream_id, pawl_strerror(rc),
+                      k->errbuf[0] ? ": " : "", k->errbuf);
+            snprintf(k->lasterr, sizeof k->lasterr, "%s: %s", hn,
+                     k->errbuf[0] ? k->errbuf : pawl_strerror(rc));
             return rc < 0 ? rc : PAWL_EHANDLER;
         }
     }
@@ -541,8 +856,8 @@ static void counted_rollback(struct pawl_txn *t)
     (void)t; /* the processor rolls the batch back when a handler fails */
 }
 
-static const struct pawl_txn_ops counted_ops = {counted_exec, counted_store, counted_commit,
-                                                 counted_rollback};
+static const struct pawl_txn_ops counted_ops = {counted_exec,     counted_store, counted_commit,
+                                                counted_rollback, NULL,          NULL};
 
 static int pkg_batch(struct pkg *k)
 {
@@ -566,16 +881,31 @@ static int pkg_batch(struct pkg *k)
      * skip its token write (commit_cycle). */
     struct counted_txn ct = {{&counted_ops}, txn, 0};
     size_t handled = 0;
+    int dl = p->o.dead_letter_attempts > 0;
+    k->batch_letters = 0;
+    k->batch_new_streams = 0;
     for (size_t i = 0; i < n; i++) {
         const struct pawl_event *e = &ev[i];
         /* After a merge, the faster half's events up to its old token were handled already. */
         if (k->has_merge && e->index <= k->merge_token &&
             pawl_segment_contains(k->merge_seg, pawl_stream_hash(e->stream_id)))
             continue;
-        rc = run_handlers(k, &ct.base, e, i);
+        if (dl) {
+            /* A parked stream's later events, and an event past the policy, are parked. */
+            rc = dl_maybe_park(k, txn, e);
+            if (rc < 0) {
+                txn->ops->rollback(txn);
+                return rc;
+            }
+            if (rc == 1)
+                continue;
+        }
+        rc = run_handlers(k, &ct.base, e, i, 0);
         if (rc) {
             txn->ops->rollback(txn);
-            return rc;
+            /* With a dead-letter policy: count the attempt; past it, handle the batch again
+             * at once with the event parked (PKG_RERUN), else fail as usual. */
+            return dl ? dl_failed(k, e, rc) : rc;
         }
         handled++;
     }
@@ -584,7 +914,8 @@ static int pkg_batch(struct pkg *k)
         txn->ops->rollback(txn);
         return PAWL_ECLAIM;
     }
-    return commit_cycle(k, txn, end, n, handled, ct.stmts);
+    /* Letters count as statements: they must commit with the token that moves past them. */
+    return commit_cycle(k, txn, end, n, handled, ct.stmts + k->batch_letters);
 }
 
 /* An empty commit cycle at the consumed position (idle segment). 0, PAWL_EAGAIN or error. */
@@ -730,9 +1061,13 @@ static void pkg_step(struct pkg *k)
             pkg_end_step(k, 1);
         return;
     }
-    rc = pkg_fill(k);
+    rc = p->o.dead_letter_attempts ? dl_service(k) : 0;
+    if (rc == 0)
+        rc = pkg_fill(k);
     if (rc == 0 && k->work_pos < k->work.n) {
         rc = pkg_batch(k);
+        if (rc == PKG_RERUN)
+            rc = 0; /* the batch is handled again at the next step, parking the event */
     } else if (rc == 0) {
         /* No events of ours: move the token along now and then (plain and auto), and honour a
          * trigger request (deferred and auto) — never an unconfirmed position in deferred. */

@@ -145,6 +145,7 @@ static int check_opts(const struct pawl_processor_opts *o)
     RANGE_(idle_wait_ms, 10, 60000)
     RANGE_(initial_token, 0, INT64_MAX)
     RANGE_(timer_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL)
+    RANGE_(dead_letter_attempts, 0, 1000)
 #undef RANGE_
     return 0;
 }
@@ -751,6 +752,15 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     for (size_t i = 0; i < n; i++)
         if (handlers[i].handle == NULL)
             return PAWL_EINVAL;
+    if (opts->dead_letter_attempts > 0 &&
+        (tokens->ops->dl_segment == NULL || tokens->ops->dl_show == NULL ||
+         tokens->ops->dl_retry_failed == NULL)) {
+        PAWL_ERROR(MOD,
+                   "%s: dead_letter_attempts = %u needs a token store with dead letters "
+                   "(PostgreSQL)",
+                   opts->name, opts->dead_letter_attempts);
+        return PAWL_ENOTSUP;
+    }
     struct pawl_processor *p = pawl_calloc(1, sizeof *p);
     if (p == NULL)
         return PAWL_ENOMEM;
@@ -925,6 +935,7 @@ void pawl_processor_free(struct pawl_processor *p)
         return;
     pawl_processor_stop(p);
     pawl_free(p->backoffs);
+    pawl_free(p->att);
     pawl_free(p->lut);
     pawl_event_batch_fini(&p->readbuf);
     /* Every package is done (stop waited for their release cycles): nothing is queued. The
@@ -965,6 +976,11 @@ void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats 
     s->steps = ps.executed;
     s->steps_stolen = ps.steals;
     s->steps_kept = ps.kept;
+    s->letters_parked = atomic_load_explicit(&p->st_letters, memory_order_relaxed);
+    s->streams_parked = atomic_load_explicit(&p->st_dead_streams, memory_order_relaxed);
+    s->letters_retried = atomic_load_explicit(&p->st_retried, memory_order_relaxed);
+    int64_t now = atomic_load_explicit(&p->st_parked_now, memory_order_relaxed);
+    s->parked_streams = now > 0 ? (uint32_t)now : 0;
 }
 
 const char *pawl_processor_node_id(const struct pawl_processor *p)
@@ -1065,6 +1081,57 @@ struct pawl_subscriber {
     struct pawl_handler *h;
     size_t n;
 };
+
+/* ---------------------------------------------------------------------------------------------
+ * Dead letters: administration through the token store
+ * ------------------------------------------------------------------------------------------ */
+
+int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,
+                              struct pawl_dead_stream **rows, size_t *n)
+{
+    if (tokens == NULL || proc == NULL || rows == NULL || n == NULL)
+        return PAWL_EINVAL;
+    if (tokens->ops->dl_list == NULL)
+        return PAWL_ENOTSUP;
+    return tokens->ops->dl_list(tokens, proc, rows, n);
+}
+
+int pawl_dead_letters_show(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                           struct pawl_dead_letter **rows, size_t *n)
+{
+    if (tokens == NULL || proc == NULL || rows == NULL || n == NULL)
+        return PAWL_EINVAL;
+    if (tokens->ops->dl_show == NULL)
+        return PAWL_ENOTSUP;
+    return tokens->ops->dl_show(tokens, proc, stream, rows, n);
+}
+
+int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                            int64_t *letters)
+{
+    if (tokens == NULL || proc == NULL || stream == NULL)
+        return PAWL_EINVAL;
+    if (tokens->ops->dl_retry == NULL)
+        return PAWL_ENOTSUP;
+    int64_t dummy;
+    return tokens->ops->dl_retry(tokens, proc, stream, letters ? letters : &dummy);
+}
+
+int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                           int64_t up_to, int64_t *dropped)
+{
+    if (tokens == NULL || proc == NULL || stream == NULL || up_to < 0)
+        return PAWL_EINVAL;
+    if (tokens->ops->dl_drop == NULL)
+        return PAWL_ENOTSUP;
+    int64_t dummy;
+    return tokens->ops->dl_drop(tokens, proc, stream, up_to, dropped ? dropped : &dummy);
+}
+
+void pawl_dead_letters_free(void *rows)
+{
+    pawl_free(rows);
+}
 
 int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers, size_t n)
 {

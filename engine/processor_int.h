@@ -59,6 +59,19 @@ struct pkg {
     int64_t batch_start_ns; /* the current batch's first handler call */
     int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */
 
+    /* Dead letters (worker-only; unused without a policy). The streams of the segment that
+     * are parked, each with its first letter's index: an event of such a stream at or after
+     * that index is parked behind it. Loaded at the first step, refreshed every claim_poll_ms
+     * while non-empty (retry requests, drops). */
+    struct dl_stream *parked;
+    size_t nparked, parked_cap;
+    int dl_loaded;
+    int64_t dl_checked_ns;
+    size_t batch_letters;     /* letters queued in the open batch */
+    size_t batch_new_streams; /* of which first letters of a stream */
+    char errbuf[1024];        /* the failing handler's pawl_ctx_error text */
+    char lasterr[1200];       /* the last handler failure, for the letter */
+
     /* Shared with the coordinator, under mu. */
     pthread_mutex_t mu;
     struct pawl_event_batch inbox;
@@ -84,6 +97,24 @@ struct pkg {
     struct pawl_task step;
     /* Link in the processor's done list (under p->mu). */
     struct pkg *run_next;
+};
+
+/* A parked stream in a package's table. */
+struct dl_stream {
+    uint32_t hash;
+    int64_t first; /* its first letter's index */
+    char *id;
+};
+
+/* An event that failed (dead-letter policy): its attempts so far, across re-claims. */
+struct dl_attempt {
+    int64_t index;
+    uint32_t hash; /* of its stream: the entry belongs to the segment that contains it */
+    uint32_t attempts;
+    int poison;
+    int64_t first_us;
+    char first_err[512];
+    char last_err[512];
 };
 
 struct backoff {
@@ -152,6 +183,13 @@ struct pawl_processor {
     _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
         st_source_errors;
     _Atomic uint32_t st_owned;
+
+    /* Dead letters: failed events' attempts (under mu; natt read without it as a hint). */
+    struct dl_attempt *att;
+    size_t att_cap;
+    _Atomic size_t natt;
+    _Atomic uint64_t st_letters, st_dead_streams, st_retried;
+    _Atomic int64_t st_parked_now;
 };
 
 /* What a handler sees (opaque in the API); on the stack of the step or of the subscriber. */
@@ -162,6 +200,9 @@ struct pawl_event_ctx {
     struct pawl_txn *txn;
     struct pawl_trigger *trigger;
     size_t pos;
+    char *errbuf; /* pawl_ctx_error's target (the package's), or NULL */
+    size_t errlen;
+    int dead_letter;
 };
 
 /* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */

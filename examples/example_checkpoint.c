@@ -65,7 +65,7 @@ static struct pawl_future *f_released(void *self, struct pawl_segment seg, int64
     return s->inner.ckpt->on_segment_released(s->inner.self, seg, up_to);
 }
 
-static const struct pawl_checkpointing forward = {f_claimed, f_advanced, f_released};
+static const struct pawl_checkpointing forward = {f_claimed, f_advanced, f_released, NULL};
 
 static int run_projection(int argc, char **argv)
 {

@@ -601,11 +601,68 @@ static void txn_rollback(struct pawl_txn *tx)
     txn_clear((struct txn_pg *)tx);
 }
 
+/* Dead letters (sql/008_dead_letters.sql): parking and un-parking are statements of the batch,
+ * sent after store_token like the handlers' own, so they commit with the token. */
+#define PARK_SQL                                                                                   \
+    "SELECT pawl.dead_letters_park($1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10::jsonb, $11, "   \
+    "$12, $13, $14, $15, $16)"
+#define UNPARK_SQL "SELECT pawl.dead_letters_unpark($1, $2, $3, $4, $5)"
+
+static int txn_park(struct pawl_txn *tx, const struct pawl_dead_letter *l)
+{
+    struct txn_pg *x = (struct txn_pg *)tx;
+    static const char hexd[] = "0123456789abcdef";
+    const unsigned char *pl = l->ev.payload;
+    size_t plen = pl ? l->ev.payload_len : 0;
+    char *hex = pawl_malloc(3 + 2 * plen);
+    if (hex == NULL) {
+        x->failed = 1;
+        return PAWL_ENOMEM;
+    }
+    hex[0] = '\\';
+    hex[1] = 'x';
+    for (size_t i = 0; i < plen; i++) {
+        hex[2 + 2 * i] = hexd[pl[i] >> 4];
+        hex[3 + 2 * i] = hexd[pl[i] & 15];
+    }
+    hex[2 + 2 * plen] = '\0';
+    char seg[24], idx[24], hash[24], seq[24], app[24], att[24], beh[24], ff[24];
+    const char *v[16] = {x->proc,
+                         I64(seg, x->seg_id),
+                         x->owner,
+                         l->ev.stream_id,
+                         I64(idx, l->ev.index),
+                         I64(hash, pawl_stream_hash(l->ev.stream_id)),
+                         I64(seq, l->ev.stream_seq),
+                         l->ev.type ? l->ev.type : "",
+                         hex,
+                         l->ev.metadata,
+                         I64(app, l->ev.appended_at_us),
+                         I64(att, l->attempts),
+                         l->behind > 0 ? I64(beh, l->behind) : NULL,
+                         l->first_error,
+                         l->last_error,
+                         I64(ff, l->first_failed_us)};
+    int rc = txn_exec(tx, PARK_SQL, 16, v);
+    pawl_free(hex);
+    return rc;
+}
+
+static int txn_unpark(struct pawl_txn *tx, const char *stream, int64_t up_to)
+{
+    struct txn_pg *x = (struct txn_pg *)tx;
+    char seg[24], up[24];
+    const char *v[5] = {x->proc, I64(seg, x->seg_id), x->owner, stream, I64(up, up_to)};
+    return txn_exec(tx, UNPARK_SQL, 5, v);
+}
+
 static const struct pawl_txn_ops txn_ops = {
     .exec = txn_exec,
     .store = txn_store,
     .commit = txn_commit,
     .rollback = txn_rollback,
+    .park = txn_park,
+    .unpark = txn_unpark,
 };
 
 static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, const char *owner,
@@ -628,6 +685,220 @@ static int pg_begin(struct pawl_tokens *tk, const char *proc, uint32_t seg_id, c
     x->seg_id = seg_id;
     *out = &x->base;
     return 0;
+}
+
+/* ---- dead letters (administration and the nodes' refresh; one request each) ---- */
+
+struct streams_cap {
+    struct pawl_dead_stream *rows;
+    size_t n;
+    int oom;
+    int full; /* pawl.dead_letters_list's columns; else pawl.dead_letters_segment's */
+};
+
+static void on_streams(void *ud, const PGresult *r)
+{
+    struct streams_cap *c = ud;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return;
+    int nt = PQntuples(r);
+    c->rows = pawl_calloc((size_t)nt + 1, sizeof *c->rows);
+    if (c->rows == NULL) {
+        c->oom = 1;
+        return;
+    }
+    for (int i = 0; i < nt; i++) {
+        struct pawl_dead_stream *d = &c->rows[i];
+        snprintf(d->stream_id, sizeof d->stream_id, "%s", PQgetvalue(r, i, 0));
+        if (c->full) {
+            /* stream_id, letters, first_index, last_index, age_ms, attempts, last_error, retry */
+            d->letters = (uint64_t)geti(r, i, 1, 0);
+            d->first_index = geti(r, i, 2, 0);
+            d->last_index = geti(r, i, 3, 0);
+            d->oldest_age_ms = geti(r, i, 4, 0);
+            d->attempts = (uint32_t)geti(r, i, 5, 0);
+            snprintf(d->last_error, sizeof d->last_error, "%s", PQgetvalue(r, i, 6));
+            d->retry_requested = PQgetvalue(r, i, 7)[0] == 't';
+        } else {
+            /* stream_id, first_index, letters, retry */
+            d->first_index = geti(r, i, 1, 0);
+            d->letters = (uint64_t)geti(r, i, 2, 0);
+            d->retry_requested = PQgetvalue(r, i, 3)[0] == 't';
+        }
+    }
+    c->n = (size_t)nt;
+}
+
+static int streams_call(struct pawl_tokens *tk, struct pawl_pgstmt *s, struct streams_cap *c,
+                        struct pawl_dead_stream **rows, size_t *n)
+{
+    s->on_result = on_streams;
+    s->ud = c;
+    int rc = run(from(tk), s, 1);
+    if (rc == 0 && (c->oom || c->rows == NULL))
+        rc = PAWL_ENOMEM;
+    if (rc) {
+        pawl_free(c->rows);
+        return rc;
+    }
+    *rows = c->rows;
+    *n = c->n;
+    return 0;
+}
+
+static int pg_dl_segment(struct pawl_tokens *tk, const char *proc, struct pawl_segment seg,
+                         struct pawl_dead_stream **rows, size_t *n)
+{
+    char a[24], b[24];
+    const char *v[3] = {proc, I64(a, seg.id), I64(b, seg.mask)};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT * FROM pawl.dead_letters_segment($1, $2, $3)", .nparams = 3, .values = v};
+    struct streams_cap c = {0};
+    return streams_call(tk, &s, &c, rows, n);
+}
+
+static int pg_dl_list(struct pawl_tokens *tk, const char *proc, struct pawl_dead_stream **rows,
+                      size_t *n)
+{
+    const char *v[1] = {proc};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT * FROM pawl.dead_letters_list($1)", .nparams = 1, .values = v};
+    struct streams_cap c = {.full = 1};
+    return streams_call(tk, &s, &c, rows, n);
+}
+
+struct letters_cap {
+    struct pawl_dead_letter *rows;
+    size_t n;
+    int oom;
+};
+
+/* Columns of pawl.dead_letters_show: stream_id 0, global_index 1, stream_seq 2, type 3,
+ * payload 4, metadata 5, appended_us 6, segment_id 7, segment_mask 8, attempts 9, behind 10,
+ * first_error 11, last_error 12, first_failed_us 13, parked_us 14, retry 15. One allocation:
+ * the array, then every string and payload. */
+static void on_letters(void *ud, const PGresult *r)
+{
+    struct letters_cap *c = ud;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 16)
+        return;
+    size_t nt = (size_t)PQntuples(r);
+    unsigned char **pl = pawl_calloc(nt + 1, sizeof *pl);
+    size_t *pll = pawl_calloc(nt + 1, sizeof *pll);
+    static const int strs[] = {0, 3, 5, 11, 12};
+    size_t total = (nt + 1) * sizeof(struct pawl_dead_letter);
+    int ok = pl != NULL && pll != NULL;
+    for (size_t i = 0; ok && i < nt; i++) {
+        pl[i] = PQunescapeBytea((const unsigned char *)PQgetvalue(r, (int)i, 4), &pll[i]);
+        if (pl[i] == NULL)
+            ok = 0;
+        total += pll[i] + 1;
+        for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
+            total += (size_t)PQgetlength(r, (int)i, strs[k]) + 1;
+    }
+    char *mem = ok ? pawl_calloc(1, total) : NULL;
+    if (mem == NULL) {
+        c->oom = 1;
+    } else {
+        struct pawl_dead_letter *rows = (struct pawl_dead_letter *)mem;
+        char *at = mem + (nt + 1) * sizeof *rows;
+        for (size_t i = 0; i < nt; i++) {
+            int ri = (int)i;
+            const char *sv[5];
+            for (size_t k = 0; k < 5; k++) {
+                size_t len = (size_t)PQgetlength(r, ri, strs[k]);
+                memcpy(at, PQgetvalue(r, ri, strs[k]), len);
+                at[len] = '\0';
+                sv[k] = at;
+                at += len + 1;
+            }
+            struct pawl_dead_letter *d = &rows[i];
+            memcpy(at, pl[i], pll[i]);
+            d->ev.payload = at;
+            d->ev.payload_len = pll[i];
+            at += pll[i] + 1;
+            d->ev.stream_id = sv[0];
+            d->ev.index = geti(r, ri, 1, 0);
+            d->ev.stream_seq = geti(r, ri, 2, 0);
+            d->ev.type = sv[1];
+            d->ev.metadata = PQgetisnull(r, ri, 5) ? NULL : sv[2];
+            d->ev.appended_at_us = geti(r, ri, 6, 0);
+            d->seg.id = (uint32_t)geti(r, ri, 7, 0);
+            d->seg.mask = (uint32_t)geti(r, ri, 8, 0);
+            d->attempts = (uint32_t)geti(r, ri, 9, 0);
+            d->behind = geti(r, ri, 10, 0);
+            d->first_error = sv[3];
+            d->last_error = sv[4];
+            d->first_failed_us = geti(r, ri, 13, 0);
+            d->parked_us = geti(r, ri, 14, 0);
+            d->retry_requested = PQgetvalue(r, ri, 15)[0] == 't';
+        }
+        c->rows = rows;
+        c->n = nt;
+    }
+    for (size_t i = 0; pl && i < nt; i++)
+        if (pl[i])
+            PQfreemem(pl[i]);
+    pawl_free(pl);
+    pawl_free(pll);
+}
+
+static int pg_dl_show(struct pawl_tokens *tk, const char *proc, const char *stream,
+                      struct pawl_dead_letter **rows, size_t *n)
+{
+    const char *v[2] = {proc, stream};
+    struct letters_cap c = {0};
+    struct pawl_pgstmt s = {.sql = "SELECT * FROM pawl.dead_letters_show($1, $2)",
+                            .nparams = 2,
+                            .values = v,
+                            .on_result = on_letters,
+                            .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    if (rc == 0 && (c.oom || c.rows == NULL))
+        rc = PAWL_ENOMEM;
+    if (rc) {
+        pawl_free(c.rows);
+        return rc;
+    }
+    *rows = c.rows;
+    *n = c.n;
+    return 0;
+}
+
+static int count_call(struct pawl_tokens *tk, const char *sql, int nparams, const char *const *v,
+                      int64_t *n)
+{
+    struct ints_cap c = {0};
+    struct pawl_pgstmt s = {
+        .sql = sql, .nparams = nparams, .values = v, .on_result = on_ints, .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    pawl_free(c.list);
+    if (rc == 0 && n)
+        *n = c.v[0];
+    return rc;
+}
+
+static int pg_dl_retry(struct pawl_tokens *tk, const char *proc, const char *stream, int64_t *n)
+{
+    const char *v[2] = {proc, stream};
+    return count_call(tk, "SELECT pawl.dead_letters_retry($1, $2)", 2, v, n);
+}
+
+static int pg_dl_drop(struct pawl_tokens *tk, const char *proc, const char *stream, int64_t up_to,
+                      int64_t *n)
+{
+    char a[24];
+    const char *v[3] = {proc, stream, up_to == INT64_MAX ? NULL : I64(a, up_to)};
+    return count_call(tk, "SELECT pawl.dead_letters_drop($1, $2, $3)", 3, v, n);
+}
+
+static int pg_dl_retry_failed(struct pawl_tokens *tk, const char *proc, uint32_t seg_id,
+                              const char *owner, const char *stream, int64_t index, const char *why)
+{
+    char a[24], b[24];
+    const char *v[6] = {proc, I64(a, seg_id), owner, stream, I64(b, index), why};
+    return count_call(tk, "SELECT pawl.dead_letters_retry_failed($1, $2, $3, $4, $5, $6)", 6, v,
+                      NULL);
 }
 
 static void pg_free(struct pawl_tokens *tk)
@@ -661,6 +932,12 @@ static const struct pawl_tokens_ops pg_ops = {
     .reset = pg_reset,
     .errmsg = pg_errmsg,
     .free = pg_free,
+    .dl_segment = pg_dl_segment,
+    .dl_show = pg_dl_show,
+    .dl_list = pg_dl_list,
+    .dl_retry = pg_dl_retry,
+    .dl_drop = pg_dl_drop,
+    .dl_retry_failed = pg_dl_retry_failed,
 };
 
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)

@@ -146,6 +146,27 @@ static void sleep_ms_interruptible(int64_t ms)
     }
 }
 
+/* status NAME: one line about the processor's dead letters, when it has any. */
+static void dead_letters_line(struct pawl_tokens *tok, const char *proc)
+{
+    struct pawl_dead_stream *rows = NULL;
+    size_t n = 0;
+    if (pawl_dead_letters_streams(tok, proc, &rows, &n) != 0 || n == 0) {
+        pawl_dead_letters_free(rows);
+        return;
+    }
+    uint64_t letters = 0;
+    int64_t oldest = 0;
+    for (size_t i = 0; i < n; i++) {
+        letters += rows[i].letters;
+        oldest = PAWL_MAX(oldest, rows[i].oldest_age_ms);
+    }
+    printf("\ndead letters: %" PRIu64 " in %zu parked stream%s, the oldest parked %.0f s ago "
+           "(pawl dead-letters %s lists them)\n",
+           letters, n, n == 1 ? "" : "s", (double)oldest / 1000.0, proc);
+    pawl_dead_letters_free(rows);
+}
+
 /* status without a name: one line per processor. */
 static int status_list(struct pawl_config *cfg)
 {
@@ -244,6 +265,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
                 printf("\n(lag past the first %d events after the lowest token is head - token, "
                        "an upper bound)\n",
                        TOOL_STATUS_SCAN_LIMIT);
+            dead_letters_line(s.tok, proc);
         }
         if (cfg->tool.metrics) {
             /* With --json, stdout stays one JSON document; the summary goes to stderr. */
@@ -577,6 +599,142 @@ int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv)
     printf("deleted processor %s: %" PRId64 " segments\n", proc, deleted);
 out:
     tool_status_fini(&st);
+    stores_close(&s);
+    return ex;
+}
+
+/* `pawl dead-letters NAME [list|show|retry|drop]`: the processor's parked streams. */
+static void print_time_us(int64_t us, char *out, size_t len)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv)
+{
+    const char *what = "list";
+    const char *rest[1];
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "list") == 0 || strcmp(argv[i], "show") == 0 ||
+            strcmp(argv[i], "retry") == 0 || strcmp(argv[i], "drop") == 0) {
+            what = argv[i];
+        } else if (nrest < 1) {
+            rest[nrest++] = argv[i];
+        } else {
+            tool_err("dead-letters: unexpected argument '%s' (list, show, retry or drop)", argv[i]);
+            return TOOL_USAGE;
+        }
+    }
+    int changes = strcmp(what, "retry") == 0 || strcmp(what, "drop") == 0;
+    const char *proc = proc_name(cfg, nrest, rest, "dead-letters", changes);
+    if (proc == NULL)
+        return TOOL_USAGE;
+    const char *stream = cfg->tool.stream && cfg->tool.stream[0] ? cfg->tool.stream : NULL;
+    if (strcmp(what, "list") != 0 && stream == NULL) {
+        tool_err("dead-letters %s: which stream? give --stream S (dead-letters %s lists them)",
+                 what, proc);
+        return TOOL_USAGE;
+    }
+    int64_t up_to = INT64_MAX;
+    if (cfg->tool.to && cfg->tool.to[0]) {
+        char *end;
+        long long v = strtoll(cfg->tool.to, &end, 10);
+        if (strcmp(what, "drop") != 0 || *end != '\0' || v < 1) {
+            tool_err("dead-letters: --to takes an index >= 1, and only with drop (got '%s')",
+                     cfg->tool.to);
+            return TOOL_USAGE;
+        }
+        up_to = v;
+    }
+    struct stores s;
+    int ex = stores_open(cfg, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct pawl_dead_letter *letters = NULL;
+    struct pawl_dead_stream *streams = NULL;
+    size_t n = 0;
+    int rc;
+    if (strcmp(what, "list") == 0) {
+        rc = pawl_dead_letters_streams(s.tok, proc, &streams, &n);
+        if (rc)
+            goto fail;
+        if (n == 0)
+            printf("processor %s has no dead letters\n", proc);
+        else
+            printf("%-32s %-8s %-12s %-12s %-10s %-8s %s\n", "STREAM", "LETTERS", "FIRST", "LAST",
+                   "AGE", "ATTEMPTS", "LAST-ERROR");
+        for (size_t i = 0; i < n; i++) {
+            char id[4 * PAWL_STREAM_ID_MAX + 1], err[1024];
+            printf("%-32s %-8" PRIu64 " %-12" PRId64 " %-12" PRId64 " %-10.1f %-8u %s%s\n",
+                   tool_printable(streams[i].stream_id, id, sizeof id), streams[i].letters,
+                   streams[i].first_index, streams[i].last_index,
+                   (double)streams[i].oldest_age_ms / 1000.0, streams[i].attempts,
+                   tool_printable(streams[i].last_error, err, sizeof err),
+                   streams[i].retry_requested ? "  (retry pending)" : "");
+        }
+        goto out;
+    }
+    rc = pawl_dead_letters_show(s.tok, proc, stream, &letters, &n);
+    if (rc)
+        goto fail;
+    if (n == 0) {
+        char id[4 * PAWL_STREAM_ID_MAX + 1];
+        tool_err("dead-letters %s: stream %s of %s has no dead letters", what,
+                 tool_printable(stream, id, sizeof id), proc);
+        ex = TOOL_NOTFOUND;
+        goto out;
+    }
+    size_t shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(what, "drop") == 0 && letters[i].ev.index > up_to)
+            continue;
+        char id[4 * PAWL_STREAM_ID_MAX + 1], type[4 * PAWL_EVENT_TYPE_MAX + 1], err[1024], at[32];
+        print_time_us(letters[i].parked_us, at, sizeof at);
+        printf("%s index %" PRId64 " seq %" PRId64 " type %s segment %u/%u parked %s "
+               "attempts %u %s%s\n",
+               tool_printable(letters[i].ev.stream_id, id, sizeof id), letters[i].ev.index,
+               letters[i].ev.stream_seq, tool_printable(letters[i].ev.type, type, sizeof type),
+               letters[i].seg.id, letters[i].seg.mask, at, letters[i].attempts,
+               letters[i].behind ? "behind " : "error: ",
+               letters[i].behind ? "" : tool_printable(letters[i].last_error, err, sizeof err));
+        if (letters[i].behind)
+            printf("    (waits behind index %" PRId64 ")\n", letters[i].behind);
+        shown++;
+    }
+    if (strcmp(what, "show") == 0)
+        goto out;
+    printf("%s %zu letter%s of stream %s\n",
+           cfg->tool.execute ? (changes && what[0] == 'r' ? "retrying" : "dropping")
+                             : (what[0] == 'r' ? "would retry" : "would drop"),
+           shown, shown == 1 ? "" : "s", stream);
+    if (!cfg->tool.execute) {
+        printf("nothing changed: add --execute to apply\n");
+        goto out;
+    }
+    int64_t done = 0;
+    if (what[0] == 'r') {
+        rc = pawl_dead_letters_retry(s.tok, proc, stream, &done);
+        if (rc)
+            goto fail;
+        printf("retry requested for %" PRId64 " letters: the node holding the stream's segment "
+               "hands them over within its claim poll (pawl dead-letters %s shows the result)\n",
+               done, proc);
+    } else {
+        rc = pawl_dead_letters_drop(s.tok, proc, stream, up_to, &done);
+        if (rc)
+            goto fail;
+        printf("dropped %" PRId64 " letters\n", done);
+    }
+    goto out;
+fail:
+    tool_err("dead-letters %s: %s: %s", what, pawl_strerror(rc), s.tok->ops->errmsg(s.tok));
+    ex = tool_exit_for(rc);
+out:
+    pawl_dead_letters_free(letters);
+    pawl_dead_letters_free(streams);
     stores_close(&s);
     return ex;
 }

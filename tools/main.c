@@ -110,7 +110,8 @@ static const struct tool_cmd commands[] = {
      "-1h30m). Prints what it would do, per segment, and changes nothing unless --execute is "
      "given. An index past the head of the log is refused (exit 4). Refused (exit 4, naming the "
      "owners, on stderr, with nothing on stdout) while any segment of the processor is claimed: "
-     "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not count: --execute "
+     "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not "
+     "count: --execute "
      "releases it. After a reset backwards, handlers see the events up to each segment's previous "
      "position as replays (pawl_ctx_is_replay) until the processor passes it.",
      cmd_reset, 1},
@@ -137,11 +138,26 @@ static const struct tool_cmd commands[] = {
      "rotate regularly (daily, say). Prints what it would do and changes nothing unless "
      "--execute is given.",
      cmd_retention, 1},
+    {"dead-letters", PAWL_SCOPE_DEAD_LETTERS,
+     "[--processor] NAME [list|show|retry|drop] [--stream S] [--to INDEX] [--execute]",
+     "List, show, retry or drop a processor's dead letters (parked streams)",
+     "A processor run with --dead-letter-attempts parks an event its handlers cannot handle, "
+     "and every later event of its stream behind it, while the other streams go on. list (the "
+     "default) prints each parked stream: letters, first and last index, age of the oldest, "
+     "attempts and last error. show --stream S prints the stream's letters in order. retry "
+     "--stream S asks the node holding the stream's segment to hand its letters to the "
+     "handlers again, in order, before any newer event of the stream: if they succeed the "
+     "stream flows again, if not it stays parked with the attempt counted. drop --stream S "
+     "[--to INDEX] deletes the stream's letters (up to INDEX) for good. retry and drop print "
+     "what they would do and change nothing unless --execute is given. The processor name is "
+     "taken from the command line only for retry and drop.",
+     cmd_dead_letters, 1},
     {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
      "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed "
-     "(a claim older than --claim-timeout is released instead); a running node picks the new segments up through its claim cycle.",
+     "(a claim older than --claim-timeout is released instead); a running node picks the new "
+     "segments up through its claim cycle.",
      cmd_split, 1},
     {"merge", PAWL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
      "Merge a segment with its sibling",

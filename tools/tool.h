@@ -121,5 +121,6 @@ int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv);
 int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv);
+int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv);
 
 #endif

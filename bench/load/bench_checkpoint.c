@@ -58,7 +58,7 @@ static struct pawl_future *advanced(void *self, struct pawl_segment seg, int64_t
     return f;
 }
 
-static const struct pawl_checkpointing unit_ckpt = {NULL, advanced, NULL};
+static const struct pawl_checkpointing unit_ckpt = {NULL, advanced, NULL, NULL};
 
 /* Deferred: count events per segment in a thread-local slot keyed by segment id. */
 #define MAXSEG 1024

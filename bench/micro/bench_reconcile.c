@@ -49,7 +49,7 @@ static struct pawl_future *immediate(void *self, struct pawl_segment seg, int64_
     return f;
 }
 
-static const struct pawl_checkpointing unit = {NULL, immediate, NULL};
+static const struct pawl_checkpointing unit = {NULL, immediate, NULL, NULL};
 
 static void bench_reconcile(pawl_bench_state *st, void *arg)
 {

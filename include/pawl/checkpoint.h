@@ -32,6 +32,19 @@
  * the stored token are delivered again. Nothing is lost; the price is redelivery. Isolate a unit
  * in a processor of its own (fully deferred) to keep that coupling away from other handlers.
  *
+ * Dead letters (pawl/processor.h). A unit's own failure — a future that fails, a report that
+ * does not cover the request, a refused claim — is a checkpoint failure as above, never a dead
+ * letter: dead letters are for events a handler cannot handle. A parked event counts as handled
+ * for this protocol: the batch that parks it may store a token past it, and units are told
+ * through on_event_parked so that an asynchronous unit does not wait for work it will never
+ * get.
+ *
+ * Exactly-once projections hold only where the token moves with the batch: in plain and auto
+ * mode, the handlers' statements (pawl_txn_exec) commit with the token. In fully-deferred mode a
+ * batch whose units were not asked commits its statements without moving the token, so after a
+ * crash or a failed checkpoint those events are delivered again and their statements run again:
+ * write them idempotently there.
+ *
  * There is no built-in time-out. A future that never completes stalls its segment — only its
  * segment; the others keep going — and keeps that batch's transaction open for as long as it
  * waits; a release waits for it too (so a processor's stop does). Bound a future that might hang
@@ -67,6 +80,7 @@ extern "C" {
 struct pawl_segment; /* pawl/processor.h: { uint32_t id; uint32_t mask; } */
 struct pawl_future;  /* pawl/runtime.h: a one-shot future carrying an int64 or an error */
 struct pawl_trigger; /* opaque, below */
+struct pawl_event;   /* pawl/event.h */
 
 /* A request for the last token the segment has consumed, resolved when the request is taken. */
 #define PAWL_TOKEN_LATEST INT64_MAX
@@ -87,7 +101,11 @@ struct pawl_checkpointing {
      * Return 0 to accept the claim. A negative PAWL_E* code fails the claim: the segment is not
      * claimed (the claim row is given back), and the coordinator tries again after its back-off.
      * Fail only when the unit genuinely cannot take the segment, not for transient conditions a
-     * later trigger request would handle.
+     * later trigger request would handle. The units are asked in handler order: when a later
+     * unit refuses, every earlier unit that accepted is told on_segment_released(seg, stored
+     * token) (or its default), and the futures those calls return are dropped without being
+     * awaited — their reports cannot matter, nothing is stored — so a unit must not rely on
+     * that future's completion being observed; it must still complete it (or let it go).
      */
     int (*on_segment_claimed)(void *self, struct pawl_segment seg, struct pawl_trigger *trigger);
 
@@ -112,8 +130,9 @@ struct pawl_checkpointing {
      * transaction open and stalling this segment (only this one). Wrap a future that might hang
      * in pawl_checkpoint_or_timeout().
      *
-     * A report at or behind the token already stored is accepted but never stored (the stored
-     * token never moves backwards).
+     * Every request lies above the stored token (a cycle asks only for positions beyond it), so
+     * a report at or behind the stored token does not cover the request: it fails the
+     * checkpoint like any report below `requested` (rollback, release, back-off, redelivery).
      */
     struct pawl_future *(*on_checkpoint_advanced)(void *self, struct pawl_segment seg,
                                                   int64_t requested);
@@ -129,13 +148,28 @@ struct pawl_checkpointing {
      * The reports of all units are reconciled as for a checkpoint (a unit below the highest valid
      * report is asked on_checkpoint_advanced with it); if that fails, the lowest valid report is
      * stored instead. A unit whose future fails (or whose report is ignored) has confirmed
-     * nothing, so the stored token does not move. The token is stored while the claim is still
+     * nothing, so the stored token does not move. So after a release the stored token is only a
+     * lower bound: a unit that reported more than the lowest report (or more than was stored)
+     * stays durably ahead of the stored token, and the next claim redelivers, to every unit,
+     * the events between the stored token and that unit's own durable position. Units are not
+     * told the stored token; a unit that keeps its own durable position must tolerate that
+     * redelivery (skip events at or below what it has made durable, or apply them idempotently). The token is stored while the claim is still
      * held; then the claim is freed. A failed future never stops the release, but the release
      * does wait for every future: the no-time-out rule above applies here too.
      *
      * After this call the trigger is inert.
      */
     struct pawl_future *(*on_segment_released)(void *self, struct pawl_segment seg, int64_t up_to);
+
+    /*
+     * Optional (NULL: nothing to do). Called on the segment's worker when an event of the
+     * segment is parked as a dead letter (pawl/processor.h, "Dead letters"), in the batch
+     * that parks it: for the checkpoint protocol a parked event counts as handled, so a unit
+     * that tracks events in flight (a barrier) must stop waiting for it. ev is borrowed for
+     * the call. A batch that rolls back is handled again, so a unit may hear of the same event
+     * more than once; the stored token never covers a parked event before that batch commits.
+     */
+    void (*on_event_parked)(void *self, struct pawl_segment seg, const struct pawl_event *ev);
 };
 
 /*

@@ -76,7 +76,8 @@ enum pawl_scope {
     PAWL_SCOPE_CONFIG = 1u << 10,
     PAWL_SCOPE_DELETE = 1u << 11,
     PAWL_SCOPE_RETENTION = 1u << 12,
-    PAWL_SCOPE_ALL = (1u << 13) - 1,
+    PAWL_SCOPE_DEAD_LETTERS = 1u << 13,
+    PAWL_SCOPE_ALL = (1u << 14) - 1,
 };
 
 enum pawl_config_source {
@@ -117,9 +118,11 @@ struct pawl_tool_opts {
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
     int metrics;           /* status: also print the metrics snapshot */
-    int execute;           /* reset/split/merge/delete/retention: do it (else preview) */
+    int execute;           /* reset/split/merge/delete/retention/dead-letters: do it (else preview) */
     int wait;              /* append: wait for the final indexes and print them */
-    const char *to;        /* reset target: start | end | <index> | <ISO 8601 time> */
+    const char *to;        /* reset target: start | end | <index> | <ISO 8601 time>;
+                              dead-letters drop: the highest index to drop */
+    const char *stream;    /* dead-letters show/retry/drop: the stream */
     int segment;           /* split/merge: segment id */
     int64_t before;        /* retention: the new low-watermark (0 = show the partitions) */
     const char *archive;   /* retention: write the dropped events here as JSON lines */

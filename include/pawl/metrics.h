@@ -47,14 +47,20 @@ extern "C" {
     X(PAWL_M_CLAIMS_RELEASED, "pawl_claims_released_total", "Segment claims released")             \
     X(PAWL_M_CLAIMS_LOST, "pawl_claims_lost_total", "Segment claims lost to another node")         \
     X(PAWL_M_BACKOFFS, "pawl_backoffs_total", "Segment back-offs after a failure")                 \
-    X(PAWL_M_HANDLER_ERRORS, "pawl_handler_errors_total", "Handler or checkpoint failures")
+    X(PAWL_M_HANDLER_ERRORS, "pawl_handler_errors_total", "Handler or checkpoint failures")        \
+    X(PAWL_M_DEAD_LETTERS, "pawl_dead_letters_parked_total",                                       \
+      "Events parked as dead letters (committed)")                                                 \
+    X(PAWL_M_DEAD_LETTERS_RETRIED, "pawl_dead_letters_retried_total",                              \
+      "Dead letters handled by a retry that committed")
 
 /* Gauges (go up and down, or are set): X(id, prometheus name, help). */
 #define PAWL_METRIC_GAUGES(X)                                                                      \
     X(PAWL_G_CLAIMS_HELD, "pawl_claims_held", "Segments this process holds a claim on")            \
     X(PAWL_G_APPENDS_IN_FLIGHT, "pawl_appends_in_flight", "Appends sent and not yet answered")     \
     X(PAWL_G_LAST_FINALIZED_INDEX, "pawl_last_finalized_index",                                    \
-      "Highest final index this process has seen finalized")
+      "Highest final index this process has seen finalized")                                       \
+    X(PAWL_G_DEAD_STREAMS, "pawl_dead_letter_streams",                                             \
+      "Parked streams in the segments this process holds")
 
 /* Latency histograms, all in nanoseconds: X(id, prometheus name, help). */
 #define PAWL_METRIC_HISTS(X)                                                                       \

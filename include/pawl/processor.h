@@ -10,7 +10,8 @@
  * no coordinator node. A node's claimed segment is driven by a work package: it takes the
  * segment's events in batches, runs the handlers, and commits each batch in one transaction
  * together with the segment's new token and any SQL the handlers queued (exactly-once
- * projections). Every token write is conditional on the writer still owning the claim: a node
+ * projections, where the token moves with the batch: not in fully-deferred checkpoint mode,
+ * see pawl/checkpoint.h). Every token write is conditional on the writer still owning the claim: a node
  * whose claim was taken over learns it at its next write, and that batch rolls back.
  *
  * Threads: pawl_processor_new/start/stop/free are called from one controlling thread (not from
@@ -87,8 +88,12 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  * pawl_processor_free (copy nothing; keep it alive). handle() runs on a worker thread, for one
  * segment's events in index order; it returns 0, or a negative code that fails the batch: the
  * batch transaction rolls back, the segment is released and re-claimed after a back-off, and
- * the events from the last stored token on are redelivered. A handler that blocks in a way of
- * its own (a network call, a lock) should call pawl_pool_will_block() first, so that other
+ * the events from the last stored token on are redelivered. With a dead-letter policy
+ * (pawl_processor_opts.dead_letter_attempts) an event that keeps failing is parked instead:
+ * PAWL_EPOISON says the event can never be handled (it is parked at once, without a back-off);
+ * any other code is retryable (the event is parked once it has failed that many attempts).
+ * Either way the batch is rolled back first; see "Dead letters" below. A handler that blocks in a
+ * way of its own (a network call, a lock) should call pawl_pool_will_block() first, so that other
  * segments' steps queued on its worker are handed to an idle one (pawl/runtime.h).
  *
  * ckpt == NULL makes an ordinary handler; otherwise the handler is a checkpointing unit (see
@@ -130,12 +135,24 @@ struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx);
 size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
 
 /*
+ * Say why handling failed, for the dead letter the event may become: copies `why` (at most
+ * 1000 bytes kept; NULL clears it) and returns `code` (PAWL_EHANDLER when code >= 0), so a
+ * handler writes `return pawl_ctx_error(ctx, PAWL_EPOISON, "payload is not JSON");`. Without
+ * it a letter's error is the handler's name and pawl_strerror(code).
+ */
+int pawl_ctx_error(struct pawl_event_ctx *ctx, int code, const char *why);
+/* Non-zero while the event is a dead letter being retried (pawl_dead_letters_retry). */
+int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
+
+/*
  * Queue a statement into the batch transaction. values are text parameters ($1..$n; a NULL
  * element is SQL NULL); sql and values are copied. The statements are sent when the batch
  * commits, in order, after the claim check and token write and in the same transaction: an
  * error in any of them fails the batch (the token is not stored, every handler's writes roll
  * back). So a handler cannot read a statement's result, and must not send transaction control
- * (BEGIN, COMMIT, SAVEPOINT). The PostgreSQL store prepares each distinct statement text once
+ * (BEGIN, COMMIT, SAVEPOINT). In fully-deferred checkpoint mode a batch may commit its
+ * statements without moving the token, so they run again when those events are redelivered
+ * (pawl/checkpoint.h): make them idempotent there. The PostgreSQL store prepares each distinct statement text once
  * per connection (up to 96), so reuse a fixed text with parameters rather than building SQL
  * per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a
  * subscriber without a transaction).
@@ -251,6 +268,37 @@ struct pawl_segment_status {
 };
 
 struct pawl_tokens;
+
+/*
+ * A dead letter: a parked event (see "Dead letters" below). In a store's answer every pointer
+ * points into the same allocation as the array (free it with pawl_dead_letters_free); handed
+ * to a store's park(), the pointers are the caller's and are read during the call only.
+ */
+struct pawl_dead_letter {
+    struct pawl_event ev;    /* the event, as the log had it */
+    struct pawl_segment seg; /* the segment it was parked in */
+    uint32_t attempts;       /* handler attempts so far (a failed retry counts one) */
+    int64_t behind;          /* 0: it failed itself; else the index of the stream's letter it
+                                was parked behind (the stream was parked already) */
+    const char *first_error; /* "" when none */
+    const char *last_error;  /* "" when none */
+    int64_t first_failed_us; /* µs since the epoch; 0 when unknown */
+    int64_t parked_us;       /* when it was parked (store answers only) */
+    int retry_requested;     /* a retry is pending (store answers only) */
+};
+
+/* A parked stream: one row of pawl_dead_letters_streams. */
+struct pawl_dead_stream {
+    char stream_id[PAWL_STREAM_ID_MAX + 1];
+    uint64_t letters;
+    int64_t first_index; /* its first letter (the event that failed) */
+    int64_t last_index;
+    int64_t oldest_age_ms; /* since the first letter was parked */
+    uint32_t attempts;     /* of the first letter */
+    int retry_requested;
+    char last_error[256]; /* of the first letter, cut to fit */
+};
+
 struct pawl_txn_ops {
     int (*exec)(struct pawl_txn *t, const char *sql, int nparams, const char *const *values);
     /* Queue the conditional token write: token = max(token, new), only if owner is still the
@@ -261,6 +309,11 @@ struct pawl_txn_ops {
     int (*commit)(struct pawl_txn *t);
     /* Roll back; the txn is consumed. */
     void (*rollback)(struct pawl_txn *t);
+    /* Optional (dead letters; NULL in a store without them). Queue parking a letter (a
+     * redelivered one that is parked already is left alone), or queue un-parking the stream's
+     * letters up to up_to (a retry that succeeded). Both commit with the transaction. */
+    int (*park)(struct pawl_txn *t, const struct pawl_dead_letter *l);
+    int (*unpark)(struct pawl_txn *t, const char *stream_id, int64_t up_to);
 };
 struct pawl_txn {
     const struct pawl_txn_ops *ops;
@@ -308,6 +361,31 @@ struct pawl_tokens_ops {
     int (*reset)(struct pawl_tokens *t, const char *proc, int64_t token);
     const char *(*errmsg)(struct pawl_tokens *t);
     void (*free)(struct pawl_tokens *t);
+
+    /*
+     * Optional (dead letters; all NULL in a store without them, which a processor with a
+     * dead-letter policy refuses with PAWL_ENOTSUP). Rows are allocated as one block (free
+     * with pawl_dead_letters_free).
+     *   segment: the parked streams of seg (stream id in stream_id, first_index, letters,
+     *            retry_requested; other fields zero).
+     *   show:    stream's letters in index order (stream NULL: every letter of proc).
+     *   list:    every parked stream of proc.
+     *   retry:   ask for a retry of stream; *n = the letters it covers.
+     *   drop:    delete stream's letters up to up_to (INT64_MAX: all); *n = how many.
+     *   retry_failed: a node's retry failed on letter index: count an attempt, keep why,
+     *            clear the request (the stream stays parked). Checks owner's claim.
+     */
+    int (*dl_segment)(struct pawl_tokens *t, const char *proc, struct pawl_segment seg,
+                      struct pawl_dead_stream **rows, size_t *n);
+    int (*dl_show)(struct pawl_tokens *t, const char *proc, const char *stream,
+                   struct pawl_dead_letter **rows, size_t *n);
+    int (*dl_list)(struct pawl_tokens *t, const char *proc, struct pawl_dead_stream **rows,
+                   size_t *n);
+    int (*dl_retry)(struct pawl_tokens *t, const char *proc, const char *stream, int64_t *n);
+    int (*dl_drop)(struct pawl_tokens *t, const char *proc, const char *stream, int64_t up_to,
+                   int64_t *n);
+    int (*dl_retry_failed)(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
+                           const char *owner, const char *stream, int64_t index, const char *why);
 };
 /* Implementations embed this as their first member. */
 struct pawl_tokens {
@@ -380,6 +458,10 @@ struct pawl_processor_opts {
     int timer_backend;                 /* enum pawl_timer_backend of the timers that bound
                                           checkpoint futures: auto (default), io_uring, epoll */
     int require_io_uring;              /* nonzero: fail instead of falling back to epoll */
+    uint32_t dead_letter_attempts;     /* 0 (default): no dead letters, a failing event is
+                                          retried forever; 1..1000: park an event once it has
+                                          failed this many attempts (PAWL_EPOISON parks at
+                                          once). Needs a store with dead letters (PostgreSQL) */
 };
 void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
 
@@ -420,6 +502,10 @@ struct pawl_processor_stats {
     uint64_t steps_stolen;   /* of those, taken from another worker's deque */
     uint64_t steps_kept;     /* times a worker kept a burst of queued steps to itself rather
                               * than wake a parked worker for it (the pool's pass-on rule) */
+    uint64_t letters_parked; /* events this processor parked as dead letters (committed) */
+    uint64_t streams_parked; /* streams it parked (their first letter) */
+    uint64_t letters_retried; /* letters handled by a retry that committed */
+    uint32_t parked_streams;  /* right now, in the segments this node holds */
 };
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 
@@ -453,6 +539,52 @@ enum pawl_reset_kind {
  */
 int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
                          enum pawl_reset_kind kind, int64_t value, int64_t *token_out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dead letters (schema 8). With pawl_processor_opts.dead_letter_attempts > 0, an event whose
+ * handler returned PAWL_EPOISON, or that failed that many attempts, is parked: copied into the
+ * store's dead letters with its processor, segment, stream, index, attempts, first and last
+ * error and time, in the batch transaction that moves the segment's token past it, so a crash
+ * or a re-claim neither loses a letter nor parks one twice. The batch that failed is rolled
+ * back and handled again at once with the event parked (a retryable error first goes through
+ * the usual release and back-off for each attempt but the last). Every later event of the same
+ * stream is parked behind it, in order, so handlers never see a stream out of order; the other
+ * streams of the segment go on. Attempts are counted by the node (a node that crashes starts
+ * counting again).
+ *
+ * A retry is a request stored with the letters: the node holding the stream's segment (within
+ * claim_poll_ms, or at its next claim) hands the stream's letters to every handler in index
+ * order (pawl_ctx_is_dead_letter says so) in one transaction that also un-parks them, before
+ * any newer event of the stream. If that commits, the stream flows again from its next live
+ * event: no gap, no duplicate. If a handler fails, the transaction rolls back, the failing
+ * letter's attempt and error are recorded, and the stream stays parked. The token does not move
+ * in a retry (the letters lie behind it), so checkpointing units are not asked to confirm it.
+ * Dropping deletes letters for good; the stream's later events flow once the holding node
+ * notices (within claim_poll_ms).
+ *
+ * A reset or replay does not touch dead letters: replayed events of a parked stream from its
+ * first letter on are parked behind it again (already parked: left alone), earlier ones are
+ * handled. Retry or drop the stream to let it flow.
+ *
+ * These calls run through the token store alone, on a running or stopped processor.
+ * PAWL_ENOTSUP for a store without dead letters; PAWL_EPERM when the store's login is not
+ * granted proc.
+ * ------------------------------------------------------------------------------------------ */
+
+/* Every parked stream of proc, oldest first. *rows: free with pawl_dead_letters_free. */
+int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,
+                              struct pawl_dead_stream **rows, size_t *n);
+/* The letters of stream (NULL: all of proc) in index order. *rows: pawl_dead_letters_free. */
+int pawl_dead_letters_show(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                           struct pawl_dead_letter **rows, size_t *n);
+/* Ask for a retry of stream; *letters (optional) = how many it covers (0: none parked). */
+int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                            int64_t *letters);
+/* Drop stream's letters with index <= up_to (INT64_MAX: all); *dropped (optional). */
+int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
+                           int64_t up_to, int64_t *dropped);
+/* Free rows returned above; NULL is a no-op. */
+void pawl_dead_letters_free(void *rows);
 
 /* ---------------------------------------------------------------------------------------------
  * Subscribing processor: handlers run in the appending thread, right after (or inside) the

@@ -24,7 +24,8 @@
 --   pawl_processor: run processors (`pawl run`, pawl_processor_*), read the log, and use the
 --       token store through pawl's token functions only (tokens_list, tokens_claim,
 --       tokens_extend, nodes_live, nodes_leave, tokens_release, store_token, and tokens_init /
---       _reset / _split / _merge of `pawl reset|split|merge`). It has no rights on the token
+--       _reset / _split / _merge of `pawl reset|split|merge`, and the dead_letters_* functions of
+--       `pawl dead-letters`, schema 8). It has no rights on the token
 --       tables themselves, and the functions (SECURITY DEFINER, sql/007_token_isolation.sql)
 --       serve only the processors granted to the session's login, so processors are isolated
 --       from each other: a login granted `orders` can neither read nor move the tokens, claims
@@ -99,6 +100,13 @@ GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 -- tables (rights a role setup before schema 7 granted are taken back); finalize (see above);
 -- never events.
 REVOKE ALL ON pawl.tokens, pawl.processor_nodes, pawl.processor_grants FROM pawl_processor;
+DO $dl$
+BEGIN
+    IF to_regclass('pawl.dead_letters') IS NOT NULL THEN
+        REVOKE ALL ON pawl.dead_letters FROM pawl_processor;
+    END IF;
+END
+$dl$;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
 DO $fns$
 DECLARE
@@ -108,7 +116,12 @@ BEGIN
               WHERE p.pronamespace = 'pawl'::regnamespace
                 AND p.proname IN ('tokens_list', 'tokens_claim', 'tokens_extend', 'nodes_live',
                                   'nodes_leave', 'tokens_release', 'store_token', 'tokens_init',
-                                  'tokens_reset', 'tokens_split', 'tokens_merge')
+                                  'tokens_reset', 'tokens_split', 'tokens_merge',
+                                  'dead_letters_park', 'dead_letters_segment',
+                                  'dead_letters_show', 'dead_letters_list',
+                                  'dead_letters_stats', 'dead_letters_retry',
+                                  'dead_letters_drop', 'dead_letters_unpark',
+                                  'dead_letters_retry_failed')
     LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pawl_processor', f);
     END LOOP;

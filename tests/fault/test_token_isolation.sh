@@ -5,7 +5,8 @@
 # tables, every token function, the tool's reset / split / merge / status), and B's rows and
 # nodes are byte for byte what they were. Claims and node times dated in the future are refused
 # by a CHECK, even for the owner. A's own processor works: `pawl run` as A handles the events
-# appended, then status, reset and split as A succeed.
+# appended, then status, reset and split as A succeed. Dead letters (schema 8) follow the same
+# grants: B parks only in a segment it holds, and A can neither read nor change B's letters.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -97,6 +98,29 @@ refused "tokens_merge(pb)" "SELECT pawl.tokens_merge('pb', 0, NULL)"
 refused "tokens_init of a processor not granted" "SELECT pawl.tokens_init('pc', 4, 0)"
 refused "tokens_authorize called directly" "SELECT pawl.tokens_authorize('pb')"
 refused "revoke_processor of B's grant" "SELECT pawl.revoke_processor('pb', '$rb')"
+# ---- dead letters (sql/008_dead_letters.sql): the same grants, and the node's claim ------------
+park="'b-node/1', 'orders-1', 77, 5, 1, 'T', '\\x00'::bytea, NULL, 0, 1, NULL, 'e', 'e', 0)"
+out=$(as $rb "SELECT pawl.dead_letters_park('pb', 1, $park")
+[ "$out" = 1 ]; check "B parks a letter in the segment it holds ($out)" $?
+as $rb "SELECT pawl.dead_letters_park('pb', 0, $park" | grep -q 'no longer claimed'
+check "B cannot park in a segment it does not hold" $?
+[ "$(as $rb "SELECT count(*) FROM pawl.dead_letters_list('pb')")" = 1 ]
+check "B lists its own dead letters" $?
+dl_before=$(q "SELECT string_agg(d::text, ';') FROM pawl.dead_letters d")
+refused "reading B's dead letters" "SELECT count(*) FROM pawl.dead_letters"
+refused "deleting B's dead letters" "DELETE FROM pawl.dead_letters"
+refused "dead_letters_park(pb) as B's node" "SELECT pawl.dead_letters_park('pb', 1, $park"
+refused "dead_letters_list(pb)" "SELECT * FROM pawl.dead_letters_list('pb')"
+refused "dead_letters_show(pb)" "SELECT * FROM pawl.dead_letters_show('pb', NULL)"
+refused "dead_letters_segment(pb)" "SELECT * FROM pawl.dead_letters_segment('pb', 1, 3)"
+refused "dead_letters_stats(pb)" "SELECT * FROM pawl.dead_letters_stats('pb')"
+refused "dead_letters_retry(pb)" "SELECT pawl.dead_letters_retry('pb', 'orders-1')"
+refused "dead_letters_drop(pb)" "SELECT pawl.dead_letters_drop('pb', 'orders-1', NULL)"
+refused "dead_letters_unpark(pb) as B's node" "SELECT pawl.dead_letters_unpark('pb', 1, 'b-node/1', 'orders-1', 100)"
+refused "dead_letters_retry_failed(pb)" "SELECT pawl.dead_letters_retry_failed('pb', 1, 'b-node/1', 'orders-1', 77, 'x')"
+refused "dead_letters_check_claim called directly" "SELECT pawl.dead_letters_check_claim('pb', 1, 'b-node/1')"
+[ "$(q "SELECT string_agg(d::text, ';') FROM pawl.dead_letters d")" = "$dl_before" ]
+check "B's dead letters are untouched" $?
 refused "posing as B (SET ROLE)" "SET ROLE $rb"
 refused "posing as B (SET SESSION AUTHORIZATION)" "SET SESSION AUTHORIZATION $rb"
 # ---- A against B: the tool --------------------------------------------------------------------

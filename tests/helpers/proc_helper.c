@@ -1,11 +1,13 @@
 /*
  * proc_helper.c — one processor node in its own process, for the multi-process tests.
  *
- * Usage: proc_helper DSN PROCESSOR NODE CLAIM_TIMEOUT_MS BATCH_SIZE
+ * Usage: proc_helper DSN PROCESSOR NODE CLAIM_TIMEOUT_MS BATCH_SIZE [DEAD_LETTER_ATTEMPTS [FIXED]]
  *
  * Runs a PostgreSQL processor whose handler applies each event to an exactly-once projection
  * with SELECT proj_apply(stream, seq) queued into the batch transaction (the test creates the
- * function). Runs until SIGTERM or SIGINT (then stops, releasing its claims) or SIGKILL.
+ * function). With DEAD_LETTER_ATTEMPTS > 0 the processor parks dead letters, and the handler
+ * refuses events of type "poison" as PAWL_EPOISON unless FIXED is 1 (or SIGUSR1 arrived).
+ * Runs until SIGTERM or SIGINT (then stops, releasing its claims) or SIGKILL.
  */
 #include "pawl.h"
 
@@ -16,6 +18,13 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
+static volatile sig_atomic_t fixed;
+
+static void on_fix(int sig)
+{
+    (void)sig;
+    fixed = 1;
+}
 
 static void on_signal(int sig)
 {
@@ -27,6 +36,8 @@ static int apply(void *self, struct pawl_event_ctx *ctx)
 {
     (void)self;
     const struct pawl_event *e = pawl_ctx_event(ctx);
+    if (!fixed && strcmp(e->type, "poison") == 0)
+        return pawl_ctx_error(ctx, PAWL_EPOISON, "poison event");
     char seq[32];
     snprintf(seq, sizeof seq, "%lld", (long long)e->stream_seq);
     const char *v[2] = {e->stream_id, seq};
@@ -35,10 +46,13 @@ static int apply(void *self, struct pawl_event_ctx *ctx)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: proc_helper DSN PROCESSOR NODE CLAIM_TIMEOUT_MS BATCH_SIZE\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: proc_helper DSN PROCESSOR NODE CLAIM_TIMEOUT_MS BATCH_SIZE "
+                        "[DEAD_LETTER_ATTEMPTS [FIXED]]\n");
         return 2;
     }
+    fixed = argc > 7 && atoi(argv[7]) == 1;
+    signal(SIGUSR1, on_fix);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     struct pawl_source *src = NULL;
@@ -57,6 +71,7 @@ int main(int argc, char **argv)
     o.claim_poll_ms = 100;
     o.backoff_min_ms = 100;
     o.backoff_max_ms = 1000;
+    o.dead_letter_attempts = argc > 6 ? (uint32_t)atoi(argv[6]) : 0;
     struct pawl_handler h = {"proj", NULL, apply, NULL};
     int rc = pawl_processor_new(&p, &o, src, tok, &h, 1);
     if (rc == 0)

@@ -641,7 +641,7 @@ static int unit_handle(void *self, struct pawl_event_ctx *ctx)
     return 0;
 }
 
-static const struct pawl_checkpointing unit_ckpt = {NULL, unit_advanced, NULL};
+static const struct pawl_checkpointing unit_ckpt = {NULL, unit_advanced, NULL, NULL};
 
 static void test_auto_mode_coupling(void **state)
 {

@@ -131,7 +131,7 @@ static struct pawl_future *u_released(void *self, struct pawl_segment seg, int64
     return f;
 }
 
-static const struct pawl_checkpointing unit_ckpt = {u_claimed, u_advanced, u_released};
+static const struct pawl_checkpointing unit_ckpt = {u_claimed, u_advanced, u_released, NULL};
 
 static int u_handle(void *self, struct pawl_event_ctx *ctx)
 {

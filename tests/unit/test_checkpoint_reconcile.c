@@ -112,8 +112,9 @@ static int fake_claimed(void *self, struct pawl_segment seg, struct pawl_trigger
     return u->claim_rc;
 }
 
-static const struct pawl_checkpointing with_release = {fake_claimed, fake_advanced, fake_released};
-static const struct pawl_checkpointing default_release = {fake_claimed, fake_advanced, NULL};
+static const struct pawl_checkpointing with_release = {fake_claimed, fake_advanced, fake_released,
+                                                       NULL};
+static const struct pawl_checkpointing default_release = {fake_claimed, fake_advanced, NULL, NULL};
 
 static int fake_calls(struct fake *u)
 {
@@ -663,7 +664,7 @@ static void test_mode_detection(void **state)
     assert_int_equal(m, PAWL_CKPT_DEFERRED);
     assert_int_equal(pawl_ckpt_mode_detect("p", hs, 3, &m), 0);
     assert_int_equal(m, PAWL_CKPT_AUTO);
-    static const struct pawl_checkpointing broken = {NULL, NULL, NULL};
+    static const struct pawl_checkpointing broken = {NULL, NULL, NULL, NULL};
     hs[2].ckpt = &broken;
     assert_int_equal(pawl_ckpt_mode_detect("p", hs, 3, &m), PAWL_EINVAL);
 }

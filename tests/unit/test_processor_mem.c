@@ -1009,7 +1009,8 @@ static struct pawl_future *unit_released(void *self, struct pawl_segment seg, in
     return later(up_to, 0);
 }
 
-static const struct pawl_checkpointing unit_ckpt = {unit_claimed, unit_advanced, unit_released};
+static const struct pawl_checkpointing unit_ckpt = {unit_claimed, unit_advanced, unit_released,
+                                                    NULL};
 
 static int unit_handle(void *self, struct pawl_event_ctx *ctx)
 {
