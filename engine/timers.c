@@ -31,6 +31,7 @@
 #include "common.h"
 #include "mpsc.h"
 #include "pool.h"
+#include "testctl.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -694,8 +695,9 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
     rc = PAWL_ESYS;
     if (tm->efd < 0)
         goto fail;
+    int simulated = pawl_testctl_uring_errno(); /* tests only: see testctl.h */
     if (o.backend != PAWL_TIMER_BACKEND_EPOLL) {
-        int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, o.simulate_uring_errno);
+        int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, simulated);
         if (e == 0) {
             tm->backend = BACKEND_URING;
             snprintf(tm->reason, sizeof tm->reason, "io_uring available");
@@ -705,7 +707,7 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
                 tm->ring_ok = 0;
             }
             snprintf(tm->reason, sizeof tm->reason, "io_uring refused (%s%s)", strerror(-e),
-                     o.simulate_uring_errno ? ", simulated" : "");
+                     simulated ? ", simulated" : "");
             if (need_uring) {
                 PAWL_ERROR("timers", "%s and io_uring is required", tm->reason);
                 rc = PAWL_ENOTSUP;

@@ -11,6 +11,7 @@
  */
 #include "common.h"
 #include "segment.h"
+#include "testctl.h"
 
 #include <pthread.h>
 #include <stdio.h>

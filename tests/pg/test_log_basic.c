@@ -354,7 +354,7 @@ static void test_append_read(void **state)
     assert_true(pawl_test_now_ms() - t0 >= 150);
     pawl_batch_fini(&bt);
 
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_int_equal(st.appends_ok, 2);
     assert_int_equal(st.events_ok, 5);
@@ -483,7 +483,7 @@ static void test_any_append_rerun(void **state)
     assert_int_equal(pawl_append(s, &first, 1, NULL), 0);
     struct pawl_event dup = ev("retry-1", 1, "again", "");
     assert_int_equal(pawl_append(s, &dup, 1, NULL), PAWL_ECONFLICT);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_int_equal(st.append_retries, 0);
 
@@ -537,8 +537,8 @@ static void on_burst_done(void *ud, const struct pawl_append_result *res)
         __atomic_fetch_add((int *)ud, 1, __ATOMIC_RELAXED);
 }
 
-static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
-                            struct pawl_log_stats *calm)
+static void burst_then_calm(int share_pct, struct pawl_store_stats *loaded,
+                            struct pawl_store_stats *calm)
 {
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
@@ -570,7 +570,7 @@ static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
 static void test_adaptive_cadence(void **state)
 {
     (void)state;
-    struct pawl_log_stats loaded, calm;
+    struct pawl_store_stats loaded, calm;
     burst_then_calm(10, &loaded, &calm);
     print_message(
         "cadence: burst latency avg %.1f ms -> interval %.2f ms; calm %.2f ms -> %.2f ms\n",

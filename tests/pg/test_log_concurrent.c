@@ -426,7 +426,7 @@ static void test_concurrent(void **state)
     PQclear(r);
     PQfinish(c);
 
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(sa, &st, 0);
     printf("store A: %lld appends, finalize runs %lld (busy %lld), delay p50 %.2f ms p99 %.2f "
            "ms max %.2f ms\n",
