@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,7 +465,7 @@ static void test_bad_dsn(void **state)
  * caller's error and is not re-run.
  */
 struct retry_wait {
-    int done;
+    atomic_int done;
     int rc;
 };
 
@@ -472,7 +473,7 @@ static void on_retry_done(void *ud, const struct pawl_append_result *res)
 {
     struct retry_wait *w = ud;
     w->rc = res->rc;
-    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 static void test_any_append_rerun(void **state)
@@ -509,7 +510,7 @@ static void test_any_append_rerun(void **state)
     PQclear(r);
     PQfinish(raw);
     t0 = pawl_test_now_ms();
-    while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(&w.done, memory_order_acquire)) {
         assert_true(pawl_test_now_ms() - t0 < 10000);
         usleep(1000);
     }
@@ -534,7 +535,7 @@ static void test_any_append_rerun(void **state)
 static void on_burst_done(void *ud, const struct pawl_append_result *res)
 {
     if (res->rc != 0)
-        __atomic_fetch_add((int *)ud, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit((atomic_int *)ud, 1, memory_order_relaxed);
 }
 
 static void burst_then_calm(int share_pct, struct pawl_store_stats *loaded,
@@ -547,7 +548,7 @@ static void burst_then_calm(int share_pct, struct pawl_store_stats *loaded,
     o.finalizer_latency_share_pct = share_pct;
     o.finalizer_max_interval_us = 20000;
     struct pawl_store *s = open_store_with(&o);
-    int errors = 0;
+    atomic_int errors = 0;
     char sid[32];
     for (int i = 0; i < 3000; i++) {
         snprintf(sid, sizeof sid, "cadence-%d-%d", share_pct, i % 50);

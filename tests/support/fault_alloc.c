@@ -122,8 +122,7 @@ long fault_alloc_sweep(const char *what, fault_alloc_make_fn make, fault_alloc_f
                      "PAWL_ENOMEM",
                      what, n, pawl_errname(rc));
         if (obj != NULL)
-            fail_msg("%s: allocation %ld failed, and the out-pointer was not set to NULL", what,
-                     n);
+            fail_msg("%s: allocation %ld failed, and the out-pointer was not set to NULL", what, n);
         if (fault_alloc_live() != base)
             fail_msg("%s: allocation %ld failed, and %ld allocations were not freed", what, n,
                      fault_alloc_live() - base);

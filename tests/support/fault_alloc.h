@@ -6,10 +6,11 @@
  * 1st, 2nd, 3rd ... allocation the constructor makes on the calling thread, until it succeeds
  * without the failure having been hit. (Threads the constructor starts allocate on their own
  * schedule and are not failed: their failures are the runtime's to handle, not the
- * constructor's; the live count covers their allocations all the same.) Each failed construction must return
- * PAWL_ENOMEM, leave its out-pointer NULL and give back every allocation it made (the live count
- * returns to where it was; under ASan LeakSanitizer checks the same at exit). Allocations made
- * by libpq, liburing or the C library itself do not pass through the hooks and are not counted.
+ * constructor's; the live count covers their allocations all the same.) Each failed
+ * construction must return PAWL_ENOMEM, leave its out-pointer NULL and give back every
+ * allocation it made (the live count returns to where it was; under ASan LeakSanitizer checks the
+ * same at exit). Allocations made by libpq, liburing or the C library itself do not pass through
+ * the hooks and are not counted.
  */
 #ifndef PAWL_FAULT_ALLOC_H
 #define PAWL_FAULT_ALLOC_H

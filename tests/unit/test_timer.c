@@ -8,8 +8,8 @@
  * machine is shared and loaded, so the bound is generous; typical lateness is printed).
  */
 #include "pawl_test.h"
-#include "testctl.h"
 #include "runtime_test.h"
+#include "testctl.h"
 
 #include <errno.h>
 #include <stdatomic.h>
