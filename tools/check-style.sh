@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check-style.sh — the checked-in .clang-format and .clang-tidy, applied to the C sources.
-#   tools/check-style.sh format [--fix]  list the files clang-format would change (--fix: change them)
+#   tools/check-style.sh format [--fix]  list the files clang-format would change (--fix: do it)
 #   tools/check-style.sh tidy [BUILD]    clang-tidy over engine/, store/ and tools/ with BUILD's
 #                                        compile_commands.json (default: build)
 # Each mode prints one line per finding and a summary, and exits 1 when there is any.
@@ -28,7 +28,8 @@ format)
 tidy)
     command -v clang-tidy >/dev/null || { echo "clang-tidy not installed"; exit 2; }
     build=${2:-build}
-    [ -f "$build/compile_commands.json" ] || { echo "no $build/compile_commands.json: configure first"; exit 2; }
+    [ -f "$build/compile_commands.json" ] ||
+        { echo "no $build/compile_commands.json: configure first"; exit 2; }
     out=$(mktemp)
     trap 'rm -f "$out"' EXIT
     git ls-files 'engine/*.c' 'store/*.c' 'tools/*.c' |

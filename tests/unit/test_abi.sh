@@ -27,7 +27,8 @@ decls | grep -E '^[^:]+:[0-9]+:PAWL_API ' | sed -E 's/^[^:]+:[0-9]+:[^(]*\b(pawl
 
 # Every defined dynamic symbol, whatever its kind (a variable is never part of the API). Symbols
 # a sanitizer runtime adds to an instrumented build are not the library's own.
-nm -D --defined-only "$so" | awk '{print $NF}' | grep -vE '^__(asan|ubsan|tsan|sanitizer|lsan)_' |
+nm -D --defined-only "$so" | awk '{print $NF}' |
+    grep -vE '^__(asan|ubsan|tsan|sanitizer|lsan)_' |
     sed 's/@.*//' | sort -u >"$tmp/so"
 
 extra=$(comm -13 "$tmp/api" "$tmp/so")
@@ -44,7 +45,8 @@ if [ -n "$missing" ]; then
     fail=1
 fi
 # The test control and the internal modules' prefixes must never leak.
-if grep -qE '^pawl_(test_control|testctl_|deque_|mpsc_|pgpool_|pkg_|futex_|trigger_new)' "$tmp/so"; then
+internal='^pawl_(test_control|testctl_|deque_|mpsc_|pgpool_|pkg_|futex_|trigger_new)'
+if grep -qE "$internal" "$tmp/so"; then
     echo "internal symbols exported"; fail=1
 fi
 n=$(wc -l <"$tmp/so")
