@@ -17,7 +17,7 @@ DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
 	iproute2 util-linux procps jq
 
 .PHONY: all deps build demo test test-plain test-asan test-tsan fuzz pg-start pg-stop pg-remove \
-	bench bench-suite soak install clean
+	bench bench-suite soak install clean check-format tidy
 
 all: build
 
@@ -116,3 +116,10 @@ install: build
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+
+# The checked-in .clang-format and .clang-tidy (tools/check-style.sh says what deviates).
+check-format:
+	tools/check-style.sh format
+
+tidy: build
+	tools/check-style.sh tidy $(BUILD)

@@ -43,6 +43,14 @@ const char *pawl_errname(int code)
 
 struct pawl_allocator pawl_alloc_ = {malloc, calloc, realloc, free};
 
+void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
+{
+    /* Straight to stderr: the log sink may be what is broken. */
+    fprintf(stderr, "pawl: assertion failed: %s (%s:%d, %s)\n", expr, file, line, func);
+    fflush(stderr);
+    abort();
+}
+
 void pawl_set_allocator(const struct pawl_allocator *a)
 {
     if (a == NULL)

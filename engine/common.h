@@ -34,6 +34,31 @@ static inline void pawl_prefetch_w(const void *p)
 #endif
 }
 
+/*
+ * PAWL_ASSERT(cond): an invariant that a comment used to state ("owner only", "lock held", a
+ * state machine's legal transition, a range). Compiled in when PAWL_ASSERTIONS is defined (the
+ * Debug, sanitizer and fuzz builds; CMake decides): a false condition logs the expression and
+ * its place and aborts. Otherwise the condition is not evaluated (only type-checked), so it may
+ * be as expensive as clarity needs, and must have no side effect.
+ */
+#ifdef PAWL_ASSERTIONS
+#define PAWL_ASSERT(cond)                                                                          \
+    (PAWL_LIKELY(cond) ? (void)0 : pawl_assert_fail_(#cond, __FILE__, __LINE__, __func__))
+#define PAWL_ASSERTIONS_ON 1
+#else
+#define PAWL_ASSERT(cond) ((void)sizeof(!(cond)))
+#define PAWL_ASSERTIONS_ON 0
+#endif
+void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
+    __attribute__((noreturn, cold));
+
+/* A number that identifies the calling thread while it lives (for owner checks in asserts). */
+static inline uintptr_t pawl_thread_tag(void)
+{
+    static _Thread_local char tag;
+    return (uintptr_t)&tag;
+}
+
 extern struct pawl_allocator pawl_alloc_;
 
 static inline void *pawl_malloc(size_t n)

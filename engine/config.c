@@ -1,10 +1,14 @@
 /*
  * config.c — the flag table and its typed parser.
  *
- * The table below is the only place a tunable is declared. Everything else (defaults, parsing,
- * range checks, printing, the tool's help, its environment variables, the README's flag list)
- * is derived from it, so they cannot drift apart. A value is parsed completely and checked
- * against its range before anything is stored: a refused value leaves the config unchanged.
+ * The table below declares every flag once: the tool's defaults, parsing, range checks,
+ * printing, help, environment variables and the generated flag reference derive from it. The
+ * library's modules keep their own defaults and range checks for embedders
+ * (pawl_store_opts_defaults, pawl_processor_opts_defaults and their constructors' checks):
+ * test_config holds the defaults and test_config_drift the ranges of both to this table, so a
+ * change made in one place only fails there, naming the flag. A value is parsed completely and
+ * checked against its range before anything is stored: a refused value leaves the config
+ * unchanged.
  *
  * The table is immutable static data, safe to read from any thread; a struct pawl_config is
  * plain data owned by its caller.

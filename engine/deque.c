@@ -69,6 +69,26 @@ void pawl_deque_fini(struct pawl_deque *d)
     d->retired = NULL;
 }
 
+void pawl_deque_adopt(struct pawl_deque *d)
+{
+    /* Relaxed: the handover itself is ordered by the join that ended the previous owner. */
+    __atomic_store_n(&d->owner, pawl_thread_tag(), __ATOMIC_RELAXED);
+}
+
+/* Owner only (deque.h): the first thread to push or pop owns the deque until it is adopted. */
+static inline void assert_owner(struct pawl_deque *d)
+{
+#if PAWL_ASSERTIONS_ON
+    uintptr_t owner = 0, me = pawl_thread_tag();
+    /* Relaxed: only the owner writes it after binding; a thief never reads it. */
+    if (!__atomic_compare_exchange_n(&d->owner, &owner, me, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        PAWL_ASSERT(owner == me && "pawl_deque push/pop from a thread that is not the owner");
+#else
+    (void)d;
+#endif
+}
+
 static struct pawl_deque_ring *grow(struct pawl_deque *d, struct pawl_deque_ring *old, int64_t t,
                                     int64_t b)
 {
@@ -112,6 +132,8 @@ static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque
 
 int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
 {
+    assert_owner(d);
+    PAWL_ASSERT(n >= 1);
     /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
     int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
     struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
@@ -135,6 +157,8 @@ static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl
 
 int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
 {
+    assert_owner(d);
+    PAWL_ASSERT(x != NULL);
     /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
     int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
     struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
@@ -172,8 +196,11 @@ static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r
 
 struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
 {
+    assert_owner(d);
     /* Relaxed: owner-only field. */
     int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    /* top only grows and never passes bottom (a claim given back restores it). */
+    PAWL_ASSERT(d->top_seen <= b);
     /* Empty for sure: top >= top_seen >= b, and only we add tasks. No claim, no fence. */
     if (b <= d->top_seen)
         return NULL;

@@ -39,7 +39,8 @@ struct pawl_deque {
     int64_t top_seen;                /* owner-only: a value of top the owner read (acquire) */
     struct pawl_deque_ring *ring;    /* current ring; replaced by the owner on growth */
     struct pawl_deque_ring *retired; /* owner-only list of old rings */
-    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(void *)];
+    uintptr_t owner; /* assertion builds: pawl_thread_tag() of the owner, bound at first use */
+    char pad1[PAWL_CACHELINE - 2 * sizeof(int64_t) - 2 * sizeof(void *) - sizeof(uintptr_t)];
 };
 
 /* Tasks a thief takes per CAS on top, and the depth below which the owner pops through top. */
@@ -52,6 +53,10 @@ struct pawl_deque {
 /* capacity is rounded up to a power of two (minimum 2). 0 or PAWL_ENOMEM. */
 int pawl_deque_init(struct pawl_deque *d, int64_t capacity);
 void pawl_deque_fini(struct pawl_deque *d);
+
+/* Make the calling thread the owner: once the previous owner has been joined (a pool's freeing
+ * thread cancelling what its workers left). Ownership is asserted in assertion builds only. */
+void pawl_deque_adopt(struct pawl_deque *d);
 
 /* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
 int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);

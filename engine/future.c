@@ -407,8 +407,10 @@ struct pawl_future *pawl_future_new(void)
 struct pawl_future *pawl_future_ref(struct pawl_future *f)
 {
     /* Relaxed: taking a reference needs no ordering; the caller already holds one. */
-    if (f)
+    if (f) {
+        PAWL_ASSERT(__atomic_load_n(&f->refs, __ATOMIC_RELAXED) > 0); /* the caller holds one */
         __atomic_fetch_add(&f->refs, 1, __ATOMIC_RELAXED);
+    }
     return f;
 }
 
@@ -421,6 +423,9 @@ void pawl_future_unref(struct pawl_future *f)
      * of a continuation task (run_cont), whose completer has usually let go already. Acquire:
      * pairs with the release half of every earlier owner's decrement, as the RMW's would.
      * Otherwise acq_rel: release our writes; the last owner acquires everyone's before freeing. */
+    /* Relaxed: a check that the caller holds a reference (an unref too many reads 0 here, or
+     * garbage after a free that ASan reports). */
+    PAWL_ASSERT(__atomic_load_n(&f->refs, __ATOMIC_RELAXED) > 0);
     if (__atomic_load_n(&f->refs, __ATOMIC_ACQUIRE) != 1 &&
         __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
@@ -497,6 +502,9 @@ static void finish(struct pawl_future *f, bool give_ref, bool alone)
          * DONE. */
         old = __atomic_exchange_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_ACQ_REL);
     }
+    /* The state machine: pending -> claimed (by exactly one completer) -> done, once. Alone, the
+     * claim and the publication are the one store above. */
+    PAWL_ASSERT(!(old & F_DONE) && (alone || (old & F_CLAIMED)));
     if (old & F_WAITERS) {
         /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
         __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);

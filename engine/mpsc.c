@@ -16,6 +16,8 @@
  */
 #include "mpsc.h"
 
+#include "common.h"
+
 #include <stddef.h>
 
 void pawl_mpsc_init(struct pawl_mpsc_ *q)
@@ -27,6 +29,7 @@ void pawl_mpsc_init(struct pawl_mpsc_ *q)
 
 void pawl_mpsc_push_chain(struct pawl_mpsc_ *q, void **first, void **last)
 {
+    PAWL_ASSERT(q != NULL && first != NULL && last != NULL);
     /* Relaxed: the release exchange below publishes this store together with the chain. */
     __atomic_store_n(last, NULL, __ATOMIC_RELAXED);
     /* Acq_rel: release publishes the chain (its nodes' contents and inner links) to the
@@ -47,6 +50,7 @@ void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node)
 void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
 {
     void **tail = q->_tail;
+    PAWL_ASSERT(tail != NULL && "pawl_mpsc_pop on a queue that was never initialised");
     /* Acquire: pairs with the producer's release link store; the next node's contents follow. */
     void **next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
     if (tail == &q->_stub) {

@@ -583,6 +583,10 @@ static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64
 /* Consumer role only: take up to want tasks from the ring, oldest first. */
 static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
 {
+    /* Consumer role only: a worker holding inject_lock, or the freeing thread once stop is set
+     * and the workers are joined. Relaxed: a check of our own state. */
+    PAWL_ASSERT(__atomic_load_n(&pool->inject_lock, __ATOMIC_RELAXED) == 1 ||
+                __atomic_load_n(&pool->stop, __ATOMIC_RELAXED));
     /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
     int64_t h = __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED);
     /* Acquire: a hint of how far to look; the slots themselves say what is there. */
@@ -829,6 +833,10 @@ static bool spsc_in_flight(struct pawl_pool *pool)
  * ring each time so that a busy one cannot starve the others. */
 static int64_t spsc_take_any(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
 {
+    /* Consumer role only: a worker holding inject_lock, or the freeing thread once stop is set
+     * and the workers are joined. Relaxed: a check of our own state. */
+    PAWL_ASSERT(__atomic_load_n(&pool->inject_lock, __ATOMIC_RELAXED) == 1 ||
+                __atomic_load_n(&pool->stop, __ATOMIC_RELAXED));
     /* Acquire: spsc[0..n) were stored before nspsc was published. */
     uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
     if (n == 0)
@@ -1291,6 +1299,7 @@ void pawl_pool_free(struct pawl_pool *pool)
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {
             struct pawl_task *t;
+            pawl_deque_adopt(&pool->workers[i].dq); /* its worker has been joined */
             while ((t = pawl_deque_pop(&pool->workers[i].dq)) != NULL) {
                 cancel(pool, t);
                 more = 1;

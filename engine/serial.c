@@ -48,6 +48,7 @@ void pawl_serial_fini(struct pawl_serial *s)
     if (left != 0)
         PAWL_ERROR("serial", "pawl_serial_fini with %llu tasks still queued",
                    (unsigned long long)left);
+    PAWL_ASSERT(left == 0 && "pawl_serial_fini while tasks are queued or running");
     s->_pool = NULL;
 }
 
@@ -100,6 +101,7 @@ static void drain(struct pawl_task *task, int status)
     /* Acq_rel: release publishes our consumer-side queue state to the next drain (which may
      * run on another worker); acquire pairs with submitters' increments. */
     uint64_t left = __atomic_sub_fetch(&s->_count, ran, __ATOMIC_ACQ_REL);
+    PAWL_ASSERT(left < UINT64_MAX / 2); /* never more run than were counted in */
     if (left > 0)
         pawl_pool_yield(pool, &s->_drain);
 }

@@ -10,6 +10,7 @@
  */
 #include "common.h"
 #include "segment.h"
+#include "testctl.h"
 
 #include <errno.h>
 #include <pthread.h>

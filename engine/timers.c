@@ -31,6 +31,7 @@
 #include "common.h"
 #include "mpsc.h"
 #include "pool.h"
+#include "testctl.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -70,6 +71,7 @@ struct pawl_timers {
     pthread_t thread;
     int efd;
     /* Owner-only from here. */
+    uintptr_t owner_tag;     /* assertion builds: pawl_thread_tag() of the timers thread */
     struct pawl_timer **set; /* timers the backend holds; a min-heap by deadline for epoll */
     size_t set_len, set_cap;
     struct io_uring ring;
@@ -132,6 +134,7 @@ void pawl_timer_hold_(struct pawl_timer *t)
 void pawl_timer_unhold_(struct pawl_timer *t)
 {
     void (*idle)(struct pawl_timer *) = t->_idle_fn; /* read before t may be freed */
+    PAWL_ASSERT(__atomic_load_n(&t->_busy, __ATOMIC_RELAXED) > 0); /* a hold to drop */
     /* Acq_rel: release our accesses to t; the thread that sees zero acquires everybody's. */
     if (__atomic_sub_fetch(&t->_busy, 1, __ATOMIC_ACQ_REL) == 0 && idle)
         idle(t);
@@ -413,9 +416,24 @@ static void backend_remove(struct pawl_timers *tm, struct pawl_timer *t)
     }
 }
 
+/* The timers thread only (the owner-only fields of tm and of its timers): the first caller of
+ * reconcile or op_done is that thread. */
+static inline void assert_timers_thread(struct pawl_timers *tm)
+{
+#if PAWL_ASSERTIONS_ON
+    if (tm->owner_tag == 0)
+        tm->owner_tag = pawl_thread_tag();
+    PAWL_ASSERT(tm->owner_tag == pawl_thread_tag() && "timer state touched off the timers thread");
+#else
+    (void)tm;
+#endif
+}
+
 /* Bring the backend in line with t's wanted state. The caller holds t. */
 static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
 {
+    assert_timers_thread(tm);
+    PAWL_ASSERT(__atomic_load_n(&t->_busy, __ATOMIC_RELAXED) > 0); /* the caller holds t */
     for (;;) {
         /* Acquire: pairs with start's CAS; delay and period of this generation are visible. */
         uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
@@ -447,6 +465,9 @@ static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
  * held and is dropped here, as the last access (or handed to the callback). */
 static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
 {
+    assert_timers_thread(tm);
+    /* Only an op the backend holds can end (OP_NONE -> ARMED|DUE -> [REMOVING ->] NONE). */
+    PAWL_ASSERT(t->_op == OP_ARMED || t->_op == OP_DUE || t->_op == OP_REMOVING);
     t->_op = OP_NONE;
     if (expired) {
         uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_SEQ_CST);
@@ -712,8 +733,9 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
     rc = PAWL_ESYS;
     if (tm->efd < 0)
         goto fail;
+    int simulated = pawl_testctl_uring_errno(); /* tests only: see testctl.h */
     if (o.backend != PAWL_TIMER_BACKEND_EPOLL) {
-        int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, o.simulate_uring_errno);
+        int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, simulated);
         if (e == 0) {
             tm->backend = BACKEND_URING;
             snprintf(tm->reason, sizeof tm->reason, "io_uring available");
@@ -723,7 +745,7 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
                 tm->ring_ok = 0;
             }
             snprintf(tm->reason, sizeof tm->reason, "io_uring refused (%s%s)", strerror(-e),
-                     o.simulate_uring_errno ? ", simulated" : "");
+                     simulated ? ", simulated" : "");
             if (need_uring) {
                 PAWL_ERROR("timers", "%s and io_uring is required", tm->reason);
                 rc = PAWL_ENOTSUP;

@@ -11,6 +11,7 @@
  */
 #include "common.h"
 #include "segment.h"
+#include "testctl.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -114,6 +115,21 @@ static int mem_init(struct pawl_tokens *t, const char *proc, uint32_t n, int64_t
     for (size_t i = 0; i < m->nrows; i++)
         if (strcmp(m->rows[i].proc, proc) == 0)
             exists = 1;
+    /* All segments or none: room for every row first, so that a failed allocation cannot
+     * leave part of the hash space without a segment (a later init would find the processor
+     * and add nothing). */
+    if (!exists && m->nrows + n > m->cap) {
+        size_t cap = m->cap ? m->cap : 32;
+        while (cap < m->nrows + n)
+            cap *= 2;
+        struct row *r = pawl_realloc(m->rows, cap * sizeof *r);
+        if (r == NULL)
+            rc = PAWL_ENOMEM;
+        else {
+            m->rows = r;
+            m->cap = cap;
+        }
+    }
     for (uint32_t i = 0; !exists && i < n && rc == 0; i++)
         rc = add_row(m, proc, pawl_segment_initial(i, n), token, token);
     pthread_mutex_unlock(&m->mu);

@@ -2979,6 +2979,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         err[0] = '\0';
     if (out == NULL)
         return PAWL_EINVAL;
+    *out = NULL;
     const char *bad = check_opts(o);
     if (bad) {
         if (err && errlen)

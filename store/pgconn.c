@@ -206,6 +206,7 @@ static struct expect *exp_front(struct conn *c)
 
 static void exp_pop(struct conn *c)
 {
+    PAWL_ASSERT(c->exp_len > 0); /* a result arrived for something we sent */
     c->exp_head = (c->exp_head + 1) % c->exp_cap;
     c->exp_len--;
 }
@@ -237,9 +238,21 @@ static void unreg(struct conn *c)
 
 /* ---- connection life cycle --------------------------------------------------------------- */
 
+/* The connection's legal transitions: DOWN or BACKOFF -> CONNECTING -> SETUP -> READY, and any
+ * state -> BACKOFF on a failure. */
+#define CBIT(s) (1u << (s))
+static const unsigned legal_from[] = {
+    [C_CONNECTING] = CBIT(C_DOWN) | CBIT(C_BACKOFF),
+    [C_SETUP] = CBIT(C_CONNECTING),
+    [C_READY] = CBIT(C_SETUP),
+    [C_BACKOFF] =
+        CBIT(C_DOWN) | CBIT(C_CONNECTING) | CBIT(C_SETUP) | CBIT(C_READY) | CBIT(C_BACKOFF),
+};
+
 static void set_state(struct conn *c, enum cstate s)
 {
     struct pawl_pgpool *p = c->pool;
+    PAWL_ASSERT(s < PAWL_ARRAY_LEN(legal_from) && (legal_from[s] & CBIT(c->state)));
     pthread_mutex_lock(&p->mu);
     if (c->state == C_READY && s != C_READY)
         atomic_fetch_sub_explicit(&p->nready, 1, memory_order_relaxed); /* statistic */

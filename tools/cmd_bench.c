@@ -59,7 +59,7 @@ static int run_cell(struct pawl_config *cfg, struct pawl_store *s, struct cell_r
         return PAWL_ENOMEM;
     struct bench_follower f = {.s = s};
     pawl_finalize_now(s, NULL, NULL, &f.after);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 1); /* start the latency figures over */
     pawl_metrics_reset();
     if (pthread_create(&f.th, NULL, bench_follow, &f) != 0) {

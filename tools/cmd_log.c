@@ -684,7 +684,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
     }
     pawl_batch_fini(&b);
     /* The reader's own account: what it printed, and what it went through to get it. */
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     if (cfg->tool.follow || st.read_retries > 0 || st.read_gaps > 0)
         pawl_log(PAWL_LOG_INFO, "tail",
@@ -810,7 +810,7 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
         pawl_metrics_diff(d, now, prev);
         double secs = (double)(now->taken_ns - prev->taken_ns) / 1e9;
         int64_t read = atomic_load(&f.read);
-        struct pawl_log_stats st;
+        struct pawl_store_stats st;
         pawl_store_stats(s, &st, 1);
         worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
         char a[32], r[32], p50[32], p99[32], eta[32];
@@ -849,7 +849,7 @@ int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
     tool_progress_done(&prog);
 
     pawl_metrics_snapshot(now);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
     int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);

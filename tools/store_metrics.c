@@ -15,7 +15,7 @@
 size_t tool_store_metrics(void *ud, char *buf, size_t cap)
 {
     struct pawl_store *s = ud;
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     char tmp[4096];
     int n = snprintf(

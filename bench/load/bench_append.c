@@ -484,7 +484,7 @@ static void run_store_cell(struct cell *c)
     int measuring = 0;
     int64_t interval = c->target_rate ? (int64_t)(1e9 * c->batch / c->target_rate) : 0;
     int64_t next = t0;
-    struct pawl_log_stats st0;
+    struct pawl_store_stats st0;
     int64_t cpu0 = 0;
     struct wal_mark w0 = {0, 0};
     pid_t fin_pid = c->finalizer ? fin_backend() : 0;
@@ -531,7 +531,7 @@ static void run_store_cell(struct cell *c)
         fprintf(stderr, "  WAL: %.0f flushes/s (%.2f per append), %.0f bytes per event\n",
                 (w1.syncs - w0.syncs) / secs, (w1.syncs - w0.syncs) / appends,
                 (w1.bytes - w0.bytes) / (double)(ev1 - ev0));
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     /* Let the last finalization finish so the delay histogram includes the tail. */
     pawl_store_drain(s);
     if (c->finalizer)

@@ -465,7 +465,7 @@ static void latency_cell(int rate, int run)
     int64_t t_measure = t0 + (int64_t)(warm * 1e9);
     int64_t t_end = t_measure + (int64_t)(seconds * 1e9);
     int64_t next = t0, no = 0, dropped = 0, measured_from = -1;
-    struct pawl_log_stats st0;
+    struct pawl_store_stats st0;
     while (no < nappends) {
         int64_t now = pawl_now_ns();
         if (measured_from < 0 && now >= t_measure) {
@@ -505,7 +505,7 @@ static void latency_cell(int rate, int run)
     int64_t want = no * per_append - dropped * per_append;
     for (int i = 0; i < 1000 && atomic_load(&L.delivered) < want; i++)
         usleep(10000);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(app, &st, 0);
     pawl_processor_stop(p);
     pawl_processor_free(p);
@@ -792,7 +792,7 @@ static void cmd_growth(void)
     int64_t t0 = pawl_now_ns(), tm = t0 + (int64_t)(warm * 1e9);
     int64_t t_end = tm + (int64_t)(seconds * 1e9), e0 = -1;
     int measuring = 0;
-    struct pawl_log_stats st0, st;
+    struct pawl_store_stats st0, st;
     for (;;) {
         int64_t now = pawl_now_ns();
         if (!measuring && now >= tm) {
@@ -926,7 +926,7 @@ static void cmd_append(void)
                 free(w[i].lat);
             }
             qsort(all, (size_t)nlat, sizeof(double), cmp_double);
-            struct pawl_log_stats st;
+            struct pawl_store_stats st;
             pawl_store_stats(s, &st, 0);
             pawl_store_free(s);
             char extra[128];

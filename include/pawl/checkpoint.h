@@ -73,6 +73,8 @@
 
 #include <stdint.h>
 
+#include "pawl/common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -183,19 +185,19 @@ struct pawl_checkpointing {
  * segment was released or its worker aborted): the request is ignored. A new claim of the same
  * segment comes with a new trigger.
  */
-int pawl_trigger_request(struct pawl_trigger *t, int64_t token);
-int pawl_trigger_request_latest(struct pawl_trigger *t);
+PAWL_API int pawl_trigger_request(struct pawl_trigger *t, int64_t token);
+PAWL_API int pawl_trigger_request_latest(struct pawl_trigger *t);
 
 /* 1 while the trigger's segment is still claimed by the worker that handed it out, 0 after. */
-int pawl_trigger_is_live(const struct pawl_trigger *t);
+PAWL_API int pawl_trigger_is_live(const struct pawl_trigger *t);
 
 /*
  * Reference counting for units that keep the trigger past on_segment_released (a thread of their
  * own that may still call it): ref returns t; unref drops one reference and frees the trigger
  * with the last one. Both accept NULL and may be called from any thread.
  */
-struct pawl_trigger *pawl_trigger_ref(struct pawl_trigger *t);
-void pawl_trigger_unref(struct pawl_trigger *t);
+PAWL_API struct pawl_trigger *pawl_trigger_ref(struct pawl_trigger *t);
+PAWL_API void pawl_trigger_unref(struct pawl_trigger *t);
 
 /*
  * Bound a unit's future with a time-out of `ms` milliseconds on the processor's timers (io_uring,
@@ -214,7 +216,7 @@ void pawl_trigger_unref(struct pawl_trigger *t);
  * The unit should still complete or fail `f` itself eventually: a future that is never completed
  * keeps what waits on it (the time-out's continuation) allocated.
  */
-struct pawl_future *pawl_checkpoint_or_timeout(struct pawl_future *f, int64_t ms);
+PAWL_API struct pawl_future *pawl_checkpoint_or_timeout(struct pawl_future *f, int64_t ms);
 
 /* How a processor checkpoints; see the top of this file. */
 enum pawl_ckpt_mode {
@@ -224,7 +226,7 @@ enum pawl_ckpt_mode {
 };
 
 /* "plain", "auto", "deferred" ("?" for anything else). Static string. */
-const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode);
+PAWL_API const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * PAWL_API marks the public functions: the library is built with hidden visibility by default,
+ * so libpawl.so exports exactly the declarations carrying this mark (a test compares its dynamic
+ * symbol table with the headers). A function without it is internal to the library.
+ */
+#ifndef PAWL_API
+#if defined(__GNUC__) || defined(__clang__)
+#define PAWL_API __attribute__((visibility("default")))
+#else
+#define PAWL_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,10 +70,10 @@ enum pawl_error {
 };
 
 /* A static string describing code; never NULL ("unknown error" for codes not in the table). */
-const char *pawl_strerror(int code);
+PAWL_API const char *pawl_strerror(int code);
 
 /* The symbolic name of code ("PAWL_ECONFLICT"); never NULL. */
-const char *pawl_errname(int code);
+PAWL_API const char *pawl_errname(int code);
 
 /*
  * Allocator hooks. The library allocates only through these; by default they are the C
@@ -73,7 +86,7 @@ struct pawl_allocator {
     void *(*realloc)(void *p, size_t size);
     void (*free)(void *p);
 };
-void pawl_set_allocator(const struct pawl_allocator *a);
+PAWL_API void pawl_set_allocator(const struct pawl_allocator *a);
 
 /* Logging. Levels in increasing severity. */
 enum pawl_log_level {
@@ -96,24 +109,24 @@ enum pawl_log_format {
 typedef void (*pawl_log_fn)(void *ud, enum pawl_log_level level, const char *module,
                             const char *msg);
 
-void pawl_log_set_sink(pawl_log_fn fn, void *ud); /* NULL restores the stderr sink */
-void pawl_log_set_level(enum pawl_log_level level);
-void pawl_log_set_format(enum pawl_log_format format);
-enum pawl_log_format pawl_log_get_format(void);
-enum pawl_log_level pawl_log_get_level(void);
+PAWL_API void pawl_log_set_sink(pawl_log_fn fn, void *ud); /* NULL restores the stderr sink */
+PAWL_API void pawl_log_set_level(enum pawl_log_level level);
+PAWL_API void pawl_log_set_format(enum pawl_log_format format);
+PAWL_API enum pawl_log_format pawl_log_get_format(void);
+PAWL_API enum pawl_log_level pawl_log_get_level(void);
 
 /* Log a formatted message; messages below the current level cost one relaxed load. */
-void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ...)
+PAWL_API void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void pawl_logv(enum pawl_log_level level, const char *module, const char *fmt, va_list ap);
+PAWL_API void pawl_logv(enum pawl_log_level level, const char *module, const char *fmt, va_list ap);
 
 /* Parse "debug", "info", "warn", "error", "off"; PAWL_EINVAL otherwise. */
-int pawl_log_level_parse(const char *s, enum pawl_log_level *out);
+PAWL_API int pawl_log_level_parse(const char *s, enum pawl_log_level *out);
 
 /* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
-int64_t pawl_now_ns(void);
+PAWL_API int64_t pawl_now_ns(void);
 /* Wall clock in microseconds since the Unix epoch (CLOCK_REALTIME). */
-int64_t pawl_wall_us(void);
+PAWL_API int64_t pawl_wall_us(void);
 
 #ifdef __cplusplus
 }

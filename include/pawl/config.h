@@ -156,10 +156,10 @@ struct pawl_config {
 };
 
 /* Fill cfg with every flag's default (source: default). Never fails. */
-void pawl_config_defaults(struct pawl_config *cfg);
+PAWL_API void pawl_config_defaults(struct pawl_config *cfg);
 
 /* Free the strings cfg owns; cfg must be filled again before reuse. NULL is a no-op. */
-void pawl_config_fini(struct pawl_config *cfg);
+PAWL_API void pawl_config_fini(struct pawl_config *cfg);
 
 /*
  * Parse value for the flag name and store it (source: API). On a wrong name, type or range,
@@ -167,32 +167,34 @@ void pawl_config_fini(struct pawl_config *cfg);
  * unchanged and writes a message naming the flag, the value and what is allowed into err
  * (may be NULL). value NULL is PAWL_EINVAL.
  */
-int pawl_config_set(struct pawl_config *cfg, const char *name, const char *value, char *err,
-                    size_t errlen);
+PAWL_API int pawl_config_set(struct pawl_config *cfg, const char *name, const char *value,
+                             char *err, size_t errlen);
 
 /* pawl_config_set recording where the value came from. */
-int pawl_config_set_from(struct pawl_config *cfg, const char *name, const char *value,
-                         enum pawl_config_source source, char *err, size_t errlen);
+PAWL_API int pawl_config_set_from(struct pawl_config *cfg, const char *name, const char *value,
+                                  enum pawl_config_source source, char *err, size_t errlen);
 
 /*
  * Print the current value of a flag into out as text pawl_config_set accepts (durations as
  * "<n>ms", strings verbatim, NULL strings as ""). PAWL_ENOTFOUND for an unknown name;
  * PAWL_ETOOBIG if out is too small (out holds a truncated value).
  */
-int pawl_config_get(const struct pawl_config *cfg, const char *name, char *out, size_t outlen);
+PAWL_API int pawl_config_get(const struct pawl_config *cfg, const char *name, char *out,
+                             size_t outlen);
 
 /* Where the flag's value came from; PAWL_SRC_DEFAULT for an unknown name. */
-enum pawl_config_source pawl_config_source_of(const struct pawl_config *cfg, const char *name);
-const char *pawl_config_source_name(enum pawl_config_source s); /* "default", "env", ... */
+PAWL_API enum pawl_config_source pawl_config_source_of(const struct pawl_config *cfg,
+                                                       const char *name);
+PAWL_API const char *pawl_config_source_name(enum pawl_config_source s); /* "default", "env", ... */
 
 /*
  * Check every field against the table (for values an embedder assigned directly). Returns 0 or
  * the first failure's code with its message in err.
  */
-int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen);
+PAWL_API int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen);
 
 /* Apply cfg's logging settings (level, format) to the process-wide logger. */
-void pawl_config_apply_log(const struct pawl_config *cfg);
+PAWL_API void pawl_config_apply_log(const struct pawl_config *cfg);
 
 /*
  * Parse a duration as the table does: one or more <number><unit> parts, units ms, s, m (or min),
@@ -201,17 +203,17 @@ void pawl_config_apply_log(const struct pawl_config *cfg);
  * number used to mean milliseconds, which surprised everyone). A leading '-' negates the whole.
  * PAWL_EINVAL or PAWL_ERANGE on failure.
  */
-int pawl_config_parse_duration(const char *text, int64_t *ms);
+PAWL_API int pawl_config_parse_duration(const char *text, int64_t *ms);
 
 /* The table: iterate with i from 0 to pawl_config_flag_count() - 1. */
-size_t pawl_config_flag_count(void);
-const struct pawl_flag *pawl_config_flag_at(size_t i);
+PAWL_API size_t pawl_config_flag_count(void);
+PAWL_API const struct pawl_flag *pawl_config_flag_at(size_t i);
 /* By name ("batch-size" or "batch_size"); NULL if there is none. */
-const struct pawl_flag *pawl_config_flag_find(const char *name);
+PAWL_API const struct pawl_flag *pawl_config_flag_find(const char *name);
 /* Its environment variable ("PAWL_BATCH_SIZE") into out; returns out. */
-char *pawl_config_flag_env(const struct pawl_flag *f, char *out, size_t outlen);
+PAWL_API char *pawl_config_flag_env(const struct pawl_flag *f, char *out, size_t outlen);
 /* A readable description of what the flag accepts ("an integer in [1, 100000]"); returns out. */
-char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outlen);
+PAWL_API char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outlen);
 
 /*
  * The tool's sources, as functions over arrays the caller hands in (the library itself reads no
@@ -237,12 +239,14 @@ struct pawl_config_args {
     int npositional;
     const char *positional[PAWL_CONFIG_MAX_POSITIONAL];
 };
-int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, size_t errlen);
+PAWL_API int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err,
+                                  size_t errlen);
 /* The action flags set in envp (PAWL_EXECUTE=...), as "PAWL_EXECUTE, PAWL_JSON" into out ("" when
  * none); returns how many. */
-int pawl_config_env_actions(char *const *envp, char *out, size_t outlen);
-int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv, unsigned scope,
-                           struct pawl_config_args *out, char *err, size_t errlen);
+PAWL_API int pawl_config_env_actions(char *const *envp, char *out, size_t outlen);
+PAWL_API int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv,
+                                    unsigned scope, struct pawl_config_args *out, char *err,
+                                    size_t errlen);
 
 #ifdef __cplusplus
 }

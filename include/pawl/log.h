@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pawl/common.h"
 #include "pawl/event.h"
 
 #ifdef __cplusplus
@@ -159,7 +160,7 @@ struct pawl_store_opts {
 enum { PAWL_READ_FALLBACK_PRIMARY = 0, PAWL_READ_FALLBACK_WAIT = 1 };
 enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
 
-void pawl_store_opts_defaults(struct pawl_store_opts *o);
+PAWL_API void pawl_store_opts_defaults(struct pawl_store_opts *o);
 
 /*
  * Bring the schema in the database named by dsn to this library's version, idempotently;
@@ -167,22 +168,22 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o);
  * PAWL_ESQL, or PAWL_ESCHEMA when the database's schema is newer than this library (the text,
  * naming both versions, goes to err). err may be NULL.
  */
-int pawl_schema_migrate(const char *dsn, char *err, size_t errlen);
+PAWL_API int pawl_schema_migrate(const char *dsn, char *err, size_t errlen);
 
 /*
  * The schema version in the database (0 when there is none) and the one this library
  * brings. Returns 0 or PAWL_ECONN / PAWL_ESQL (text in err).
  */
-int pawl_schema_version(const char *dsn, int *db_version, int *lib_version, char *err,
-                        size_t errlen);
+PAWL_API int pawl_schema_version(const char *dsn, int *db_version, int *lib_version, char *err,
+                                 size_t errlen);
 
 /*
  * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_EINVAL (bad options or
  * DSN), PAWL_ECONN (no connection within open_timeout_ms), PAWL_ESCHEMA (schema missing, older
  * or newer; run pawl_schema_migrate or `pawl init`), with the reason in err (may be NULL).
  */
-int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_store_opts *o,
-                   char *err, size_t errlen);
+PAWL_API int pawl_store_new(struct pawl_store **out, const char *dsn,
+                            const struct pawl_store_opts *o, char *err, size_t errlen);
 
 /*
  * Close: completes outstanding async appends (their callbacks run; an append in flight when
@@ -192,10 +193,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
  * followers with PAWL_ESHUTDOWN. Must not run concurrently with other
  * calls on s, nor from a callback. NULL is a no-op.
  */
-void pawl_store_free(struct pawl_store *s);
+PAWL_API void pawl_store_free(struct pawl_store *s);
 
 /* The last failure on s: "SQLSTATE: message" or a plain message; "" if none. Copied. */
-void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
+PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
 
 /* ---- appending -------------------------------------------------------------------------- */
 
@@ -246,16 +247,16 @@ typedef void (*pawl_append_fn)(void *ud, const struct pawl_append_result *res);
  * metadata that is not a JSON object, inconsistent sequences; PAWL_ETOOBIG for oversized
  * events or batches): nothing reaches the server then.
  */
-int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
-                struct pawl_append_result *res);
+PAWL_API int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                         struct pawl_append_result *res);
 
 /*
  * pawl_append, and on success seqs[i] (an array of n entries the caller provides) is the stream
  * sequence number events[i] got, for every stream of the append; seqs is not written on
  * failure. seqs may be NULL (then it is pawl_append).
  */
-int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n,
-                     int64_t *seqs, struct pawl_append_result *res);
+PAWL_API int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                              int64_t *seqs, struct pawl_append_result *res);
 
 /*
  * Asynchronous append: validates and encodes the events (copied; the caller's memory is free
@@ -263,11 +264,11 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
  * PAWL_EAGAIN when max_inflight_appends are outstanding (nothing queued, cb will not run), or
  * a validation error (cb will not run).
  */
-int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, size_t n,
-                      pawl_append_fn cb, void *ud);
+PAWL_API int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, size_t n,
+                               pawl_append_fn cb, void *ud);
 
 /* Block until every async append submitted before the call has completed. */
-void pawl_store_drain(struct pawl_store *s);
+PAWL_API void pawl_store_drain(struct pawl_store *s);
 
 /* libpq's connection (PGconn); declared here so that this header does not need libpq-fe.h. */
 struct pg_conn;
@@ -286,12 +287,12 @@ struct pg_conn;
  * events stay unfinalized until one runs. Blocking; the connection must not be in pipeline
  * mode nor have a query in progress. The caller's role needs pawl_appender's rights.
  */
-int pawl_append_in(struct pg_conn *conn, const struct pawl_event *events, size_t n,
-                   struct pawl_append_result *res);
+PAWL_API int pawl_append_in(struct pg_conn *conn, const struct pawl_event *events, size_t n,
+                            struct pawl_append_result *res);
 
 /* pawl_append_in, and on success seqs[i] (n entries, the caller's) is events[i]'s number. */
-int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *events, size_t n,
-                        int64_t *seqs, struct pawl_append_result *res);
+PAWL_API int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *events, size_t n,
+                                 int64_t *seqs, struct pawl_append_result *res);
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
@@ -307,8 +308,8 @@ struct pawl_batch {
     void *_res;
 };
 
-void pawl_batch_init(struct pawl_batch *b);
-void pawl_batch_fini(struct pawl_batch *b);
+PAWL_API void pawl_batch_init(struct pawl_batch *b);
+PAWL_API void pawl_batch_fini(struct pawl_batch *b);
 
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
@@ -324,7 +325,7 @@ void pawl_batch_fini(struct pawl_batch *b);
  * highest index from the log again (lowering the known one if the log says less, e.g. after a
  * failover lost its tail), logs the anomaly once per episode (read_gaps) and returns count 0.
  */
-int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
+PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
 
 /*
  * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
@@ -334,20 +335,20 @@ int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch
  * when the store is being freed, or pawl_read's errors (PAWL_ECONN once the connection has been
  * lost for read_retry_timeout_ms).
  */
-int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
-                int timeout_ms);
+PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+                         int timeout_ms);
 
 /* The highest final index this process knows of: from the local finalizer's runs, events read,
  * and the log's own answer to `SELECT pawl_api.last_index()`, which the listener asks after
  * (re)connecting and when notifications arrive. A notification is only a wake-up: its payload
  * is never trusted (any login may NOTIFY the channel). */
-int64_t pawl_store_last_index(struct pawl_store *s);
+PAWL_API int64_t pawl_store_last_index(struct pawl_store *s);
 
 /*
  * Block until the known highest index exceeds after (returns 0), timeout_ms passes
  * (PAWL_ETIMEDOUT; < 0 waits forever) or the store is freed (PAWL_ESHUTDOWN).
  */
-int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms);
+PAWL_API int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms);
 
 /* ---- finalizer ---------------------------------------------------------------------------- */
 
@@ -356,10 +357,11 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms);
  * with the finalizer disabled too). Reports the appends and events it finalized (-1, -1 when
  * the lock was held elsewhere) and the highest final index; any pointer may be NULL.
  */
-int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, int64_t *last_index);
+PAWL_API int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events,
+                               int64_t *last_index);
 
-/* Counters and latency figures of a store. */
-struct pawl_log_stats {
+/* Counters and latency figures of a store (pawl_store_stats). */
+struct pawl_store_stats {
     int64_t appends_ok;           /* appends committed through this store */
     int64_t events_ok;            /* their events */
     int64_t appends_failed;       /* appends that reported an error */
@@ -413,7 +415,10 @@ struct pawl_log_stats {
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */
-void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset);
+PAWL_API void pawl_store_stats(struct pawl_store *s, struct pawl_store_stats *st, int reset);
+
+/* Deprecated: the old name of struct pawl_store_stats. */
+#define pawl_log_stats pawl_store_stats
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pawl/common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -105,28 +107,29 @@ struct pawl_metrics_snapshot {
 };
 
 /* Fill out with the current figures. PAWL_EINVAL if out is NULL. */
-int pawl_metrics_snapshot(struct pawl_metrics_snapshot *out);
+PAWL_API int pawl_metrics_snapshot(struct pawl_metrics_snapshot *out);
 
 /*
  * out = now - before, for rates and percentiles over an interval. Gauges and max_ns are taken
  * from now. out may alias now. PAWL_EINVAL on NULL arguments.
  */
-int pawl_metrics_diff(struct pawl_metrics_snapshot *out, const struct pawl_metrics_snapshot *now,
-                      const struct pawl_metrics_snapshot *before);
+PAWL_API int pawl_metrics_diff(struct pawl_metrics_snapshot *out,
+                               const struct pawl_metrics_snapshot *now,
+                               const struct pawl_metrics_snapshot *before);
 
 /*
  * The q-quantile (0 <= q <= 1) of h in nanoseconds: the midpoint of the bucket holding it,
  * clamped to max_ns; 0 when h is empty.
  */
-int64_t pawl_metrics_quantile_ns(const struct pawl_metrics_hist *h, double q);
+PAWL_API int64_t pawl_metrics_quantile_ns(const struct pawl_metrics_hist *h, double q);
 
 /* Names and help texts; static strings, "?" for an id out of range. */
-const char *pawl_metrics_counter_name(enum pawl_metric_counter id);
-const char *pawl_metrics_gauge_name(enum pawl_metric_gauge id);
-const char *pawl_metrics_hist_name(enum pawl_metric_hist id);
-const char *pawl_metrics_counter_help(enum pawl_metric_counter id);
-const char *pawl_metrics_gauge_help(enum pawl_metric_gauge id);
-const char *pawl_metrics_hist_help(enum pawl_metric_hist id);
+PAWL_API const char *pawl_metrics_counter_name(enum pawl_metric_counter id);
+PAWL_API const char *pawl_metrics_gauge_name(enum pawl_metric_gauge id);
+PAWL_API const char *pawl_metrics_hist_name(enum pawl_metric_hist id);
+PAWL_API const char *pawl_metrics_counter_help(enum pawl_metric_counter id);
+PAWL_API const char *pawl_metrics_gauge_help(enum pawl_metric_gauge id);
+PAWL_API const char *pawl_metrics_hist_help(enum pawl_metric_hist id);
 
 /*
  * Render s in the Prometheus text exposition format (version 0.0.4) into buf. Histograms are
@@ -135,11 +138,11 @@ const char *pawl_metrics_hist_help(enum pawl_metric_hist id);
  * *len receives the length the full text needs, without the NUL. Returns 0, or PAWL_ETOOBIG when
  * cap is too small (buf then holds a NUL-terminated prefix; call again with *len + 1 bytes).
  */
-int pawl_metrics_format_prometheus(const struct pawl_metrics_snapshot *s, char *buf, size_t cap,
-                                   size_t *len);
+PAWL_API int pawl_metrics_format_prometheus(const struct pawl_metrics_snapshot *s, char *buf,
+                                            size_t cap, size_t *len);
 
 /* Zero every figure. For tests and tools; records racing with it may be lost or kept. */
-void pawl_metrics_reset(void);
+PAWL_API void pawl_metrics_reset(void);
 
 #ifdef __cplusplus
 }

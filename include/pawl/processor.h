@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pawl/common.h"
 #include "pawl/event.h"
 
 #ifdef __cplusplus
@@ -48,7 +49,7 @@ struct pawl_segment {
  * any language can recompute it. Test vectors: "" -> 0x00000000, "a" -> 0x3c2569b2,
  * "The quick brown fox jumps over the lazy dog" -> 0x2e4ff723. NULL hashes like "".
  */
-uint32_t pawl_stream_hash(const char *stream_id);
+PAWL_API uint32_t pawl_stream_hash(const char *stream_id);
 
 /* Non-zero iff the stream hash h belongs to seg. */
 static inline int pawl_segment_contains(struct pawl_segment seg, uint32_t h)
@@ -57,22 +58,23 @@ static inline int pawl_segment_contains(struct pawl_segment seg, uint32_t h)
 }
 
 /* Non-zero iff seg is well formed (mask = 2^k - 1, id <= mask). */
-int pawl_segment_valid(struct pawl_segment seg);
+PAWL_API int pawl_segment_valid(struct pawl_segment seg);
 
 /* The i-th of n initial segments (n a power of two, 1..2^16): (i, n - 1). */
-struct pawl_segment pawl_segment_initial(uint32_t i, uint32_t n);
+PAWL_API struct pawl_segment pawl_segment_initial(uint32_t i, uint32_t n);
 
 /*
  * Split (id, m) into (id, 2m+1) and (id+m+1, 2m+1); both inherit the token. PAWL_ERANGE when
  * the mask is already 2^31 - 1.
  */
-int pawl_segment_split(struct pawl_segment seg, struct pawl_segment *lo, struct pawl_segment *hi);
+PAWL_API int pawl_segment_split(struct pawl_segment seg, struct pawl_segment *lo,
+                                struct pawl_segment *hi);
 
 /* The segment seg merges with: the other half of its parent. PAWL_ERANGE when mask == 0. */
-int pawl_segment_sibling(struct pawl_segment seg, struct pawl_segment *sibling);
+PAWL_API int pawl_segment_sibling(struct pawl_segment seg, struct pawl_segment *sibling);
 
 /* The parent of seg (the result of merging seg with its sibling). PAWL_ERANGE when mask == 0. */
-int pawl_segment_parent(struct pawl_segment seg, struct pawl_segment *parent);
+PAWL_API int pawl_segment_parent(struct pawl_segment seg, struct pawl_segment *parent);
 
 /* ---------------------------------------------------------------------------------------------
  * Handlers
@@ -115,24 +117,24 @@ struct pawl_handler {
 };
 
 /* The event being handled; borrowed, valid until handle() returns. */
-const struct pawl_event *pawl_ctx_event(const struct pawl_event_ctx *ctx);
+PAWL_API const struct pawl_event *pawl_ctx_event(const struct pawl_event_ctx *ctx);
 /* The segment the event was delivered in. */
-struct pawl_segment pawl_ctx_segment(const struct pawl_event_ctx *ctx);
+PAWL_API struct pawl_segment pawl_ctx_segment(const struct pawl_event_ctx *ctx);
 /*
  * Non-zero when this delivery is a replay: the segment's token was reset (pawl_processor_reset)
  * to a position below the highest token it ever stored, and this event lies at or below that
  * high-water mark. Redelivery after a failure is not a replay.
  */
-int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx);
+PAWL_API int pawl_ctx_is_replay(const struct pawl_event_ctx *ctx);
 /* The batch transaction, for the handler's own statements; borrowed for the call. NULL on a
  * subscribing processor called without a transaction. */
-struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx);
+PAWL_API struct pawl_txn *pawl_ctx_txn(struct pawl_event_ctx *ctx);
 /* The segment's checkpoint trigger; NULL on a subscribing processor and on a processor without
  * checkpointing units. Borrowed: valid while the segment stays claimed (see pawl/checkpoint.h
  * for its lifetime rules). */
-struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx);
+PAWL_API struct pawl_trigger *pawl_ctx_trigger(struct pawl_event_ctx *ctx);
 /* The handler's position within the batch (0-based) and the batch's size. */
-size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
+PAWL_API size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
 
 /*
  * Say why handling failed, for the dead letter the event may become: copies `why` (at most
@@ -140,9 +142,9 @@ size_t pawl_ctx_batch_pos(const struct pawl_event_ctx *ctx);
  * handler writes `return pawl_ctx_error(ctx, PAWL_EPOISON, "payload is not JSON");`. Without
  * it a letter's error is the handler's name and pawl_strerror(code).
  */
-int pawl_ctx_error(struct pawl_event_ctx *ctx, int code, const char *why);
+PAWL_API int pawl_ctx_error(struct pawl_event_ctx *ctx, int code, const char *why);
 /* Non-zero while the event is a dead letter being retried (pawl_dead_letters_retry). */
-int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
+PAWL_API int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
 
 /*
  * Queue a statement into the batch transaction. values are text parameters ($1..$n; a NULL
@@ -157,7 +159,8 @@ int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
  * per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a
  * subscriber without a transaction).
  */
-int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char *const *values);
+PAWL_API int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams,
+                           const char *const *values);
 
 /* ---------------------------------------------------------------------------------------------
  * Event source: where a processor reads the log. Implementations: the PostgreSQL log
@@ -178,11 +181,11 @@ struct pawl_event_batch {
     size_t _used;
     size_t _cap;
 };
-void pawl_event_batch_init(struct pawl_event_batch *b);
-void pawl_event_batch_fini(struct pawl_event_batch *b);
-void pawl_event_batch_clear(struct pawl_event_batch *b);
+PAWL_API void pawl_event_batch_init(struct pawl_event_batch *b);
+PAWL_API void pawl_event_batch_fini(struct pawl_event_batch *b);
+PAWL_API void pawl_event_batch_clear(struct pawl_event_batch *b);
 /* Append a copy of e (its strings and payload are copied into the batch). */
-int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e);
+PAWL_API int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e);
 
 struct pawl_source;
 struct pawl_source_ops {
@@ -211,29 +214,29 @@ struct pawl_source {
     const struct pawl_source_ops *ops;
 };
 /* Frees the source through its ops; NULL is a no-op. */
-void pawl_source_free(struct pawl_source *s);
+PAWL_API void pawl_source_free(struct pawl_source *s);
 
 /*
  * The in-memory log: appends get the next index (1, 2, ...) at once. Thread-safe.
  * pawl_source_mem_append copies the events (index is assigned; appended_at_us is set when 0).
  */
-int pawl_source_mem_new(struct pawl_source **out);
-int pawl_source_mem_append(struct pawl_source *s, const struct pawl_event *events, size_t n);
-/* Fault hook: the next n reads fail with PAWL_ECONN. */
-void pawl_source_mem_fail_reads(struct pawl_source *s, int n);
+PAWL_API int pawl_source_mem_new(struct pawl_source **out);
+PAWL_API int pawl_source_mem_append(struct pawl_source *s, const struct pawl_event *events,
+                                    size_t n);
 
 /*
  * The PostgreSQL log at dsn (the schema must be installed). Reads run over their own
  * connections, wait() listens for the log's notifications. The dsn is copied.
  */
-int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
+PAWL_API int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
 /*
  * An event source over an open log store (pawl/log.h), borrowed: it must outlive the source.
  * dsn (copied; may be NULL) serves the administration queries of reset (END by the database's
  * head, TIME); without it, END uses the store's last known index and TIME is PAWL_ENOTSUP.
  */
 struct pawl_store;
-int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store, const char *dsn);
+PAWL_API int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store,
+                                       const char *dsn);
 
 /* ---------------------------------------------------------------------------------------------
  * Token store: the claims and positions of every processor's segments. Implementations: the
@@ -391,23 +394,19 @@ struct pawl_tokens_ops {
 struct pawl_tokens {
     const struct pawl_tokens_ops *ops;
 };
-void pawl_tokens_free(struct pawl_tokens *t); /* NULL is a no-op */
-void pawl_tokens_rows_free(struct pawl_segment_status *rows);
+PAWL_API void pawl_tokens_free(struct pawl_tokens *t); /* NULL is a no-op */
+PAWL_API void pawl_tokens_rows_free(struct pawl_segment_status *rows);
 
 /*
  * The in-memory token store. Its transactions apply the handlers' statements through an
  * optional exec hook called at commit, under the store's lock, before the token is written
  * (return non-zero to fail the commit, which then applies nothing else); without a hook,
- * pawl_txn_exec returns PAWL_ENOTSUP. Fault hooks for tests: fail the Nth commit from now
- * (PAWL_ECONN, nothing applied), or hand a segment's claim to another owner.
+ * pawl_txn_exec returns PAWL_ENOTSUP.
  */
 typedef int (*pawl_tokens_mem_exec_fn)(void *ud, const char *sql, int nparams,
                                        const char *const *values);
-int pawl_tokens_mem_new(struct pawl_tokens **out);
-void pawl_tokens_mem_set_exec(struct pawl_tokens *t, pawl_tokens_mem_exec_fn fn, void *ud);
-void pawl_tokens_mem_fail_commit(struct pawl_tokens *t, int nth);
-int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
-                          const char *thief);
+PAWL_API int pawl_tokens_mem_new(struct pawl_tokens **out);
+PAWL_API void pawl_tokens_mem_set_exec(struct pawl_tokens *t, pawl_tokens_mem_exec_fn fn, void *ud);
 
 /*
  * The PostgreSQL token store (table pawl.tokens; the schema must be installed: PAWL_ESCHEMA
@@ -415,8 +414,8 @@ int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_
  * wait behind batches; `connections` (1..64; 2 for pawl_tokens_pg_new) pipelined connections
  * carry the batch transactions of every work package. dsn is copied.
  */
-int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn);
-int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections);
+PAWL_API int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn);
+PAWL_API int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections);
 
 /* ---------------------------------------------------------------------------------------------
  * The processor
@@ -463,7 +462,7 @@ struct pawl_processor_opts {
                                           failed this many attempts (PAWL_EPOISON parks at
                                           once). Needs a store with dead letters (PostgreSQL) */
 };
-void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
+PAWL_API void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
 
 struct pawl_processor;
 
@@ -473,20 +472,20 @@ struct pawl_processor;
  * but each handler's pointers are borrowed until pawl_processor_free. Initialises the
  * processor's segments in the store if it has none. Nothing runs until start.
  */
-int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
-                       struct pawl_source *source, struct pawl_tokens *tokens,
-                       const struct pawl_handler *handlers, size_t n);
+PAWL_API int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
+                                struct pawl_source *source, struct pawl_tokens *tokens,
+                                const struct pawl_handler *handlers, size_t n);
 /* Start the worker threads, the coordinator and the claim extender. PAWL_EALREADY if started. */
-int pawl_processor_start(struct pawl_processor *p);
+PAWL_API int pawl_processor_start(struct pawl_processor *p);
 /*
  * Stop: every work package finishes its current batch, stores its progress (with checkpointing
  * units: reconciles their release reports first), and releases its claim; then the threads
  * exit. Blocks until done; there is no time-out, so a unit's future that never completes blocks
  * stop (bound such futures with pawl_checkpoint_or_timeout). A second stop is a no-op.
  */
-int pawl_processor_stop(struct pawl_processor *p);
+PAWL_API int pawl_processor_stop(struct pawl_processor *p);
 /* Stops if needed, then frees. NULL is a no-op. */
-void pawl_processor_free(struct pawl_processor *p);
+PAWL_API void pawl_processor_free(struct pawl_processor *p);
 
 struct pawl_processor_stats {
     uint64_t events;         /* handled and committed */
@@ -507,10 +506,10 @@ struct pawl_processor_stats {
     uint64_t letters_retried; /* letters handled by a retry that committed */
     uint32_t parked_streams;  /* right now, in the segments this node holds */
 };
-void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
+PAWL_API void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
 
 /* This node's owner id in the store, "<node id>/<nonce>" (borrowed, valid until free). */
-const char *pawl_processor_node_id(const struct pawl_processor *p);
+PAWL_API const char *pawl_processor_node_id(const struct pawl_processor *p);
 
 /*
  * Split or merge a segment of a running (or stopped) processor: if this node holds the
@@ -518,8 +517,8 @@ const char *pawl_processor_node_id(const struct pawl_processor *p);
  * then runs as this node, and the new segment(s) are claimed again by the normal claim cycle.
  * PAWL_EBUSY when another node holds a segment involved (retry, or run it there).
  */
-int pawl_processor_split(struct pawl_processor *p, uint32_t seg_id);
-int pawl_processor_merge(struct pawl_processor *p, uint32_t seg_id);
+PAWL_API int pawl_processor_split(struct pawl_processor *p, uint32_t seg_id);
+PAWL_API int pawl_processor_merge(struct pawl_processor *p, uint32_t seg_id);
 
 /* ---------------------------------------------------------------------------------------------
  * Administration (the tool's status / reset / split / merge). Work on a stopped or running
@@ -537,8 +536,9 @@ enum pawl_reset_kind {
  * claimed (pawl_tokens errmsg names the owners). source is needed for END and TIME (NULL
  * otherwise allowed). *token_out (optional) receives the token set.
  */
-int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source, const char *proc,
-                         enum pawl_reset_kind kind, int64_t value, int64_t *token_out);
+PAWL_API int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source,
+                                  const char *proc, enum pawl_reset_kind kind, int64_t value,
+                                  int64_t *token_out);
 
 /* ---------------------------------------------------------------------------------------------
  * Dead letters (schema 8). With pawl_processor_opts.dead_letter_attempts > 0, an event whose
@@ -572,19 +572,19 @@ int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source *source,
  * ------------------------------------------------------------------------------------------ */
 
 /* Every parked stream of proc, oldest first. *rows: free with pawl_dead_letters_free. */
-int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,
-                              struct pawl_dead_stream **rows, size_t *n);
+PAWL_API int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,
+                                       struct pawl_dead_stream **rows, size_t *n);
 /* The letters of stream (NULL: all of proc) in index order. *rows: pawl_dead_letters_free. */
-int pawl_dead_letters_show(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                           struct pawl_dead_letter **rows, size_t *n);
+PAWL_API int pawl_dead_letters_show(struct pawl_tokens *tokens, const char *proc,
+                                    const char *stream, struct pawl_dead_letter **rows, size_t *n);
 /* Ask for a retry of stream; *letters (optional) = how many it covers (0: none parked). */
-int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                            int64_t *letters);
+PAWL_API int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc,
+                                     const char *stream, int64_t *letters);
 /* Drop stream's letters with index <= up_to (INT64_MAX: all); *dropped (optional). */
-int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                           int64_t up_to, int64_t *dropped);
+PAWL_API int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc,
+                                    const char *stream, int64_t up_to, int64_t *dropped);
 /* Free rows returned above; NULL is a no-op. */
-void pawl_dead_letters_free(void *rows);
+PAWL_API void pawl_dead_letters_free(void *rows);
 
 /* ---------------------------------------------------------------------------------------------
  * Subscribing processor: handlers run in the appending thread, right after (or inside) the
@@ -592,16 +592,16 @@ void pawl_dead_letters_free(void *rows);
  * ------------------------------------------------------------------------------------------ */
 struct pawl_subscriber;
 /* handlers are borrowed as for pawl_processor_new. */
-int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers,
-                        size_t n);
-void pawl_subscriber_free(struct pawl_subscriber *s);
+PAWL_API int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers,
+                                 size_t n);
+PAWL_API void pawl_subscriber_free(struct pawl_subscriber *s);
 /*
  * Hand events to every handler in order, on the calling thread. txn is the append's
  * transaction when called inside it (handlers may queue statements), or NULL after commit.
  * Stops at the first handler error and returns it.
  */
-int pawl_subscriber_publish(struct pawl_subscriber *s, const struct pawl_event *events, size_t n,
-                            struct pawl_txn *txn);
+PAWL_API int pawl_subscriber_publish(struct pawl_subscriber *s, const struct pawl_event *events,
+                                     size_t n, struct pawl_txn *txn);
 
 #ifdef __cplusplus
 }

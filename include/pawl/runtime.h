@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pawl/common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -52,13 +54,13 @@ struct pawl_pool_opts {
 };
 
 /* Fill opts with the defaults documented above. */
-void pawl_pool_opts_defaults(struct pawl_pool_opts *opts);
+PAWL_API void pawl_pool_opts_defaults(struct pawl_pool_opts *opts);
 
 /*
  * Start a pool. opts may be NULL (defaults). On success *out owns the pool (free with
  * pawl_pool_free); on failure *out is NULL and nothing is left running.
  */
-int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
+PAWL_API int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
 
 /*
  * Queue t; callable from any thread. From a worker of this pool the task goes onto that worker's
@@ -71,7 +73,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts);
  * queue).
  * Returns 0, or PAWL_EINVAL for a NULL task or a task without fn.
  */
-int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
+PAWL_API int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
 
 /*
  * Queue tasks[0..n-1] as n calls of pawl_pool_submit in that order would, for about the cost of
@@ -89,7 +91,8 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t);
  * shutdown it behaves as pawl_pool_submit (see pawl_pool_free): every task of the batch is run
  * or cancelled, exactly once.
  */
-int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *tasks, size_t n);
+PAWL_API int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *tasks,
+                                    size_t n);
 
 /*
  * Orderly shutdown: stop taking new work, let every running task finish, join the workers, then
@@ -101,7 +104,7 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
  * submission once pawl_pool_free may have returned: stop the threads that complete futures (a
  * checkpointing unit's own I/O threads, say) before freeing the pool. NULL is a no-op.
  */
-void pawl_pool_free(struct pawl_pool *pool);
+PAWL_API void pawl_pool_free(struct pawl_pool *pool);
 
 struct pawl_pool_stats {
     uint64_t executed;  /* task functions called with status 0 */
@@ -116,10 +119,10 @@ struct pawl_pool_stats {
 };
 
 /* A snapshot of the counters (each read relaxed; the sums are approximate while running). */
-void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out);
+PAWL_API void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out);
 
 /* Number of worker threads. */
-int pawl_pool_workers(const struct pawl_pool *pool);
+PAWL_API int pawl_pool_workers(const struct pawl_pool *pool);
 
 /*
  * Call from a task before a wait that may take long (I/O, SQL, a lock held elsewhere). A worker
@@ -131,10 +134,10 @@ int pawl_pool_workers(const struct pawl_pool *pool);
  * worker then stops keeping work), but a burst kept before that waits for the slow task.
  * Cheap when nothing is queued; a no-op outside a pool worker.
  */
-void pawl_pool_will_block(void);
+PAWL_API void pawl_pool_will_block(void);
 
 /* The calling thread's worker index in [0, workers), or -1 outside any pawl pool. */
-int pawl_pool_current_worker(void);
+PAWL_API int pawl_pool_current_worker(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Serial executors                                                                             */
@@ -163,13 +166,13 @@ struct pawl_serial {
 };
 
 /* Bind s to pool. Never fails today; returns 0 or PAWL_EINVAL. */
-int pawl_serial_init(struct pawl_serial *s, struct pawl_pool *pool);
+PAWL_API int pawl_serial_init(struct pawl_serial *s, struct pawl_pool *pool);
 
 /*
  * Release s. The caller guarantees nothing is queued or running on it (every submitted task's
  * function has been called). Does not touch the pool.
  */
-void pawl_serial_fini(struct pawl_serial *s);
+PAWL_API void pawl_serial_fini(struct pawl_serial *s);
 
 /*
  * Queue t on s; lock-free (one atomic exchange plus one atomic add), callable from any thread,
@@ -177,10 +180,10 @@ void pawl_serial_fini(struct pawl_serial *s);
  * after every task submitted to s before it has returned (or with PAWL_ECANCELED at pool
  * shutdown, still in order). Returns 0 or PAWL_EINVAL.
  */
-int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t);
+PAWL_API int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t);
 
 /* Tasks run so far on s (relaxed read). */
-uint64_t pawl_serial_ran(const struct pawl_serial *s);
+PAWL_API uint64_t pawl_serial_ran(const struct pawl_serial *s);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Futures                                                                                      */
@@ -202,7 +205,7 @@ struct pawl_future;
 struct pawl_timers;
 
 /* A new pending future with one reference, owned by the caller. NULL when out of memory. */
-struct pawl_future *pawl_future_new(void);
+PAWL_API struct pawl_future *pawl_future_new(void);
 
 /*
  * Take / drop a reference. The future is freed when the last one is dropped; unref(NULL) is a
@@ -211,17 +214,17 @@ struct pawl_future *pawl_future_new(void);
  * before the future is completed, nobody can complete it any more, and its continuations are
  * discarded without being called (combinators built on it fail with PAWL_ECANCELED).
  */
-struct pawl_future *pawl_future_ref(struct pawl_future *f);
-void pawl_future_unref(struct pawl_future *f);
+PAWL_API struct pawl_future *pawl_future_ref(struct pawl_future *f);
+PAWL_API void pawl_future_unref(struct pawl_future *f);
 
 /* Complete with a token. 0, or PAWL_EALREADY if the future was already completed/failed. */
-int pawl_future_complete(struct pawl_future *f, int64_t token);
+PAWL_API int pawl_future_complete(struct pawl_future *f, int64_t token);
 
 /*
  * Fail with code (a negative PAWL_E* code; 0 or positive is turned into PAWL_EINVAL) and an
  * optional message (copied; NULL = pawl_strerror(code)). 0, or PAWL_EALREADY.
  */
-int pawl_future_fail(struct pawl_future *f, int code, const char *msg);
+PAWL_API int pawl_future_fail(struct pawl_future *f, int code, const char *msg);
 
 /*
  * Complete or fail, and drop the caller's reference, in one call: the same result as
@@ -233,18 +236,19 @@ int pawl_future_fail(struct pawl_future *f, int code, const char *msg);
  * consumed whatever the return value (PAWL_EALREADY included), except on PAWL_EINVAL for a NULL
  * future.
  */
-int pawl_future_complete_unref(struct pawl_future *f, int64_t token);
-int pawl_future_fail_unref(struct pawl_future *f, int code, const char *msg);
+PAWL_API int pawl_future_complete_unref(struct pawl_future *f, int64_t token);
+PAWL_API int pawl_future_fail_unref(struct pawl_future *f, int code, const char *msg);
 
 /*
  * Read the outcome without blocking. PAWL_EAGAIN while pending. Otherwise 0, with *code = 0 and
  * *token the token on success, or *code the error and *msg its text (borrowed: valid while you
  * hold a reference). Any out-pointer may be NULL.
  */
-int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, const char **msg);
+PAWL_API int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code,
+                              const char **msg);
 
 /* 1 once completed or failed, 0 while pending (acquire read: the outcome is visible after 1). */
-int pawl_future_done(const struct pawl_future *f);
+PAWL_API int pawl_future_done(const struct pawl_future *f);
 
 typedef void (*pawl_future_cb)(void *arg, struct pawl_future *f);
 
@@ -256,8 +260,8 @@ typedef void (*pawl_future_cb)(void *arg, struct pawl_future *f);
  * runs, cb is still called (on the thread in pawl_pool_free()) so that resources are released.
  * One small allocation per call. 0, PAWL_EINVAL or PAWL_ENOMEM.
  */
-int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struct pawl_pool *pool,
-                            pawl_future_cb cb, void *arg);
+PAWL_API int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex,
+                                     struct pawl_pool *pool, pawl_future_cb cb, void *arg);
 
 /*
  * Block the calling thread until f is done or timeout_ms passes (< 0: no limit). For threads
@@ -265,7 +269,7 @@ int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struc
  * future, so from a worker this returns PAWL_EINVAL at once. 0 when done (read it with
  * pawl_future_poll), PAWL_ETIMEDOUT otherwise.
  */
-int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
+PAWL_API int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
 
 /*
  * All-of: a new future (owned by the caller) that fails with the first error to occur among fs
@@ -278,7 +282,7 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
  * thread; user continuations of the result still run on their executors. NULL on invalid
  * arguments or out of memory.
  */
-struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n);
+PAWL_API struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n);
 
 /*
  * Or-timeout: a new future (owned by the caller) that takes f's outcome if f is done within ms
@@ -287,8 +291,8 @@ struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n);
  * combined future). The timer runs on tm; its pending timer is cancelled when f completes first.
  * NULL on invalid arguments or out of memory.
  */
-struct pawl_future *pawl_future_or_timeout(struct pawl_future *f, struct pawl_timers *tm,
-                                           int64_t ms);
+PAWL_API struct pawl_future *pawl_future_or_timeout(struct pawl_future *f, struct pawl_timers *tm,
+                                                    int64_t ms);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Timers                                                                                       */
@@ -311,15 +315,13 @@ struct pawl_timers_opts {
     enum pawl_timer_backend backend; /* default PAWL_TIMER_BACKEND_AUTO */
     int require_io_uring;  /* nonzero: fail with PAWL_ENOTSUP instead of falling back (default 0) */
     unsigned ring_entries; /* io_uring submission queue size; 0 = 256 */
-    int simulate_uring_errno; /* testing hook: act as if io_uring setup failed with this errno
-                                 (e.g. EPERM, as a seccomp profile would); 0 = off (default) */
 };
 
 /* Fill opts with the defaults documented above. */
-void pawl_timers_opts_defaults(struct pawl_timers_opts *opts);
+PAWL_API void pawl_timers_opts_defaults(struct pawl_timers_opts *opts);
 
 /* Parse "auto", "io_uring" (or "io-uring", "uring"), "epoll"; PAWL_EINVAL otherwise. */
-int pawl_timer_backend_parse(const char *s, enum pawl_timer_backend *out);
+PAWL_API int pawl_timer_backend_parse(const char *s, enum pawl_timer_backend *out);
 
 struct pawl_timer;
 
@@ -366,23 +368,23 @@ struct pawl_timer {
  * PAWL_ENOTSUP when io_uring is required (backend IO_URING or require_io_uring) and refused;
  * PAWL_ESYS / PAWL_ENOMEM when the thread or the epoll descriptors cannot be created.
  */
-int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
-                    const struct pawl_timers_opts *opts);
+PAWL_API int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
+                             const struct pawl_timers_opts *opts);
 
 /*
  * Stop the thread. Pending timers never fire (and are not called); callbacks already submitted
  * to the pool still run (or are cancelled by the pool's shutdown). NULL is a no-op.
  */
-void pawl_timers_free(struct pawl_timers *tm);
+PAWL_API void pawl_timers_free(struct pawl_timers *tm);
 
 /* "io_uring" or "epoll" — the backend actually running. Static string. */
-const char *pawl_timers_backend(const struct pawl_timers *tm);
+PAWL_API const char *pawl_timers_backend(const struct pawl_timers *tm);
 
 /* Why this backend runs (e.g. "io_uring refused: Operation not permitted"). Valid until free. */
-const char *pawl_timers_backend_reason(const struct pawl_timers *tm);
+PAWL_API const char *pawl_timers_backend_reason(const struct pawl_timers *tm);
 
 /* Prepare t (idle). Call once before first use, and only while t is not busy. */
-void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
+PAWL_API void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
 
 /*
  * Arm t to fire after delay_ms (>= 0), then every period_ms if period_ms > 0 (fixed rate on
@@ -394,8 +396,8 @@ void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg);
  * periodic callback of an earlier start is still queued or running; PAWL_EINVAL;
  * PAWL_ESHUTDOWN.
  */
-int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
-                     int64_t period_ms);
+PAWL_API int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ms,
+                              int64_t period_ms);
 
 /*
  * Disarm t; any thread, never blocks, safe before, at and after expiry. Returns 0 if t was armed
@@ -407,13 +409,13 @@ int pawl_timer_start(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay
  * least started then — have it signal you if you must wait for its end. t may be started again
  * right away (PAWL_EBUSY while a periodic callback is still in flight).
  */
-int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t);
+PAWL_API int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t);
 
 /* Nonzero while the runtime still references t (see struct pawl_timer). Acquire read. */
-int pawl_timer_busy(const struct pawl_timer *t);
+PAWL_API int pawl_timer_busy(const struct pawl_timer *t);
 
 /* Number of timers currently armed on tm (approximate while others start/cancel). */
-uint64_t pawl_timers_armed(const struct pawl_timers *tm);
+PAWL_API uint64_t pawl_timers_armed(const struct pawl_timers *tm);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,7 +443,7 @@ static void test_append_read(void **state)
     assert_true(pawl_test_now_ms() - t0 >= 150);
     pawl_batch_fini(&bt);
 
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_int_equal(st.appends_ok, 2);
     assert_int_equal(st.events_ok, 5);
@@ -552,7 +553,7 @@ static void test_bad_dsn(void **state)
  * caller's error and is not re-run.
  */
 struct retry_wait {
-    int done;
+    atomic_int done;
     int rc;
 };
 
@@ -560,7 +561,7 @@ static void on_retry_done(void *ud, const struct pawl_append_result *res)
 {
     struct retry_wait *w = ud;
     w->rc = res->rc;
-    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 static void test_any_append_rerun(void **state)
@@ -579,7 +580,7 @@ static void test_any_append_rerun(void **state)
     assert_int_equal(pawl_append(s, &first, 1, NULL), 0);
     struct pawl_event dup = ev("retry-1", 1, "again", "");
     assert_int_equal(pawl_append(s, &dup, 1, NULL), PAWL_ECONFLICT);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_int_equal(st.append_retries, 0);
 
@@ -605,7 +606,7 @@ static void test_any_append_rerun(void **state)
     PQclear(r);
     PQfinish(raw);
     t0 = pawl_test_now_ms();
-    while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(&w.done, memory_order_acquire)) {
         assert_true(pawl_test_now_ms() - t0 < 10000);
         usleep(1000);
     }
@@ -630,11 +631,11 @@ static void test_any_append_rerun(void **state)
 static void on_burst_done(void *ud, const struct pawl_append_result *res)
 {
     if (res->rc != 0)
-        __atomic_fetch_add((int *)ud, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit((atomic_int *)ud, 1, memory_order_relaxed);
 }
 
-static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
-                            struct pawl_log_stats *calm)
+static void burst_then_calm(int share_pct, struct pawl_store_stats *loaded,
+                            struct pawl_store_stats *calm)
 {
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
@@ -646,7 +647,7 @@ static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
      * append would commit them in a few dozen transactions). */
     o.append_group_max = 1;
     struct pawl_store *s = open_store_with(&o);
-    int errors = 0;
+    atomic_int errors = 0;
     char sid[32];
     for (int i = 0; i < 3000; i++) {
         snprintf(sid, sizeof sid, "cadence-%d-%d", share_pct, i % 50);
@@ -669,7 +670,7 @@ static void burst_then_calm(int share_pct, struct pawl_log_stats *loaded,
 static void test_adaptive_cadence(void **state)
 {
     (void)state;
-    struct pawl_log_stats loaded, calm;
+    struct pawl_store_stats loaded, calm;
     burst_then_calm(10, &loaded, &calm);
     print_message(
         "cadence: burst latency avg %.1f ms -> interval %.2f ms; calm %.2f ms -> %.2f ms\n",

@@ -39,7 +39,7 @@ static atomic_llong kills;
 
 struct follower {
     struct pawl_store *s;
-    int64_t received;
+    _Atomic int64_t received;
     int64_t last;
     int ok;
     uint32_t *hash; /* per index: hash of stream id and seq */
@@ -297,7 +297,7 @@ static void *follower_main(void *arg)
             if (pos < MAX_EVENTS)
                 f->hash[pos] = ev_hash(e->stream_id, e->stream_seq);
             /* relaxed: the main thread polls it to know when followers caught up. */
-            __atomic_store_n(&f->received, f->received + 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(&f->received, 1, memory_order_relaxed);
         }
     }
 out:
@@ -367,7 +367,7 @@ static void test_concurrent(void **state)
     /* Let followers catch up, then stop them. */
     t0 = pawl_test_now_ms();
     for (int i = 0; i < FOLLOWERS; i++)
-        while (__atomic_load_n(&fol[i].received, __ATOMIC_RELAXED) < total &&
+        while (atomic_load_explicit(&fol[i].received, memory_order_relaxed) < total &&
                pawl_test_now_ms() - t0 < 30000)
             usleep(10000);
     atomic_store(&followers_done, 1);
@@ -426,7 +426,7 @@ static void test_concurrent(void **state)
     PQclear(r);
     PQfinish(c);
 
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(sa, &st, 0);
     printf("store A: %lld appends, finalize runs %lld (busy %lld), delay p50 %.2f ms p99 %.2f "
            "ms max %.2f ms\n",

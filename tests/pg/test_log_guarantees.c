@@ -634,7 +634,7 @@ static void test_held_stream(void **state)
     print_message("free-stream appends in 3 x 1 s: %lld alone, %lld with a held stream\n",
                   (long long)alone, (long long)during);
     assert_true(during * 100 >= alone * 80);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_true(st.append_lock_timeouts > 0);
 

@@ -174,7 +174,7 @@ static void test_follower_survives_lost_connections(void **state)
 
     /* Terminate every pawl connection of this database (not only idle ones: reads in flight
      * too) until the reader has had to retry a few reads, for at most 40 s. */
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     double t0 = pawl_test_now_ms();
     int kills = 0;
     do {
@@ -245,7 +245,7 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     follower_start(&f, s, real, 2000);
     usleep(1500000); /* idle, and the follower's read counts flushed */
     int64_t calls0 = read_calls();
-    struct pawl_log_stats st0;
+    struct pawl_store_stats st0;
     pawl_store_stats(s, &st0, 0);
 
     /* 40 transactions of 50 notifications each: huge numbers, negative, garbage, empty. */
@@ -266,7 +266,7 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     }
     usleep(1500000);
     int64_t calls1 = read_calls();
-    struct pawl_log_stats st1;
+    struct pawl_store_stats st1;
     pawl_store_stats(s, &st1, 0);
     print_message("notifications %lld, index queries %lld, pawl_api.read calls %lld\n",
                   (long long)(st1.notifications - st0.notifications),
@@ -321,7 +321,7 @@ static void test_gap_backs_off(void **state)
     double took = pawl_test_now_ms() - t0;
     usleep(1200000);
     int64_t calls = read_calls() - calls0;
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     print_message("follow over the gap: rc %d after %.0f ms, %lld reads, gaps %lld\n", rc, took,
                   (long long)calls, (long long)st.read_gaps);

@@ -53,7 +53,7 @@ static int64_t q64(const char *sql)
     return pawl_test_query_i64(dsn, sql);
 }
 
-static int64_t appended;
+static _Atomic int64_t appended;
 
 static void append_n(int n)
 {
@@ -74,7 +74,7 @@ static void append_n(int n)
         int rc = pawl_append(store, ev, (size_t)k, &res);
         if (rc)
             fail_msg("append: %s: %s", pawl_strerror(rc), res.message);
-        __atomic_add_fetch(&appended, k, __ATOMIC_SEQ_CST);
+        atomic_fetch_add(&appended, k);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "pawl_test.h"
 #include "runtime_test.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static struct pawl_pool *pool;
@@ -153,7 +154,7 @@ static void test_wait_races(void **state)
 
 struct duel {
     struct pawl_future **fs;
-    uint32_t *wins; /* completions that returned 0, per future */
+    _Atomic uint32_t *wins; /* completions that returned 0, per future */
     uint8_t *won;   /* 1 where this completer won (its own array) */
     int n;
     int fails; /* this completer fails its futures instead of completing them */
@@ -168,7 +169,7 @@ static void *duel_complete(void *arg)
         if (rc == 0) {
             d->won[i] = 1;
             /* Relaxed: totalled after the join. */
-            __atomic_fetch_add(&d->wins[i], 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(&d->wins[i], 1, memory_order_relaxed);
         } else {
             assert_int_equal(rc, PAWL_EALREADY);
         }
@@ -182,7 +183,7 @@ static void test_completers_race(void **state)
     assert_int_equal(pawl_pool_new(&pool, &o), 0);
     int n = PAWL_TEST_SCALE(200000);
     struct pawl_future **fs = calloc((size_t)n, sizeof(*fs));
-    uint32_t *wins = calloc((size_t)n, sizeof(*wins));
+    _Atomic uint32_t *wins = calloc((size_t)n, sizeof(*wins));
     uint8_t *won_a = calloc((size_t)n, 1), *won_b = calloc((size_t)n, 1);
     for (int i = 0; i < n; i++)
         fs[i] = pawl_future_new();

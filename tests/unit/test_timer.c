@@ -10,6 +10,7 @@
  */
 #include "pawl_test.h"
 #include "runtime_test.h"
+#include "testctl.h"
 #include "timers.h"
 
 #include <errno.h>
@@ -83,7 +84,8 @@ static void test_backends_and_fallback(void **state)
     pawl_timers_opts_defaults(&o);
     assert_int_equal(o.backend, PAWL_TIMER_BACKEND_AUTO);
     assert_int_equal(o.require_io_uring, 0);
-    o.simulate_uring_errno = EPERM; /* what a seccomp profile answers */
+    /* what a seccomp profile answers */
+    assert_int_equal(pawl_test_control(PAWL_TESTCTL_URING_ERRNO, EPERM), 0);
     assert_int_equal(pawl_timers_new(&tm, pool, &o), 0);
     assert_string_equal(pawl_timers_backend(tm), "epoll");
     assert_non_null(strstr(pawl_timers_backend_reason(tm), "refused"));
@@ -93,13 +95,14 @@ static void test_backends_and_fallback(void **state)
     o.require_io_uring = 1;
     assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
     assert_null(tm);
-    o.simulate_uring_errno = ENOSYS;
+    pawl_test_control(PAWL_TESTCTL_URING_ERRNO, ENOSYS);
     o.require_io_uring = 0;
     o.backend = PAWL_TIMER_BACKEND_IO_URING;
     assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
 
-    o.simulate_uring_errno = 0;
+    pawl_test_control(PAWL_TESTCTL_URING_ERRNO, 0);
     o.backend = PAWL_TIMER_BACKEND_AUTO;
+    assert_int_equal(pawl_test_control(-1), PAWL_EINVAL); /* unknown operation */
     assert_int_equal(pawl_timers_new(&tm, pool, &o), 0);
     print_message("auto backend here: %s (%s)\n", pawl_timers_backend(tm),
                   pawl_timers_backend_reason(tm));

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# check-style.sh — the checked-in .clang-format and .clang-tidy, applied to the C sources.
+#   tools/check-style.sh format [--fix]  list the files clang-format would change (--fix: do it)
+#   tools/check-style.sh tidy [BUILD]    clang-tidy over engine/, store/ and tools/ with BUILD's
+#                                        compile_commands.json (default: build)
+# Each mode prints one line per finding and a summary, and exits 1 when there is any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-format}
+case "$mode" in
+format)
+    command -v clang-format >/dev/null || { echo "clang-format not installed"; exit 2; }
+    fix=${2:-}
+    bad=0
+    total=0
+    while IFS= read -r f; do
+        total=$((total + 1))
+        if ! clang-format --style=file "$f" | cmp -s - "$f"; then
+            bad=$((bad + 1))
+            lines=$(clang-format --style=file "$f" | diff "$f" - | grep -c '^[<>]' || true)
+            echo "$f: $lines lines differ"
+            [ "$fix" = --fix ] && clang-format -i --style=file "$f"
+        fi
+    done < <(git ls-files '*.c' '*.h' '*.cc')
+    echo "clang-format: $bad of $total files deviate"
+    [ "$bad" = 0 ] || [ "$fix" = --fix ]
+    ;;
+tidy)
+    command -v clang-tidy >/dev/null || { echo "clang-tidy not installed"; exit 2; }
+    build=${2:-build}
+    [ -f "$build/compile_commands.json" ] ||
+        { echo "no $build/compile_commands.json: configure first"; exit 2; }
+    out=$(mktemp)
+    trap 'rm -f "$out"' EXIT
+    git ls-files 'engine/*.c' 'store/*.c' 'tools/*.c' |
+        xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet 2>/dev/null |
+        grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error):' | sort -u >"$out" || true
+    cat "$out"
+    n=$(wc -l <"$out")
+    files=$(cut -d: -f1 "$out" | sort -u | wc -l)
+    echo "clang-tidy: $n findings in $files files"
+    [ "$n" = 0 ]
+    ;;
+*)
+    echo "usage: $0 format [--fix] | tidy [BUILD]" >&2
+    exit 2
+    ;;
+esac
