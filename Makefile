@@ -11,7 +11,7 @@ CTEST := ctest --output-on-failure --no-tests=error -j$(JOBS)
 PG := tools/pawl-pg
 
 # Debian packages the build, the tests and the benchmarks need.
-DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev \
+DEB_PACKAGES := build-essential cmake pkg-config clang libclang-rt-14-dev clang-format clang-tidy \
 	liburing-dev libpq-dev libjemalloc-dev libck-dev libcmocka-dev libbenchmark-dev \
 	libjansson-dev libmicrohttpd-dev postgresql-15 postgresql-client-15 gnuplot-nox \
 	iproute2 util-linux procps jq
@@ -54,6 +54,7 @@ demo: build pg-start
 # Every suite: the plain build runs unit, pg, stress and fault; the sanitizer builds run the
 # suites that exercise concurrency and memory (pg included under ASan).
 test: deps
+	$(MAKE) check-format
 	$(MAKE) test-plain
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
@@ -118,7 +119,7 @@ clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
 
 # The checked-in .clang-format and .clang-tidy (tools/check-style.sh says what deviates).
-check-format:
+check-format: deps
 	tools/check-style.sh format
 
 tidy: build

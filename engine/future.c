@@ -565,7 +565,7 @@ static bool claimed_already(struct pawl_future *f, bool give_ref, bool *alone)
      * ordered with every other completer's: exactly one sees CLAIMED clear. (Tested this way
      * round, GCC emits `lock bts`, not a CAS loop.) */
     uintptr_t h = *alone ? __atomic_load_n(&f->head, __ATOMIC_RELAXED)
-                        : __atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE);
+                         : __atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE);
     if ((h & F_CLAIMED) == 0)
         return false;
     if (give_ref)

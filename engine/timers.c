@@ -133,7 +133,7 @@ void pawl_timer_hold_(struct pawl_timer *t)
 
 void pawl_timer_unhold_(struct pawl_timer *t)
 {
-    void (*idle)(struct pawl_timer *) = t->_idle_fn; /* read before t may be freed */
+    void (*idle)(struct pawl_timer *) = t->_idle_fn;               /* read before t may be freed */
     PAWL_ASSERT(__atomic_load_n(&t->_busy, __ATOMIC_RELAXED) > 0); /* a hold to drop */
     /* Acq_rel: release our accesses to t; the thread that sees zero acquires everybody's. */
     if (__atomic_sub_fetch(&t->_busy, 1, __ATOMIC_ACQ_REL) == 0 && idle)
@@ -493,9 +493,8 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                  * internal timers with an idle hook are never restarted and keep 0. Seq_cst:
                  * with timer_task's clearing store, either we see the task dequeued (0) and
                  * queue it again, or it is still queued and runs the callback after us. */
-                if (t->_idle_fn == NULL &&
-                    __atomic_exchange_n(&t->_cb_inflight, CB_ONESHOT, __ATOMIC_SEQ_CST) ==
-                        CB_ONESHOT) {
+                if (t->_idle_fn == NULL && __atomic_exchange_n(&t->_cb_inflight, CB_ONESHOT,
+                                                               __ATOMIC_SEQ_CST) == CB_ONESHOT) {
                     t->_missed++;
                     pawl_timer_unhold_(t); /* the op's hold: the queued callback keeps its own */
                     return;

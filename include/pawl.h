@@ -6,13 +6,13 @@
 #ifndef PAWL_H
 #define PAWL_H
 
+#include "pawl/checkpoint.h"
 #include "pawl/common.h"
+#include "pawl/config.h"
 #include "pawl/event.h"
 #include "pawl/log.h"
-#include "pawl/runtime.h"
-#include "pawl/processor.h"
-#include "pawl/checkpoint.h"
 #include "pawl/metrics.h"
-#include "pawl/config.h"
+#include "pawl/processor.h"
+#include "pawl/runtime.h"
 
 #endif

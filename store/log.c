@@ -554,8 +554,8 @@ static int cmp_stream_pos(const void *a, const void *b, void *arg)
  * (room for n) holds the event positions sorted by stream, then by position: what encode()
  * groups the streams by.
  */
-static int validate(const struct pawl_store_opts *o, const struct pawl_event *ev, size_t n, int *any,
-                    uint32_t *ix, char *msg, size_t mlen)
+static int validate(const struct pawl_store_opts *o, const struct pawl_event *ev, size_t n,
+                    int *any, uint32_t *ix, char *msg, size_t mlen)
 {
     *any = 0;
     if (ev == NULL || n == 0) {
@@ -688,9 +688,9 @@ struct append_enc {
     char xid[24];       /* the append's transaction, "" until its result arrived */
     size_t si_off;      /* offsets in buf of $3's and $4's bodies (each event's stream and rank) */
     size_t rk_off;
-    int64_t *seqs;      /* every event's assigned sequence number, once the result arrived */
+    int64_t *seqs; /* every event's assigned sequence number, once the result arrived */
     size_t seqs_cap;
-    int seqs_ok;        /* seqs[0..n) are valid */
+    int seqs_ok; /* seqs[0..n) are valid */
 };
 
 static void on_fin_result(void *ud, const PGresult *res);
@@ -1263,13 +1263,13 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
     op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                       .nparams = 8,
-                                       .values = op->en.values,
-                                       .lengths = op->en.lengths,
-                                       .formats = op->en.formats,
-                                       .on_result = on_insert_result,
-                                       .ud = op,
-                                       .flush_after = 1};
+                                         .nparams = 8,
+                                         .values = op->en.values,
+                                         .lengths = op->en.lengths,
+                                         .formats = op->en.formats,
+                                         .on_result = on_insert_result,
+                                         .ud = op,
+                                         .flush_after = 1};
     /*
      * Piggybacked finalization: in the same transaction, after the insert, finalize what
      * others committed before (not this append: its own xid is still running in its snapshot).
@@ -1561,9 +1561,8 @@ static void op_deliver(struct append_op *op)
                  "a stream is not at the expected version (stream_seq - 1 of its first event)");
     } else {
         res.rc = PAWL_ESQL;
-        snprintf(res.message, sizeof res.message,
-                 "pawl.append returned %lld rows for %zu events", (long long)op->en.rows,
-                 op->n);
+        snprintf(res.message, sizeof res.message, "pawl.append returned %lld rows for %zu events",
+                 (long long)op->en.rows, op->n);
     }
     op_finish(op, &res);
 }
@@ -1708,9 +1707,9 @@ static void group_resolve_done(struct pawl_pgreq *req, int rc)
         return;
     if (rc == 0 && g->partial && strcmp(g->xact_status, "aborted") != 0)
         group_in_doubt_finish(g, NULL, "the transaction's state could not be verified");
-    else if (rc == 0 && (strcmp(g->xact_status, "committed") == 0 ||
-                         strcmp(g->xact_status, "aborted") == 0 ||
-                         strcmp(g->xact_status, "reused") == 0))
+    else if (rc == 0 &&
+             (strcmp(g->xact_status, "committed") == 0 || strcmp(g->xact_status, "aborted") == 0 ||
+              strcmp(g->xact_status, "reused") == 0))
         group_in_doubt_finish(g, g->xact_status, NULL);
     else
         group_in_doubt_finish(g, NULL, rc == 0 ? g->xact_status : pawl_strerror(rc));
@@ -1762,8 +1761,7 @@ static void group_done(struct pawl_pgreq *req, int rc)
             op_as_single(g->ops[i], req, rc);
     } else if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
-                        strcmp(req->sqlstate, "40001") == 0 ||
-                        strcmp(req->sqlstate, "23505") == 0;
+                        strcmp(req->sqlstate, "40001") == 0 || strcmp(req->sqlstate, "23505") == 0;
         if (retryable && g->retries < ANY_RETRIES) {
             g->retries++;
             /* relaxed: statistics. */
@@ -1892,8 +1890,8 @@ int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
     return pawl_append_seqs(s, events, n, NULL, res);
 }
 
-int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n,
-                     int64_t *seqs, struct pawl_append_result *res)
+int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n, int64_t *seqs,
+                     struct pawl_append_result *res)
 {
     if (s == NULL)
         return PAWL_EINVAL;
@@ -1941,8 +1939,8 @@ int pawl_append_in(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
     return pawl_append_in_seqs(conn, ev, n, NULL, res);
 }
 
-int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_t n,
-                        int64_t *seqs, struct pawl_append_result *res)
+int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_t n, int64_t *seqs,
+                        struct pawl_append_result *res)
 {
     struct pawl_append_result local;
     if (res == NULL)
@@ -1981,11 +1979,10 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
             snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
         return rc;
     }
-    static const Oid types[8] = {OID_TEXT_ARRAY, OID_INT8_ARRAY, OID_INT4_ARRAY,
-                                 OID_INT4_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                 OID_JSONB_ARRAY, OID_BOOL};
-    PGresult *r = PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths,
-                               en.formats, 0);
+    static const Oid types[8] = {OID_TEXT_ARRAY, OID_INT8_ARRAY,  OID_INT4_ARRAY,  OID_INT4_ARRAY,
+                                 OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL};
+    PGresult *r =
+        PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths, en.formats, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
         enc_result(&en, r);

@@ -14,8 +14,8 @@
  * (pawl_source_pg_from_store). Every entry point may be called from any thread.
  */
 #include "common.h"
-#include "log_int.h"
 #include "dsn.h"
+#include "log_int.h"
 
 #include "pawl/log.h"
 #include "pawl/processor.h"

@@ -70,8 +70,8 @@ static void closest_processor(struct pawl_config *cfg, const char *proc, char *o
     size_t n = 0;
     char err[256];
     const char *dsn = tool_dsn(cfg);
-    if (dsn == NULL || tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err,
-                                           sizeof err) != 0)
+    if (dsn == NULL ||
+        tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err, sizeof err) != 0)
         return;
     size_t best = 99, bi = 0;
     for (size_t i = 0; i < n; i++) {
@@ -179,12 +179,12 @@ static int status_list(struct pawl_config *cfg)
         struct tool_proc_row *rows = NULL;
         size_t n = 0;
         char err[512];
-        int rc = tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err,
-                                     sizeof err);
+        int rc =
+            tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err, sizeof err);
         if (rc != 0) {
             tool_err("status: cannot list the processors: %s%s", err,
                      strstr(err, "does not exist") ? " (run `pawl init` first)" : "");
-            return rc == PAWL_ECONN ? TOOL_NODB
+            return rc == PAWL_ECONN                ? TOOL_NODB
                    : strstr(err, "does not exist") ? TOOL_NOTFOUND
                                                    : TOOL_FAILED;
         }
@@ -196,8 +196,9 @@ static int status_list(struct pawl_config *cfg)
                 char owners[2048];
                 tool_json_string(rows[i].owners, owners, sizeof owners);
                 printf("%s{\"processor\": \"%s\", \"segments\": %" PRId64 ", \"claimed\": %" PRId64
-                       ", \"expired_claims\": %" PRId64 ", \"owners\": %s, \"lowest_token\": %" PRId64
-                       ", \"head\": %" PRId64 ", \"lag_events\": %" PRId64 "}",
+                       ", \"expired_claims\": %" PRId64
+                       ", \"owners\": %s, \"lowest_token\": %" PRId64 ", \"head\": %" PRId64
+                       ", \"lag_events\": %" PRId64 "}",
                        i ? ", " : "", rows[i].name, rows[i].segments, rows[i].claimed,
                        rows[i].expired, owners, rows[i].lowest_token, rows[i].head,
                        PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0));
@@ -211,8 +212,8 @@ static int status_list(struct pawl_config *cfg)
             for (size_t i = 0; i < n; i++) {
                 char owners[4 * sizeof rows[i].owners];
                 tool_printable(rows[i].owners, owners, sizeof owners);
-                printf("%-24s %-9" PRId64 " %-8" PRId64 " %-12" PRId64 " %-12" PRId64
-                       " %-12" PRId64 " %s%s\n",
+                printf("%-24s %-9" PRId64 " %-8" PRId64 " %-12" PRId64 " %-12" PRId64 " %-12" PRId64
+                       " %s%s\n",
                        rows[i].name, rows[i].segments, rows[i].claimed, rows[i].lowest_token,
                        rows[i].head, PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
                        owners[0] ? owners : "-",
@@ -404,11 +405,10 @@ int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
         const struct pawl_segment_status *r = &st.rows[i].st;
         char shown[4 * PAWL_OWNER_MAX + 8];
         int64_t d = target - r->token;
-        printf("  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64
-               " indexes)%s%s\n",
-               r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips",
-               d < 0 ? -d : d, r->owner[0] ? "  claimed by " : "",
-               tool_printable(r->owner, shown, sizeof shown));
+        printf(
+            "  segment %u/0x%x: token %" PRId64 " -> %" PRId64 "  (%s %" PRId64 " indexes)%s%s\n",
+            r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips", d < 0 ? -d : d,
+            r->owner[0] ? "  claimed by " : "", tool_printable(r->owner, shown, sizeof shown));
     }
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
@@ -481,10 +481,11 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
             ex = TOOL_USAGE;
             goto out;
         }
-        snprintf(plan, sizeof plan, "%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
-               "%" PRId64 "\n",
-               cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask, row->st.token,
-               lo.id, lo.mask, hi.id, hi.mask, row->st.token);
+        snprintf(plan, sizeof plan,
+                 "%s segment %u/0x%x (token %" PRId64 ") into %u/0x%x and %u/0x%x, both at token "
+                 "%" PRId64 "\n",
+                 cfg->tool.execute ? "splitting" : "would split", id, row->st.seg.mask,
+                 row->st.token, lo.id, lo.mask, hi.id, hi.mask, row->st.token);
     } else {
         struct pawl_segment sseg, parent;
         if (pawl_segment_sibling(row->st.seg, &sseg) != 0 ||
@@ -508,13 +509,14 @@ static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *
             ex = TOOL_REFUSED;
             goto out;
         }
-        snprintf(plan, sizeof plan, "%s segments %u/0x%x (token %" PRId64 ") and %u/0x%x (token %" PRId64
-               ") into %u/0x%x at token %" PRId64 "; the faster half's events up to %" PRId64
-               " are not redelivered\n",
-               cfg->tool.execute ? "merging" : "would merge", row->st.seg.id, row->st.seg.mask,
-               row->st.token, sib->st.seg.id, sib->st.seg.mask, sib->st.token, parent.id,
-               parent.mask, PAWL_MIN(row->st.token, sib->st.token),
-               PAWL_MAX(row->st.token, sib->st.token));
+        snprintf(plan, sizeof plan,
+                 "%s segments %u/0x%x (token %" PRId64 ") and %u/0x%x (token %" PRId64
+                 ") into %u/0x%x at token %" PRId64 "; the faster half's events up to %" PRId64
+                 " are not redelivered\n",
+                 cfg->tool.execute ? "merging" : "would merge", row->st.seg.id, row->st.seg.mask,
+                 row->st.token, sib->st.seg.id, sib->st.seg.mask, sib->st.token, parent.id,
+                 parent.mask, PAWL_MIN(row->st.token, sib->st.token),
+                 PAWL_MAX(row->st.token, sib->st.token));
     }
     ex = refuse_if_claimed(cfg, &involved, what);
     if (ex != TOOL_OK)

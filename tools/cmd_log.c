@@ -124,9 +124,10 @@ static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
     double secs = (double)(pawl_now_ns() - load.start_ns) / 1e9;
     int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
     tool_note("%sappended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
-            " failed appends%s%s", tool_stop ? "interrupted: " : "",
-            ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9), errs,
-            errs ? "; first: " : "", errs ? load.first_error : "");
+              " failed appends%s%s",
+              tool_stop ? "interrupted: " : "", ev, atomic_load(&load.appends), secs,
+              (double)ev / PAWL_MAX(secs, 1e-9), errs, errs ? "; first: " : "",
+              errs ? load.first_error : "");
     return errs ? TOOL_FAILED : TOOL_OK;
 }
 
@@ -150,10 +151,10 @@ struct append_ctx {
     struct pawl_config *cfg;
     struct pawl_store *s;
     const char *dsn;
-    int64_t appended;    /* events */
-    int64_t appends;     /* transactions */
-    long last_line;      /* last line appended */
-    char last_ev[160];   /* "stream#seq" of the last event appended (printable) */
+    int64_t appended;      /* events */
+    int64_t appends;       /* transactions */
+    long last_line;        /* last line appended */
+    char last_ev[160];     /* "stream#seq" of the last event appended (printable) */
     struct appended *done; /* --wait: every appended event, in order */
     size_t ndone, capdone;
 };
@@ -246,8 +247,8 @@ static void report_conflict(struct append_ctx *c, const struct group *g)
                  "append: line %ld: conflict on stream %s: expected version %" PRId64
                  " (the event's seq %" PRId64 " follows it), but the stream is at version %" PRId64
                  "; nothing of this append (lines %ld-%ld) was written",
-                 g->line[i], tool_printable(e->stream_id, shown, sizeof shown),
-                 e->stream_seq - 1, e->stream_seq, actual, g->line[0], g->line[g->n - 1]);
+                 g->line[i], tool_printable(e->stream_id, shown, sizeof shown), e->stream_seq - 1,
+                 e->stream_seq, actual, g->line[0], g->line[g->n - 1]);
         return;
     }
     struct tool_kv kv[] = {TOOL_KV_I("line", g->line[0])};
@@ -542,7 +543,7 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const cha
     if (rc == 0)
         rc = group_flush(&c, &g);
     if (rc != 0)
-        ex = rc == PAWL_ECONFLICT               ? TOOL_CONFLICT
+        ex = rc == PAWL_ECONFLICT             ? TOOL_CONFLICT
              : tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB
                                               : TOOL_FAILED;
     for (size_t i = 0; i < g.n; i++)
@@ -563,10 +564,14 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const cha
     for (size_t i = 0; i < c.ndone; i++)
         free(c.done[i].stream);
     free(c.done);
-    struct tool_kv kv[] = {TOOL_KV_I("events", c.appended), TOOL_KV_I("appends", c.appends),
-                           TOOL_KV_I("lines", lineno), TOOL_KV_I("last_line", c.last_line),
+    struct tool_kv kv[] = {TOOL_KV_I("events", c.appended),
+                           TOOL_KV_I("appends", c.appends),
+                           TOOL_KV_I("lines", lineno),
+                           TOOL_KV_I("last_line", c.last_line),
                            TOOL_KV_S("last_event", c.last_ev),
-                           TOOL_KV_S("stopped_by", tool_stop ? "signal" : ex ? "failure" : "")};
+                           TOOL_KV_S("stopped_by", tool_stop ? "signal"
+                                                   : ex      ? "failure"
+                                                             : "")};
     char last[256] = "";
     if (c.last_line)
         snprintf(last, sizeof last, " (last: line %ld, %s)", c.last_line, c.last_ev);

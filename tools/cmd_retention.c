@@ -19,26 +19,26 @@
 
 static void print_parts(const struct tool_part_row *rows, size_t n, int64_t w)
 {
-    printf("%-12s %-12s %-12s %-25s %10s %12s  %s\n", "partition", "xid from", "xid to",
-           "indexes", "events", "bytes", w > 0 ? "at this watermark" : "state");
+    printf("%-12s %-12s %-12s %-25s %10s %12s  %s\n", "partition", "xid from", "xid to", "indexes",
+           "events", "bytes", w > 0 ? "at this watermark" : "state");
     for (size_t i = 0; i < n; i++) {
         const struct tool_part_row *p = &rows[i];
         char idx[64] = "-";
         if (p->events > 0)
             snprintf(idx, sizeof idx, "%" PRId64 " .. %" PRId64, p->min_index, p->max_index);
-        const char *what = p->hi[0] == '\0'   ? "open (receives new appends)"
-                           : !p->finalized    ? "closed, not all finalized yet"
-                           : w <= 0           ? "closed"
-                           : p->drops         ? "dropped"
-                                              : "kept (holds indexes at or above it)";
+        const char *what = p->hi[0] == '\0' ? "open (receives new appends)"
+                           : !p->finalized  ? "closed, not all finalized yet"
+                           : w <= 0         ? "closed"
+                           : p->drops       ? "dropped"
+                                            : "kept (holds indexes at or above it)";
         printf("%-12s %-12s %-12s %-25s %10" PRId64 " %12" PRId64 "  %s\n", p->name,
                p->lo[0] ? p->lo : "-", p->hi[0] ? p->hi : "-", idx, p->events, p->bytes, what);
     }
 }
 
 /* Write the events [from, w) to path (created, never overwritten) and fsync it. */
-static int write_archive(struct pawl_config *cfg, const char *dsn, const char *path,
-                         int64_t from, int64_t w, int64_t *written)
+static int write_archive(struct pawl_config *cfg, const char *dsn, const char *path, int64_t from,
+                         int64_t w, int64_t *written)
 {
     *written = 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
@@ -108,8 +108,7 @@ static int write_archive(struct pawl_config *cfg, const char *dsn, const char *p
 int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
-        tool_err("retention: unexpected argument '%s' (the watermark is --before INDEX)",
-                 argv[0]);
+        tool_err("retention: unexpected argument '%s' (the watermark is --before INDEX)", argv[0]);
         return TOOL_USAGE;
     }
     const char *dsn = tool_dsn(cfg);
@@ -144,8 +143,8 @@ int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
     size_t n = 0;
     int64_t first = 0, last = 0;
     char slow[1024] = "";
-    rc = tool_pgq_retention_plan(dsn, o->before, &rows, &n, &first, &last, slow, sizeof slow,
-                                 err, sizeof err);
+    rc = tool_pgq_retention_plan(dsn, o->before, &rows, &n, &first, &last, slow, sizeof slow, err,
+                                 sizeof err);
     if (rc != 0) {
         tool_err("retention: %s", err);
         return tool_exit_for(rc);
@@ -171,8 +170,7 @@ int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
             bytes += rows[i].bytes;
         }
     printf("%s the log's start from %" PRId64 " to %" PRId64 " (%" PRId64
-           " events below it become unreadable); %s %" PRId64 " partitions, %" PRId64
-           " bytes\n",
+           " events below it become unreadable); %s %" PRId64 " partitions, %" PRId64 " bytes\n",
            o->execute ? "moving" : "would move", first, w, w - first,
            o->execute ? "dropping" : "would drop", parts, bytes);
     print_parts(rows, n, w);
@@ -197,8 +195,8 @@ int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
         int64_t written = 0;
         if ((ex = write_archive(cfg, dsn, archive, first, w, &written)) != TOOL_OK)
             goto out;
-        printf("archived %" PRId64 " events (%" PRId64 " .. %" PRId64 ") to %s\n", written,
-               first, w - 1, archive);
+        printf("archived %" PRId64 " events (%" PRId64 " .. %" PRId64 ") to %s\n", written, first,
+               w - 1, archive);
     }
     rc = tool_pgq_retention_drop(dsn, w, o->force, &parts, &bytes, err, sizeof err);
     if (rc == PAWL_EBUSY) {
@@ -211,8 +209,8 @@ int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
         ex = tool_exit_for(rc);
         goto out;
     }
-    printf("the log starts at %" PRId64 ": dropped %" PRId64 " partitions, %" PRId64 " bytes\n",
-           w, parts, bytes);
+    printf("the log starts at %" PRId64 ": dropped %" PRId64 " partitions, %" PRId64 " bytes\n", w,
+           parts, bytes);
 out:
     free(rows);
     return ex;

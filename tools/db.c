@@ -30,10 +30,9 @@ const char *tool_dsn_printable(const char *dsn)
 }
 
 /* libpq's connection variables: any one set means "connect where libpq's environment says". */
-static const char *const libpq_vars[] = {"PGHOST",     "PGHOSTADDR", "PGPORT",
-                                         "PGDATABASE", "PGUSER",     "PGPASSWORD",
-                                         "PGPASSFILE", "PGSERVICE",  "PGSERVICEFILE",
-                                         NULL};
+static const char *const libpq_vars[] = {"PGHOST",        "PGHOSTADDR", "PGPORT",     "PGDATABASE",
+                                         "PGUSER",        "PGPASSWORD", "PGPASSFILE", "PGSERVICE",
+                                         "PGSERVICEFILE", NULL};
 
 /* The first libpq connection variable set (non-empty), or NULL. */
 static const char *libpq_env_var(void)

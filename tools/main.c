@@ -567,10 +567,11 @@ static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv)
         return TOOL_USAGE;
     }
     FILE *o = stdout;
-    fprintf(o, ".TH PAWL 1 \"\" \"pawl %s\" \"User Commands\"\n.SH NAME\npawl \\- a "
-               "forward\\-only event log and pooled streaming processors on PostgreSQL\n"
-               ".SH SYNOPSIS\n.B pawl\n[\\fIFLAGS\\fR] \\fICOMMAND\\fR [\\fIFLAGS\\fR] "
-               "[\\fIARGS\\fR]\n.SH DESCRIPTION\n",
+    fprintf(o,
+            ".TH PAWL 1 \"\" \"pawl %s\" \"User Commands\"\n.SH NAME\npawl \\- a "
+            "forward\\-only event log and pooled streaming processors on PostgreSQL\n"
+            ".SH SYNOPSIS\n.B pawl\n[\\fIFLAGS\\fR] \\fICOMMAND\\fR [\\fIFLAGS\\fR] "
+            "[\\fIARGS\\fR]\n.SH DESCRIPTION\n",
             PAWL_VERSION);
     roff(o, "Flags may stand before or after the command. Every setting --name may also be set "
             "as PAWL_NAME in the environment; a flag on the command line wins. Actions (flags "

@@ -52,16 +52,16 @@ int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_p
     char ms[24];
     snprintf(ms, sizeof ms, "%lld", (long long)claim_timeout_ms);
     const char *v[1] = {ms};
-    PGresult *r = query(
-        c,
-        "WITH t AS (SELECT processor, token, owner, owner IS NOT NULL AND claimed_at > "
-        "  now() - make_interval(secs => $1::int8 / 1000.0) AS live FROM pawl.tokens) "
-        "SELECT processor, count(*), count(*) FILTER (WHERE live), "
-        "  count(*) FILTER (WHERE owner IS NOT NULL AND NOT live), "
-        "  coalesce(string_agg(DISTINCT owner, ', ') FILTER (WHERE live), ''), min(token), "
-        "  (SELECT pawl_api.last_index()) "
-        "FROM t GROUP BY processor ORDER BY processor",
-        1, v, err, errlen);
+    PGresult *r =
+        query(c,
+              "WITH t AS (SELECT processor, token, owner, owner IS NOT NULL AND claimed_at > "
+              "  now() - make_interval(secs => $1::int8 / 1000.0) AS live FROM pawl.tokens) "
+              "SELECT processor, count(*), count(*) FILTER (WHERE live), "
+              "  count(*) FILTER (WHERE owner IS NOT NULL AND NOT live), "
+              "  coalesce(string_agg(DISTINCT owner, ', ') FILTER (WHERE live), ''), min(token), "
+              "  (SELECT pawl_api.last_index()) "
+              "FROM t GROUP BY processor ORDER BY processor",
+              1, v, err, errlen);
     int rc = 0;
     if (r == NULL) {
         rc = PAWL_ESQL;
@@ -181,8 +181,9 @@ int tool_pgq_event_index(const char *dsn, const char *stream, int64_t seq, int64
     char sq[24];
     snprintf(sq, sizeof sq, "%lld", (long long)seq);
     const char *v[2] = {stream, sq};
-    PGresult *r = query(c, "SELECT global_index FROM pawl_api.events WHERE stream_id = $1 "
-                           "AND stream_seq = $2::int8",
+    PGresult *r = query(c,
+                        "SELECT global_index FROM pawl_api.events WHERE stream_id = $1 "
+                        "AND stream_seq = $2::int8",
                         2, v, err, errlen);
     int rc = PAWL_ESQL;
     if (r) {
@@ -217,8 +218,8 @@ static PGresult *query_st(PGconn *c, const char *sql, int n, const char *const *
 }
 
 int tool_pgq_retention_plan(const char *dsn, int64_t w, struct tool_part_row **rows, size_t *n,
-                            int64_t *first, int64_t *last, char *slow, size_t slowlen,
-                            char *err, size_t errlen)
+                            int64_t *first, int64_t *last, char *slow, size_t slowlen, char *err,
+                            size_t errlen)
 {
     *rows = NULL;
     *n = 0;
@@ -305,8 +306,8 @@ int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size
     return rc;
 }
 
-int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *parts,
-                            int64_t *bytes, char *err, size_t errlen)
+int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *parts, int64_t *bytes,
+                            char *err, size_t errlen)
 {
     *parts = 0;
     *bytes = 0;

@@ -16,9 +16,9 @@
 struct tool_proc_row {
     char name[PAWL_NAME_MAX + 1];
     int64_t segments;
-    int64_t claimed;         /* segments with a live claim (younger than the claim timeout) */
-    int64_t expired;         /* segments whose claim is older than the claim timeout */
-    char owners[512];        /* the live owners, comma-separated (raw: escape for printing) */
+    int64_t claimed;  /* segments with a live claim (younger than the claim timeout) */
+    int64_t expired;  /* segments whose claim is older than the claim timeout */
+    char owners[512]; /* the live owners, comma-separated (raw: escape for printing) */
     int64_t lowest_token;
     int64_t head;
 };
@@ -47,7 +47,7 @@ int tool_pgq_event_index(const char *dsn, const char *stream, int64_t seq, int64
 /* One partition of pawl.events, as pawl.retention_plan reports it for a low-watermark. */
 struct tool_part_row {
     char name[64];
-    char lo[24], hi[24]; /* its xid range; "" = unbounded */
+    char lo[24], hi[24];                  /* its xid range; "" = unbounded */
     int64_t min_index, max_index, events; /* of its finalized events; events 0: none */
     int64_t bytes;
     int finalized; /* closed, and every event in it has its index */
@@ -60,8 +60,8 @@ struct tool_part_row {
  * slowlen bytes) gets "name at token T, ..." for the processors with a token below w - 1.
  */
 int tool_pgq_retention_plan(const char *dsn, int64_t w, struct tool_part_row **rows, size_t *n,
-                            int64_t *first, int64_t *last, char *slow, size_t slowlen,
-                            char *err, size_t errlen);
+                            int64_t *first, int64_t *last, char *slow, size_t slowlen, char *err,
+                            size_t errlen);
 
 /* Close the open partition (pawl.rotate); part gets the new open partition, "" when none. */
 int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size_t errlen);
@@ -71,7 +71,7 @@ int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size
  * PAWL_EBUSY when a processor's token is below w - 1 and not force (err names it), PAWL_EINVAL
  * for a watermark outside the log. *parts and *bytes: what was dropped.
  */
-int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *parts,
-                            int64_t *bytes, char *err, size_t errlen);
+int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *parts, int64_t *bytes,
+                            char *err, size_t errlen);
 
 #endif

@@ -296,8 +296,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
         fprintf(f, "%-8u 0x%-8x %-24s %-9s %-12" PRId64 " %-12" PRId64 " %-11s %-9s %-8s %s\n",
                 r->st.seg.id, r->st.seg.mask,
                 r->st.owner[0] ? tool_printable(r->st.owner, owner, sizeof owner) : "-", age,
-                r->st.token,
-                st->head, lag, lagsec, mode_text(r->st.mode), note);
+                r->st.token, st->head, lag, lagsec, mode_text(r->st.mode), note);
     }
 }
 
@@ -467,8 +466,10 @@ int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind
     if (to[0] == '-') {
         int64_t ms = 0;
         if (pawl_config_parse_duration(to + 1, &ms) != 0 || ms < 0) {
-            snprintf(err, errlen, "--to %.40s: not a relative time (like -15m, -2h or -1m30s; a unit "
-                     "is required)", to);
+            snprintf(err, errlen,
+                     "--to %.40s: not a relative time (like -15m, -2h or -1m30s; a unit "
+                     "is required)",
+                     to);
             return PAWL_EINVAL;
         }
         if (ms > now_us / 1000) { /* before 1970: also keeps ms * 1000 from overflowing */

@@ -14,21 +14,21 @@
 #include "pawl.h"
 
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
 /* Exit codes; the README's table is generated from tool_exit_codes[]. */
 enum tool_exit {
-    TOOL_OK = 0,       /* success */
-    TOOL_FAILED = 1,   /* the operation failed (database error, I/O error) */
-    TOOL_USAGE = 2,    /* unknown command or flag, a bad value, a missing argument */
-    TOOL_NODB = 3,     /* cannot reach the database (or start the private one) */
-    TOOL_REFUSED = 4,  /* refused: segments are claimed, or a merge is still running */
-    TOOL_NOTFOUND = 5, /* no such processor or segment; no schema (run `pawl init`) */
-    TOOL_BADINPUT = 6, /* append: an input line is not a valid event (or too long) */
-    TOOL_CONFLICT = 7, /* append: a stream is not at the expected version */
+    TOOL_OK = 0,            /* success */
+    TOOL_FAILED = 1,        /* the operation failed (database error, I/O error) */
+    TOOL_USAGE = 2,         /* unknown command or flag, a bad value, a missing argument */
+    TOOL_NODB = 3,          /* cannot reach the database (or start the private one) */
+    TOOL_REFUSED = 4,       /* refused: segments are claimed, or a merge is still running */
+    TOOL_NOTFOUND = 5,      /* no such processor or segment; no schema (run `pawl init`) */
+    TOOL_BADINPUT = 6,      /* append: an input line is not a valid event (or too long) */
+    TOOL_CONFLICT = 7,      /* append: a stream is not at the expected version */
     TOOL_INTERRUPTED = 130, /* stopped by SIGINT / SIGTERM after a clean stop (128 + SIGINT) */
 };
 
@@ -71,8 +71,8 @@ static inline const char *tool_kv_str(const char *s)
     return s ? s : "";
 }
 #define TOOL_KV_I(k, v) ((struct tool_kv){.key = (k), .num = (int64_t)(v)})
-void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
-              ...) __attribute__((format(printf, 4, 5)));
+void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
                va_list ap);
 /* An error (level error) / a note (level info). */

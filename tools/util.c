@@ -105,8 +105,7 @@ void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, 
     funlockfile(stderr);
 }
 
-void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
-              ...)
+void tool_log(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

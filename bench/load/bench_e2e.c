@@ -69,7 +69,7 @@ static char workers_arg[64] = "1,2";
 static char batches_arg[64] = "100,1000";
 static int per_append = 10;
 static double warmup_s = 1.5;
-static int split_latency; /* --split: also time the processor's part (see latency_cell) */
+static int split_latency;    /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
 static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
 static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */

@@ -270,8 +270,8 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     struct caller_arg args[64];
     int64_t pace = rate > 0 ? (int64_t)(1e9 * d->callers * d->batch / rate) : 0;
     for (int i = 0; i < d->callers; i++) {
-        args[i] = (struct caller_arg){s,    i,     d->batch, d->explicit_v, pace,
-                                      &stop, &events, &errors, &measuring};
+        args[i] = (struct caller_arg){s,     i,       d->batch, d->explicit_v, pace,
+                                      &stop, &events, &errors,  &measuring};
         pthread_create(&th[i], NULL, caller_main, &args[i]);
     }
     usleep((useconds_t)warmup_ms * 1000);
@@ -298,8 +298,8 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     res->p99 = st1.append_p99_ms;
     res->flushes_ev = ev > 0 ? (w1 - w0) / ev : 0;
     double g = (double)(st1.append_groups - st0.append_groups);
-    res->group_size = g > 0 ? (double)(st1.append_groups_appends - st0.append_groups_appends) / g
-                            : 1.0;
+    res->group_size =
+        g > 0 ? (double)(st1.append_groups_appends - st0.append_groups_appends) / g : 1.0;
     res->cpu_us_ev = ev > 0 ? (double)(c1 - c0) / 1000.0 / ev : 0;
     if (atomic_load(&errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&errors));
@@ -336,12 +336,10 @@ static void report(int round, const char *cell, const char *variant, const struc
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"dsn", required_argument, 0, 'd'},
-                                       {"seconds", required_argument, 0, 's'},
-                                       {"rounds", required_argument, 0, 'R'},
-                                       {"csv", required_argument, 0, 'c'},
-                                       {"cells", required_argument, 0, 'C'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"dsn", required_argument, 0, 'd'},    {"seconds", required_argument, 0, 's'},
+        {"rounds", required_argument, 0, 'R'}, {"csv", required_argument, 0, 'c'},
+        {"cells", required_argument, 0, 'C'},  {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
     while ((ch = getopt_long(argc, argv, "d:s:R:c:C:", lo, NULL)) != -1) {

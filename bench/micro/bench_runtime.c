@@ -28,9 +28,9 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define WORKERS 2
@@ -734,7 +734,7 @@ static void tlate_cb(struct pawl_timer *t, void *arg, int status)
     __atomic_fetch_add(&late_sum_ns, late, __ATOMIC_RELAXED);
     int64_t m = __atomic_load_n(&late_max_ns, __ATOMIC_RELAXED);
     while (late > m && !__atomic_compare_exchange_n(&late_max_ns, &m, late, 0, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED))
+                                                    __ATOMIC_RELAXED))
         ;
     __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
 }

@@ -155,9 +155,10 @@ struct pawl_checkpointing {
      * stays durably ahead of the stored token, and the next claim redelivers, to every unit,
      * the events between the stored token and that unit's own durable position. Units are not
      * told the stored token; a unit that keeps its own durable position must tolerate that
-     * redelivery (skip events at or below what it has made durable, or apply them idempotently). The token is stored while the claim is still
-     * held; then the claim is freed. A failed future never stops the release, but the release
-     * does wait for every future: the no-time-out rule above applies here too.
+     * redelivery (skip events at or below what it has made durable, or apply them idempotently).
+     * The token is stored while the claim is still held; then the claim is freed. A failed future
+     * never stops the release, but the release does wait for every future: the no-time-out rule
+     * above applies here too.
      *
      * After this call the trigger is inert.
      */

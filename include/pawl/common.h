@@ -60,7 +60,7 @@ extern "C" {
     X(PAWL_EBUSY, -20, "busy")                                                                     \
     X(PAWL_ERANGE, -21, "value out of range")                                                      \
     X(PAWL_EPERM, -22, "permission denied")                                                        \
-    X(PAWL_ETRUNCATED, -23, "retention dropped these events (below the low-watermark)")          \
+    X(PAWL_ETRUNCATED, -23, "retention dropped these events (below the low-watermark)")            \
     X(PAWL_EPOISON, -24, "the event can never be handled (poison)")
 
 enum pawl_error {

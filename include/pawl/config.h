@@ -3,12 +3,13 @@
  *
  * struct pawl_config aggregates the option structs of the modules (logging, store, processor)
  * and the `pawl` tool's own settings. (The runtime's pool and timer options join when the
- * processor takes them: a flag that changes nothing would mislead operators.) One table (engine/config.c) declares each
- * flag once — name, type, default, allowed range, help, the tool subcommands it applies to, and
- * where it lives in struct pawl_config — in the style of nginx's command table and Redis's
- * standardConfig. From that table come: the defaults (pawl_config_defaults), typed parsing with
- * range checks (pawl_config_set), printing (pawl_config_get), the tool's `--flag value` and
- * `PAWL_FLAG` environment handling, and its generated help.
+ * processor takes them: a flag that changes nothing would mislead operators.) One table
+ * (engine/config.c) declares each flag once — name, type, default, allowed range, help, the tool
+ * subcommands it applies to, and where it lives in struct pawl_config — in the style of nginx's
+ * command table and Redis's standardConfig. From that table come: the defaults
+ * (pawl_config_defaults), typed parsing with range checks (pawl_config_set), printing
+ * (pawl_config_get), the tool's `--flag value` and `PAWL_FLAG` environment handling, and its
+ * generated help.
  *
  * A flag named "batch-size" is also accepted as "batch_size"; its environment variable is
  * PAWL_BATCH_SIZE. The library never reads argv or the environment itself: only the tool does,
@@ -118,20 +119,20 @@ struct pawl_tool_opts {
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
     int metrics;           /* status: also print the metrics snapshot */
-    int execute;           /* reset/split/merge/delete/retention/dead-letters: do it (else preview) */
-    int wait;              /* append: wait for the final indexes and print them */
-    const char *to;        /* reset target: start | end | <index> | <ISO 8601 time>;
-                              dead-letters drop: the highest index to drop */
-    const char *stream;    /* dead-letters show/retry/drop: the stream */
-    int segment;           /* split/merge: segment id */
-    int64_t before;        /* retention: the new low-watermark (0 = show the partitions) */
-    const char *archive;   /* retention: write the dropped events here as JSON lines */
-    int rotate;            /* retention: close the open partition first */
-    int force;             /* retention: even below a processor's token */
-    const char *handler;   /* run: built-in handler name */
-    int progress;          /* 0 auto (live on a TTY), 1 live, 2 plain lines, 3 off */
-    int64_t progress_ms;   /* period of plain progress lines */
-    const char *csv;       /* bench: write CSV here (NULL = none) */
+    int execute;         /* reset/split/merge/delete/retention/dead-letters: do it (else preview) */
+    int wait;            /* append: wait for the final indexes and print them */
+    const char *to;      /* reset target: start | end | <index> | <ISO 8601 time>;
+                            dead-letters drop: the highest index to drop */
+    const char *stream;  /* dead-letters show/retry/drop: the stream */
+    int segment;         /* split/merge: segment id */
+    int64_t before;      /* retention: the new low-watermark (0 = show the partitions) */
+    const char *archive; /* retention: write the dropped events here as JSON lines */
+    int rotate;          /* retention: close the open partition first */
+    int force;           /* retention: even below a processor's token */
+    const char *handler; /* run: built-in handler name */
+    int progress;        /* 0 auto (live on a TTY), 1 live, 2 plain lines, 3 off */
+    int64_t progress_ms; /* period of plain progress lines */
+    const char *csv;     /* bench: write CSV here (NULL = none) */
     /* run: handlers that write outside the database */
     int output_fsync;            /* print: fsync a regular-file stdout before storing tokens */
     int64_t exec_ack_timeout_ms; /* exec: longest wait for a batch's ack / a child's exit */

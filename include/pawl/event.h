@@ -21,8 +21,8 @@ extern "C" {
 #define PAWL_TOKEN_START ((int64_t)0)
 
 /* Limits checked before anything reaches the server. */
-#define PAWL_STREAM_ID_MAX 255   /* bytes of UTF-8, at least 1 */
-#define PAWL_EVENT_TYPE_MAX 255  /* bytes of UTF-8, at least 1 */
+#define PAWL_STREAM_ID_MAX 255  /* bytes of UTF-8, at least 1 */
+#define PAWL_EVENT_TYPE_MAX 255 /* bytes of UTF-8, at least 1 */
 
 /*
  * One event. When the log hands an event to a reader or handler, every pointer is borrowed and
@@ -30,11 +30,11 @@ extern "C" {
  * When a caller appends, the pointers are the caller's and are read during the call only.
  */
 struct pawl_event {
-    int64_t index;          /* final global index (>= 1); 0 in an append request */
-    const char *stream_id;  /* NUL-terminated UTF-8, 1..PAWL_STREAM_ID_MAX bytes */
-    int64_t stream_seq;     /* 1-based position in its stream */
-    const char *type;       /* NUL-terminated UTF-8, 1..PAWL_EVENT_TYPE_MAX bytes */
-    const void *payload;    /* opaque bytes (bytea); may be NULL when payload_len is 0 */
+    int64_t index;         /* final global index (>= 1); 0 in an append request */
+    const char *stream_id; /* NUL-terminated UTF-8, 1..PAWL_STREAM_ID_MAX bytes */
+    int64_t stream_seq;    /* 1-based position in its stream */
+    const char *type;      /* NUL-terminated UTF-8, 1..PAWL_EVENT_TYPE_MAX bytes */
+    const void *payload;   /* opaque bytes (bytea); may be NULL when payload_len is 0 */
     size_t payload_len;
     const char *metadata;   /* JSON object text, or NULL */
     int64_t appended_at_us; /* time the append committed (server clock), µs since the epoch */

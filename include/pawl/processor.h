@@ -11,8 +11,8 @@
  * segment's events in batches, runs the handlers, and commits each batch in one transaction
  * together with the segment's new token and any SQL the handlers queued (exactly-once
  * projections, where the token moves with the batch: not in fully-deferred checkpoint mode,
- * see pawl/checkpoint.h). Every token write is conditional on the writer still owning the claim: a node
- * whose claim was taken over learns it at its next write, and that batch rolls back.
+ * see pawl/checkpoint.h). Every token write is conditional on the writer still owning the claim: a
+ * node whose claim was taken over learns it at its next write, and that batch rolls back.
  *
  * Threads: pawl_processor_new/start/stop/free are called from one controlling thread (not from
  * a handler). Handlers run on the processor's worker threads, never two batches of one segment
@@ -154,10 +154,10 @@ PAWL_API int pawl_ctx_is_dead_letter(const struct pawl_event_ctx *ctx);
  * back). So a handler cannot read a statement's result, and must not send transaction control
  * (BEGIN, COMMIT, SAVEPOINT). In fully-deferred checkpoint mode a batch may commit its
  * statements without moving the token, so they run again when those events are redelivered
- * (pawl/checkpoint.h): make them idempotent there. The PostgreSQL store prepares each distinct statement text once
- * per connection (up to 96), so reuse a fixed text with parameters rather than building SQL
- * per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without SQL, or a
- * subscriber without a transaction).
+ * (pawl/checkpoint.h): make them idempotent there. The PostgreSQL store prepares each distinct
+ * statement text once per connection (up to 96), so reuse a fixed text with parameters rather than
+ * building SQL per event. Returns 0, or PAWL_EINVAL / PAWL_ENOMEM / PAWL_ENOTSUP (a store without
+ * SQL, or a subscriber without a transaction).
  */
 PAWL_API int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams,
                            const char *const *values);
@@ -488,21 +488,21 @@ PAWL_API int pawl_processor_stop(struct pawl_processor *p);
 PAWL_API void pawl_processor_free(struct pawl_processor *p);
 
 struct pawl_processor_stats {
-    uint64_t events;         /* handled and committed */
-    uint64_t batches;        /* committed */
-    uint64_t batch_failures; /* rolled back (handler error, lost claim, store error) */
-    uint64_t claims;         /* segments claimed */
-    uint64_t releases;       /* segments released */
-    uint64_t claims_lost;    /* commits refused because another node took the claim */
-    uint64_t source_errors;  /* failed reads */
-    uint32_t segments_owned; /* right now */
-    int mode;                /* enum pawl_ckpt_mode */
-    uint64_t steps;          /* package steps run by the segment workers (the pool's tasks) */
-    uint64_t steps_stolen;   /* of those, taken from another worker's deque */
-    uint64_t steps_kept;     /* times a worker kept a burst of queued steps to itself rather
-                              * than wake a parked worker for it (the pool's pass-on rule) */
-    uint64_t letters_parked; /* events this processor parked as dead letters (committed) */
-    uint64_t streams_parked; /* streams it parked (their first letter) */
+    uint64_t events;          /* handled and committed */
+    uint64_t batches;         /* committed */
+    uint64_t batch_failures;  /* rolled back (handler error, lost claim, store error) */
+    uint64_t claims;          /* segments claimed */
+    uint64_t releases;        /* segments released */
+    uint64_t claims_lost;     /* commits refused because another node took the claim */
+    uint64_t source_errors;   /* failed reads */
+    uint32_t segments_owned;  /* right now */
+    int mode;                 /* enum pawl_ckpt_mode */
+    uint64_t steps;           /* package steps run by the segment workers (the pool's tasks) */
+    uint64_t steps_stolen;    /* of those, taken from another worker's deque */
+    uint64_t steps_kept;      /* times a worker kept a burst of queued steps to itself rather
+                               * than wake a parked worker for it (the pool's pass-on rule) */
+    uint64_t letters_parked;  /* events this processor parked as dead letters (committed) */
+    uint64_t streams_parked;  /* streams it parked (their first letter) */
     uint64_t letters_retried; /* letters handled by a retry that committed */
     uint32_t parked_streams;  /* right now, in the segments this node holds */
 };

@@ -391,7 +391,8 @@ static void test_refused_connections(void **state)
     /* A role at its connection limit. */
     char role[64], rdsn[1200];
     snprintf(role, sizeof role, "pawl_nolimit_%d", (int)getpid());
-    snprintf(sql, sizeof sql, "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN CONNECTION LIMIT 0 PASSWORD 'nl-secret'",
+    snprintf(sql, sizeof sql,
+             "DROP ROLE IF EXISTS %s; CREATE ROLE %s LOGIN CONNECTION LIMIT 0 PASSWORD 'nl-secret'",
              role, role);
     pawl_test_exec(base_dsn, sql);
     snprintf(rdsn, sizeof rdsn, "%s user=%s password=nl-secret", dsn, role);

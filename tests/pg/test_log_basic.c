@@ -709,16 +709,11 @@ int main(void)
 {
     dsn = pawl_test_db_create("log_basic");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schema),
-        cmocka_unit_test(test_newer_schema),
-        cmocka_unit_test(test_append_read),
-        cmocka_unit_test(test_append_seqs),
-        cmocka_unit_test(test_sql_face_equal),
-        cmocka_unit_test(test_bad_dsn),
-        cmocka_unit_test(test_adaptive_cadence),
-        cmocka_unit_test(test_upgrade_stream_collation),
-        cmocka_unit_test(test_runs_inline),
-        cmocka_unit_test(test_any_append_rerun),
+        cmocka_unit_test(test_schema),           cmocka_unit_test(test_newer_schema),
+        cmocka_unit_test(test_append_read),      cmocka_unit_test(test_append_seqs),
+        cmocka_unit_test(test_sql_face_equal),   cmocka_unit_test(test_bad_dsn),
+        cmocka_unit_test(test_adaptive_cadence), cmocka_unit_test(test_upgrade_stream_collation),
+        cmocka_unit_test(test_runs_inline),      cmocka_unit_test(test_any_append_rerun),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

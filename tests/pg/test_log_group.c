@@ -85,8 +85,8 @@ static void test_group_order(void **state)
         }
         e.stream_id = sid;
         /* Some appends also write a second stream (the group keeps submission order then). */
-        struct pawl_event two[2] = {e, {.stream_id = "ord-z", .type = "t", .payload = "p",
-                                        .payload_len = 1}};
+        struct pawl_event two[2] = {
+            e, {.stream_id = "ord-z", .type = "t", .payload = "p", .payload_len = 1}};
         if (i % 10 == 3)
             n_z++;
         assert_int_equal(pawl_append_async(s, two, i % 10 == 3 ? 2 : 1, on_done, &out[i]), 0);
@@ -222,8 +222,8 @@ static void test_group_concurrent_conflicts(void **state)
     pawl_store_stats(cc_store, &st, 0);
     print_message("concurrent: %d committed, %d conflicts; %lld appends in %lld groups, "
                   "%lld group retries\n",
-                  ok, conflicts, (long long)st.append_groups_appends,
-                  (long long)st.append_groups, (long long)st.append_retries);
+                  ok, conflicts, (long long)st.append_groups_appends, (long long)st.append_groups,
+                  (long long)st.append_retries);
     assert_true(ok > CC_THREADS * CC_EACH / 4);
     assert_true(conflicts > 0);
     assert_true(st.append_groups < st.append_groups_appends); /* some were grouped */
@@ -264,10 +264,8 @@ static void *kill_main(void *arg)
         struct pawl_event ev[3];
         for (int k = 0; k < 3; k++) {
             snprintf(pay[k], sizeof pay[k], "k%d-%d", t, i);
-            ev[k] = (struct pawl_event){.stream_id = sid,
-                                        .type = "t",
-                                        .payload = pay[k],
-                                        .payload_len = strlen(pay[k])};
+            ev[k] = (struct pawl_event){
+                .stream_id = sid, .type = "t", .payload = pay[k], .payload_len = strlen(pay[k])};
         }
         struct pawl_append_result r;
         k_out[t][i].rc = pawl_append(k_store, ev, 3, &r);
@@ -345,8 +343,8 @@ static void test_group_server_kill(void **state)
     assert_int_equal(q("SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id "
                        "LIKE 'kill-%' GROUP BY stream_id HAVING count(*) <> max(stream_seq)) x"),
                      0);
-    struct pawl_event e = {.stream_id = "kill-after", .type = "t", .payload = "y",
-                           .payload_len = 1};
+    struct pawl_event e = {
+        .stream_id = "kill-after", .type = "t", .payload = "y", .payload_len = 1};
     assert_int_equal(pawl_append(k_store, &e, 1, NULL), 0);
     int64_t total = q("SELECT count(*) FROM pawl.events");
     assert_int_equal(pawl_store_wait(k_store, total - 1, 10000), 0);
@@ -370,8 +368,8 @@ static void test_group_linger(void **state)
     static struct outcome out[20];
     double t0 = pawl_test_now_ms();
     for (int i = 0; i < 20; i++) {
-        struct pawl_event e = {.stream_id = "linger", .type = "t", .payload = "p",
-                               .payload_len = 1};
+        struct pawl_event e = {
+            .stream_id = "linger", .type = "t", .payload = "p", .payload_len = 1};
         assert_int_equal(pawl_append_async(s, &e, 1, on_done, &out[i]), 0);
     }
     pawl_store_drain(s);
@@ -384,7 +382,7 @@ static void test_group_linger(void **state)
     pawl_store_stats(s, &st, 0);
     print_message("linger: 20 appends in %lld groups, %.1f ms\n", (long long)st.append_groups,
                   took);
-    assert_true(took >= 45.0);           /* the first append waited for company */
+    assert_true(took >= 45.0);          /* the first append waited for company */
     assert_true(st.append_groups <= 2); /* and the others joined it */
     pawl_store_free(s);
 

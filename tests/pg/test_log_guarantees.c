@@ -1,5 +1,6 @@
 /*
- * test_log_guarantees.c — the log's guarantees under real use (schema 6, sql/006_log_guarantees.sql):
+ * test_log_guarantees.c — the log's guarantees under real use (schema 6,
+ * sql/006_log_guarantees.sql):
  *
  *   - outbox appends (pawl_append_in and pawl_api.append in the caller's transaction) after an
  *     earlier write, after a rolled-back savepoint and inside long transactions, racing library
@@ -487,7 +488,8 @@ static void test_isolation_serializable(void **state)
     isolation_case("t_log_guar_ser", "serializable");
 }
 
-/* ---- upgrade from schema 5 -------------------------------------------------------------------- */
+/* ---- upgrade from schema 5 --------------------------------------------------------------------
+ */
 
 static void test_upgrade_from_5(void **state)
 {
@@ -510,8 +512,8 @@ static void test_upgrade_from_5(void **state)
     int dbv = 0;
     assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
     assert_int_equal(dbv, pawl_schema_lib_version());
-    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl.events WHERE ticket IS NULL"),
-                     3);
+    assert_int_equal(
+        pawl_test_query_i64(d, "SELECT count(*) FROM pawl.events WHERE ticket IS NULL"), 3);
     struct pawl_store *s = NULL;
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
@@ -531,8 +533,9 @@ static void test_upgrade_from_5(void **state)
                            " payload) VALUES (pg_current_xact_id(), 9, 0, 0, 'up', 't', '')"));
     assert_false(ok_cmd(c, "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type,"
                            " payload) VALUES (pg_current_xact_id(), 9, 1, 1, 'up', 't', '')"));
-    assert_false(ok_cmd(c, "INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids,"
-                           " bases, ns, open_xids) VALUES (10, 6, '0', '{1}', '{6}', '{5}', '{}')"));
+    assert_false(ok_cmd(c,
+                        "INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids,"
+                        " bases, ns, open_xids) VALUES (10, 6, '0', '{1}', '{6}', '{5}', '{}')"));
     assert_false(ok_cmd(c, "INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids,"
                            " bases, ns, open_xids) VALUES (4, 4, '0', '{1}', '{4}', '{1}', '{}')"));
     assert_false(ok_cmd(c, "UPDATE pawl.runs SET last_index = last_index"));

@@ -204,7 +204,8 @@ static void test_plan_stability(void **state)
     double stale = measure(STALE);
     double none = measure(NONE);
     double dead = measure(DEAD);
-    printf("ratios of the medians to fresh: stale %.2f, none %.2f, dead entries %.2f (target <= 1.5)\n",
+    printf("ratios of the medians to fresh: stale %.2f, none %.2f, dead entries %.2f (target <= "
+           "1.5)\n",
            stale / fresh, none / fresh, dead / fresh);
     /* Loose: timings on a shared 2-core machine are noisy; a plan change costs 3-10x. */
     assert_true(stale < 3.0 * fresh);

@@ -305,7 +305,8 @@ static void test_gap_backs_off(void **state)
      * (runs_guard), so the superuser forges it with triggers off. */
     char sql[640];
     snprintf(sql, sizeof sql,
-             "SET session_replication_role = replica; INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids, bases, ns, "
+             "SET session_replication_role = replica; INSERT INTO pawl.runs (last_index, "
+             "first_index, scan_xmax, xids, bases, ns, "
              "open_xids) SELECT %lld, %lld, scan_xmax, '{}', '{}', '{}', '{}' FROM pawl.runs "
              "ORDER BY last_index DESC LIMIT 1",
              (long long)real + 1000, (long long)real + 1);
@@ -334,8 +335,10 @@ static void test_gap_backs_off(void **state)
 
     /* The log's word back to the truth: the known index comes down to it, the follower waits
      * (no reads) and delivers the next real event. */
-    snprintf(sql, sizeof sql, "SET session_replication_role = replica; DELETE FROM pawl.runs WHERE last_index = %lld",
-             (long long)real + 1000);
+    snprintf(
+        sql, sizeof sql,
+        "SET session_replication_role = replica; DELETE FROM pawl.runs WHERE last_index = %lld",
+        (long long)real + 1000);
     pawl_test_exec(dsn, sql);
     rc = pawl_follow(s, real, 100, &b, 2500);
     assert_int_equal(rc, PAWL_ETIMEDOUT);

@@ -31,8 +31,10 @@ static void test_convert_rotate_drop(void **state)
     /* 200 events in 20 transactions, on 7 streams (s6 only here). */
     for (int i = 0; i < 20; i++) {
         char q[200];
-        snprintf(q, sizeof q, "SELECT pawl_api.append('s' || j %% 7, 'T', int4send(j)) FROM "
-                 "generate_series(%d, %d) j", i * 10, i * 10 + 9);
+        snprintf(q, sizeof q,
+                 "SELECT pawl_api.append('s' || j %% 7, 'T', int4send(j)) FROM "
+                 "generate_series(%d, %d) j",
+                 i * 10, i * 10 + 9);
         pawl_test_exec(d, q);
     }
     assert_int_equal(pawl_test_query_i64(d, "SELECT events FROM pawl.finalize()"), 200);
@@ -55,8 +57,11 @@ static void test_convert_rotate_drop(void **state)
     assert_true(pawl_test_query_i64(d, "SELECT length(pawl.rotate())") > 0);
     struct pawl_event e[3];
     for (int i = 0; i < 3; i++)
-        e[i] = (struct pawl_event){.stream_id = "s1", .type = "After", .payload = "{}",
-                                   .payload_len = 2, .stream_seq = PAWL_SEQ_ANY};
+        e[i] = (struct pawl_event){.stream_id = "s1",
+                                   .type = "After",
+                                   .payload = "{}",
+                                   .payload_len = 2,
+                                   .stream_seq = PAWL_SEQ_ANY};
     assert_int_equal(pawl_append(s, e, 3, NULL), 0);
     int64_t last = 0;
     assert_int_equal(pawl_finalize_now(s, NULL, NULL, &last), 0);
@@ -76,8 +81,11 @@ static void test_convert_rotate_drop(void **state)
     assert_string_equal(b.events[0].stream_id, "s1");
 
     /* s6 lived only in the dropped partition (28 events: i = 6, 13, ..., 195). */
-    struct pawl_event again = {.stream_id = "s6", .type = "Again", .payload = "{}",
-                               .payload_len = 2, .stream_seq = PAWL_SEQ_ANY};
+    struct pawl_event again = {.stream_id = "s6",
+                               .type = "Again",
+                               .payload = "{}",
+                               .payload_len = 2,
+                               .stream_seq = PAWL_SEQ_ANY};
     struct pawl_append_result r;
     assert_int_equal(pawl_append(s, &again, 1, &r), 0);
     assert_int_equal(pawl_test_query_i64(d, "SELECT max(stream_seq) FROM pawl.events WHERE "

@@ -155,7 +155,7 @@ static void test_wait_races(void **state)
 struct duel {
     struct pawl_future **fs;
     _Atomic uint32_t *wins; /* completions that returned 0, per future */
-    uint8_t *won;   /* 1 where this completer won (its own array) */
+    uint8_t *won;           /* 1 where this completer won (its own array) */
     int n;
     int fails; /* this completer fails its futures instead of completing them */
 };

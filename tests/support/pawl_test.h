@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* After the headers above: cmocka.h uses their types without including them. */
 #include <cmocka.h>
 
 #include "pawl.h"

@@ -334,7 +334,7 @@ static void test_args_forms(void **state)
         const char *text;
         int64_t ms;
     } d[] = {{"250ms", 250}, {"1m30s", 90000}, {"10s", 10000},  {"1.5s", 1500},
-             {"2m", 120000}, {"2min", 120000},  {"1h", 3600000}, {"0", 0}};
+             {"2m", 120000}, {"2min", 120000}, {"1h", 3600000}, {"0", 0}};
     for (size_t i = 0; i < PAWL_ARRAY_LEN(d); i++) {
         assert_int_equal(pawl_config_set(&cfg, "duration", d[i].text, err, sizeof err), 0);
         assert_int_equal(cfg.tool.duration_ms, d[i].ms);

@@ -49,13 +49,13 @@ static void test_check_never_echoes_password(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "postgresql://alice:Zq9SecretPw@[::1/db",         /* whole URI quoted */
-        "postgresql://alice:Zq9Secret%ZZPw@host/db",      /* bad percent-encoding in the password */
-        "postgresql://alice:Zq9SecretPw@host/db?host=%zz", /* bad percent-encoding later on */
+        "postgresql://alice:Zq9SecretPw@[::1/db",    /* whole URI quoted */
+        "postgresql://alice:Zq9Secret%ZZPw@host/db", /* bad percent-encoding in the password */
+        "postgresql://alice:Zq9SecretPw@host/db?host=%zz",   /* bad percent-encoding later on */
         "postgresql://alice@host/db?password=Zq9SecretPw&x", /* query parameter without "=" */
         "postgres://alice:Zq9SecretPw@host/db?nosuch=1",
-        "password=Zq9SecretPw host",                      /* key=value, malformed after it */
-        "password='Zq9SecretPw host=x",                   /* unterminated quote */
+        "password=Zq9SecretPw host",    /* key=value, malformed after it */
+        "password='Zq9SecretPw host=x", /* unterminated quote */
         "host=x password = Zq9SecretPw nosuch=1",
         "sslpassword=Zq9SecretPw nosuch=1",
     };

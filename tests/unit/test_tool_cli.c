@@ -17,10 +17,12 @@ static void test_duration_forms(void **state)
         const char *text;
         int64_t ms;
     } ok[] = {
-        {"0", 0},          {"250ms", 250},       {"2s", 2000},     {"1.5s", 1500},
-        {"2m", 120000},    {"2min", 120000},     {"1h", 3600000},  {"1m30s", 90000},
-        {"1h2m3s", 3723000}, {"1s500ms", 1500},  {"0.5m", 30000},  {"-15m", -900000},
-        {"0s", 0},         {".5s", 500},         {"1h30m", 5400000}, {"10ms", 10},
+        {"0", 0},          {"250ms", 250},   {"2s", 2000},
+        {"1.5s", 1500},    {"2m", 120000},   {"2min", 120000},
+        {"1h", 3600000},   {"1m30s", 90000}, {"1h2m3s", 3723000},
+        {"1s500ms", 1500}, {"0.5m", 30000},  {"-15m", -900000},
+        {"0s", 0},         {".5s", 500},     {"1h30m", 5400000},
+        {"10ms", 10},
     };
     for (size_t i = 0; i < PAWL_ARRAY_LEN(ok); i++) {
         int64_t ms = -1;
@@ -28,9 +30,9 @@ static void test_duration_forms(void **state)
         assert_int_equal(ms, ok[i].ms);
     }
     static const char *const bad[] = {
-        "2",    "10",     "-5",   "1.5",  "",     "s",     "ms",   "1 s",  " 1s",  "1s ",
-        "1d",   "1sm",    "1s1s", "1s1m", "1m1h", "0.5ms", "1e3s", "0x10s", "+1s", "1..5s",
-        "--1s", "1.2.3s", "5S",   "1mss", "1s-2s", ".s",
+        "2",   "10",    "-5",   "1.5",    "",     "s",    "ms",    "1 s",  " 1s",
+        "1s ", "1d",    "1sm",  "1s1s",   "1s1m", "1m1h", "0.5ms", "1e3s", "0x10s",
+        "+1s", "1..5s", "--1s", "1.2.3s", "5S",   "1mss", "1s-2s", ".s",
     };
     for (size_t i = 0; i < PAWL_ARRAY_LEN(bad); i++) {
         int64_t ms = 7;
@@ -69,9 +71,9 @@ static void test_env_actions_ignored(void **state)
     struct pawl_config cfg;
     pawl_config_defaults(&cfg);
     char err[512], listed[512];
-    char *envp[] = {"PAWL_EXECUTE=1",  "PAWL_JSON=true",  "PAWL_FOLLOW=1",   "PAWL_COUNT=5",
-                    "PAWL_TO=start",   "PAWL_SEGMENT=3",  "PAWL_WAIT=1",     "PAWL_RATE=5",
-                    "PAWL_PROCESSOR=p", NULL};
+    char *envp[] = {
+        "PAWL_EXECUTE=1", "PAWL_JSON=true", "PAWL_FOLLOW=1", "PAWL_COUNT=5",     "PAWL_TO=start",
+        "PAWL_SEGMENT=3", "PAWL_WAIT=1",    "PAWL_RATE=5",   "PAWL_PROCESSOR=p", NULL};
     assert_int_equal(pawl_config_load_env(&cfg, envp, err, sizeof err), 0);
     assert_int_equal(cfg.tool.execute, 0);
     assert_int_equal(cfg.tool.json, 0);
@@ -88,8 +90,8 @@ static void test_env_actions_ignored(void **state)
     assert_non_null(strstr(listed, "PAWL_SEGMENT"));
     assert_null(strstr(listed, "PAWL_RATE"));
     /* Every action is marked in the table, and the ones named in the rule are actions. */
-    static const char *const actions[] = {"execute", "to", "segment", "count", "follow",
-                                          "json",    "from", "wait",  "watch", "generate"};
+    static const char *const actions[] = {"execute", "to",   "segment", "count", "follow",
+                                          "json",    "from", "wait",    "watch", "generate"};
     for (size_t i = 0; i < PAWL_ARRAY_LEN(actions); i++)
         assert_int_equal(pawl_config_flag_find(actions[i])->kind, PAWL_FLAG_ACTION);
     assert_int_equal(pawl_config_flag_find("dsn")->kind, PAWL_FLAG_SETTING);
@@ -131,20 +133,22 @@ static void test_printable(void **state)
     assert_string_equal(tool_printable("order-17", out, sizeof out), "order-17");
     assert_string_equal(tool_printable("a\033[2Jb\n\x7f\\", out, sizeof out),
                         "a\\x1b[2Jb\\x0a\\x7f\\\\");
-    assert_string_equal(tool_printable("x\xc2\x9b" "31m\xc3\xa9", out, sizeof out), "x\\u009b31m\xc3\xa9");
+    assert_string_equal(tool_printable("x\xc2\x9b"
+                                       "31m\xc3\xa9",
+                                       out, sizeof out),
+                        "x\\u009b31m\xc3\xa9");
     char small[8];
     tool_printable("abcdefghijkl", small, sizeof small);
     assert_string_equal(small, "abcd...");
-    assert_string_equal(tool_json_string("a\"b\n\x01", out, sizeof out), "\"a\\\"b\\u000a\\u0001\"");
+    assert_string_equal(tool_json_string("a\"b\n\x01", out, sizeof out),
+                        "\"a\\\"b\\u000a\\u0001\"");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_duration_forms),
-        cmocka_unit_test(test_bare_number_message),
-        cmocka_unit_test(test_env_actions_ignored),
-        cmocka_unit_test(test_did_you_mean_and_version),
+        cmocka_unit_test(test_duration_forms),      cmocka_unit_test(test_bare_number_message),
+        cmocka_unit_test(test_env_actions_ignored), cmocka_unit_test(test_did_you_mean_and_version),
         cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
