@@ -285,7 +285,8 @@ struct pawl_store {
     atomic_llong rd_retries, rd_reconnects, rd_gaps;
     atomic_int gap_active;       /* a gap episode is open (logged once) */
     atomic_llong gap_backoff_ns; /* the next gap back-off; 0: the first (1 ms) */
-    atomic_llong notifies, index_queries;
+    atomic_llong notifies, index_queries, notifies_own;
+    atomic_int fin_pid; /* the server process of this store's finalizer session; 0: none yet */
     atomic_llong rd_down_since; /* pawl_now_ns() when readers lost their connection; 0: up */
 
     /* Commit acknowledgements, for pending counts and finalize delays. */
@@ -2311,20 +2312,24 @@ static void *fin_main(void *arg)
 
 /* A pawl_pending notification (or a re-established connection) on the finalizer's connection:
  * some process committed appends that no finalizer was told about. */
-static void on_fin_notify(void *ud, const char *channel, const char *payload)
+static void on_fin_notify(void *ud, const char *channel, const char *payload, int sender_pid)
 {
     struct pawl_store *s = ud;
     (void)payload;
+    (void)sender_pid;
     if (strcmp(channel, "pawl_pending") != 0)
         return;
     atomic_store(&s->fin_foreign, 1); /* seq_cst: read after the signal by the finalizer */
     signal_finalizer(s);
 }
 
-static void on_fin_connect(void *ud, int conn_index)
+static void on_fin_connect(void *ud, int conn_index, int backend_pid)
 {
     struct pawl_store *s = ud;
     (void)conn_index;
+    /* relaxed: on_notify compares against it on another I/O thread; a stale value only costs
+     * one needless query. */
+    atomic_store_explicit(&s->fin_pid, backend_pid, memory_order_relaxed);
     /* Notifications sent while the connection was down are lost: look once. */
     atomic_store(&s->fin_foreign, 1);
     signal_finalizer(s);
@@ -2368,13 +2373,23 @@ static void listen_query(struct pawl_store *s)
         atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
 }
 
-static void on_notify(void *ud, const char *channel, const char *payload)
+/*
+ * A run of this store's own finalizer needs no query: the finalizer raises the known index from
+ * the run's result (and, if that result is lost with its connection, from the run that follows
+ * the reconnect). The sender's process id comes from the server, so no other login can pass for
+ * it; one of another session (another process's finalizer, or anyone's NOTIFY) asks the log.
+ */
+static void on_notify(void *ud, const char *channel, const char *payload, int sender_pid)
 {
     struct pawl_store *s = ud;
     (void)payload; /* untrusted: a wake-up only */
     if (strcmp(channel, "pawl_log") != 0)
         return;
     atomic_fetch_add_explicit(&s->notifies, 1, memory_order_relaxed); /* relaxed: a statistic */
+    if (sender_pid != 0 && sender_pid == atomic_load_explicit(&s->fin_pid, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&s->notifies_own, 1, memory_order_relaxed); /* statistic */
+        return;
+    }
     listen_query(s);
 }
 
@@ -2397,9 +2412,10 @@ static void listen_req_done(struct pawl_pgreq *req, int rc)
 }
 
 /* After (re)connecting, catch up with notifications missed while disconnected. */
-static void on_listen_connect(void *ud, int conn_index)
+static void on_listen_connect(void *ud, int conn_index, int backend_pid)
 {
     (void)conn_index;
+    (void)backend_pid;
     listen_query(ud);
 }
 
@@ -2855,6 +2871,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->read_gaps = LD(rd_gaps);
     st->notifications = LD(notifies);
     st->index_queries = LD(index_queries);
+    st->own_notifications = LD(notifies_own);
     st->standby_replay_delay_ms = -1;
     if (s->sb)
         pawl_standby_stats(s->sb, &st->standby_reads, &st->standby_fallback_reads,

@@ -782,7 +782,7 @@ static int pump_recv(struct conn *c)
                     pthread_cond_broadcast(&p->cond);
                     pthread_mutex_unlock(&p->mu);
                     if (p->o.on_connect)
-                        p->o.on_connect(p->o.hook_ud, c->index);
+                        p->o.on_connect(p->o.hook_ud, c->index, PQbackendPID(c->pg));
                 }
             } else {
                 struct pawl_pgreq *r = done.req;
@@ -808,7 +808,7 @@ static int pump_recv(struct conn *c)
     PGnotify *n;
     while ((n = PQnotifies(c->pg)) != NULL) {
         if (p->o.on_notify)
-            p->o.on_notify(p->o.hook_ud, n->relname, n->extra);
+            p->o.on_notify(p->o.hook_ud, n->relname, n->extra, n->be_pid);
         PQfreemem(n);
     }
     return 0;

@@ -128,10 +128,12 @@ struct pawl_pgpool_opts {
      * e.g. "SET jit = off" or "LISTEN pawl_log". NULL-terminated array; may be NULL.
      */
     const char *const *session_sql;
-    /* Called on the I/O thread after each successful (re)connect of connection i. */
-    void (*on_connect)(void *ud, int conn_index);
-    /* Called on the I/O thread for each NOTIFY received on any connection. */
-    void (*on_notify)(void *ud, const char *channel, const char *payload);
+    /* Called on the I/O thread after each successful (re)connect of connection i, with the
+     * server process id of its new session. */
+    void (*on_connect)(void *ud, int conn_index, int backend_pid);
+    /* Called on the I/O thread for each NOTIFY received on any connection, with the server
+     * process id of the session that sent it (set by the server: it cannot be forged). */
+    void (*on_notify)(void *ud, const char *channel, const char *payload, int sender_pid);
     void *hook_ud;
     /*
      * The I/O loop's backend: an enum pawl_timer_backend. AUTO (default) uses io_uring unless

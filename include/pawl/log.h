@@ -412,6 +412,9 @@ struct pawl_store_stats {
     /* Group append: transactions that committed appends of this store (a group is one), and
      * the appends they carried (append_groups_appends / append_groups: the mean group size). */
     int64_t append_groups, append_groups_appends;
+    /* Of the notifications, those sent by this store's own finalizer runs: they cost no query
+     * (the run's result gave the index already). */
+    int64_t own_notifications;
 };
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */

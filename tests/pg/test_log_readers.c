@@ -9,6 +9,8 @@
  *     highest index does not move, the follower's reads stay at their idle rate (calls of
  *     pawl_api.read counted by pg_stat_user_functions), the listener's last_index queries stay
  *     below the notifications (coalesced), and real events are still delivered afterwards;
+ *   - a store's own finalizer runs wake its follower without a query on its listener (the
+ *     sender's process id tells them from another finalizer's, whose runs are asked about);
  *   - the known highest index ahead of the log (a run row that promises events the log does
  *     not have, as after a failover that lost the log's tail): a follower backs off instead of
  *     spinning, logs the gap once, counts it, and once the log's word is back to the truth, it
@@ -295,6 +297,65 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
     pawl_test_exec(dsn, sql);
 }
 
+/*
+ * A store's own finalizer runs cost its listener no query (the run's result gave the index),
+ * and its follower still wakes for each of them; runs of another store's finalizer (another
+ * process, for the log) are asked about and delivered too.
+ */
+static void test_own_runs_need_no_query(void **state)
+{
+    (void)state;
+    struct pawl_store *a = open_store(1);
+    struct pawl_store *b = open_store(1);
+    int64_t start = pawl_test_query_i64(dsn, "SELECT pawl_api.last_index()");
+    struct follower f;
+    follower_start(&f, a, start, 2000);
+    usleep(300000);
+    struct pawl_store_stats st0, st1, st2;
+    pawl_store_stats(a, &st0, 0);
+    int64_t upto = start;
+    for (int i = 0; i < 30; i++) {
+        struct pawl_event e = {
+            .stream_id = "own-runs", .type = "t", .payload = "x", .payload_len = 1};
+        struct pawl_append_result r;
+        assert_int_equal(pawl_append(a, &e, 1, &r), 0);
+        upto++;
+        /* Each event reaches the follower promptly, woken by the run that finalized it. */
+        assert_true(follower_reaches(&f, upto, 5000));
+    }
+    usleep(200000);
+    pawl_store_stats(a, &st1, 0);
+    long long notes = (long long)(st1.notifications - st0.notifications);
+    long long own = (long long)(st1.own_notifications - st0.own_notifications);
+    long long queries = (long long)(st1.index_queries - st0.index_queries);
+    print_message("own appends: notifications %lld, of them own %lld, index queries %lld\n", notes,
+                  own, queries);
+    assert_true(own >= 25);    /* about one run per append, each one notification */
+    assert_true(queries <= 3); /* none needed; allow a reconnect's look or two */
+
+    /* Another finalizer's runs: asked about, delivered. */
+    for (int i = 0; i < 10; i++) {
+        struct pawl_event e = {
+            .stream_id = "other-runs", .type = "t", .payload = "y", .payload_len = 1};
+        assert_int_equal(pawl_append(b, &e, 1, NULL), 0);
+        upto++;
+        assert_true(follower_reaches(&f, upto, 5000));
+    }
+    pawl_store_stats(a, &st2, 0);
+    print_message("another store's appends: notifications %lld, own %lld, index queries %lld\n",
+                  (long long)(st2.notifications - st1.notifications),
+                  (long long)(st2.own_notifications - st1.own_notifications),
+                  (long long)(st2.index_queries - st1.index_queries));
+    assert_true(st2.index_queries - st1.index_queries >= 5);
+    assert_int_equal(st2.own_notifications, st1.own_notifications);
+    follower_stop(&f);
+    assert_int_equal(atomic_load(&f.bad), 0);
+    assert_int_equal(atomic_load(&f.error), 0);
+    assert_int_equal(atomic_load(&f.events), upto - start);
+    pawl_store_free(b);
+    pawl_store_free(a);
+}
+
 static void test_gap_backs_off(void **state)
 {
     (void)state;
@@ -370,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_follower_survives_lost_connections),
         cmocka_unit_test(test_hostile_notify_is_only_a_wakeup),
         cmocka_unit_test(test_gap_backs_off),
+        cmocka_unit_test(test_own_runs_need_no_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
