@@ -35,9 +35,11 @@ flags_of() { # DIR (relative to the source tree, no trailing slash)
     printf '%s\n' "${out[@]}"
 }
 
+declare -A flags # LAYER-DIR -> its compile flags, one per line
 probe() { # LAYER-DIR ok|no HEADER
     local dir=$1 want=$2 hdr=$3 rc=0
-    mapfile -t cc < <(flags_of "$dir")
+    [ -n "${flags[$dir]:-}" ] || flags[$dir]=$(flags_of "$dir")
+    mapfile -t cc <<<"${flags[$dir]}"
     printf '#include "%s"\n' "$hdr" >"$tmp/probe.c"
     "${cc[@]}" -fsyntax-only "$tmp/probe.c" >"$tmp/out" 2>&1 || rc=$?
     if [ "$want" = ok ] && [ $rc -ne 0 ]; then
