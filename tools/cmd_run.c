@@ -1,7 +1,8 @@
 /*
  * cmd_run.c — `pawl run`: one node of a processor against the PostgreSQL log and token store,
  * with a built-in handler (count; print and exec, which write outside the database and store a
- * token only once their output is out: tools/handler_sink.h). With --metrics-port it serves the library's metrics, the store's, and
+ * token only once their output is out: tools/handler_sink.h). With --metrics-port it serves
+ * the library's metrics, the store's, and
  * per-segment figures (token, lag in events and seconds, held here) sampled by the main loop
  * about once a second, plus /healthz and /readyz (ready: the token store answered within the
  * last 10 s and this node holds a segment or some segment is free to claim).
