@@ -1,8 +1,8 @@
 /*
  * cmd_run.c — `pawl run`: one node of a processor against the PostgreSQL log and token store,
  * with a built-in handler (count; print and exec, which write outside the database and store a
- * token only once their output is out: tools/handler_sink.h) or one of the checkpoint examples
- * (projection, async). With --metrics-port it serves the library's metrics, the store's, and
+ * token only once their output is out: tools/handler_sink.h). With --metrics-port it serves
+ * the library's metrics, the store's, and
  * per-segment figures (token, lag in events and seconds, held here) sampled by the main loop
  * about once a second, plus /healthz and /readyz (ready: the token store answered within the
  * last 10 s and this node holds a segment or some segment is free to claim).
@@ -11,9 +11,6 @@
  * segments held and how far the processor is behind the head (with an ETA while catching up).
  */
 #include "progress.h"
-
-#include "async_sink.h"
-#include "projection.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -261,8 +258,6 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     struct tool_httpd *httpd = NULL;
     struct run_view view = {.proc = cfg->processor.name};
     pthread_mutex_init(&view.mu, NULL);
-    struct ex_projection *proj = NULL;
-    struct ex_async *async = NULL;
     int ex = TOOL_OK;
     if (strcmp(hname, "count") == 0) {
         /* the default above */
@@ -298,31 +293,8 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         fflush(stdout); /* the sink writes to the descriptor directly */
         hs[1] = tool_sink_handler(sink, hname);
         nh = 2;
-    } else if (strcmp(hname, "projection") == 0) {
-        char dir[128];
-        snprintf(dir, sizeof dir, "pawl-projection-%s", cfg->processor.name);
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-            tool_err("run: cannot create %s: %s", dir, strerror(errno));
-            ex = TOOL_FAILED;
-            goto out;
-        }
-        if (ex_projection_new(&proj, dir, 1000) != 0) {
-            tool_err("run: cannot start the projection example");
-            ex = TOOL_FAILED;
-            goto out;
-        }
-        h = ex_projection_handler(proj, "projection");
-        fprintf(stderr, "pawl: projection snapshots go to ./%s\n", dir);
-    } else if (strcmp(hname, "async") == 0) {
-        struct ex_async_opts ao = {.path = NULL, .threads = 2, .every = 1000};
-        if (ex_async_new(&async, &ao) != 0) {
-            tool_err("run: cannot start the asynchronous sink example");
-            ex = TOOL_FAILED;
-            goto out;
-        }
-        h = ex_async_handler(async, "async");
     } else {
-        tool_err("run: unknown handler '%s' (count, print, exec, projection, async)", hname);
+        tool_err("run: unknown handler '%s' (count, print, exec)", hname);
         ex = TOOL_USAGE;
         goto out;
     }
@@ -431,7 +403,5 @@ out:
     pawl_tokens_free(tok);
     pawl_source_free(src);
     pawl_store_free(store);
-    ex_projection_free(proj);
-    ex_async_free(async);
     return ex;
 }

@@ -75,16 +75,15 @@ static const struct tool_cmd commands[] = {
      "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
      cmd_tail, 1},
     {"run", PAWL_SCOPE_RUN,
-     "--processor NAME [--handler count|print|projection|async] | --handler exec -- CMD [ARGS]",
+     "--processor NAME [--handler count|print] | --handler exec -- CMD [ARGS]",
      "Run one node of a processor until interrupted",
      "Runs the processor NAME against the log with the chosen handler: count (counts events), "
      "print (prints each event as a JSON line, with \"replay\": true on replays; a token is "
      "stored only once the lines are written, with --output-fsync also fsynced), exec (sends "
      "each claimed segment's events as JSON lines to its own long-lived CMD, which answers "
      "each line marked \"batch_end\": true with `ok INDEX`; a failure, an exit or no answer "
-     "within --exec-ack-timeout restarts CMD and delivers the batch again), projection (the "
-     "in-memory projection example, snapshotting into ./pawl-projection-NAME) or async (the "
-     "asynchronous sink example). Creates the processor's segments on first use (--segments, "
+     "within --exec-ack-timeout restarts CMD and delivers the batch again). Creates the "
+     "processor's segments on first use (--segments, "
      "--initial-token). Several nodes may run the same processor; they share its segments "
      "through their claims. A progress line shows the handling rate, the segments held, how "
      "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
