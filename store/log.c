@@ -1238,6 +1238,54 @@ static void op_done(struct pawl_pgreq *req, int rc)
     op_finish(op, &res);
 }
 
+/*
+ * The statements of one transaction of appends (one alone, or a group): each op's pawl.append in
+ * the order given, then, with append_finalizes, the piggybacked finalization. Resets each op's
+ * result fields; records in *acked_at_submit the acks this request's finalization will cover.
+ * Returns the number of statements written to st (n + 1 at most).
+ *
+ * The first and the last append's results are flushed before the Sync commits: the client has
+ * every append's outcome (and the xid) before the commit can be in doubt, and a connection lost
+ * mid-group still leaves the xid to check.
+ *
+ * Piggybacked finalization: in the same transaction, after the inserts, finalize what others
+ * committed before (not these appends: their own xid is still running in its snapshot). Its
+ * commit then shares the appends' WAL flush instead of costing one of its own; when another
+ * session holds the lock it returns at once. See the README ("where the cost goes").
+ */
+static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
+                        struct pawl_pgstmt *st, struct fin_out *fin, const char **fin_vals,
+                        long long *acked_at_submit)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct append_op *op = ops[i];
+        op->en.rows = -1;
+        op->en.head1 = -1;
+        op->en.xid[0] = '\0';
+        op->en.seqs_ok = 0;
+        st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                       .nparams = 8,
+                                       .values = op->en.values,
+                                       .lengths = op->en.lengths,
+                                       .formats = op->en.formats,
+                                       .on_result = on_insert_result,
+                                       .ud = op,
+                                       .flush_after = i == 0 || i + 1 == n};
+    }
+    fin->appends = fin->events = fin->last = -2;
+    fin_vals[0] = s->fin_batch_text;
+    if (s->o.append_finalizes)
+        st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                       .nparams = 1,
+                                       .values = fin_vals,
+                                       .on_result = on_fin_result,
+                                       .ud = fin};
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    *acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    return k;
+}
+
 static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn);
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
@@ -1248,10 +1296,6 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
 /* Submit op as its own transaction, on connection conn (< 0: the least loaded one). */
 static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
 {
-    op->en.rows = -1;
-    op->en.head1 = -1;
-    op->en.xid[0] = '\0';
-    op->en.seqs_ok = 0;
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     int k = 0;
@@ -1262,31 +1306,7 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
      */
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
-    op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                         .nparams = 8,
-                                         .values = op->en.values,
-                                         .lengths = op->en.lengths,
-                                         .formats = op->en.formats,
-                                         .on_result = on_insert_result,
-                                         .ud = op,
-                                         .flush_after = 1};
-    /*
-     * Piggybacked finalization: in the same transaction, after the insert, finalize what
-     * others committed before (not this append: its own xid is still running in its snapshot).
-     * Its commit then shares the append's WAL flush instead of costing one of its own; when
-     * another session holds the lock it returns at once. See the README ("where the cost
-     * goes").
-     */
-    op->fin.appends = op->fin.events = op->fin.last = -2;
-    op->fin_vals[0] = s->fin_batch_text;
-    if (s->o.append_finalizes)
-        op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                             .nparams = 1,
-                                             .values = op->fin_vals,
-                                             .on_result = on_fin_result,
-                                             .ud = &op->fin};
-    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
-    op->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    k += append_stmts(s, &op, 1, op->stmt + k, &op->fin, op->fin_vals, &op->acked_at_submit);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
     op->req.nstmts = k;
@@ -1445,35 +1465,7 @@ static void group_start(struct pawl_store *s, struct append_group *g)
 static int group_send(struct append_group *g)
 {
     struct pawl_store *s = g->s;
-    int k = 0;
-    for (size_t i = 0; i < g->n; i++) {
-        struct append_op *op = g->ops[i];
-        op->en.rows = -1;
-        op->en.head1 = -1;
-        op->en.xid[0] = '\0';
-        op->en.seqs_ok = 0;
-        /* The last statement's result is flushed before the Sync commits: the client has
-         * every append's outcome (and the xid) before the commit can be in doubt. The first
-         * one's too, so that a connection lost mid-group still leaves the xid to check. */
-        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                             .nparams = 8,
-                                             .values = op->en.values,
-                                             .lengths = op->en.lengths,
-                                             .formats = op->en.formats,
-                                             .on_result = on_insert_result,
-                                             .ud = op,
-                                             .flush_after = i == 0 || i + 1 == g->n};
-    }
-    g->fin.appends = g->fin.events = g->fin.last = -2;
-    g->fin_vals[0] = s->fin_batch_text;
-    if (s->o.append_finalizes)
-        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                             .nparams = 1,
-                                             .values = g->fin_vals,
-                                             .on_result = on_fin_result,
-                                             .ud = &g->fin};
-    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
-    g->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    int k = append_stmts(s, g->ops, g->n, g->stmts, &g->fin, g->fin_vals, &g->acked_at_submit);
     memset(&g->req, 0, sizeof g->req);
     g->req.stmts = g->stmts;
     g->req.nstmts = k;
