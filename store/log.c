@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "futex.h"
 #include "log_int.h"
 #include "metrics.h"
 #include "pgconn.h"
@@ -1852,10 +1853,16 @@ int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, siz
     return append_submit(s, events, n, cb, ud, 1);
 }
 
+/*
+ * A blocking append's hand-off: the I/O thread stores the outcome, then publishes it through
+ * one futex word; the caller sleeps on that word. One wake-up per append, no mutex for either
+ * side to queue on (a condition variable signalled under its mutex could wake the caller only
+ * to park it again on that mutex).
+ */
+enum { SYNC_PENDING = 0, SYNC_DONE = 1, SYNC_PARKED = 2 };
+
 struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    int done;
+    uint32_t state; /* SYNC_*: written with __atomic operations */
     struct pawl_append_result res;
     int64_t *seqs; /* the caller's array of n entries, or NULL */
     size_t n;
@@ -1864,16 +1871,32 @@ struct sync_wait {
 static void sync_cb(void *ud, const struct pawl_append_result *res)
 {
     struct sync_wait *w = ud;
-    pthread_mutex_lock(&w->mu);
     w->res = *res;
     w->res.seqs = NULL;
     if (w->seqs != NULL && res->seqs != NULL) {
         memcpy(w->seqs, res->seqs, w->n * sizeof *w->seqs);
         w->res.seqs = w->seqs;
     }
-    w->done = 1;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->mu);
+    /* acq_rel: the result above is written before a caller that reads SYNC_DONE (acquire)
+     * reads it; the caller's SYNC_PARKED is read here so that it is woken. After this store
+     * the caller may return and w be gone: only its address is used below (a private futex
+     * wake reads no memory), never w itself. */
+    uint32_t *word = &w->state;
+    if (__atomic_exchange_n(word, SYNC_DONE, __ATOMIC_ACQ_REL) == SYNC_PARKED)
+        pawl_futex_wake(word, 1);
+}
+
+/* Sleep until sync_cb has published w's outcome. */
+static void sync_wait_done(struct sync_wait *w)
+{
+    uint32_t st = SYNC_PENDING;
+    /* acquire on failure: SYNC_DONE read here makes the result visible (sync_cb's release). */
+    if (!__atomic_compare_exchange_n(&w->state, &st, SYNC_PARKED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    /* acquire: pairs with sync_cb's exchange; spurious wake-ups re-check. */
+    while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != SYNC_DONE)
+        pawl_futex_wait(&w->state, SYNC_PARKED, -1);
 }
 
 int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
@@ -1891,22 +1914,15 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
     memset(&w, 0, sizeof w);
     w.seqs = seqs;
     w.n = n;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cond, NULL);
     int rc = append_submit(s, events, n, sync_cb, &w, 0);
     if (rc == 0) {
         pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cond, &w.mu);
-        pthread_mutex_unlock(&w.mu);
+        sync_wait_done(&w);
         rc = w.res.rc;
     } else {
         w.res.rc = rc;
         pawl_store_last_error(s, w.res.message, sizeof w.res.message);
     }
-    pthread_cond_destroy(&w.cond);
-    pthread_mutex_destroy(&w.mu);
     if (res)
         *res = w.res;
     return rc;
