@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "futex.h"
 #include "log_int.h"
 #include "metrics.h"
 #include "pgconn.h"
@@ -1239,6 +1240,54 @@ static void op_done(struct pawl_pgreq *req, int rc)
     op_finish(op, &res);
 }
 
+/*
+ * The statements of one transaction of appends (one alone, or a group): each op's pawl.append in
+ * the order given, then, with append_finalizes, the piggybacked finalization. Resets each op's
+ * result fields; records in *acked_at_submit the acks this request's finalization will cover.
+ * Returns the number of statements written to st (n + 1 at most).
+ *
+ * The first and the last append's results are flushed before the Sync commits: the client has
+ * every append's outcome (and the xid) before the commit can be in doubt, and a connection lost
+ * mid-group still leaves the xid to check.
+ *
+ * Piggybacked finalization: in the same transaction, after the inserts, finalize what others
+ * committed before (not these appends: their own xid is still running in its snapshot). Its
+ * commit then shares the appends' WAL flush instead of costing one of its own; when another
+ * session holds the lock it returns at once. See the README ("where the cost goes").
+ */
+static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
+                        struct pawl_pgstmt *st, struct fin_out *fin, const char **fin_vals,
+                        long long *acked_at_submit)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct append_op *op = ops[i];
+        op->en.rows = -1;
+        op->en.head1 = -1;
+        op->en.xid[0] = '\0';
+        op->en.seqs_ok = 0;
+        st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
+                                       .nparams = 8,
+                                       .values = op->en.values,
+                                       .lengths = op->en.lengths,
+                                       .formats = op->en.formats,
+                                       .on_result = on_insert_result,
+                                       .ud = op,
+                                       .flush_after = i == 0 || i + 1 == n};
+    }
+    fin->appends = fin->events = fin->last = -2;
+    fin_vals[0] = s->fin_batch_text;
+    if (s->o.append_finalizes)
+        st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
+                                       .nparams = 1,
+                                       .values = fin_vals,
+                                       .on_result = on_fin_result,
+                                       .ud = fin};
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    *acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    return k;
+}
+
 static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn);
 
 static int submit_op(struct pawl_store *s, struct append_op *op)
@@ -1249,10 +1298,6 @@ static int submit_op(struct pawl_store *s, struct append_op *op)
 /* Submit op as its own transaction, on connection conn (< 0: the least loaded one). */
 static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
 {
-    op->en.rows = -1;
-    op->en.head1 = -1;
-    op->en.xid[0] = '\0';
-    op->en.seqs_ok = 0;
     /* One statement, an implicit transaction committed at the pipeline Sync; its result
      * (with the xid) is flushed before the Sync runs the commit. */
     int k = 0;
@@ -1263,31 +1308,7 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
      */
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
-    op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                         .nparams = 8,
-                                         .values = op->en.values,
-                                         .lengths = op->en.lengths,
-                                         .formats = op->en.formats,
-                                         .on_result = on_insert_result,
-                                         .ud = op,
-                                         .flush_after = 1};
-    /*
-     * Piggybacked finalization: in the same transaction, after the insert, finalize what
-     * others committed before (not this append: its own xid is still running in its snapshot).
-     * Its commit then shares the append's WAL flush instead of costing one of its own; when
-     * another session holds the lock it returns at once. See the README ("where the cost
-     * goes").
-     */
-    op->fin.appends = op->fin.events = op->fin.last = -2;
-    op->fin_vals[0] = s->fin_batch_text;
-    if (s->o.append_finalizes)
-        op->stmt[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                             .nparams = 1,
-                                             .values = op->fin_vals,
-                                             .on_result = on_fin_result,
-                                             .ud = &op->fin};
-    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
-    op->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    k += append_stmts(s, &op, 1, op->stmt + k, &op->fin, op->fin_vals, &op->acked_at_submit);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
     op->req.nstmts = k;
@@ -1446,35 +1467,7 @@ static void group_start(struct pawl_store *s, struct append_group *g)
 static int group_send(struct append_group *g)
 {
     struct pawl_store *s = g->s;
-    int k = 0;
-    for (size_t i = 0; i < g->n; i++) {
-        struct append_op *op = g->ops[i];
-        op->en.rows = -1;
-        op->en.head1 = -1;
-        op->en.xid[0] = '\0';
-        op->en.seqs_ok = 0;
-        /* The last statement's result is flushed before the Sync commits: the client has
-         * every append's outcome (and the xid) before the commit can be in doubt. The first
-         * one's too, so that a connection lost mid-group still leaves the xid to check. */
-        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                             .nparams = 8,
-                                             .values = op->en.values,
-                                             .lengths = op->en.lengths,
-                                             .formats = op->en.formats,
-                                             .on_result = on_insert_result,
-                                             .ud = op,
-                                             .flush_after = i == 0 || i + 1 == g->n};
-    }
-    g->fin.appends = g->fin.events = g->fin.last = -2;
-    g->fin_vals[0] = s->fin_batch_text;
-    if (s->o.append_finalizes)
-        g->stmts[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                             .nparams = 1,
-                                             .values = g->fin_vals,
-                                             .on_result = on_fin_result,
-                                             .ud = &g->fin};
-    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
-    g->acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    int k = append_stmts(s, g->ops, g->n, g->stmts, &g->fin, g->fin_vals, &g->acked_at_submit);
     memset(&g->req, 0, sizeof g->req);
     g->req.stmts = g->stmts;
     g->req.nstmts = k;
@@ -1861,10 +1854,16 @@ int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, siz
     return append_submit(s, events, n, cb, ud, 1);
 }
 
+/*
+ * A blocking append's hand-off: the I/O thread stores the outcome, then publishes it through
+ * one futex word; the caller sleeps on that word. One wake-up per append, no mutex for either
+ * side to queue on (a condition variable signalled under its mutex could wake the caller only
+ * to park it again on that mutex).
+ */
+enum { SYNC_PENDING = 0, SYNC_DONE = 1, SYNC_PARKED = 2 };
+
 struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    int done;
+    uint32_t state; /* SYNC_*: written with __atomic operations */
     struct pawl_append_result res;
     int64_t *seqs; /* the caller's array of n entries, or NULL */
     size_t n;
@@ -1873,16 +1872,32 @@ struct sync_wait {
 static void sync_cb(void *ud, const struct pawl_append_result *res)
 {
     struct sync_wait *w = ud;
-    pthread_mutex_lock(&w->mu);
     w->res = *res;
     w->res.seqs = NULL;
     if (w->seqs != NULL && res->seqs != NULL) {
         memcpy(w->seqs, res->seqs, w->n * sizeof *w->seqs);
         w->res.seqs = w->seqs;
     }
-    w->done = 1;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->mu);
+    /* acq_rel: the result above is written before a caller that reads SYNC_DONE (acquire)
+     * reads it; the caller's SYNC_PARKED is read here so that it is woken. After this store
+     * the caller may return and w be gone: only its address is used below (a private futex
+     * wake reads no memory), never w itself. */
+    uint32_t *word = &w->state;
+    if (__atomic_exchange_n(word, SYNC_DONE, __ATOMIC_ACQ_REL) == SYNC_PARKED)
+        pawl_futex_wake(word, 1);
+}
+
+/* Sleep until sync_cb has published w's outcome. */
+static void sync_wait_done(struct sync_wait *w)
+{
+    uint32_t st = SYNC_PENDING;
+    /* acquire on failure: SYNC_DONE read here makes the result visible (sync_cb's release). */
+    if (!__atomic_compare_exchange_n(&w->state, &st, SYNC_PARKED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    /* acquire: pairs with sync_cb's exchange; spurious wake-ups re-check. */
+    while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != SYNC_DONE)
+        pawl_futex_wait(&w->state, SYNC_PARKED, -1);
 }
 
 int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
@@ -1900,22 +1915,15 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
     memset(&w, 0, sizeof w);
     w.seqs = seqs;
     w.n = n;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cond, NULL);
     int rc = append_submit(s, events, n, sync_cb, &w, 0);
     if (rc == 0) {
         pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cond, &w.mu);
-        pthread_mutex_unlock(&w.mu);
+        sync_wait_done(&w);
         rc = w.res.rc;
     } else {
         w.res.rc = rc;
         pawl_store_last_error(s, w.res.message, sizeof w.res.message);
     }
-    pthread_cond_destroy(&w.cond);
-    pthread_mutex_destroy(&w.mu);
     if (res)
         *res = w.res;
     return rc;

@@ -19,7 +19,9 @@
  *
  * Per cell: events/s, the ratio to the ceiling, append p50/p99 (submit to acknowledged
  * commit), WAL flushes per event (pg_stat_wal.wal_sync), mean group size, and this process's
- * CPU per event (getrusage: the pawl library and the callers, not the server). Means over
+ * CPU per event and context switches per event (getrusage: the pawl library and the callers,
+ * every thread, not the server; on a small VM a context switch costs several µs of CPU, so
+ * at one event per append the switches are most of the CPU). Means over
  * --rounds with the min..max of the per-round ratios.
  *
  * Usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] [--cells a,b,...]
@@ -84,6 +86,14 @@ static double wal_syncs(void)
     return v;
 }
 
+/* Context switches of this process (every thread), voluntary and not. */
+static long csw_self(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
 static int64_t cpu_ns_self(void)
 {
     struct rusage ru;
@@ -99,6 +109,12 @@ static void reset_tables(void)
     exec_or_die(c, "CREATE SCHEMA IF NOT EXISTS bench_ceiling");
     exec_or_die(c, "CREATE TABLE IF NOT EXISTS bench_ceiling.events (LIKE pawl.events "
                    "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)");
+    /* pawl.events is partitioned: LIKE copies only the parent's (xid, k) key, and its
+     * (stream_id, stream_seq) key lives on the partitions. The ceiling needs both to do the same
+     * index work per row; its rows take no ticket (pawl takes one per append, not per row). */
+    exec_or_die(c, "CREATE UNIQUE INDEX IF NOT EXISTS events_stream_key ON bench_ceiling.events"
+                   " (stream_id, stream_seq)");
+    exec_or_die(c, "ALTER TABLE bench_ceiling.events ALTER COLUMN ticket DROP DEFAULT");
     exec_or_die(c, "TRUNCATE bench_ceiling.events");
     exec_or_die(c, "CHECKPOINT");
     PQfinish(c);
@@ -166,7 +182,7 @@ static void *ceil_main(void *arg)
 }
 
 struct result {
-    double ev_s, p50, p99, flushes_ev, group_size, cpu_us_ev;
+    double ev_s, p50, p99, flushes_ev, group_size, cpu_us_ev, csw_ev;
 };
 
 static void run_ceiling(const struct cell_def *d, struct result *res)
@@ -278,6 +294,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     struct pawl_log_stats st0, st1;
     pawl_store_stats(s, &st0, 1);
     double w0 = wal_syncs();
+    long x0 = csw_self();
     int64_t c0 = cpu_ns_self();
     int64_t t0 = pawl_now_ns();
     atomic_store(&measuring, 1);
@@ -285,6 +302,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     atomic_store(&measuring, 0);
     int64_t t1 = pawl_now_ns();
     int64_t c1 = cpu_ns_self();
+    long x1 = csw_self();
     double w1 = wal_syncs();
     pawl_store_stats(s, &st1, 0);
     atomic_store(&stop, 1);
@@ -301,6 +319,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     res->group_size =
         g > 0 ? (double)(st1.append_groups_appends - st0.append_groups_appends) / g : 1.0;
     res->cpu_us_ev = ev > 0 ? (double)(c1 - c0) / 1000.0 / ev : 0;
+    res->csw_ev = ev > 0 ? (double)(x1 - x0) / ev : 0;
     if (atomic_load(&errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&errors));
 }
@@ -326,11 +345,11 @@ static void report(int round, const char *cell, const char *variant, const struc
     double ratio = ceiling > 0 ? r->ev_s / ceiling : 0;
     fprintf(stderr,
             "  %-8s %-14s %9.0f ev/s  %5.2fx ceiling  p50 %6.2f ms p99 %6.2f ms  %.3f flushes/ev"
-            "  group %.1f  client CPU %.2f us/ev\n",
+            "  group %.1f  client CPU %.2f us/ev  %.2f csw/ev\n",
             cell, variant, r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size,
-            r->cpu_us_ev);
-    fprintf(csv, "%d,%s,%s,%.1f,%.4f,%.3f,%.3f,%.4f,%.2f,%.3f\n", round, cell, variant, r->ev_s,
-            ratio, r->p50, r->p99, r->flushes_ev, r->group_size, r->cpu_us_ev);
+            r->cpu_us_ev, r->csw_ev);
+    fprintf(csv, "%d,%s,%s,%.1f,%.4f,%.3f,%.3f,%.4f,%.2f,%.3f,%.2f\n", round, cell, variant,
+            r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size, r->cpu_us_ev, r->csw_ev);
     fflush(csv);
 }
 
@@ -382,7 +401,8 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(csv, "round,cell,variant,events_per_s,ratio_to_ceiling,append_p50_ms,append_p99_ms,"
-                 "wal_flushes_per_event,mean_group_size,client_cpu_us_per_event\n");
+                 "wal_flushes_per_event,mean_group_size,client_cpu_us_per_event,"
+                 "context_switches_per_event\n");
     for (int round = 1; round <= rounds; round++) {
         fprintf(stderr, "round %d\n", round);
         double one64_grouped = 0, one64_ceiling = 0;
