@@ -1,20 +1,23 @@
 /*
  * config.c — the flag table and its typed parser.
  *
- * The table below declares every flag once: the tool's defaults, parsing, range checks,
- * printing, help, environment variables and the generated flag reference derive from it. The
- * library's modules keep their own defaults and range checks for embedders
- * (pawl_store_opts_defaults, pawl_processor_opts_defaults and their constructors' checks):
- * test_config holds the defaults and test_config_drift the ranges of both to this table, so a
- * change made in one place only fails there, naming the flag. A value is parsed completely and
- * checked against its range before anything is stored: a refused value leaves the config
- * unchanged.
+ * The table holds one row per flag: name, type, default, range, help, the tool's commands it
+ * applies to and its field in struct pawl_config. The rows of the modules' tunables are not
+ * written here: they are expanded from the modules' lists (PAWL_STORE_TUNABLES in pawl/log.h,
+ * PAWL_PROCESSOR_TUNABLES in pawl/processor.h), the same lines from which the modules take their
+ * defaults and range checks; only the scope (which commands take a flag) is added here. The
+ * remaining rows (logging, the DSN, the metrics port, the tool's own settings and actions) are
+ * declared here once. From the table come the defaults, parsing with range checks, printing,
+ * environment variables and the generated help; test_config_drift holds the modules, the table
+ * and the generated reference to the lists.
  *
- * The table is immutable static data, safe to read from any thread; a struct pawl_config is
- * plain data owned by its caller.
+ * A value is parsed completely and checked against its range before anything is stored: a
+ * refused value leaves the config unchanged. The table is immutable static data, safe to read
+ * from any thread; a struct pawl_config is plain data owned by its caller.
  */
 #include "pawl/config.h"
 #include "common.h"
+#include "pawl/runtime.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -32,11 +35,6 @@
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
-/* In the order of enum pawl_timer_backend. */
-static const char *const timer_backends[] = {"auto", "io_uring", "epoll", NULL};
-/* In the order of PAWL_READ_FALLBACK_* and PAWL_READ_WAKE_* (pawl/log.h). */
-static const char *const read_fallbacks[] = {"primary", "wait", NULL};
-static const char *const read_wakes[] = {"listen", "poll", NULL};
 
 #define S_PROC PAWL_SCOPE_RUN
 #define S_STORE                                                                                    \
@@ -48,18 +46,61 @@ static const char *const read_wakes[] = {"listen", "poll", NULL};
 #define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
 
+/*
+ * The rows of the modules' tunables, expanded from their lists. A store flag applies to the
+ * commands that open a store, a processor flag to run; SCOPE_<field> widens that for a field
+ * (SCOPE_OF yields it when it is defined, the module's scope otherwise).
+ */
+#define SCOPE_name ~, S_NAMED
+#define SCOPE_claim_timeout_ms                                                                     \
+    ~, S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |       \
+           PAWL_SCOPE_DELETE
+#define SECOND_(a, b, ...) b
+#define SECOND(...) SECOND_(__VA_ARGS__)
+#define SCOPE_OF(field, dflt) SECOND(SCOPE_##field, dflt, ~)
+
+#define ROW_NUM_(ftype, flag, d, lo, hi, unit_, help_, choices_, sc, at)                           \
+    {.name = flag,                                                                                 \
+     .type = ftype,                                                                                \
+     .def = d,                                                                                     \
+     .min = lo,                                                                                    \
+     .max = hi,                                                                                    \
+     .choices = choices_,                                                                          \
+     .help = help_,                                                                                \
+     .scope = sc,                                                                                  \
+     .unit = unit_,                                                                                \
+     AT(at)},
+#define ROW_INT(...) ROW_NUM_(PAWL_FLAG_INT, __VA_ARGS__)
+#define ROW_BOOL(...) ROW_NUM_(PAWL_FLAG_BOOL, __VA_ARGS__)
+#define ROW_DURATION(...) ROW_NUM_(PAWL_FLAG_DURATION, __VA_ARGS__)
+#define ROW_ENUM(...) ROW_NUM_(PAWL_FLAG_ENUM, __VA_ARGS__)
+#define ROW_BOOL_NOFLAG(...) /* not offered by the tool */
+#define ROW_STRING(flag, d, lo, hi, unit_, help_, choices_, sc, at)                                \
+    {.name = flag,                                                                                 \
+     .type = PAWL_FLAG_STRING,                                                                     \
+     .sdef = d,                                                                                    \
+     .max = hi,                                                                                    \
+     .help = help_,                                                                                \
+     .scope = sc,                                                                                  \
+     .unit = unit_,                                                                                \
+     AT(at)},
+#define STORE_ROW(type, field, flag, d, lo, hi, unit, help, choices)                               \
+    ROW_##type(flag, d, lo, hi, unit, help, choices, SCOPE_OF(field, S_STORE), store.field)
+#define PROCESSOR_ROW(type, field, flag, d, lo, hi, unit, help, choices)                           \
+    ROW_##type(flag, d, lo, hi, unit, help, choices, SCOPE_OF(field, S_PROC), processor.field)
+
 static const struct pawl_flag flags[] = {
     /* ---- logging ---- */
     {.name = "log-level",
      .type = PAWL_FLAG_ENUM,
-     .def = "info",
+     .def = 1, /* info */
      .choices = log_levels,
      .help = "Lowest level of log messages written",
      .scope = PAWL_SCOPE_ALL,
      AT(log.level)},
     {.name = "log-format",
      .type = PAWL_FLAG_ENUM,
-     .def = "text",
+     .def = 0, /* text */
      .choices = log_formats,
      .help = "Log lines as text or as JSON objects",
      .scope = PAWL_SCOPE_ALL,
@@ -68,260 +109,20 @@ static const struct pawl_flag flags[] = {
     /* ---- database ---- */
     {.name = "dsn",
      .type = PAWL_FLAG_STRING,
-     .def = "",
+     .sdef = NULL,
      .max = 4096,
      .help = "PostgreSQL connection string; empty: libpq's PG* environment if set, else your "
              "private PostgreSQL (pawl-pg), started if needed",
      .scope = S_DB,
      AT(dsn)},
 
-    /* ---- the event log (struct pawl_store_opts) ---- */
-    {.name = "connections",
-     .type = PAWL_FLAG_INT,
-     .def = "2",
-     .min = 1,
-     .max = 64,
-     .help = "Pipelined connections for appends and reads",
-     .scope = S_STORE,
-     AT(store.connections)},
-    {.name = "max-event-bytes",
-     .type = PAWL_FLAG_INT,
-     .def = "1048576",
-     .min = 1,
-     .max = 268435456,
-     .unit = "bytes",
-     .help = "Largest event (payload, metadata, stream id, type); larger ones are refused",
-     .scope = S_STORE,
-     AT(store.max_event_bytes)},
-    {.name = "max-append-events",
-     .type = PAWL_FLAG_INT,
-     .def = "10000",
-     .min = 1,
-     .max = 100000,
-     .help = "Most events in one append",
-     .scope = S_STORE,
-     AT(store.max_append_events)},
-    {.name = "max-inflight-appends",
-     .type = PAWL_FLAG_INT,
-     .def = "8192",
-     .min = 1,
-     .max = 1000000,
-     .help = "Asynchronous appends outstanding before appending would block",
-     .scope = S_STORE,
-     AT(store.max_inflight_appends)},
-    {.name = "finalizer",
-     .type = PAWL_FLAG_BOOL,
-     .def = "true",
-     .help = "Run a finalizer in this process (--no-finalizer: another process finalizes)",
-     .scope = S_STORE,
-     AT(store.finalizer)},
-    {.name = "finalizer-safety-interval",
-     .type = PAWL_FLAG_DURATION,
-     .def = "1s",
-     .min = 10,
-     .max = HOUR_MS,
-     .help = "Finalize at least this often, for appends of processes that died",
-     .scope = S_STORE,
-     AT(store.finalizer_safety_interval_ms)},
-    {.name = "finalize-batch-max",
-     .type = PAWL_FLAG_INT,
-     .def = "2000",
-     .min = 1,
-     .max = 100000,
-     .help = "Largest run row: a run finalizes everything pending, in rows of at most this many "
-             "appends",
-     .scope = S_STORE,
-     AT(store.finalize_batch_max)},
-    {.name = "finalizer-retry",
-     .type = PAWL_FLAG_DURATION,
-     .def = "2ms",
-     .min = 1,
-     .max = 1000,
-     .help = "Retry delay when another session holds the finalizer lock",
-     .scope = S_STORE,
-     AT(store.finalizer_retry_ms)},
-    {.name = "finalizer-min-interval-us",
-     .type = PAWL_FLAG_INT,
-     .def = "500",
-     .min = 0,
-     .max = 1000000,
-     .unit = "us",
-     .help = "Finalizer cadence: a run starts at least this long after the previous one, so one "
-             "run covers many appends under load",
-     .scope = S_STORE,
-     AT(store.finalizer_min_interval_us)},
-    {.name = "finalizer-latency-share",
-     .type = PAWL_FLAG_INT,
-     .def = "25",
-     .min = 0,
-     .max = 100,
-     .unit = "%",
-     .help = "Under load, space finalizer runs by this share of the recent append latency (0: "
-             "fixed cadence)",
-     .scope = S_STORE,
-     AT(store.finalizer_latency_share_pct)},
-    {.name = "finalizer-max-interval-us",
-     .type = PAWL_FLAG_INT,
-     .def = "20000",
-     .min = 0,
-     .max = 1000000,
-     .unit = "us",
-     .help = "Longest interval the latency share may space finalizer runs by",
-     .scope = S_STORE,
-     AT(store.finalizer_max_interval_us)},
-    {.name = "append-lock-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "100ms",
-     .min = 0,
-     .max = 600000,
-     .help = "An append waiting this long for a stream held by another transaction is rolled "
-             "back and retried later, so other streams keep flowing; 0: wait without limit",
-     .scope = S_STORE,
-     AT(store.append_lock_timeout_ms)},
-    {.name = "append-lock-wait",
-     .type = PAWL_FLAG_DURATION,
-     .def = "30s",
-     .min = 0,
-     .max = HOUR_MS,
-     .help = "Give up on an append whose stream stays held this long in total (error names it)",
-     .scope = S_STORE,
-     AT(store.append_lock_wait_ms)},
-    {.name = "append-group-max",
-     .type = PAWL_FLAG_INT,
-     .def = "256",
-     .min = 1,
-     .max = 10000,
-     .help = "Most appends combined into one transaction (group append: one commit for the "
-             "appends that queued while earlier ones were in flight); 1: no grouping",
-     .scope = S_STORE,
-     AT(store.append_group_max)},
-    {.name = "append-group-linger-us",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 100000,
-     .unit = "us",
-     .help = "Longest an append waits for others to join its group while a connection is free "
-             "(0: never; a group forms only from appends queued behind one in flight)",
-     .scope = S_STORE,
-     AT(store.append_group_linger_us)},
-    {.name = "read-retry-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "10m",
-     .min = 0,
-     .max = 24 * HOUR_MS,
-     .help = "A reader whose connection stays lost this long gives up (0: never); until then "
-             "it reads again from its position once the pool has reconnected",
-     .scope = S_STORE,
-     AT(store.read_retry_timeout_ms)},
-    {.name = "read-dsn",
-     .type = PAWL_FLAG_STRING,
-     .def = "",
-     .max = 4096,
-     .help = "Read events from this streaming standby of --dsn (a connection string; several "
-             "hosts with target_session_attrs=standby); appends, claims, tokens and handler SQL "
-             "stay on --dsn; empty: read from --dsn",
-     .scope = S_STORE,
-     AT(store.read_dsn)},
-    {.name = "read-fallback",
-     .type = PAWL_FLAG_ENUM,
-     .def = "primary",
-     .choices = read_fallbacks,
-     .help = "When the standby is behind for --read-max-lag, unreachable or not in recovery: "
-             "read from --dsn meanwhile (primary) or wait for it (wait); logged once per episode",
-     .scope = S_STORE,
-     AT(store.read_fallback)},
-    {.name = "read-max-lag",
-     .type = PAWL_FLAG_DURATION,
-     .def = "5s",
-     .min = 0,
-     .max = HOUR_MS,
-     .help = "How long the standby may stay behind the index the primary announced before "
-             "--read-fallback applies",
-     .scope = S_STORE,
-     AT(store.read_max_lag_ms)},
-    {.name = "read-wake",
-     .type = PAWL_FLAG_ENUM,
-     .def = "listen",
-     .choices = read_wakes,
-     .help = "With --read-dsn, wake followers by LISTEN on --dsn (listen) or by polling the "
-             "standby's highest index with back-off up to --read-poll-max (poll)",
-     .scope = S_STORE,
-     AT(store.read_wake)},
-    {.name = "read-poll-max",
-     .type = PAWL_FLAG_DURATION,
-     .def = "100ms",
-     .min = 1,
-     .max = 60000,
-     .help = "Longest back-off between polls of a standby (--read-wake poll) and between reads "
-             "of a standby that is behind",
-     .scope = S_STORE,
-     AT(store.read_poll_max_ms)},
-    {.name = "io-backend",
-     .type = PAWL_FLAG_ENUM,
-     .def = "auto",
-     .choices = timer_backends,
-     .help = "Event loop of the database connections: io_uring, or epoll where io_uring is "
-             "refused (auto tries io_uring first and logs which runs; epoll forces the fallback)",
-     .scope = S_STORE,
-     AT(store.io_backend)},
-    {.name = "listen",
-     .type = PAWL_FLAG_BOOL,
-     .def = "true",
-     .help = "LISTEN for other processes' finalizations (wakes followers)",
-     .scope = S_STORE,
-     AT(store.listen)},
-    {.name = "reconnect-min",
-     .type = PAWL_FLAG_DURATION,
-     .def = "100ms",
-     .min = 1,
-     .max = 60000,
-     .help = "First reconnect delay",
-     .scope = S_STORE,
-     AT(store.reconnect_min_ms)},
-    {.name = "reconnect-max",
-     .type = PAWL_FLAG_DURATION,
-     .def = "5s",
-     .min = 1,
-     .max = 60000,
-     .help = "Longest reconnect delay",
-     .scope = S_STORE,
-     AT(store.reconnect_max_ms)},
-    {.name = "connect-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "10s",
-     .min = 1,
-     .max = 600000,
-     .help = "One connection attempt",
-     .scope = S_STORE,
-     AT(store.connect_timeout_ms)},
-    {.name = "open-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "10s",
-     .min = 1,
-     .max = 600000,
-     .help = "How long opening the store waits for its first connection",
-     .scope = S_STORE,
-     AT(store.open_timeout_ms)},
-    {.name = "queue-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "10s",
-     .min = 0,
-     .max = HOUR_MS,
-     .help = "A request waiting this long for a connection fails; 0: wait forever",
-     .scope = S_STORE,
-     AT(store.queue_timeout_ms)},
-    {.name = "migrate",
-     .type = PAWL_FLAG_BOOL,
-     .def = "false",
-     .help = "Create or upgrade the schema when opening the store (as pawl init does)",
-     .scope = S_STORE,
-     AT(store.migrate)},
+    /* ---- the event log: PAWL_STORE_TUNABLES (pawl/log.h) ---- */
+    PAWL_STORE_TUNABLES(STORE_ROW)
 
     /* ---- metrics ---- */
     {.name = "metrics-port",
      .type = PAWL_FLAG_INT,
-     .def = "0",
+     .def = 0,
      .min = 0,
      .max = 65535,
      .help = "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: off); with status "
@@ -330,179 +131,20 @@ static const struct pawl_flag flags[] = {
               PAWL_SCOPE_TAIL | PAWL_SCOPE_STATUS,
      AT(metrics_port)},
 
-    /* ---- processor ---- */
-    {.name = "processor",
-     .type = PAWL_FLAG_STRING,
-     .def = "",
-     .max = PAWL_NAME_MAX,
-     .help = "Processor name (1-63 of A-Z a-z 0-9 _ . : -)",
-     .scope = S_NAMED,
-     AT(processor.name)},
-    {.name = "node-id",
-     .type = PAWL_FLAG_STRING,
-     .def = "",
-     .max = PAWL_OWNER_MAX,
-     .help = "This node's id; claims are owned as <id>/<random nonce per process>; empty: "
-             "host:pid",
-     .scope = S_PROC,
-     AT(processor.node_id)},
-    {.name = "segments",
-     .type = PAWL_FLAG_INT,
-     .def = "16",
-     .min = 1,
-     .max = 65536,
-     .help = "Initial segments of a new processor (a power of two)",
-     .scope = S_PROC,
-     AT(processor.segments)},
-    {.name = "batch-size",
-     .type = PAWL_FLAG_INT,
-     .def = "100",
-     .min = 1,
-     .max = 100000,
-     .unit = "events",
-     .help = "Events per batch transaction",
-     .scope = S_PROC,
-     AT(processor.batch_size)},
-    {.name = "max-segments-per-node",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 65536,
-     .help = "Most segments this node claims; 0: no limit",
-     .scope = S_PROC,
-     AT(processor.max_segments_per_node)},
-    {.name = "threads",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 256,
-     .help = "Segment workers: threads of the processor's work-stealing pool; 0: one per online "
-             "CPU. Handlers that block on I/O want more",
-     .scope = S_PROC,
-     AT(processor.threads)},
-    {.name = "timer-backend",
-     .type = PAWL_FLAG_ENUM,
-     .def = "auto",
-     .choices = timer_backends,
-     .help = "Timers that bound checkpoint futures: io_uring, or timerfd + epoll where io_uring "
-             "is refused (auto tries io_uring first and logs which runs)",
-     .scope = S_PROC,
-     AT(processor.timer_backend)},
-    {.name = "require-io-uring",
-     .type = PAWL_FLAG_BOOL,
-     .def = "false",
-     .help = "Fail instead of falling back to timerfd + epoll when io_uring is refused",
-     .scope = S_PROC,
-     AT(processor.require_io_uring)},
-    {.name = "claim-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = "10s",
-     .min = 100,
-     .max = HOUR_MS,
-     .help = "A claim not extended for this long may be taken by another node; status marks such "
-             "claims expired, and reset, split and merge release them",
-     .scope = S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |
-              PAWL_SCOPE_DELETE,
-     AT(processor.claim_timeout_ms)},
-    {.name = "claim-extend-interval",
-     .type = PAWL_FLAG_DURATION,
-     .def = "0",
-     .min = 0,
-     .max = HOUR_MS / 2,
-     .help = "How often claims are extended; 0: claim-timeout / 3",
-     .scope = S_PROC,
-     AT(processor.claim_extend_interval_ms)},
-    {.name = "claim-poll",
-     .type = PAWL_FLAG_DURATION,
-     .def = "1s",
-     .min = 10,
-     .max = 600000,
-     .help = "Period of the claim and rebalance cycle; also the longest a plain batch that queued "
-             "no SQL leaves its token unwritten",
-     .scope = S_PROC,
-     AT(processor.claim_poll_ms)},
-    {.name = "backoff-min",
-     .type = PAWL_FLAG_DURATION,
-     .def = "1s",
-     .min = 1,
-     .max = HOUR_MS,
-     .help = "First re-claim delay after a segment failed",
-     .scope = S_PROC,
-     AT(processor.backoff_min_ms)},
-    {.name = "backoff-max",
-     .type = PAWL_FLAG_DURATION,
-     .def = "60s",
-     .min = 1,
-     .max = HOUR_MS,
-     .help = "Longest re-claim delay (the delay doubles up to it)",
-     .scope = S_PROC,
-     AT(processor.backoff_max_ms)},
-    {.name = "dead-letter-attempts",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = 1000,
-     .help = "Park an event as a dead letter (with every later event of its stream) once it has "
-             "failed this many attempts, or at once when a handler calls it poison; 0: retry it "
-             "forever (pawl dead-letters works the parked streams)",
-     .scope = S_PROC,
-     AT(processor.dead_letter_attempts)},
-    {.name = "read-ahead",
-     .type = PAWL_FLAG_INT,
-     .def = "1000",
-     .min = 1,
-     .max = 1000000,
-     .unit = "events",
-     .help = "Events buffered per segment",
-     .scope = S_PROC,
-     AT(processor.read_ahead)},
-    {.name = "read-ahead-bytes",
-     .type = PAWL_FLAG_INT,
-     .def = "16777216",
-     .min = 4096,
-     .max = (int64_t)1 << 40,
-     .unit = "bytes",
-     .help = "And at most this much event data (ids, payloads, metadata) buffered per segment",
-     .scope = S_PROC,
-     AT(processor.read_ahead_bytes)},
-    {.name = "read-batch",
-     .type = PAWL_FLAG_INT,
-     .def = "1000",
-     .min = 1,
-     .max = 100000,
-     .unit = "events",
-     .help = "Events per read from the log; also how many of a segment's events plain batches that "
-             "queued no SQL may handle before its token is written",
-     .scope = S_PROC,
-     AT(processor.read_batch)},
-    {.name = "idle-wait",
-     .type = PAWL_FLAG_DURATION,
-     .def = "1s",
-     .min = 10,
-     .max = 60000,
-     .help = "Longest wait for new events before re-checking",
-     .scope = S_PROC,
-     AT(processor.idle_wait_ms)},
-    {.name = "initial-token",
-     .type = PAWL_FLAG_INT,
-     .def = "0",
-     .min = 0,
-     .max = INT64_MAX,
-     .help = "Token of a new processor's segments (0: from the start of the log)",
-     .scope = S_PROC,
-     AT(processor.initial_token)},
+    /* ---- processor: PAWL_PROCESSOR_TUNABLES (pawl/processor.h) ---- */
+    PAWL_PROCESSOR_TUNABLES(PROCESSOR_ROW)
 
     /* ---- generated load (demo, bench, append --generate) ---- */
     {.name = "generate",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "append: generate events instead of reading JSON lines from stdin",
      .scope = PAWL_SCOPE_APPEND,
      AT(tool.generate)},
     {.name = "rate",
      .type = PAWL_FLAG_DOUBLE,
-     .def = "2000",
+     .ddef = 2000,
      .dmin = 0,
      .dmax = 1e9,
      .unit = "events/s",
@@ -513,7 +155,7 @@ static const struct pawl_flag flags[] = {
     {.name = "duration",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_DURATION,
-     .def = "20s",
+     .def = 20000,
      .min = 0,
      .max = 24 * HOUR_MS,
      .help = "How long to generate load; 0: until --count events or interrupted",
@@ -521,7 +163,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.duration_ms)},
     {.name = "appenders",
      .type = PAWL_FLAG_INT,
-     .def = "4",
+     .def = 4,
      .min = 1,
      .max = 256,
      .help = "Concurrent appending connections",
@@ -529,7 +171,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.appenders)},
     {.name = "events-per-append",
      .type = PAWL_FLAG_INT,
-     .def = "10",
+     .def = 10,
      .min = 1,
      .max = 10000,
      .help = "Events per append transaction (generated load; stdin lines are grouped up to this, "
@@ -538,7 +180,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.events_per_append)},
     {.name = "payload-bytes",
      .type = PAWL_FLAG_INT,
-     .def = "100",
+     .def = 100,
      .min = 0,
      .max = 1 << 20,
      .unit = "bytes",
@@ -547,7 +189,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.payload_bytes)},
     {.name = "streams",
      .type = PAWL_FLAG_INT,
-     .def = "1000",
+     .def = 1000,
      .min = 1,
      .max = 10000000,
      .help = "Distinct stream ids the generated events are spread over",
@@ -556,7 +198,7 @@ static const struct pawl_flag flags[] = {
     {.name = "count",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
-     .def = "0",
+     .def = 0,
      .min = 0,
      .max = INT64_MAX,
      .help = "Stop after this many events; 0: no limit",
@@ -565,7 +207,7 @@ static const struct pawl_flag flags[] = {
     {.name = "wait",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "append: wait until the finalizer gave the appended events their final indexes, and "
              "print them",
      .scope = PAWL_SCOPE_APPEND,
@@ -575,7 +217,7 @@ static const struct pawl_flag flags[] = {
     {.name = "from",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
-     .def = "0",
+     .def = 0,
      .min = -1,
      .max = INT64_MAX,
      .help = "tail: print events after this index; -1: only events finalized from now on",
@@ -584,7 +226,7 @@ static const struct pawl_flag flags[] = {
     {.name = "follow",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "tail: keep waiting for new events",
      .scope = PAWL_SCOPE_TAIL,
      AT(tool.follow)},
@@ -593,14 +235,14 @@ static const struct pawl_flag flags[] = {
     {.name = "json",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "Print JSON instead of a table",
      .scope = PAWL_SCOPE_STATUS | PAWL_SCOPE_CONFIG | PAWL_SCOPE_TAIL,
      AT(tool.json)},
     {.name = "watch",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_DURATION,
-     .def = "0",
+     .def = 0,
      .min = 0,
      .max = HOUR_MS,
      .help = "status: refresh in place at this interval; 0: print once",
@@ -609,14 +251,14 @@ static const struct pawl_flag flags[] = {
     {.name = "metrics",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "status: also print totals, and with --metrics-port the metrics of the pawl "
              "process serving there (counters, gauges, p50/p99/p99.9 of each histogram)",
      .scope = PAWL_SCOPE_STATUS,
      AT(tool.metrics)},
     {.name = "progress",
      .type = PAWL_FLAG_ENUM,
-     .def = "auto",
+     .def = 0, /* auto */
      .choices = progress_modes,
      .help = "Progress display: auto (live line on a terminal, plain lines otherwise), live, "
              "plain, off",
@@ -624,7 +266,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.progress)},
     {.name = "progress-interval",
      .type = PAWL_FLAG_DURATION,
-     .def = "5s",
+     .def = 5000,
      .min = 100,
      .max = HOUR_MS,
      .help = "Period of plain (non-terminal) progress lines",
@@ -635,7 +277,7 @@ static const struct pawl_flag flags[] = {
     {.name = "execute",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "Do it; without this flag reset, split, merge, delete, retention and dead-letters "
              "retry/drop only print what they would do",
      .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE |
@@ -644,7 +286,7 @@ static const struct pawl_flag flags[] = {
     {.name = "before",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
-     .def = "0",
+     .def = 0,
      .min = 0,
      .max = INT64_MAX,
      .help = "retention: the new low-watermark: the log will start at this index (events "
@@ -654,7 +296,7 @@ static const struct pawl_flag flags[] = {
     {.name = "archive",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
-     .def = "",
+     .sdef = NULL,
      .max = 4096,
      .help = "retention: first write the events to be dropped to this file (JSON lines that "
              "`pawl append` loads; it must not exist)",
@@ -663,7 +305,7 @@ static const struct pawl_flag flags[] = {
     {.name = "rotate",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "retention: close the partition that receives new appends, so that its events "
              "can be dropped by a later retention",
      .scope = PAWL_SCOPE_RETENTION,
@@ -671,7 +313,7 @@ static const struct pawl_flag flags[] = {
     {.name = "force",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "retention: drop even though a processor's token is below the new low-watermark "
              "(it will fail to read until reset)",
      .scope = PAWL_SCOPE_RETENTION,
@@ -679,7 +321,7 @@ static const struct pawl_flag flags[] = {
     {.name = "to",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
-     .def = "",
+     .sdef = NULL,
      .max = 64,
      .help = "reset target: start, end, an index, or a time (ISO 8601, e.g. "
              "2026-11-30T06:00:00Z); dead-letters drop: drop the letters up to this index",
@@ -688,7 +330,7 @@ static const struct pawl_flag flags[] = {
     {.name = "stream",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
-     .def = "",
+     .sdef = NULL,
      .max = PAWL_STREAM_ID_MAX,
      .help = "dead-letters show, retry, drop: the stream",
      .scope = PAWL_SCOPE_DEAD_LETTERS,
@@ -696,7 +338,7 @@ static const struct pawl_flag flags[] = {
     {.name = "segment",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_INT,
-     .def = "0",
+     .def = 0,
      .min = 0,
      .max = INT32_MAX,
      .help = "split, merge: the segment id",
@@ -704,7 +346,7 @@ static const struct pawl_flag flags[] = {
      AT(tool.segment)},
     {.name = "handler",
      .type = PAWL_FLAG_STRING,
-     .def = "count",
+     .sdef = "count",
      .max = 64,
      .help = "run: the handler: count, print (JSON lines on stdout), exec (JSON lines to the "
              "command after --), projection (the snapshotting projection example), async (the "
@@ -715,14 +357,14 @@ static const struct pawl_flag flags[] = {
     /* ---- run: handlers that write outside the database (tools/handler_sink.c) ---- */
     {.name = "output-fsync",
      .type = PAWL_FLAG_BOOL,
-     .def = "false",
+     .def = 0,
      .help = "run --handler print: fsync stdout (when it is a regular file) before a token is "
              "stored, so a machine crash cannot lose printed events the token covers",
      .scope = PAWL_SCOPE_RUN,
      AT(tool.output_fsync)},
     {.name = "exec-ack-timeout",
      .type = PAWL_FLAG_DURATION,
-     .def = "30s",
+     .def = 30000,
      .min = 10,
      .max = HOUR_MS,
      .help = "run --handler exec: a batch the command has not acknowledged in this time fails "
@@ -733,7 +375,7 @@ static const struct pawl_flag flags[] = {
     {.name = "csv",
      .kind = PAWL_FLAG_ACTION,
      .type = PAWL_FLAG_STRING,
-     .def = "",
+     .sdef = NULL,
      .max = 4096,
      .help = "bench: also write the results as CSV to this file",
      .scope = PAWL_SCOPE_BENCH,
@@ -801,6 +443,34 @@ static void format_ms(int64_t ms, char *out, size_t outlen)
         snprintf(out, outlen, "%" PRId64 "s", ms / 1000);
     else
         snprintf(out, outlen, "%" PRId64 "ms", ms);
+}
+
+char *pawl_config_flag_default(const struct pawl_flag *f, char *out, size_t outlen)
+{
+    switch (f->type) {
+    case PAWL_FLAG_BOOL:
+        snprintf(out, outlen, "%s", f->def ? "true" : "false");
+        break;
+    case PAWL_FLAG_INT:
+        snprintf(out, outlen, "%" PRId64, f->def);
+        break;
+    case PAWL_FLAG_DOUBLE:
+        snprintf(out, outlen, "%g", f->ddef);
+        break;
+    case PAWL_FLAG_DURATION:
+        if (f->def == 0)
+            snprintf(out, outlen, "0");
+        else
+            format_ms(f->def, out, outlen);
+        break;
+    case PAWL_FLAG_STRING:
+        snprintf(out, outlen, "%s", f->sdef ? f->sdef : "");
+        break;
+    case PAWL_FLAG_ENUM:
+        snprintf(out, outlen, "%s", f->choices[f->def]);
+        break;
+    }
+    return out;
 }
 
 char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outlen)
@@ -1152,8 +822,13 @@ void pawl_config_defaults(struct pawl_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        /* Defaults are checked by the unit test; a bad one would leave the zero value. */
-        (void)set_index(cfg, (int)i, flags[i].def, PAWL_SRC_DEFAULT, NULL, 0);
+        /* Defaults are checked by the unit test; a bad one would leave the zero value. A
+         * string default is static and stored as it is (a default is never copied). */
+        char text[64];
+        const char *def = flags[i].type == PAWL_FLAG_STRING
+                              ? (flags[i].sdef ? flags[i].sdef : "")
+                              : pawl_config_flag_default(&flags[i], text, sizeof text);
+        (void)set_index(cfg, (int)i, def, PAWL_SRC_DEFAULT, NULL, 0);
     }
 }
 
@@ -1167,7 +842,7 @@ void pawl_config_fini(struct pawl_config *cfg)
         char *s;
         memcpy(&s, (char *)cfg + flags[i].offset, sizeof s);
         pawl_free(s);
-        const char *def = flags[i].def[0] ? flags[i].def : NULL;
+        const char *def = flags[i].sdef;
         memcpy((char *)cfg + flags[i].offset, &def, sizeof def);
         cfg->_owned[i] = 0;
     }

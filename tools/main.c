@@ -244,8 +244,16 @@ static void print_wrapped(FILE *out, const char *text, int indent, int width)
     }
 }
 
+/* The flag's default as help shows it: "(none)" for an empty one. */
+static const char *default_text(const struct pawl_flag *f, char *out, size_t outlen)
+{
+    pawl_config_flag_default(f, out, outlen);
+    return out[0] ? out : "(none)";
+}
+
 static void print_flag_help(FILE *out, const struct pawl_flag *f)
 {
+    char def[64];
     char env[96], allowed[256], line[512];
     fprintf(out, "  --%s%s\n", f->name, type_word(f));
     char where[128];
@@ -254,7 +262,7 @@ static void print_flag_help(FILE *out, const struct pawl_flag *f)
     else
         snprintf(where, sizeof where, "Env: %s.", pawl_config_flag_env(f, env, sizeof env));
     snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. %s", f->help,
-             f->def[0] ? f->def : "(none)", f->unit ? " " : "", f->unit ? f->unit : "",
+             default_text(f, def, sizeof def), f->unit ? " " : "", f->unit ? f->unit : "",
              pawl_config_flag_allowed(f, allowed, sizeof allowed), where);
     print_wrapped(out, line, 6, 100);
 }
@@ -355,13 +363,13 @@ static void print_markdown(FILE *out)
                  "| --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < pawl_config_flag_count(); i++) {
         const struct pawl_flag *f = pawl_config_flag_at(i);
-        char env[96], allowed[256];
+        char env[96], allowed[256], def[64];
         if (f->kind == PAWL_FLAG_ACTION)
             snprintf(env, sizeof env, "-");
         else
             pawl_config_flag_env(f, env, sizeof env);
         fprintf(out, "| `--%s` | %s%s%s | %s%s%s | ", f->name, env[0] == '-' ? "" : "`", env,
-                env[0] == '-' ? "" : "`", f->def[0] ? f->def : "(none)", f->unit ? " " : "",
+                env[0] == '-' ? "" : "`", default_text(f, def, sizeof def), f->unit ? " " : "",
                 f->unit ? f->unit : "");
         md_cell(out, pawl_config_flag_allowed(f, allowed, sizeof allowed));
         fprintf(out, " | ");
@@ -599,7 +607,8 @@ static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv)
         fprintf(o, "%s\n", type_word(f));
         roff(o, f->help);
         fprintf(o, ". Default: ");
-        roff(o, f->def[0] ? f->def : "(none)");
+        char def[64];
+        roff(o, default_text(f, def, sizeof def));
         fprintf(o, ". Accepts ");
         roff(o, pawl_config_flag_allowed(f, allowed, sizeof allowed));
         fprintf(o, ". ");

@@ -1,15 +1,15 @@
 /*
- * pawl/config.h — every tunable of pawl, declared once.
+ * pawl/config.h — the flag table: every tunable of pawl by name, as text.
  *
  * struct pawl_config aggregates the option structs of the modules (logging, store, processor)
- * and the `pawl` tool's own settings. (The runtime's pool and timer options join when the
- * processor takes them: a flag that changes nothing would mislead operators.) One table
- * (engine/config.c) declares each flag once — name, type, default, allowed range, help, the tool
- * subcommands it applies to, and where it lives in struct pawl_config — in the style of nginx's
- * command table and Redis's standardConfig. From that table come: the defaults
- * (pawl_config_defaults), typed parsing with range checks (pawl_config_set), printing
- * (pawl_config_get), the tool's `--flag value` and `PAWL_FLAG` environment handling, and its
- * generated help.
+ * and the `pawl` tool's own settings. The table (engine/config.c) has one row per flag — name,
+ * type, default, allowed range, help, the tool subcommands it applies to, and where it lives in
+ * struct pawl_config — in the style of nginx's command table and Redis's standardConfig. The
+ * store's and the processor's rows are expanded from their tunable lists (PAWL_STORE_TUNABLES,
+ * PAWL_PROCESSOR_TUNABLES), which also give those modules their defaults and range checks. From
+ * the table come: the defaults (pawl_config_defaults), typed parsing with range checks
+ * (pawl_config_set), printing (pawl_config_get), the tool's `--flag value` and `PAWL_FLAG`
+ * environment handling, and its generated help.
  *
  * A flag named "batch-size" is also accepted as "batch_size"; its environment variable is
  * PAWL_BATCH_SIZE. The library never reads argv or the environment itself: only the tool does,
@@ -92,7 +92,9 @@ enum pawl_config_source {
 struct pawl_flag {
     const char *name; /* "batch-size" */
     enum pawl_flag_type type;
-    const char *def;            /* the default, as text (parsed by pawl_config_defaults) */
+    int64_t def;                /* the default: BOOL (0, 1), INT, DURATION (ms), ENUM (index) */
+    double ddef;                /* DOUBLE's default */
+    const char *sdef;           /* STRING's default; NULL: not set */
     int64_t min, max;           /* INT and DURATION (ms) range; STRING: max length (0: none) */
     double dmin, dmax;          /* DOUBLE range */
     const char *const *choices; /* ENUM: NULL-terminated names; value = index */
@@ -213,6 +215,8 @@ PAWL_API const struct pawl_flag *pawl_config_flag_at(size_t i);
 PAWL_API const struct pawl_flag *pawl_config_flag_find(const char *name);
 /* Its environment variable ("PAWL_BATCH_SIZE") into out; returns out. */
 PAWL_API char *pawl_config_flag_env(const struct pawl_flag *f, char *out, size_t outlen);
+/* Its default as text pawl_config_set accepts ("1s", "true", "" for no string); returns out. */
+PAWL_API char *pawl_config_flag_default(const struct pawl_flag *f, char *out, size_t outlen);
 /* A readable description of what the flag accepts ("an integer in [1, 100000]"); returns out. */
 PAWL_API char *pawl_config_flag_allowed(const struct pawl_flag *f, char *out, size_t outlen);
 

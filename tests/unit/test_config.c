@@ -18,12 +18,12 @@ static void sample_value(const struct pawl_flag *f, char *v, size_t vlen, char *
 {
     switch (f->type) {
     case PAWL_FLAG_BOOL:
-        snprintf(v, vlen, "%s", strcmp(f->def, "true") == 0 ? "no" : "yes");
-        snprintf(printed, plen, "%s", strcmp(f->def, "true") == 0 ? "false" : "true");
+        snprintf(v, vlen, "%s", f->def ? "no" : "yes");
+        snprintf(printed, plen, "%s", f->def ? "false" : "true");
         break;
     case PAWL_FLAG_INT: {
         int64_t x = f->max;
-        if (x == strtoll(f->def, NULL, 10))
+        if (x == f->def)
             x = f->min;
         snprintf(v, vlen, "%" PRId64, x);
         snprintf(printed, plen, "%" PRId64, x);
@@ -51,7 +51,7 @@ static void sample_value(const struct pawl_flag *f, char *v, size_t vlen, char *
         size_t n = 0;
         while (f->choices[n])
             n++;
-        const char *c = strcmp(f->choices[n - 1], f->def) == 0 ? f->choices[0] : f->choices[n - 1];
+        const char *c = (size_t)f->def == n - 1 ? f->choices[0] : f->choices[n - 1];
         snprintf(v, vlen, "%s", c);
         snprintf(printed, plen, "%s", c);
         break;
