@@ -1,15 +1,15 @@
 /*
- * config.c — the flag table and its typed parser.
+ * config.c — the library's flag table (pawl/config.h) and its typed parser.
  *
- * The table holds one row per flag: name, type, default, range, help, the tool's commands it
- * applies to and its field in struct pawl_config. The rows of the modules' tunables are not
- * written here: they are expanded from the modules' lists (PAWL_STORE_TUNABLES in pawl/log.h,
+ * The table holds one row per flag of struct pawl_config: name, type, default, range, unit,
+ * help and the field. The store's and the processor's rows are not written here: they are
+ * expanded from the modules' tunable lists (PAWL_STORE_TUNABLES in pawl/log.h,
  * PAWL_PROCESSOR_TUNABLES in pawl/processor.h), the same lines from which the modules take their
- * defaults and range checks; only the scope (which commands take a flag) is added here. The
- * remaining rows (logging, the DSN, the metrics port, the tool's own settings and actions) are
- * declared here once. From the table come the defaults, parsing with range checks, printing,
- * environment variables and the generated help; test_config_drift holds the modules, the table
- * and the generated reference to the lists.
+ * defaults and range checks. Only logging and the DSN are declared here. The table lives in the
+ * store's layer because it composes the store's options with the engine's; the engine knows
+ * neither it nor the store. The `pawl` tool adds its commands' scopes and its own flags
+ * (tools/tool_config.c); test_config_drift holds the modules, this table and the generated
+ * reference to the lists.
  *
  * A value is parsed completely and checked against its range before anything is stored: a
  * refused value leaves the config unchanged. The table is immutable static data, safe to read
@@ -34,32 +34,10 @@
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
-static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
-
-#define S_PROC PAWL_SCOPE_RUN
-#define S_STORE                                                                                    \
-    (PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_RUN)
-#define S_NAMED                                                                                    \
-    (PAWL_SCOPE_RUN | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | \
-     PAWL_SCOPE_DELETE | PAWL_SCOPE_DEAD_LETTERS)
-#define S_LOAD (PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND)
-#define S_DB (PAWL_SCOPE_ALL & ~PAWL_SCOPE_CONFIG)
 #define HOUR_MS ((int64_t)3600 * 1000)
 
-/*
- * The rows of the modules' tunables, expanded from their lists. A store flag applies to the
- * commands that open a store, a processor flag to run; SCOPE_<field> widens that for a field
- * (SCOPE_OF yields it when it is defined, the module's scope otherwise).
- */
-#define SCOPE_name ~, S_NAMED
-#define SCOPE_claim_timeout_ms                                                                     \
-    ~, S_PROC | PAWL_SCOPE_STATUS | PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE |       \
-           PAWL_SCOPE_DELETE
-#define SECOND_(a, b, ...) b
-#define SECOND(...) SECOND_(__VA_ARGS__)
-#define SCOPE_OF(field, dflt) SECOND(SCOPE_##field, dflt, ~)
-
-#define ROW_NUM_(ftype, flag, d, lo, hi, unit_, help_, choices_, sc, at)                           \
+/* The rows of the modules' tunables, expanded from their lists. */
+#define ROW_NUM_(ftype, flag, d, lo, hi, unit_, help_, choices_, at)                               \
     {.name = flag,                                                                                 \
      .type = ftype,                                                                                \
      .def = d,                                                                                     \
@@ -67,43 +45,39 @@ static const char *const progress_modes[] = {"auto", "live", "plain", "off", NUL
      .max = hi,                                                                                    \
      .choices = choices_,                                                                          \
      .help = help_,                                                                                \
-     .scope = sc,                                                                                  \
      .unit = unit_,                                                                                \
      AT(at)},
 #define ROW_INT(...) ROW_NUM_(PAWL_FLAG_INT, __VA_ARGS__)
 #define ROW_BOOL(...) ROW_NUM_(PAWL_FLAG_BOOL, __VA_ARGS__)
 #define ROW_DURATION(...) ROW_NUM_(PAWL_FLAG_DURATION, __VA_ARGS__)
 #define ROW_ENUM(...) ROW_NUM_(PAWL_FLAG_ENUM, __VA_ARGS__)
-#define ROW_BOOL_NOFLAG(...) /* not offered by the tool */
-#define ROW_STRING(flag, d, lo, hi, unit_, help_, choices_, sc, at)                                \
+#define ROW_BOOL_NOFLAG(...) /* no flag */
+#define ROW_STRING(flag, d, lo, hi, unit_, help_, choices_, at)                                    \
     {.name = flag,                                                                                 \
      .type = PAWL_FLAG_STRING,                                                                     \
      .sdef = d,                                                                                    \
      .max = hi,                                                                                    \
      .help = help_,                                                                                \
-     .scope = sc,                                                                                  \
      .unit = unit_,                                                                                \
      AT(at)},
 #define STORE_ROW(type, field, flag, d, lo, hi, unit, help, choices)                               \
-    ROW_##type(flag, d, lo, hi, unit, help, choices, SCOPE_OF(field, S_STORE), store.field)
+    ROW_##type(flag, d, lo, hi, unit, help, choices, store.field)
 #define PROCESSOR_ROW(type, field, flag, d, lo, hi, unit, help, choices)                           \
-    ROW_##type(flag, d, lo, hi, unit, help, choices, SCOPE_OF(field, S_PROC), processor.field)
+    ROW_##type(flag, d, lo, hi, unit, help, choices, processor.field)
 
 static const struct pawl_flag flags[] = {
     /* ---- logging ---- */
     {.name = "log-level",
      .type = PAWL_FLAG_ENUM,
-     .def = 1, /* info */
+     .def = PAWL_LOG_INFO,
      .choices = log_levels,
      .help = "Lowest level of log messages written",
-     .scope = PAWL_SCOPE_ALL,
      AT(log.level)},
     {.name = "log-format",
      .type = PAWL_FLAG_ENUM,
-     .def = 0, /* text */
+     .def = PAWL_LOG_TEXT,
      .choices = log_formats,
      .help = "Log lines as text or as JSON objects",
-     .scope = PAWL_SCOPE_ALL,
      AT(log.format)},
 
     /* ---- database ---- */
@@ -113,274 +87,12 @@ static const struct pawl_flag flags[] = {
      .max = 4096,
      .help = "PostgreSQL connection string; empty: libpq's PG* environment if set, else your "
              "private PostgreSQL (pawl-pg), started if needed",
-     .scope = S_DB,
      AT(dsn)},
 
-    /* ---- the event log: PAWL_STORE_TUNABLES (pawl/log.h) ---- */
+    /* ---- the event log and the processor: their tunable lists ---- */
     PAWL_STORE_TUNABLES(STORE_ROW)
-
-    /* ---- metrics ---- */
-    {.name = "metrics-port",
-     .type = PAWL_FLAG_INT,
-     .def = 0,
-     .min = 0,
-     .max = 65535,
-     .help = "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: off); with status "
-             "--metrics, read them from the pawl process serving on that port",
-     .scope = PAWL_SCOPE_RUN | PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND |
-              PAWL_SCOPE_TAIL | PAWL_SCOPE_STATUS,
-     AT(metrics_port)},
-
-    /* ---- processor: PAWL_PROCESSOR_TUNABLES (pawl/processor.h) ---- */
-    PAWL_PROCESSOR_TUNABLES(PROCESSOR_ROW)
-
-    /* ---- generated load (demo, bench, append --generate) ---- */
-    {.name = "generate",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "append: generate events instead of reading JSON lines from stdin",
-     .scope = PAWL_SCOPE_APPEND,
-     AT(tool.generate)},
-    {.name = "rate",
-     .type = PAWL_FLAG_DOUBLE,
-     .ddef = 2000,
-     .dmin = 0,
-     .dmax = 1e9,
-     .unit = "events/s",
-     .help = "Target append rate of all appenders together; 0: as fast as "
-             "possible",
-     .scope = S_LOAD,
-     AT(tool.rate)},
-    {.name = "duration",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_DURATION,
-     .def = 20000,
-     .min = 0,
-     .max = 24 * HOUR_MS,
-     .help = "How long to generate load; 0: until --count events or interrupted",
-     .scope = S_LOAD,
-     AT(tool.duration_ms)},
-    {.name = "appenders",
-     .type = PAWL_FLAG_INT,
-     .def = 4,
-     .min = 1,
-     .max = 256,
-     .help = "Concurrent appending connections",
-     .scope = S_LOAD,
-     AT(tool.appenders)},
-    {.name = "events-per-append",
-     .type = PAWL_FLAG_INT,
-     .def = 10,
-     .min = 1,
-     .max = 10000,
-     .help = "Events per append transaction (generated load; stdin lines are grouped up to this, "
-             "and a partial group is appended as soon as the input pauses)",
-     .scope = S_LOAD,
-     AT(tool.events_per_append)},
-    {.name = "payload-bytes",
-     .type = PAWL_FLAG_INT,
-     .def = 100,
-     .min = 0,
-     .max = 1 << 20,
-     .unit = "bytes",
-     .help = "Payload size of generated events",
-     .scope = S_LOAD,
-     AT(tool.payload_bytes)},
-    {.name = "streams",
-     .type = PAWL_FLAG_INT,
-     .def = 1000,
-     .min = 1,
-     .max = 10000000,
-     .help = "Distinct stream ids the generated events are spread over",
-     .scope = S_LOAD,
-     AT(tool.streams)},
-    {.name = "count",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_INT,
-     .def = 0,
-     .min = 0,
-     .max = INT64_MAX,
-     .help = "Stop after this many events; 0: no limit",
-     .scope = PAWL_SCOPE_APPEND | PAWL_SCOPE_TAIL,
-     AT(tool.count)},
-    {.name = "wait",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "append: wait until the finalizer gave the appended events their final indexes, and "
-             "print them",
-     .scope = PAWL_SCOPE_APPEND,
-     AT(tool.wait)},
-
-    /* ---- reading ---- */
-    {.name = "from",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_INT,
-     .def = 0,
-     .min = -1,
-     .max = INT64_MAX,
-     .help = "tail: print events after this index; -1: only events finalized from now on",
-     .scope = PAWL_SCOPE_TAIL,
-     AT(tool.from)},
-    {.name = "follow",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "tail: keep waiting for new events",
-     .scope = PAWL_SCOPE_TAIL,
-     AT(tool.follow)},
-
-    /* ---- output ---- */
-    {.name = "json",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "Print JSON instead of a table",
-     .scope = PAWL_SCOPE_STATUS | PAWL_SCOPE_CONFIG | PAWL_SCOPE_TAIL,
-     AT(tool.json)},
-    {.name = "watch",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_DURATION,
-     .def = 0,
-     .min = 0,
-     .max = HOUR_MS,
-     .help = "status: refresh in place at this interval; 0: print once",
-     .scope = PAWL_SCOPE_STATUS,
-     AT(tool.watch_ms)},
-    {.name = "metrics",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "status: also print totals, and with --metrics-port the metrics of the pawl "
-             "process serving there (counters, gauges, p50/p99/p99.9 of each histogram)",
-     .scope = PAWL_SCOPE_STATUS,
-     AT(tool.metrics)},
-    {.name = "progress",
-     .type = PAWL_FLAG_ENUM,
-     .def = 0, /* auto */
-     .choices = progress_modes,
-     .help = "Progress display: auto (live line on a terminal, plain lines otherwise), live, "
-             "plain, off",
-     .scope = PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND | PAWL_SCOPE_RUN,
-     AT(tool.progress)},
-    {.name = "progress-interval",
-     .type = PAWL_FLAG_DURATION,
-     .def = 5000,
-     .min = 100,
-     .max = HOUR_MS,
-     .help = "Period of plain (non-terminal) progress lines",
-     .scope = PAWL_SCOPE_DEMO | PAWL_SCOPE_BENCH | PAWL_SCOPE_APPEND | PAWL_SCOPE_RUN,
-     AT(tool.progress_ms)},
-
-    /* ---- administration ---- */
-    {.name = "execute",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "Do it; without this flag reset, split, merge, delete, retention and dead-letters "
-             "retry/drop only print what they would do",
-     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE | PAWL_SCOPE_DELETE |
-              PAWL_SCOPE_RETENTION | PAWL_SCOPE_DEAD_LETTERS,
-     AT(tool.execute)},
-    {.name = "before",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_INT,
-     .def = 0,
-     .min = 0,
-     .max = INT64_MAX,
-     .help = "retention: the new low-watermark: the log will start at this index (events "
-             "below it are dropped); 0: only show the log's partitions",
-     .scope = PAWL_SCOPE_RETENTION,
-     AT(tool.before)},
-    {.name = "archive",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_STRING,
-     .sdef = NULL,
-     .max = 4096,
-     .help = "retention: first write the events to be dropped to this file (JSON lines that "
-             "`pawl append` loads; it must not exist)",
-     .scope = PAWL_SCOPE_RETENTION,
-     AT(tool.archive)},
-    {.name = "rotate",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "retention: close the partition that receives new appends, so that its events "
-             "can be dropped by a later retention",
-     .scope = PAWL_SCOPE_RETENTION,
-     AT(tool.rotate)},
-    {.name = "force",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "retention: drop even though a processor's token is below the new low-watermark "
-             "(it will fail to read until reset)",
-     .scope = PAWL_SCOPE_RETENTION,
-     AT(tool.force)},
-    {.name = "to",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_STRING,
-     .sdef = NULL,
-     .max = 64,
-     .help = "reset target: start, end, an index, or a time (ISO 8601, e.g. "
-             "2026-11-30T06:00:00Z); dead-letters drop: drop the letters up to this index",
-     .scope = PAWL_SCOPE_RESET | PAWL_SCOPE_DEAD_LETTERS,
-     AT(tool.to)},
-    {.name = "stream",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_STRING,
-     .sdef = NULL,
-     .max = PAWL_STREAM_ID_MAX,
-     .help = "dead-letters show, retry, drop: the stream",
-     .scope = PAWL_SCOPE_DEAD_LETTERS,
-     AT(tool.stream)},
-    {.name = "segment",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_INT,
-     .def = 0,
-     .min = 0,
-     .max = INT32_MAX,
-     .help = "split, merge: the segment id",
-     .scope = PAWL_SCOPE_SPLIT | PAWL_SCOPE_MERGE,
-     AT(tool.segment)},
-    {.name = "handler",
-     .type = PAWL_FLAG_STRING,
-     .sdef = "count",
-     .max = 64,
-     .help = "run: the handler: count, print (JSON lines on stdout), exec (JSON lines to the "
-             "command after --), projection (the snapshotting projection example), async (the "
-             "asynchronous sink example)",
-     .scope = PAWL_SCOPE_RUN,
-     AT(tool.handler)},
-
-    /* ---- run: handlers that write outside the database (tools/handler_sink.c) ---- */
-    {.name = "output-fsync",
-     .type = PAWL_FLAG_BOOL,
-     .def = 0,
-     .help = "run --handler print: fsync stdout (when it is a regular file) before a token is "
-             "stored, so a machine crash cannot lose printed events the token covers",
-     .scope = PAWL_SCOPE_RUN,
-     AT(tool.output_fsync)},
-    {.name = "exec-ack-timeout",
-     .type = PAWL_FLAG_DURATION,
-     .def = 30000,
-     .min = 10,
-     .max = HOUR_MS,
-     .help = "run --handler exec: a batch the command has not acknowledged in this time fails "
-             "(the command is killed, the batch delivered again); also how long a command may "
-             "take to exit once its input ends",
-     .scope = PAWL_SCOPE_RUN,
-     AT(tool.exec_ack_timeout_ms)},
-    {.name = "csv",
-     .kind = PAWL_FLAG_ACTION,
-     .type = PAWL_FLAG_STRING,
-     .sdef = NULL,
-     .max = 4096,
-     .help = "bench: also write the results as CSV to this file",
-     .scope = PAWL_SCOPE_BENCH,
-     AT(tool.csv)},
-};
+    /* (the processor's rows follow the store's) */
+    PAWL_PROCESSOR_TUNABLES(PROCESSOR_ROW)};
 
 _Static_assert(PAWL_ARRAY_LEN(flags) <= PAWL_CONFIG_MAX_FLAGS, "raise PAWL_CONFIG_MAX_FLAGS");
 
@@ -772,17 +484,23 @@ static void label_for(const struct pawl_flag *f, enum pawl_config_source src, ch
     }
 }
 
-static int set_index(struct pawl_config *cfg, int idx, const char *value,
-                     enum pawl_config_source src, char *err, size_t errlen)
+int pawl_flag_set(const struct pawl_flag *f, void *base, const char *value,
+                  enum pawl_config_source src, unsigned char *owned, char *err, size_t errlen)
 {
-    const struct pawl_flag *f = &flags[idx];
+    if (err && errlen)
+        err[0] = '\0';
     char label[160];
     label_for(f, src, label, sizeof label);
+    if (value == NULL) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s needs a value", label);
+        return PAWL_EINVAL;
+    }
     struct parsed p = {0};
     int rc = parse_value(f, value, label, &p, err, errlen);
     if (rc != 0)
         return rc;
-    char *field = (char *)cfg + f->offset;
+    char *field = (char *)base + f->offset;
     switch (f->type) {
     case PAWL_FLAG_DOUBLE:
         memcpy(field, &p.d, sizeof p.d);
@@ -790,7 +508,7 @@ static int set_index(struct pawl_config *cfg, int idx, const char *value,
     case PAWL_FLAG_STRING: {
         /* An empty string means "not set": modules take NULL as their default. */
         const char *s = p.s[0] ? p.s : NULL;
-        bool owned = false;
+        bool copied = false;
         if (s && src != PAWL_SRC_DEFAULT) {
             char *copy = pawl_strdup(p.s);
             if (copy == NULL) {
@@ -799,53 +517,67 @@ static int set_index(struct pawl_config *cfg, int idx, const char *value,
                 return PAWL_ENOMEM;
             }
             s = copy;
-            owned = true;
+            copied = true;
         }
-        if (cfg->_owned[idx]) {
+        if (*owned) {
             char *old;
             memcpy(&old, field, sizeof old);
             pawl_free(old);
         }
         memcpy(field, &s, sizeof s);
-        cfg->_owned[idx] = owned;
+        *owned = copied;
         break;
     }
     default:
         store_int(field, f->size, p.i);
         break;
     }
-    cfg->_source[idx] = (unsigned char)src;
     return 0;
+}
+
+void pawl_flag_set_default(const struct pawl_flag *f, void *base, unsigned char *owned)
+{
+    /* Defaults are checked by the unit tests; a bad one would leave the field unchanged. A
+     * string default is static and stored as it is (a default is never copied). */
+    char text[64];
+    const char *def = f->type == PAWL_FLAG_STRING ? (f->sdef ? f->sdef : "")
+                                                  : pawl_config_flag_default(f, text, sizeof text);
+    (void)pawl_flag_set(f, base, def, PAWL_SRC_DEFAULT, owned, NULL, 0);
+}
+
+void pawl_flag_fini(const struct pawl_flag *f, void *base, unsigned char *owned)
+{
+    if (!*owned)
+        return;
+    char *s;
+    memcpy(&s, (char *)base + f->offset, sizeof s);
+    pawl_free(s);
+    memcpy((char *)base + f->offset, &f->sdef, sizeof f->sdef);
+    *owned = 0;
+}
+
+static int set_index(struct pawl_config *cfg, int idx, const char *value,
+                     enum pawl_config_source src, char *err, size_t errlen)
+{
+    int rc = pawl_flag_set(&flags[idx], cfg, value, src, &cfg->_owned[idx], err, errlen);
+    if (rc == 0)
+        cfg->_source[idx] = (unsigned char)src;
+    return rc;
 }
 
 void pawl_config_defaults(struct pawl_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        /* Defaults are checked by the unit test; a bad one would leave the zero value. A
-         * string default is static and stored as it is (a default is never copied). */
-        char text[64];
-        const char *def = flags[i].type == PAWL_FLAG_STRING
-                              ? (flags[i].sdef ? flags[i].sdef : "")
-                              : pawl_config_flag_default(&flags[i], text, sizeof text);
-        (void)set_index(cfg, (int)i, def, PAWL_SRC_DEFAULT, NULL, 0);
-    }
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
+        pawl_flag_set_default(&flags[i], cfg, &cfg->_owned[i]);
 }
 
 void pawl_config_fini(struct pawl_config *cfg)
 {
     if (cfg == NULL)
         return;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        if (!cfg->_owned[i])
-            continue;
-        char *s;
-        memcpy(&s, (char *)cfg + flags[i].offset, sizeof s);
-        pawl_free(s);
-        const char *def = flags[i].sdef;
-        memcpy((char *)cfg + flags[i].offset, &def, sizeof def);
-        cfg->_owned[i] = 0;
-    }
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
+        pawl_flag_fini(&flags[i], cfg, &cfg->_owned[i]);
 }
 
 int pawl_config_set_from(struct pawl_config *cfg, const char *name, const char *value,
@@ -878,10 +610,11 @@ int pawl_config_set(struct pawl_config *cfg, const char *name, const char *value
     return pawl_config_set_from(cfg, name, value, PAWL_SRC_API, err, errlen);
 }
 
-static int get_index(const struct pawl_config *cfg, int idx, char *out, size_t outlen)
+int pawl_flag_get(const struct pawl_flag *f, const void *base, char *out, size_t outlen)
 {
-    const struct pawl_flag *f = &flags[idx];
-    const char *field = (const char *)cfg + f->offset;
+    if (outlen == 0)
+        return PAWL_ETOOBIG;
+    const char *field = (const char *)base + f->offset;
     int n = 0;
     switch (f->type) {
     case PAWL_FLAG_BOOL:
@@ -937,7 +670,7 @@ int pawl_config_get(const struct pawl_config *cfg, const char *name, char *out, 
         out[0] = '\0';
         return PAWL_ENOTFOUND;
     }
-    return get_index(cfg, idx, out, outlen);
+    return pawl_flag_get(&flags[idx], cfg, out, outlen);
 }
 
 enum pawl_config_source pawl_config_source_of(const struct pawl_config *cfg, const char *name)
@@ -961,24 +694,28 @@ const char *pawl_config_source_name(enum pawl_config_source s)
     return "?";
 }
 
+int pawl_flag_check(const struct pawl_flag *f, const void *base, char *err, size_t errlen)
+{
+    char text[4200];
+    int rc = pawl_flag_get(f, base, text, sizeof text);
+    if (rc == PAWL_ETOOBIG && f->type == PAWL_FLAG_STRING) {
+        if (err && errlen)
+            snprintf(err, errlen, "--%s: value longer than %" PRId64 " bytes", f->name, f->max);
+        return PAWL_ERANGE;
+    }
+    /* An enum field holding a number outside its choices prints as that number. */
+    struct parsed p;
+    char label[160];
+    label_for(f, PAWL_SRC_API, label, sizeof label);
+    return parse_value(f, text, label, &p, err, errlen);
+}
+
 int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen)
 {
     if (cfg == NULL)
         return PAWL_EINVAL;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        char text[4200];
-        int rc = get_index(cfg, (int)i, text, sizeof text);
-        if (rc == PAWL_ETOOBIG && flags[i].type == PAWL_FLAG_STRING) {
-            if (err && errlen)
-                snprintf(err, errlen, "--%s: value longer than %" PRId64 " bytes", flags[i].name,
-                         flags[i].max);
-            return PAWL_ERANGE;
-        }
-        /* An enum field holding a number outside its choices prints as that number. */
-        struct parsed p;
-        char label[160];
-        label_for(&flags[i], PAWL_SRC_API, label, sizeof label);
-        rc = parse_value(&flags[i], text, label, &p, err, errlen);
+        int rc = pawl_flag_check(&flags[i], cfg, err, errlen);
         if (rc != 0)
             return rc;
     }
@@ -993,7 +730,7 @@ void pawl_config_apply_log(const struct pawl_config *cfg)
     pawl_log_set_format((enum pawl_log_format)cfg->log.format);
 }
 
-/* ---- environment and argument vectors (handed in by the tool; never read here) ---- */
+/* ---- the environment (handed in by the caller; never read here) ---- */
 
 int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, size_t errlen)
 {
@@ -1002,8 +739,6 @@ int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, 
     if (envp == NULL)
         return 0;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        if (flags[i].kind == PAWL_FLAG_ACTION)
-            continue; /* actions come only from the command line */
         char env[96];
         pawl_config_flag_env(&flags[i], env, sizeof env);
         size_t n = strlen(env);
@@ -1014,135 +749,6 @@ int pawl_config_load_env(struct pawl_config *cfg, char *const *envp, char *err, 
         if (value == NULL)
             continue;
         int rc = set_index(cfg, (int)i, value, PAWL_SRC_ENV, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* The flag of scope nearest to name (at most a third of its letters wrong), or NULL. */
-static const char *closest_flag(const char *name, unsigned scope)
-{
-    const char *best = NULL;
-    size_t bestd = 99;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
-        if ((flags[i].scope & scope) == 0)
-            continue;
-        size_t d = pawl_edit_distance(name, flags[i].name);
-        if (d < bestd) {
-            bestd = d;
-            best = flags[i].name;
-        }
-    }
-    size_t allowed = PAWL_MAX(strlen(name) / 3, (size_t)1);
-    return bestd <= allowed ? best : NULL;
-}
-
-int pawl_config_env_actions(char *const *envp, char *out, size_t outlen)
-{
-    int count = 0;
-    size_t used = 0;
-    if (out && outlen)
-        out[0] = '\0';
-    for (size_t i = 0; envp && i < PAWL_ARRAY_LEN(flags); i++) {
-        if (flags[i].kind != PAWL_FLAG_ACTION)
-            continue;
-        char env[96];
-        pawl_config_flag_env(&flags[i], env, sizeof env);
-        size_t n = strlen(env);
-        for (char *const *e = envp; *e; e++) {
-            if (strncmp(*e, env, n) == 0 && (*e)[n] == '=') {
-                if (out && used < outlen) {
-                    int w = snprintf(out + used, outlen - used, "%s%s", count ? ", " : "", env);
-                    used += w > 0 ? (size_t)w : 0;
-                }
-                count++;
-                break;
-            }
-        }
-    }
-    return count;
-}
-
-int pawl_config_parse_args(struct pawl_config *cfg, int argc, char *const *argv, unsigned scope,
-                           struct pawl_config_args *out, char *err, size_t errlen)
-{
-    if (cfg == NULL || out == NULL || (argc > 0 && argv == NULL))
-        return PAWL_EINVAL;
-    memset(out, 0, sizeof *out);
-    bool flags_done = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (flags_done || a[0] != '-' || strcmp(a, "-") == 0) {
-            if (out->npositional >= PAWL_CONFIG_MAX_POSITIONAL) {
-                if (err && errlen)
-                    snprintf(err, errlen, "too many arguments (\"%.80s\")", a);
-                return PAWL_EINVAL;
-            }
-            out->positional[out->npositional++] = a;
-            continue;
-        }
-        if (strcmp(a, "--") == 0) {
-            flags_done = true;
-            continue;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            out->help = 1;
-            continue;
-        }
-        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-            out->version = 1;
-            continue;
-        }
-        if (a[1] != '-') {
-            if (err && errlen)
-                snprintf(err, errlen, "unknown option %.80s (flags are spelled --name)", a);
-            return PAWL_ENOTFOUND;
-        }
-        const char *name = a + 2;
-        const char *eq = strchr(name, '=');
-        char namebuf[96];
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        if (nlen >= sizeof namebuf)
-            nlen = sizeof namebuf - 1;
-        memcpy(namebuf, name, nlen);
-        namebuf[nlen] = '\0';
-        const char *value = eq ? eq + 1 : NULL;
-
-        int idx = flag_index(namebuf);
-        /* --no-NAME turns a boolean flag off. */
-        if (idx < 0 && strncmp(namebuf, "no-", 3) == 0 && value == NULL) {
-            int b = flag_index(namebuf + 3);
-            if (b >= 0 && flags[b].type == PAWL_FLAG_BOOL) {
-                idx = b;
-                value = "false";
-            }
-        }
-        if (idx < 0) {
-            const char *near = closest_flag(namebuf, scope);
-            if (err && errlen)
-                snprintf(err, errlen, "unknown flag --%s%s%s%s", namebuf,
-                         near ? " (did you mean --" : "", near ? near : "", near ? "?)" : "");
-            return PAWL_ENOTFOUND;
-        }
-        if ((flags[idx].scope & scope) == 0) {
-            if (err && errlen)
-                snprintf(err, errlen, "--%s does not apply to this command", flags[idx].name);
-            return PAWL_EINVAL;
-        }
-        if (value == NULL) {
-            if (flags[idx].type == PAWL_FLAG_BOOL) {
-                value = "true"; /* a bare boolean flag never takes the next argument */
-            } else if (i + 1 < argc) {
-                value = argv[++i];
-            } else {
-                if (err && errlen)
-                    snprintf(err, errlen, "--%s needs a value (%s)", flags[idx].name,
-                             pawl_config_flag_allowed(&flags[idx], namebuf, sizeof namebuf));
-                return PAWL_EINVAL;
-            }
-        }
-        int rc = set_index(cfg, idx, value, PAWL_SRC_FLAG, err, errlen);
         if (rc != 0)
             return rc;
     }
