@@ -1,13 +1,13 @@
 /*
  * fuzz_config.c — libFuzzer target for the flag and config parser: the tool's argv
- * (pawl_config_parse_args), its environment (pawl_config_load_env), single values
- * (pawl_config_set / pawl_config_get round trip) and durations (pawl_config_parse_duration).
+ * (tool_config_parse_args), its environment (tool_config_load_env), single values
+ * (tool_config_set / tool_config_get round trip) and durations (pawl_config_parse_duration).
  *
  * Input: the first byte picks the scope bits, the rest is split at NUL bytes and newlines into
  * up to 64 words. The same words are fed as argv and as environment entries (a word without
  * '=' is an environment entry that matches nothing). Invariants checked: no crash or sanitizer
  * report; a refused value leaves an error message; every value that was accepted prints back
- * (pawl_config_get) as text that pawl_config_set accepts again and that prints the same.
+ * (tool_config_get) as text that tool_config_set accepts again and that prints the same.
  */
 #include "pawl.h"
 #include "tool_config.h"

@@ -336,8 +336,8 @@ static void test_reference_lists_every_flag(void **state)
     char line[8192];
     size_t next = 0, rows = 0;
     failures = 0;
-    while (fgets(line, sizeof line, p)) {
-        if (strncmp(line, "| `--", 5) != 0)
+    while (fgets(line, sizeof line, p)) { /* read to the end: the tool must not die of SIGPIPE */
+        if (failures || strncmp(line, "| `--", 5) != 0)
             continue;
         char *end = strchr(line + 5, '`');
         assert_non_null(end);
@@ -351,7 +351,7 @@ static void test_reference_lists_every_flag(void **state)
             failures++;
             print_error("help --markdown lists --%s where the table has --%s next\n", name,
                         pawl_config_flag_at(next) ? pawl_config_flag_at(next)->name : "nothing");
-            break;
+            continue;
         }
         next++;
     }

@@ -1,7 +1,7 @@
 /*
- * test_config.c — the flag table: defaults, every flag from each source (API, environment,
- * argv), precedence, and each kind of bad value refused with a message naming the flag, the
- * value and what is allowed.
+ * test_tool_config.c — the tool's flag table: defaults, every flag from each source (API,
+ * environment, argv), precedence, and each kind of bad value refused with a message naming the
+ * flag, the value and what is allowed.
  */
 #include "pawl_test.h"
 
