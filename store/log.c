@@ -399,75 +399,44 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
 void pawl_store_opts_defaults(struct pawl_store_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->connections = 2;
-    o->max_event_bytes = 1048576;
-    o->max_append_events = 10000;
-    o->max_inflight_appends = 8192;
-    o->finalizer = 1;
-    o->finalizer_safety_interval_ms = 1000;
-    o->finalize_batch_max = 2000;
-    o->finalizer_retry_ms = 2;
-    o->finalizer_min_interval_us = 500;
-    o->finalizer_latency_share_pct = 25;
-    o->finalizer_max_interval_us = 20000;
-    o->append_finalizes = 0;
-    o->append_lock_timeout_ms = 100;
-    o->append_lock_wait_ms = 30000;
-    o->append_group_max = 256;
-    o->append_group_linger_us = 0;
-    o->listen = 1;
-    o->reconnect_min_ms = 100;
-    o->reconnect_max_ms = 5000;
-    o->connect_timeout_ms = 10000;
-    o->open_timeout_ms = 10000;
-    o->queue_timeout_ms = 10000;
-    o->migrate = 0;
-    o->read_retry_timeout_ms = 600000;
-    o->read_dsn = NULL;
-    o->read_fallback = PAWL_READ_FALLBACK_PRIMARY;
-    o->read_max_lag_ms = 5000;
-    o->read_wake = PAWL_READ_WAKE_LISTEN;
-    o->read_poll_max_ms = 100;
+#define DEFAULT(type, field, flag, def, lo, hi, unit, help, choices) o->field = def;
+    PAWL_STORE_TUNABLES(DEFAULT)
+#undef DEFAULT
 }
 
-static const char *check_opts(const struct pawl_store_opts *o)
+/*
+ * The ranges of PAWL_STORE_TUNABLES, then the rule no single range states. Writes the first
+ * failure into msg and returns PAWL_EINVAL, or returns 0.
+ */
+static int check_opts(const struct pawl_store_opts *o, char *msg, size_t mlen)
 {
-#define RANGE(f, lo, hi)                                                                           \
-    if ((long long)o->f < (long long)(lo) || (long long)o->f > (long long)(hi))                    \
-        return #f " is out of range (" #lo ".." #hi ")";
-    RANGE(connections, 1, 64);
-    RANGE(max_event_bytes, 1, 268435456);
-    RANGE(max_append_events, 1, 100000);
-    RANGE(max_inflight_appends, 1, 1000000);
-    RANGE(finalizer, 0, 1);
-    RANGE(finalizer_safety_interval_ms, 10, 3600000);
-    RANGE(finalize_batch_max, 1, 100000);
-    RANGE(finalizer_retry_ms, 1, 1000);
-    RANGE(finalizer_min_interval_us, 0, 1000000);
-    RANGE(finalizer_latency_share_pct, 0, 100);
-    RANGE(finalizer_max_interval_us, 0, 1000000);
-    RANGE(append_finalizes, 0, 1);
-    RANGE(append_lock_timeout_ms, 0, 600000);
-    RANGE(append_lock_wait_ms, 0, 3600000);
-    RANGE(append_group_max, 1, 10000);
-    RANGE(append_group_linger_us, 0, 100000);
-    RANGE(listen, 0, 1);
-    RANGE(reconnect_min_ms, 1, 60000);
-    RANGE(reconnect_max_ms, 1, 60000);
-    RANGE(connect_timeout_ms, 1, 600000);
-    RANGE(open_timeout_ms, 1, 600000);
-    RANGE(queue_timeout_ms, 0, 3600000);
-    RANGE(migrate, 0, 1);
-    RANGE(read_retry_timeout_ms, 0, 86400000);
-    RANGE(read_fallback, 0, 1);
-    RANGE(read_max_lag_ms, 0, 3600000);
-    RANGE(read_wake, 0, 1);
-    RANGE(read_poll_max_ms, 1, 60000);
-    RANGE(io_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL);
+#define RANGE(field, lo, hi)                                                                       \
+    if ((long long)o->field < (long long)(lo) || (long long)o->field > (long long)(hi)) {          \
+        snprintf(msg, mlen, #field " = %lld is out of range [%lld, %lld]", (long long)o->field,    \
+                 (long long)(lo), (long long)(hi));                                                \
+        return PAWL_EINVAL;                                                                        \
+    }
+#define CHECK_INT(field, lo, hi) RANGE(field, lo, hi)
+#define CHECK_BOOL(field, lo, hi) RANGE(field, lo, hi)
+#define CHECK_BOOL_NOFLAG(field, lo, hi) RANGE(field, lo, hi)
+#define CHECK_DURATION(field, lo, hi) RANGE(field, lo, hi)
+#define CHECK_ENUM(field, lo, hi) RANGE(field, lo, hi)
+#define CHECK_STRING(field, lo, hi) /* any length: the server judges a DSN */
+#define CHECK(type, field, flag, def, lo, hi, unit, help, choices) CHECK_##type(field, lo, hi)
+    PAWL_STORE_TUNABLES(CHECK)
+#undef CHECK
+#undef CHECK_STRING
+#undef CHECK_ENUM
+#undef CHECK_DURATION
+#undef CHECK_BOOL_NOFLAG
+#undef CHECK_BOOL
+#undef CHECK_INT
 #undef RANGE
-    if (o->reconnect_max_ms < o->reconnect_min_ms)
-        return "reconnect_max_ms is below reconnect_min_ms";
-    return NULL;
+    if (o->reconnect_max_ms < o->reconnect_min_ms) {
+        snprintf(msg, mlen, "reconnect_max_ms is below reconnect_min_ms");
+        return PAWL_EINVAL;
+    }
+    return 0;
 }
 
 /* ---- validation ---------------------------------------------------------------------------- */
@@ -3002,8 +2971,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     if (out == NULL)
         return PAWL_EINVAL;
     *out = NULL;
-    const char *bad = check_opts(o);
-    if (bad) {
+    char bad[160];
+    if (check_opts(o, bad, sizeof bad) != 0) {
         if (err && errlen)
             snprintf(err, errlen, "%s", bad);
         return PAWL_EINVAL;

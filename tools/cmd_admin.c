@@ -40,14 +40,14 @@ static void stores_close(struct stores *s)
  * a refusal by a reachable server (permissions, a failed statement) is a failed operation
  * (exit 1), and a missing schema is exit 5 with a hint.
  */
-static int stores_open(struct pawl_config *cfg, struct stores *s)
+static int stores_open(struct tool_config *cfg, struct stores *s)
 {
     memset(s, 0, sizeof *s);
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
     char err[512] = "";
-    int rc = pawl_store_new(&s->log, dsn, &cfg->store, err, sizeof err);
+    int rc = pawl_store_new(&s->log, dsn, &cfg->lib.store, err, sizeof err);
     if (rc == 0)
         rc = pawl_source_pg_from_store(&s->src, s->log, dsn);
     if (rc == 0 && (rc = pawl_tokens_pg_new(&s->tok, dsn)) != 0)
@@ -64,14 +64,14 @@ static int stores_open(struct pawl_config *cfg, struct stores *s)
 }
 
 /* " (did you mean X?)" when an existing processor's name is one or two edits from proc. */
-static void closest_processor(struct pawl_config *cfg, const char *proc, char *out, size_t outlen)
+static void closest_processor(struct tool_config *cfg, const char *proc, char *out, size_t outlen)
 {
     struct tool_proc_row *rows = NULL;
     size_t n = 0;
     char err[256];
     const char *dsn = tool_dsn(cfg);
-    if (dsn == NULL ||
-        tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err, sizeof err) != 0)
+    if (dsn == NULL || tool_pgq_processors(dsn, cfg->lib.processor.claim_timeout_ms, &rows, &n, err,
+                                           sizeof err) != 0)
         return;
     size_t best = 99, bi = 0;
     for (size_t i = 0; i < n; i++) {
@@ -90,7 +90,7 @@ static void closest_processor(struct pawl_config *cfg, const char *proc, char *o
 
 /* Gather proc's status (tool_status_collect) with the claim timeout that marks expired claims;
  * on failure print "what: the reason" and return the exit code. */
-static int status_collect(struct pawl_config *cfg, struct stores *s, const char *proc,
+static int status_collect(struct tool_config *cfg, struct stores *s, const char *proc,
                           int64_t scan_limit, struct tool_status *st, const char *what)
 {
     char err[512];
@@ -102,13 +102,13 @@ static int status_collect(struct pawl_config *cfg, struct stores *s, const char 
         tool_err("%s: %s%s", what, err, hint);
         return tool_exit_for(rc);
     }
-    st->claim_timeout_ms = cfg->processor.claim_timeout_ms;
+    st->claim_timeout_ms = cfg->lib.processor.claim_timeout_ms;
     return TOOL_OK;
 }
 
 /* The processor name: --processor, or the one positional argument. A command that changes the
  * processor (changes != 0) does not take it from PAWL_PROCESSOR. */
-static const char *proc_name(struct pawl_config *cfg, int argc, const char *const *argv,
+static const char *proc_name(struct tool_config *cfg, int argc, const char *const *argv,
                              const char *cmd, int changes)
 {
     if (argc > 1) {
@@ -116,24 +116,24 @@ static const char *proc_name(struct pawl_config *cfg, int argc, const char *cons
         return NULL;
     }
     if (argc == 1) {
-        if (cfg->processor.name && strcmp(cfg->processor.name, argv[0]) != 0) {
+        if (cfg->lib.processor.name && strcmp(cfg->lib.processor.name, argv[0]) != 0) {
             tool_err("%s: two processor names given (%s and --processor %s)", cmd, argv[0],
-                     cfg->processor.name);
+                     cfg->lib.processor.name);
             return NULL;
         }
         return argv[0];
     }
-    if (changes && cfg->processor.name &&
-        pawl_config_source_of(cfg, "processor") != PAWL_SRC_FLAG) {
+    if (changes && cfg->lib.processor.name &&
+        tool_config_source_of(cfg, "processor") != PAWL_SRC_FLAG) {
         tool_err("%s: which processor? give its name on the command line (%s changes a processor, "
                  "so PAWL_PROCESSOR from the environment is not used)",
                  cmd, cmd);
         return NULL;
     }
-    if (cfg->processor.name == NULL)
+    if (cfg->lib.processor.name == NULL)
         tool_err("%s: which processor? give --processor NAME%s", cmd,
                  changes ? "" : " (or PAWL_PROCESSOR)");
-    return cfg->processor.name;
+    return cfg->lib.processor.name;
 }
 
 static void sleep_ms_interruptible(int64_t ms)
@@ -168,7 +168,7 @@ static void dead_letters_line(struct pawl_tokens *tok, const char *proc)
 }
 
 /* status without a name: one line per processor. */
-static int status_list(struct pawl_config *cfg)
+static int status_list(struct tool_config *cfg)
 {
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
@@ -179,8 +179,8 @@ static int status_list(struct pawl_config *cfg)
         struct tool_proc_row *rows = NULL;
         size_t n = 0;
         char err[512];
-        int rc =
-            tool_pgq_processors(dsn, cfg->processor.claim_timeout_ms, &rows, &n, err, sizeof err);
+        int rc = tool_pgq_processors(dsn, cfg->lib.processor.claim_timeout_ms, &rows, &n, err,
+                                     sizeof err);
         if (rc != 0) {
             tool_err("status: cannot list the processors: %s%s", err,
                      strstr(err, "does not exist") ? " (run `pawl init` first)" : "");
@@ -236,9 +236,9 @@ static int status_list(struct pawl_config *cfg)
     return ex;
 }
 
-int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_status(struct tool_config *cfg, int argc, const char *const *argv)
 {
-    if (argc == 0 && cfg->processor.name == NULL)
+    if (argc == 0 && cfg->lib.processor.name == NULL)
         return status_list(cfg);
     const char *proc = proc_name(cfg, argc, argv, "status", 0);
     if (proc == NULL)
@@ -310,7 +310,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
 /* Refuse (exit 4) when any of the rows has a live claim, naming the owners; name the expired
  * claims (tool_status_claim_expired: their nodes stopped, and any node may take them over) that
  * would be released (preview) or will be (execute). */
-static int refuse_if_claimed(const struct pawl_config *cfg, const struct tool_status *st,
+static int refuse_if_claimed(const struct tool_config *cfg, const struct tool_status *st,
                              const char *what)
 {
     char owners[512];
@@ -353,7 +353,7 @@ static int release_expired(struct pawl_tokens *tok, const struct tool_status *st
     return TOOL_OK;
 }
 
-int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *proc = proc_name(cfg, argc, argv, "reset", 1);
     if (proc == NULL)
@@ -440,13 +440,13 @@ static const struct tool_seg_row *find_row(const struct tool_status *st, uint32_
     return NULL;
 }
 
-static int split_or_merge(struct pawl_config *cfg, int argc, const char *const *argv, int merge)
+static int split_or_merge(struct tool_config *cfg, int argc, const char *const *argv, int merge)
 {
     const char *what = merge ? "merge" : "split";
     const char *proc = proc_name(cfg, argc, argv, what, 1);
     if (proc == NULL)
         return TOOL_USAGE;
-    if (pawl_config_source_of(cfg, "segment") != PAWL_SRC_FLAG) {
+    if (tool_config_source_of(cfg, "segment") != PAWL_SRC_FLAG) {
         tool_err("%s: which segment? give --segment ID (pawl status %s lists them)", what, proc);
         return TOOL_USAGE;
     }
@@ -542,17 +542,17 @@ out:
     return ex;
 }
 
-int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_split(struct tool_config *cfg, int argc, const char *const *argv)
 {
     return split_or_merge(cfg, argc, argv, 0);
 }
 
-int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_merge(struct tool_config *cfg, int argc, const char *const *argv)
 {
     return split_or_merge(cfg, argc, argv, 1);
 }
 
-int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_delete(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *proc = proc_name(cfg, argc, argv, "delete", 1);
     if (proc == NULL)
@@ -583,7 +583,7 @@ int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv)
      * the look above makes it refuse, deleting nothing. */
     char err[512];
     int64_t deleted = 0;
-    int rc = tool_pgq_delete_processor(tool_dsn(cfg), proc, cfg->processor.claim_timeout_ms,
+    int rc = tool_pgq_delete_processor(tool_dsn(cfg), proc, cfg->lib.processor.claim_timeout_ms,
                                        &deleted, err, sizeof err);
     if (rc == PAWL_EBUSY) {
         char shown[1024];
@@ -614,7 +614,7 @@ static void print_time_us(int64_t us, char *out, size_t len)
     strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *what = "list";
     const char *rest[1];

@@ -52,7 +52,7 @@ static void *bench_follow(void *arg)
     return NULL;
 }
 
-static int run_cell(struct pawl_config *cfg, struct pawl_store *s, struct cell_result *r)
+static int run_cell(struct tool_config *cfg, struct pawl_store *s, struct cell_result *r)
 {
     struct pawl_metrics_snapshot *snap = calloc(1, sizeof *snap);
     if (snap == NULL)
@@ -139,7 +139,7 @@ static void write_plot(const char *csv)
         fprintf(stderr, "pawl: gnuplot failed; no chart\n");
 }
 
-int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_bench(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("bench: unexpected argument '%s'", argv[0]);
@@ -153,15 +153,15 @@ int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv)
     }
     int epas[] = {1, 10, 100}, apps[] = {1, 4};
     int nepa = 3, napp = 2;
-    if (pawl_config_source_of(cfg, "events-per-append") != PAWL_SRC_DEFAULT) {
+    if (tool_config_source_of(cfg, "events-per-append") != PAWL_SRC_DEFAULT) {
         epas[0] = cfg->tool.events_per_append;
         nepa = 1;
     }
-    if (pawl_config_source_of(cfg, "appenders") != PAWL_SRC_DEFAULT) {
+    if (tool_config_source_of(cfg, "appenders") != PAWL_SRC_DEFAULT) {
         apps[0] = cfg->tool.appenders;
         napp = 1;
     }
-    if (pawl_config_source_of(cfg, "rate") == PAWL_SRC_DEFAULT)
+    if (tool_config_source_of(cfg, "rate") == PAWL_SRC_DEFAULT)
         cfg->tool.rate = 0;
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
@@ -172,7 +172,7 @@ int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv)
         return TOOL_NODB;
     }
     struct pawl_store *s = NULL;
-    int rc = pawl_store_new(&s, dsn, &cfg->store, err, sizeof err);
+    int rc = pawl_store_new(&s, dsn, &cfg->lib.store, err, sizeof err);
     if (rc != 0) {
         tool_err("bench: cannot open the event log: %s", err);
         return tool_exit_for(rc) == TOOL_USAGE ? TOOL_USAGE : TOOL_NODB;

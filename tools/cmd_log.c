@@ -27,10 +27,10 @@
 #include <unistd.h>
 
 /* Open a store; a missing schema is exit 5 with a hint. Returns an exit code. */
-static int open_store(struct pawl_config *cfg, const char *dsn, struct pawl_store **out)
+static int open_store(struct tool_config *cfg, const char *dsn, struct pawl_store **out)
 {
     char err[512] = "";
-    int rc = pawl_store_new(out, dsn, &cfg->store, err, sizeof err);
+    int rc = pawl_store_new(out, dsn, &cfg->lib.store, err, sizeof err);
     if (rc == 0)
         return TOOL_OK;
     if (rc == PAWL_ESCHEMA) {
@@ -44,7 +44,7 @@ static int open_store(struct pawl_config *cfg, const char *dsn, struct pawl_stor
     return rc == PAWL_EINVAL ? TOOL_USAGE : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
 }
 
-static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct tool_httpd **h)
+static int start_httpd(struct tool_config *cfg, struct pawl_store *s, struct tool_httpd **h)
 {
     *h = NULL;
     if (cfg->metrics_port <= 0)
@@ -60,7 +60,7 @@ static int start_httpd(struct pawl_config *cfg, struct pawl_store *s, struct too
 
 /* ---- init ---- */
 
-int cmd_init(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_init(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("init: unexpected argument '%s'", argv[0]);
@@ -90,7 +90,7 @@ int cmd_init(struct pawl_config *cfg, int argc, const char *const *argv)
 
 /* ---- append ---- */
 
-static int append_generated(struct pawl_config *cfg, struct pawl_store *s)
+static int append_generated(struct tool_config *cfg, struct pawl_store *s)
 {
     struct tool_load load;
     if (tool_load_start(&load, s, cfg) != 0) {
@@ -148,7 +148,7 @@ struct appended {
 };
 
 struct append_ctx {
-    struct pawl_config *cfg;
+    struct tool_config *cfg;
     struct pawl_store *s;
     const char *dsn;
     int64_t appended;      /* events */
@@ -339,7 +339,8 @@ static int wait_final(struct append_ctx *c, int64_t after)
     pawl_batch_init(&b);
     size_t next = 0;
     int64_t quiet_since = pawl_now_ns();
-    int64_t limit_ns = PAWL_MAX((int64_t)c->cfg->store.open_timeout_ms, (int64_t)1000) * 1000000;
+    int64_t limit_ns =
+        PAWL_MAX((int64_t)c->cfg->lib.store.open_timeout_ms, (int64_t)1000) * 1000000;
     int rc = 0;
     while (next < c->ndone && !tool_stop) {
         rc = pawl_read(c->s, after, 1000, &b);
@@ -377,7 +378,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
         char why[256] = "interrupted";
         if (rc == PAWL_ETIMEDOUT)
             snprintf(why, sizeof why, "no new final index for --open-timeout (%d ms)",
-                     (int)c->cfg->store.open_timeout_ms);
+                     (int)c->cfg->lib.store.open_timeout_ms);
         else if (rc != 0)
             pawl_store_last_error(c->s, why, sizeof why);
         tool_err("append --wait: %zu of %zu appended events have no final index yet (%s); they "
@@ -462,12 +463,12 @@ static int line_ready(struct line_reader *r)
  * (a string escapes a byte as at most 6 characters, \u00XX) plus room for the field names,
  * seq, and whitespace.
  */
-static size_t max_line_for(const struct pawl_config *cfg)
+static size_t max_line_for(const struct tool_config *cfg)
 {
-    return (size_t)cfg->store.max_event_bytes * 6 + 65536;
+    return (size_t)cfg->lib.store.max_event_bytes * 6 + 65536;
 }
 
-static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const char *dsn)
+static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const char *dsn)
 {
     struct group g = {.cap = (size_t)cfg->tool.events_per_append};
     g.ev = calloc(g.cap, sizeof *g.ev);
@@ -535,7 +536,7 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const cha
         tool_err("append: line %ld is longer than %zu bytes, the most an event of "
                  "--max-event-bytes %zu can take as a JSON line; refused before reading the rest "
                  "of it",
-                 lineno + 1, rd.max_line, (size_t)cfg->store.max_event_bytes);
+                 lineno + 1, rd.max_line, (size_t)cfg->lib.store.max_event_bytes);
         ex = TOOL_BADINPUT;
     }
     /* Lines before a bad one are appended too (the documented contract), and so are the lines
@@ -582,7 +583,7 @@ static int append_stdin(struct pawl_config *cfg, struct pawl_store *s, const cha
     return ex;
 }
 
-int cmd_append(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_append(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("append: unexpected argument '%s' (events come from stdin, or use --generate)",
@@ -607,7 +608,7 @@ int cmd_append(struct pawl_config *cfg, int argc, const char *const *argv)
 
 /* ---- tail ---- */
 
-static void print_event(const struct pawl_config *cfg, const struct pawl_event *e)
+static void print_event(const struct tool_config *cfg, const struct pawl_event *e)
 {
     if (cfg->tool.json) {
         tool_jsonl_write(stdout, e);
@@ -626,7 +627,7 @@ static void print_event(const struct pawl_config *cfg, const struct pawl_event *
            e->payload_len > (size_t)shown ? "..." : "");
 }
 
-int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("tail: unexpected argument '%s'", argv[0]);
@@ -698,7 +699,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
                  " (index queries %" PRId64 ")",
                  printed, after, st.read_retries, st.read_reconnects, st.read_gaps,
                  st.notifications, st.index_queries);
-    if (cfg->store.read_dsn)
+    if (cfg->lib.store.read_dsn)
         pawl_log(PAWL_LOG_INFO, "tail",
                  "standby: %" PRId64 " reads from it, %" PRId64 " from the primary in its stead, "
                  "%" PRId64 " episodes behind or away; replay delay %.1f ms at the last check",
@@ -747,7 +748,7 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
-int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_demo(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("demo: unexpected argument '%s'", argv[0]);

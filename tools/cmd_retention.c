@@ -37,7 +37,7 @@ static void print_parts(const struct tool_part_row *rows, size_t n, int64_t w)
 }
 
 /* Write the events [from, w) to path (created, never overwritten) and fsync it. */
-static int write_archive(struct pawl_config *cfg, const char *dsn, const char *path, int64_t from,
+static int write_archive(struct tool_config *cfg, const char *dsn, const char *path, int64_t from,
                          int64_t w, int64_t *written)
 {
     *written = 0;
@@ -55,7 +55,7 @@ static int write_archive(struct pawl_config *cfg, const char *dsn, const char *p
     }
     struct pawl_store *s = NULL;
     char err[512] = "";
-    int rc = pawl_store_new(&s, dsn, &cfg->store, err, sizeof err);
+    int rc = pawl_store_new(&s, dsn, &cfg->lib.store, err, sizeof err);
     if (rc != 0) {
         fclose(f);
         unlink(path);
@@ -105,7 +105,7 @@ static int write_archive(struct pawl_config *cfg, const char *dsn, const char *p
     return ex;
 }
 
-int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_retention(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("retention: unexpected argument '%s' (the watermark is --before INDEX)", argv[0]);
@@ -114,7 +114,7 @@ int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv)
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
-    const struct pawl_tool_opts *o = &cfg->tool;
+    const struct tool_opts *o = &cfg->tool;
     const char *archive = o->archive && o->archive[0] ? o->archive : NULL;
     if (archive && o->before <= 0) {
         tool_err("retention: --archive needs --before INDEX (what to archive and drop)");

@@ -230,7 +230,7 @@ static void run_sample(struct run_view *v, struct pawl_tokens *tok, struct pawl_
     pthread_mutex_unlock(&v->mu);
 }
 
-int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *hname0 = cfg->tool.handler ? cfg->tool.handler : "count";
     if (argc > 0 && strcmp(hname0, "exec") != 0) {
@@ -238,7 +238,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
                  argv[0]);
         return TOOL_USAGE;
     }
-    if (cfg->processor.name == NULL) {
+    if (cfg->lib.processor.name == NULL) {
         tool_err("run: which processor? give --processor NAME (or PAWL_PROCESSOR)");
         return TOOL_USAGE;
     }
@@ -256,7 +256,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     struct pawl_tokens *tok = NULL;
     struct pawl_processor *p = NULL;
     struct tool_httpd *httpd = NULL;
-    struct run_view view = {.proc = cfg->processor.name};
+    struct run_view view = {.proc = cfg->lib.processor.name};
     pthread_mutex_init(&view.mu, NULL);
     int ex = TOOL_OK;
     if (strcmp(hname, "count") == 0) {
@@ -282,7 +282,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
             .fsync = cfg->tool.output_fsync,
             .argv = xargv,
             .ack_timeout_ms = cfg->tool.exec_ack_timeout_ms,
-            .processor = cfg->processor.name,
+            .processor = cfg->lib.processor.name,
         };
         char serr0[256] = "";
         if (tool_sink_new(&sink, &so, serr0, sizeof serr0) != 0) {
@@ -311,7 +311,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
     /* The log store with the store flags (--finalizer 0 for a role that may not finalize,
      * --connections, ...), read through a source over it. */
     char serr[512] = "";
-    if ((rc = pawl_store_new(&store, dsn, &cfg->store, serr, sizeof serr)) != 0 ||
+    if ((rc = pawl_store_new(&store, dsn, &cfg->lib.store, serr, sizeof serr)) != 0 ||
         (rc = pawl_source_pg_from_store(&src, store, dsn)) != 0 ||
         (rc = pawl_tokens_pg_new(&tok, dsn)) != 0) {
         tool_err("run: cannot open the log and token store at %s: %s%s%s%s",
@@ -320,9 +320,9 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
         goto out;
     }
-    if ((rc = pawl_processor_new(&p, &cfg->processor, src, tok, hs, nh)) != 0) {
-        tool_err("run: cannot create processor %s: %s (%s)", cfg->processor.name, pawl_strerror(rc),
-                 tok->ops->errmsg(tok));
+    if ((rc = pawl_processor_new(&p, &cfg->lib.processor, src, tok, hs, nh)) != 0) {
+        tool_err("run: cannot create processor %s: %s (%s)", cfg->lib.processor.name,
+                 pawl_strerror(rc), tok->ops->errmsg(tok));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -346,7 +346,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         goto out;
     }
     fprintf(stderr, "pawl: running processor %s as node %s with handler %s (Ctrl-C stops)\n",
-            cfg->processor.name, pawl_processor_node_id(p), hname);
+            cfg->lib.processor.name, pawl_processor_node_id(p), hname);
 
     struct tool_progress prog;
     tool_progress_init(&prog, cfg);
@@ -357,7 +357,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         if (httpd && pawl_now_ns() >= next_sample_ns) {
-            run_sample(&view, tok, src, cfg->processor.claim_timeout_ms);
+            run_sample(&view, tok, src, cfg->lib.processor.claim_timeout_ms);
             next_sample_ns = pawl_now_ns() + 1000000000LL;
         }
         if (!tool_progress_due(&prog))
@@ -368,7 +368,7 @@ int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv)
         double rate = (double)(ps.events - last_events) * 1e9 / (double)PAWL_MAX(now - last_ns, 1);
         last_events = ps.events;
         last_ns = now;
-        int64_t head = 0, low = lowest_token(tok, cfg->processor.name);
+        int64_t head = 0, low = lowest_token(tok, cfg->lib.processor.name);
         src->ops->head(src, &head);
         int64_t behind = low >= 0 && head > low ? head - low : 0;
         char r[32], done[32], eta[32];

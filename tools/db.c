@@ -115,11 +115,11 @@ static void stop_command(const char *script, char *out, size_t outlen)
         snprintf(out, outlen, "%s stop", script);
 }
 
-void tool_dsn_warn_argv(const struct pawl_config *cfg)
+void tool_dsn_warn_argv(const struct tool_config *cfg)
 {
     static int warned;
-    if (warned || cfg->dsn == NULL || pawl_config_source_of(cfg, "dsn") != PAWL_SRC_FLAG ||
-        !pawl_dsn_has_password(cfg->dsn))
+    if (warned || cfg->lib.dsn == NULL || tool_config_source_of(cfg, "dsn") != PAWL_SRC_FLAG ||
+        !pawl_dsn_has_password(cfg->lib.dsn))
         return;
     warned = 1;
     fprintf(stderr,
@@ -128,14 +128,14 @@ void tool_dsn_warn_argv(const struct pawl_config *cfg)
             "the DSN) or PAWL_DSN instead\n");
 }
 
-const char *tool_dsn(struct pawl_config *cfg)
+const char *tool_dsn(struct tool_config *cfg)
 {
     static char dsn[2048];
     static int announced;
-    if (cfg->dsn && cfg->dsn[0]) {
-        PAWL_DEBUG("tool", "database: %s (%s)", tool_dsn_printable(cfg->dsn),
-                   pawl_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
-        return cfg->dsn;
+    if (cfg->lib.dsn && cfg->lib.dsn[0]) {
+        PAWL_DEBUG("tool", "database: %s (%s)", tool_dsn_printable(cfg->lib.dsn),
+                   tool_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
+        return cfg->lib.dsn;
     }
     const char *var = libpq_env_var();
     if (var) {
@@ -185,13 +185,13 @@ static void put_json(FILE *out, const char *s)
     }
 }
 
-void tool_dsn_config(const struct pawl_config *cfg, FILE *out, int json)
+void tool_dsn_config(const struct tool_config *cfg, FILE *out, int json)
 {
     char shown[1024], from[PATH_MAX + 160];
-    if (cfg->dsn && cfg->dsn[0]) {
-        pawl_dsn_redact(cfg->dsn, shown, sizeof shown);
+    if (cfg->lib.dsn && cfg->lib.dsn[0]) {
+        pawl_dsn_redact(cfg->lib.dsn, shown, sizeof shown);
         snprintf(from, sizeof from, "%s",
-                 pawl_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
+                 tool_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
     } else if (libpq_env_var()) {
         pawl_dsn_redact("", shown, sizeof shown);
         snprintf(from, sizeof from, "libpq environment (%s is set)", libpq_env_var());

@@ -80,7 +80,7 @@ static void *appender(void *arg)
 {
     struct thread_arg *ta = arg;
     struct tool_load *l = ta->l;
-    const struct pawl_tool_opts *t = &l->cfg->tool;
+    const struct tool_opts *t = &l->cfg->tool;
     int n = t->events_per_append;
     struct pawl_event *evs = calloc((size_t)n, sizeof *evs);
     char(*ids)[32] = calloc((size_t)n, sizeof *ids);
@@ -157,7 +157,7 @@ out:
     return NULL; /* ta is freed by tool_load_stop, after the store has drained the callbacks */
 }
 
-int tool_load_start(struct tool_load *l, struct pawl_store *store, const struct pawl_config *cfg)
+int tool_load_start(struct tool_load *l, struct pawl_store *store, const struct tool_config *cfg)
 {
     memset(l, 0, sizeof *l);
     l->store = store;

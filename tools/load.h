@@ -19,7 +19,7 @@ struct thread_arg;
 
 struct tool_load {
     struct pawl_store *store;
-    const struct pawl_config *cfg;
+    const struct tool_config *cfg;
     int nthreads;
     pthread_t *threads;
     struct thread_arg *args;
@@ -34,7 +34,7 @@ struct tool_load {
     int64_t start_ns;
 };
 
-int tool_load_start(struct tool_load *l, struct pawl_store *store, const struct pawl_config *cfg);
+int tool_load_start(struct tool_load *l, struct pawl_store *store, const struct tool_config *cfg);
 /* Non-zero once every thread has finished (duration or count reached, or an error stop). */
 int tool_load_done(struct tool_load *l);
 /* Ask the threads to stop, join them, and wait for their appends in flight. */

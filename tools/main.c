@@ -21,9 +21,9 @@
 
 extern char **environ;
 
-static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv);
-static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *argv);
-static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv);
+static int cmd_help(struct tool_config *cfg, int argc, const char *const *argv);
+static int cmd_completion(struct tool_config *cfg, int argc, const char *const *argv);
+static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv);
 static int unknown_cmd(const char *name);
 
 #define DB_NOTE                                                                                    \
@@ -36,18 +36,18 @@ static const struct tool_cmd commands[] = {
      "its manual. --markdown prints the whole reference (commands, flags, exit codes) as "
      "Markdown, as it appears in docs/reference.md.",
      cmd_help, 0},
-    {"config", PAWL_SCOPE_CONFIG, "[--json]", "Print the effective configuration",
+    {"config", TOOL_SCOPE_CONFIG, "[--json]", "Print the effective configuration",
      "Prints every flag with its effective value and where the value came from: default, env "
      "(a PAWL_* environment variable) or flag (the command line). Flags given on this command "
      "line are checked as for any command, so `pawl config --rate 5` shows what `--rate 5` "
      "would mean.",
      cmd_config, 0},
-    {"init", PAWL_SCOPE_INIT, "", "Create or upgrade the pawl schema (idempotent)",
+    {"init", TOOL_SCOPE_INIT, "", "Create or upgrade the pawl schema (idempotent)",
      "Brings the database's pawl schema to this version of pawl: creates it when missing, "
      "upgrades it when older, and does nothing when it is current, so running it twice is safe. "
      "Concurrent runs serialize on an advisory lock. Refuses a schema newer than this pawl.",
      cmd_init, 1},
-    {"append", PAWL_SCOPE_APPEND,
+    {"append", TOOL_SCOPE_APPEND,
      "[--events-per-append N] [--wait] < events.jsonl | --generate [--rate X]",
      "Append events from stdin (JSON lines), or generate load",
      "Reads one event per line from stdin: {\"stream\": \"order-17\", \"type\": "
@@ -68,13 +68,13 @@ static const struct tool_cmd commands[] = {
      "valid input (index and appended_at are ignored). With --generate, --appenders threads "
      "append generated events at --rate for --duration (or --count events) instead.",
      cmd_append, 1},
-    {"tail", PAWL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
+    {"tail", TOOL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
      "Print events of the log, and follow it",
      "Prints the finalized events after --from (0: from the start; -1: only new ones) in index "
      "order, one per line (--json: as JSON lines that `pawl append` reads back). With --follow it "
      "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
      cmd_tail, 1},
-    {"run", PAWL_SCOPE_RUN,
+    {"run", TOOL_SCOPE_RUN,
      "--processor NAME [--handler count|print] | --handler exec -- CMD [ARGS]",
      "Run one node of a processor until interrupted",
      "Runs the processor NAME against the log with the chosen handler: count (counts events), "
@@ -89,7 +89,7 @@ static const struct tool_cmd commands[] = {
      "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
      "stops cleanly: batches finish, progress is stored, claims are released.",
      cmd_run, 1},
-    {"status", PAWL_SCOPE_STATUS, "[[--processor] NAME] [--json] [--watch D] [--metrics]",
+    {"status", TOOL_SCOPE_STATUS, "[[--processor] NAME] [--json] [--watch D] [--metrics]",
      "List the processors, or show one processor's segments: owner, token, lag",
      "Without a name, lists every processor: its segments, how many are claimed and by which "
      "nodes, its lowest token and its lag in events (head - lowest token). With a name, prints, "
@@ -102,7 +102,7 @@ static const struct tool_cmd commands[] = {
      "event. --json prints the same as one JSON document; --watch refreshes every interval "
      "(in place on a terminal; one JSON document per line with --json). --metrics adds totals.",
      cmd_status, 1},
-    {"reset", PAWL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
+    {"reset", TOOL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
      "Move a stopped processor's tokens to a position",
      "Moves every segment's token to the start of the log, its end, an index, or the position "
      "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative with a unit: -15m, "
@@ -114,7 +114,7 @@ static const struct tool_cmd commands[] = {
      "releases it. After a reset backwards, handlers see the events up to each segment's previous "
      "position as replays (pawl_ctx_is_replay) until the processor passes it.",
      cmd_reset, 1},
-    {"delete", PAWL_SCOPE_DELETE, "[--processor] NAME [--execute]",
+    {"delete", TOOL_SCOPE_DELETE, "[--processor] NAME [--execute]",
      "Delete a stopped processor: its segments, tokens and node records",
      "Removes every segment row of the processor NAME (its tokens and claims) and its node "
      "records; the log is untouched, and a later `pawl run --processor NAME` starts it afresh "
@@ -123,7 +123,7 @@ static const struct tool_cmd commands[] = {
      "extended for --claim-timeout (its node died) does not count. The processor name is taken "
      "from the command line only.",
      cmd_delete, 1},
-    {"retention", PAWL_SCOPE_RETENTION,
+    {"retention", TOOL_SCOPE_RETENTION,
      "[--before INDEX [--archive FILE] [--force]] [--rotate] [--execute]",
      "Drop or archive the log's oldest events, a partition at a time",
      "Without --before, lists the partitions of the log (xid range, indexes, events, bytes). "
@@ -137,7 +137,7 @@ static const struct tool_cmd commands[] = {
      "rotate regularly (daily, say). Prints what it would do and changes nothing unless "
      "--execute is given.",
      cmd_retention, 1},
-    {"dead-letters", PAWL_SCOPE_DEAD_LETTERS,
+    {"dead-letters", TOOL_SCOPE_DEAD_LETTERS,
      "[--processor] NAME [list|show|retry|drop] [--stream S] [--to INDEX] [--execute]",
      "List, show, retry or drop a processor's dead letters (parked streams)",
      "A processor run with --dead-letter-attempts parks an event its handlers cannot handle, "
@@ -151,14 +151,14 @@ static const struct tool_cmd commands[] = {
      "what they would do and change nothing unless --execute is given. The processor name is "
      "taken from the command line only for retry and drop.",
      cmd_dead_letters, 1},
-    {"split", PAWL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
+    {"split", TOOL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
      "Splits segment ID (mask m) into ID and ID+m+1 with mask 2m+1; both keep its token. "
      "Prints what it would do unless --execute. Refused (exit 4) while the segment is claimed "
      "(a claim older than --claim-timeout is released instead); a running node picks the new "
      "segments up through its claim cycle.",
      cmd_split, 1},
-    {"merge", PAWL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
+    {"merge", TOOL_SCOPE_MERGE, "[--processor] NAME --segment ID [--execute]",
      "Merge a segment with its sibling",
      "Merges segment ID with its sibling (the other half of its parent) into the parent. The "
      "merged segment starts from the lower of the two tokens and skips the faster half's "
@@ -166,14 +166,14 @@ static const struct tool_cmd commands[] = {
      "--execute. Refused (exit 4) while either half is claimed (a claim older than "
      "--claim-timeout is released instead) or an earlier merge is still catching up.",
      cmd_merge, 1},
-    {"demo", PAWL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
+    {"demo", TOOL_SCOPE_DEMO, "[--rate X] [--duration D] [--appenders N]",
      "Append at a target rate with a follower, and show what happens",
      "Creates the schema if needed, then runs --appenders concurrent appenders at --rate events "
      "per second in total and one follower reading the log, for --duration. A live line shows "
      "appended and read events per second, appends waiting for finalization, the finalize delay "
      "(p50, p99) and the end-to-end lag from commit to follower; a summary follows at the end.",
      cmd_demo, 1},
-    {"bench", PAWL_SCOPE_BENCH,
+    {"bench", TOOL_SCOPE_BENCH,
      "[--duration D] [--csv FILE] [--events-per-append N] [--appenders N]",
      "Measure the append path: rate, latency, finalize delay, lag",
      "Runs the load generator cell by cell: every combination of --events-per-append 1, 10, 100 "
@@ -243,17 +243,25 @@ static void print_wrapped(FILE *out, const char *text, int indent, int width)
     }
 }
 
+/* The flag's default as help shows it: "(none)" for an empty one. */
+static const char *default_text(const struct pawl_flag *f, char *out, size_t outlen)
+{
+    pawl_config_flag_default(f, out, outlen);
+    return out[0] ? out : "(none)";
+}
+
 static void print_flag_help(FILE *out, const struct pawl_flag *f)
 {
+    char def[64];
     char env[96], allowed[256], line[512];
     fprintf(out, "  --%s%s\n", f->name, type_word(f));
     char where[128];
-    if (f->kind == PAWL_FLAG_ACTION)
+    if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
         snprintf(where, sizeof where, "Command line only (an action).");
     else
         snprintf(where, sizeof where, "Env: %s.", pawl_config_flag_env(f, env, sizeof env));
     snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. %s", f->help,
-             f->def[0] ? f->def : "(none)", f->unit ? " " : "", f->unit ? f->unit : "",
+             default_text(f, def, sizeof def), f->unit ? " " : "", f->unit ? f->unit : "",
              pawl_config_flag_allowed(f, allowed, sizeof allowed), where);
     print_wrapped(out, line, 6, 100);
 }
@@ -276,9 +284,9 @@ static void print_cmd_help(FILE *out, const struct tool_cmd *c)
         print_wrapped(out, DB_NOTE, 2, 100);
     fprintf(out, "\nFLAGS\n");
     int any = 0;
-    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
-        const struct pawl_flag *f = pawl_config_flag_at(i);
-        if (f->scope & c->scope) {
+    for (size_t i = 0; i < tool_flag_count(); i++) {
+        const struct pawl_flag *f = tool_flag_at(i);
+        if (tool_flag_scope(f) & c->scope) {
             print_flag_help(out, f);
             any = 1;
         }
@@ -298,9 +306,9 @@ static void print_usage(FILE *out)
     for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nFLAGS ACCEPTED BY EVERY COMMAND\n");
-    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
-        const struct pawl_flag *f = pawl_config_flag_at(i);
-        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL)
+    for (size_t i = 0; i < tool_flag_count(); i++) {
+        const struct pawl_flag *f = tool_flag_at(i);
+        if ((tool_flag_scope(f) & TOOL_SCOPE_ALL) == TOOL_SCOPE_ALL)
             print_flag_help(out, f);
     }
     fprintf(out, "\nFlags may also come before the command: pawl --dsn DSN status. Every setting "
@@ -335,9 +343,10 @@ static void print_markdown(FILE *out)
             fprintf(out, " %s", DB_NOTE);
         fprintf(out, "\n\n");
         int any = 0;
-        for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-            const struct pawl_flag *f = pawl_config_flag_at(j);
-            if ((f->scope & c->scope) && (f->scope & PAWL_SCOPE_ALL) != PAWL_SCOPE_ALL) {
+        for (size_t j = 0; j < tool_flag_count(); j++) {
+            const struct pawl_flag *f = tool_flag_at(j);
+            if ((tool_flag_scope(f) & c->scope) &&
+                (tool_flag_scope(f) & TOOL_SCOPE_ALL) != TOOL_SCOPE_ALL) {
                 fprintf(out, "%s`--%s`", any ? ", " : "Flags: ", f->name);
                 any = 1;
             }
@@ -345,31 +354,33 @@ static void print_markdown(FILE *out)
         if (any)
             fprintf(out, " (and the common flags).\n\n");
     }
-    fprintf(out, "### Flags\n\nEvery flag is a field of `struct pawl_config`. Settings are also "
-                 "environment variables; precedence: command line > environment > default. "
-                 "Actions (environment: -) come from the command line only: an action variable "
-                 "in the environment is ignored, with a warning. Durations need a unit (250ms, "
-                 "2s, 1m30s, 1.5h); only 0 may be bare.\n\n"
-                 "| flag | environment | default | accepts | commands | meaning |\n"
-                 "| --- | --- | --- | --- | --- | --- |\n");
-    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
-        const struct pawl_flag *f = pawl_config_flag_at(i);
-        char env[96], allowed[256];
-        if (f->kind == PAWL_FLAG_ACTION)
+    fprintf(out,
+            "### Flags\n\nLogging, `--dsn` and the store's and processor's flags are fields of "
+            "`struct pawl_config` (the others are the tool's own). Settings are also "
+            "environment variables; precedence: command line > environment > default. "
+            "Actions (environment: -) come from the command line only: an action variable "
+            "in the environment is ignored, with a warning. Durations need a unit (250ms, "
+            "2s, 1m30s, 1.5h); only 0 may be bare.\n\n"
+            "| flag | environment | default | accepts | commands | meaning |\n"
+            "| --- | --- | --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < tool_flag_count(); i++) {
+        const struct pawl_flag *f = tool_flag_at(i);
+        char env[96], allowed[256], def[64];
+        if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
             snprintf(env, sizeof env, "-");
         else
             pawl_config_flag_env(f, env, sizeof env);
         fprintf(out, "| `--%s` | %s%s%s | %s%s%s | ", f->name, env[0] == '-' ? "" : "`", env,
-                env[0] == '-' ? "" : "`", f->def[0] ? f->def : "(none)", f->unit ? " " : "",
+                env[0] == '-' ? "" : "`", default_text(f, def, sizeof def), f->unit ? " " : "",
                 f->unit ? f->unit : "");
         md_cell(out, pawl_config_flag_allowed(f, allowed, sizeof allowed));
         fprintf(out, " | ");
-        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL) {
+        if ((tool_flag_scope(f) & TOOL_SCOPE_ALL) == TOOL_SCOPE_ALL) {
             fprintf(out, "all");
         } else {
             int first = 1;
             for (size_t j = 0; j < PAWL_ARRAY_LEN(commands); j++) {
-                if (commands[j].scope & f->scope) {
+                if (commands[j].scope & tool_flag_scope(f)) {
                     fprintf(out, "%s%s", first ? "" : ", ", commands[j].name);
                     first = 0;
                 }
@@ -384,7 +395,7 @@ static void print_markdown(FILE *out)
         fprintf(out, "| %d | %s |\n", e->code, e->meaning);
 }
 
-static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv)
+static int cmd_help(struct tool_config *cfg, int argc, const char *const *argv)
 {
     (void)cfg;
     int markdown = 0;
@@ -414,7 +425,7 @@ static int cmd_help(struct pawl_config *cfg, int argc, const char *const *argv)
     return TOOL_OK;
 }
 
-int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
+int cmd_config(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
         tool_err("config: unexpected argument '%s'", argv[0]);
@@ -423,9 +434,9 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
     char value[4200], env[96];
     if (cfg->tool.json) {
         printf("{");
-        for (size_t i = 0; i < pawl_config_flag_count(); i++) {
-            const struct pawl_flag *f = pawl_config_flag_at(i);
-            pawl_config_get(cfg, f->name, value, sizeof value);
+        for (size_t i = 0; i < tool_flag_count(); i++) {
+            const struct pawl_flag *f = tool_flag_at(i);
+            tool_config_get(cfg, f->name, value, sizeof value);
             if ((strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0) && value[0])
                 snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
             /* Values are flag text: escape only what JSON requires. */
@@ -439,7 +450,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
                     putchar(*p);
             }
             printf("\", \"source\": \"%s\", \"env\": \"%s\"}",
-                   pawl_config_source_name(pawl_config_source_of(cfg, f->name)),
+                   pawl_config_source_name(tool_config_source_of(cfg, f->name)),
                    pawl_config_flag_env(f, env, sizeof env));
         }
         tool_dsn_config(cfg, stdout, 1); /* the database actually used, and from where */
@@ -447,12 +458,12 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
         return TOOL_OK;
     }
     printf("%-20s %-28s %s\n", "FLAG", "VALUE", "SOURCE");
-    for (size_t i = 0; i < pawl_config_flag_count(); i++) {
-        const struct pawl_flag *f = pawl_config_flag_at(i);
-        pawl_config_get(cfg, f->name, value, sizeof value);
+    for (size_t i = 0; i < tool_flag_count(); i++) {
+        const struct pawl_flag *f = tool_flag_at(i);
+        tool_config_get(cfg, f->name, value, sizeof value);
         if ((strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0) && value[0])
             snprintf(value, sizeof value, "%s", tool_dsn_printable(value));
-        enum pawl_config_source src = pawl_config_source_of(cfg, f->name);
+        enum pawl_config_source src = tool_config_source_of(cfg, f->name);
         printf("--%-18s %-28s %s", f->name, value[0] ? value : "(none)",
                pawl_config_source_name(src));
         if (src == PAWL_SRC_ENV)
@@ -465,7 +476,7 @@ int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv)
 
 /* ---- generated completion and manual ---- */
 
-static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *argv)
+static int cmd_completion(struct tool_config *cfg, int argc, const char *const *argv)
 {
     (void)cfg;
     if (argc != 1 || strcmp(argv[0], "bash") != 0) {
@@ -478,8 +489,8 @@ static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *
            "    local valued=\"",
            PAWL_VERSION);
     /* Flags that take the next word as their value: it is not the command. */
-    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-        const struct pawl_flag *f = pawl_config_flag_at(j);
+    for (size_t j = 0; j < tool_flag_count(); j++) {
+        const struct pawl_flag *f = tool_flag_at(j);
         if (f->type != PAWL_FLAG_BOOL)
             printf(" --%s", f->name);
     }
@@ -497,22 +508,22 @@ static int cmd_completion(struct pawl_config *cfg, int argc, const char *const *
     for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
         const struct tool_cmd *c = &commands[i];
         printf("    %s) flags=\"--help --version", c->name);
-        for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-            const struct pawl_flag *f = pawl_config_flag_at(j);
-            if (f->scope & c->scope)
+        for (size_t j = 0; j < tool_flag_count(); j++) {
+            const struct pawl_flag *f = tool_flag_at(j);
+            if (tool_flag_scope(f) & c->scope)
                 printf(" --%s", f->name);
         }
         printf("\" ;;\n");
     }
     printf("    *) flags=\"--help --version");
-    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-        const struct pawl_flag *f = pawl_config_flag_at(j);
-        if ((f->scope & PAWL_SCOPE_ALL) == PAWL_SCOPE_ALL || strcmp(f->name, "dsn") == 0)
+    for (size_t j = 0; j < tool_flag_count(); j++) {
+        const struct pawl_flag *f = tool_flag_at(j);
+        if ((tool_flag_scope(f) & TOOL_SCOPE_ALL) == TOOL_SCOPE_ALL || strcmp(f->name, "dsn") == 0)
             printf(" --%s", f->name);
     }
     printf("\" ;;\n    esac\n    case $prev in\n");
-    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-        const struct pawl_flag *f = pawl_config_flag_at(j);
+    for (size_t j = 0; j < tool_flag_count(); j++) {
+        const struct pawl_flag *f = tool_flag_at(j);
         if (f->type != PAWL_FLAG_ENUM)
             continue;
         printf("    --%s) COMPREPLY=($(compgen -W \"", f->name);
@@ -558,7 +569,7 @@ static void roff(FILE *out, const char *s)
     }
 }
 
-static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv)
+static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv)
 {
     (void)cfg;
     if (argc > 0) {
@@ -590,19 +601,20 @@ static int cmd_man(struct pawl_config *cfg, int argc, const char *const *argv)
         fputc('\n', o);
     }
     fprintf(o, ".SH FLAGS\n");
-    for (size_t j = 0; j < pawl_config_flag_count(); j++) {
-        const struct pawl_flag *f = pawl_config_flag_at(j);
+    for (size_t j = 0; j < tool_flag_count(); j++) {
+        const struct pawl_flag *f = tool_flag_at(j);
         char env[96], allowed[256];
         fprintf(o, ".TP\n.B \\-\\-");
         roff(o, f->name);
         fprintf(o, "%s\n", type_word(f));
         roff(o, f->help);
         fprintf(o, ". Default: ");
-        roff(o, f->def[0] ? f->def : "(none)");
+        char def[64];
+        roff(o, default_text(f, def, sizeof def));
         fprintf(o, ". Accepts ");
         roff(o, pawl_config_flag_allowed(f, allowed, sizeof allowed));
         fprintf(o, ". ");
-        if (f->kind == PAWL_FLAG_ACTION)
+        if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
             fprintf(o, "Command line only (an action).\n");
         else
             fprintf(o, "Environment: %s.\n", pawl_config_flag_env(f, env, sizeof env));
@@ -684,7 +696,7 @@ int main(int argc, char **argv)
         }
         args[npre++] = argv[i];
         if (strncmp(a, "--", 2) == 0 && strchr(a, '=') == NULL) {
-            const struct pawl_flag *f = pawl_config_flag_find(a + 2);
+            const struct pawl_flag *f = tool_flag_find(a + 2);
             if (f && f->type != PAWL_FLAG_BOOL && i + 1 < argc)
                 args[npre++] = argv[++i];
         }
@@ -727,44 +739,44 @@ int main(int argc, char **argv)
     for (int k = i + 1; k < argc; k++)
         args[nargs++] = argv[k];
 
-    struct pawl_config cfg;
-    pawl_config_defaults(&cfg);
+    struct tool_config cfg;
+    tool_config_defaults(&cfg);
     char err[512];
-    int rc = pawl_config_load_env(&cfg, environ, err, sizeof err);
+    int rc = tool_config_load_env(&cfg, environ, err, sizeof err);
     if (rc != 0) {
         tool_err("%s", err);
-        pawl_config_fini(&cfg);
+        tool_config_fini(&cfg);
         free(args);
         return TOOL_USAGE;
     }
-    struct pawl_config_args pargs;
+    struct tool_config_args pargs;
     /* `pawl config` takes every flag, to show what it would mean. */
-    unsigned scope = cmd->run == cmd_config ? PAWL_SCOPE_ALL : cmd->scope;
-    rc = pawl_config_parse_args(&cfg, nargs, args, scope, &pargs, err, sizeof err);
-    pawl_config_apply_log(&cfg); /* so even a usage error follows --log-format */
+    unsigned scope = cmd->run == cmd_config ? TOOL_SCOPE_ALL : cmd->scope;
+    rc = tool_config_parse_args(&cfg, nargs, args, scope, &pargs, err, sizeof err);
+    tool_config_apply_log(&cfg); /* so even a usage error follows --log-format */
     if (rc != 0) {
         tool_err("%s: %s (pawl %s --help lists its flags)", cmd->name, err, cmd->name);
-        pawl_config_fini(&cfg);
+        tool_config_fini(&cfg);
         free(args);
         return TOOL_USAGE;
     }
     if (pargs.version) {
         printf("pawl %s\n", PAWL_VERSION);
-        pawl_config_fini(&cfg);
+        tool_config_fini(&cfg);
         free(args);
         return TOOL_OK;
     }
     if (pargs.help) {
         print_cmd_help(stdout, cmd);
-        pawl_config_fini(&cfg);
+        tool_config_fini(&cfg);
         free(args);
         return TOOL_OK;
     }
     tool_dsn_warn_argv(&cfg); /* a password in argv is visible in ps */
-    if (cfg.log.format == PAWL_LOG_JSON)
+    if (cfg.lib.log.format == PAWL_LOG_JSON)
         tool_log_json_stderr();
     char ignored[512];
-    int nign = pawl_config_env_actions(environ, ignored, sizeof ignored);
+    int nign = tool_config_env_actions(environ, ignored, sizeof ignored);
     if (nign > 0) {
         struct tool_kv kv[] = {TOOL_KV_S("ignored", ignored)};
         tool_log(PAWL_LOG_WARN, kv, 1,
@@ -772,9 +784,9 @@ int main(int argc, char **argv)
                  "taken from the command line only",
                  ignored);
     }
-    if (cfg.dsn && cfg.dsn[0] && pawl_dsn_check(cfg.dsn, err, sizeof err) != 0) {
+    if (cfg.lib.dsn && cfg.lib.dsn[0] && pawl_dsn_check(cfg.lib.dsn, err, sizeof err) != 0) {
         tool_err("invalid value for --dsn: %s", err);
-        pawl_config_fini(&cfg);
+        tool_config_fini(&cfg);
         free(args);
         return TOOL_USAGE;
     }
@@ -791,7 +803,7 @@ int main(int argc, char **argv)
     rc = cmd->run(&cfg, pargs.npositional, pargs.positional);
     if (tool_stop && rc == TOOL_OK && interrupt_exits_130(cmd))
         rc = TOOL_INTERRUPTED;
-    pawl_config_fini(&cfg);
+    tool_config_fini(&cfg);
     free(args);
     fflush(stderr);
     return rc;

@@ -9,7 +9,7 @@
 
 #define LIVE_PERIOD_NS (250 * 1000 * 1000LL)
 
-void tool_progress_init(struct tool_progress *p, const struct pawl_config *cfg)
+void tool_progress_init(struct tool_progress *p, const struct tool_config *cfg)
 {
     memset(p, 0, sizeof *p);
     switch (cfg->tool.progress) {

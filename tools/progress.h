@@ -24,7 +24,7 @@ struct tool_progress {
 };
 
 /* Resolve the mode from cfg (--progress, --progress-interval) and whether stderr is a TTY. */
-void tool_progress_init(struct tool_progress *p, const struct pawl_config *cfg);
+void tool_progress_init(struct tool_progress *p, const struct tool_config *cfg);
 
 /* Non-zero when a line is due now (callers build the text only then). */
 int tool_progress_due(struct tool_progress *p);

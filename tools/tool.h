@@ -2,7 +2,7 @@
  * tool.h — declarations shared by the files of the `pawl` command-line tool.
  *
  * The tool is the only part of pawl that reads argv and the environment. main.c parses the
- * subcommand and its flags into a struct pawl_config (defaults < PAWL_* environment < --flags),
+ * subcommand and its flags into a struct tool_config (defaults < PAWL_* environment < --flags),
  * then calls the command's function with it. Commands return one of the exit codes below; their
  * messages go to stderr, their results to stdout. Everything runs on the main thread except
  * what a command starts itself (appenders, the metrics server).
@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "pawl.h"
+#include "tool_config.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -40,11 +41,11 @@ extern const struct tool_exit_code tool_exit_codes[];
 
 struct tool_cmd {
     const char *name;
-    unsigned scope;          /* PAWL_SCOPE_* bit of this command */
+    unsigned scope;          /* TOOL_SCOPE_* bit of this command */
     const char *synopsis;    /* after "pawl NAME " */
     const char *summary;     /* one line */
     const char *description; /* paragraphs, man style */
-    int (*run)(struct pawl_config *cfg, int argc, const char *const *argv);
+    int (*run)(struct tool_config *cfg, int argc, const char *const *argv);
     int needs_db;
 };
 
@@ -89,38 +90,38 @@ const char *tool_printable(const char *s, char *out, size_t outlen);
 const char *tool_json_string(const char *s, char *out, size_t outlen);
 
 /*
- * The database to use: cfg->dsn when set; else "" (libpq's environment) when a PG* connection
+ * The database to use: cfg->lib.dsn when set; else "" (libpq's environment) when a PG* connection
  * variable is set; else the user's private PostgreSQL (via the pawl-pg script next to the
  * binary), started if it is not running; announced on stderr once. Returns a static string, or
  * NULL after printing why.
  */
-const char *tool_dsn(struct pawl_config *cfg);
+const char *tool_dsn(struct tool_config *cfg);
 /* The DSN with its password hidden, for messages. Static storage. */
 const char *tool_dsn_printable(const char *dsn);
 /* Warn once on stderr when --dsn (argv, visible in ps) carries a password. */
-void tool_dsn_warn_argv(const struct pawl_config *cfg);
+void tool_dsn_warn_argv(const struct tool_config *cfg);
 /* For `pawl config`: the database the tool would use (redacted) and where that came from (--dsn,
  * PAWL_DSN, libpq's environment, the private cluster at PATH); starts nothing. json: as a
  * ",\n  \"database\": {...}" member to append to the flags' object. */
-void tool_dsn_config(const struct pawl_config *cfg, FILE *out, int json);
+void tool_dsn_config(const struct tool_config *cfg, FILE *out, int json);
 
 /* Map a pawl error code to an exit code. */
 int tool_exit_for(int rc);
 
 /* Commands */
-int cmd_config(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_init(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_append(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_demo(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_bench(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_run(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_reset(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_split(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_merge(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_delete(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_retention(struct pawl_config *cfg, int argc, const char *const *argv);
-int cmd_dead_letters(struct pawl_config *cfg, int argc, const char *const *argv);
+int cmd_config(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_init(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_append(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_demo(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_bench(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_run(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_status(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_split(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_merge(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_delete(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_retention(struct tool_config *cfg, int argc, const char *const *argv);
+int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv);
 
 #endif

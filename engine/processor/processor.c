@@ -80,20 +80,9 @@
 void pawl_processor_opts_defaults(struct pawl_processor_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->segments = 16;
-    o->batch_size = 100;
-    o->max_segments_per_node = 0;
-    o->threads = 0; /* one per online CPU */
-    o->claim_timeout_ms = 10000;
-    o->claim_extend_interval_ms = 0;
-    o->claim_poll_ms = 1000;
-    o->backoff_min_ms = 1000;
-    o->backoff_max_ms = 60000;
-    o->read_ahead = 1000;
-    o->read_ahead_bytes = 16u << 20;
-    o->read_batch = 1000;
-    o->idle_wait_ms = 1000;
-    o->initial_token = PAWL_TOKEN_START;
+#define DEFAULT(type, field, flag, def, lo, hi, unit, help, choices) o->field = def;
+    PAWL_PROCESSOR_TUNABLES(DEFAULT)
+#undef DEFAULT
 }
 
 static int name_ok(const char *s, size_t max)
@@ -109,6 +98,7 @@ static int name_ok(const char *s, size_t max)
     return 1;
 }
 
+/* The ranges of PAWL_PROCESSOR_TUNABLES, then the rules no single range states. */
 static int check_opts(const struct pawl_processor_opts *o)
 {
 #define RANGE_(f, lo, hi)                                                                          \
@@ -117,6 +107,19 @@ static int check_opts(const struct pawl_processor_opts *o)
                    (long long)(lo), (long long)(hi));                                              \
         return PAWL_ERANGE;                                                                        \
     }
+#define CHECK_INT(field, lo, hi) RANGE_(field, lo, hi)
+#define CHECK_BOOL(field, lo, hi) /* any nonzero value is true */
+#define CHECK_DURATION(field, lo, hi) RANGE_(field, lo, hi)
+#define CHECK_ENUM(field, lo, hi) RANGE_(field, lo, hi)
+#define CHECK_STRING(field, lo, hi) /* name_ok below */
+#define CHECK(type, field, flag, def, lo, hi, unit, help, choices) CHECK_##type(field, lo, hi)
+    PAWL_PROCESSOR_TUNABLES(CHECK)
+#undef CHECK
+#undef CHECK_STRING
+#undef CHECK_ENUM
+#undef CHECK_DURATION
+#undef CHECK_BOOL
+#undef CHECK_INT
     if (!name_ok(o->name, PAWL_NAME_MAX)) {
         PAWL_ERROR(MOD, "processor name must be 1..%d characters of [A-Za-z0-9_.:-]",
                    PAWL_NAME_MAX);
@@ -130,22 +133,13 @@ static int check_opts(const struct pawl_processor_opts *o)
         PAWL_ERROR(MOD, "segments = %u must be a power of two in 1..65536", o->segments);
         return PAWL_ERANGE;
     }
-    RANGE_(batch_size, 1, 100000)
-    RANGE_(max_segments_per_node, 0, 65536)
-    RANGE_(threads, 0, 256)
-    RANGE_(claim_timeout_ms, 100, 3600000)
     if (o->claim_extend_interval_ms != 0)
         RANGE_(claim_extend_interval_ms, 10, o->claim_timeout_ms / 2)
-    RANGE_(claim_poll_ms, 10, 600000)
-    RANGE_(backoff_min_ms, 1, 3600000)
-    RANGE_(backoff_max_ms, o->backoff_min_ms, 3600000)
-    RANGE_(read_ahead, 1, 1000000)
-    RANGE_(read_ahead_bytes, 4096, (uint64_t)1 << 40)
-    RANGE_(read_batch, 1, 100000)
-    RANGE_(idle_wait_ms, 10, 60000)
-    RANGE_(initial_token, 0, INT64_MAX)
-    RANGE_(timer_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL)
-    RANGE_(dead_letter_attempts, 0, 1000)
+    if (o->backoff_max_ms < o->backoff_min_ms) {
+        PAWL_ERROR(MOD, "backoff_max_ms = %u is below backoff_min_ms = %u", o->backoff_max_ms,
+                   o->backoff_min_ms);
+        return PAWL_ERANGE;
+    }
 #undef RANGE_
     return 0;
 }

@@ -28,6 +28,12 @@
 #endif
 #endif
 
+/*
+ * The choices of an ENUM tunable in the tunable lists (PAWL_STORE_TUNABLES,
+ * PAWL_PROCESSOR_TUNABLES): a NULL-terminated array of names, in the order of the field's values.
+ */
+#define PAWL_CHOICES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
 #ifdef __cplusplus
 extern "C" {
 #endif

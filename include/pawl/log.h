@@ -42,34 +42,37 @@ extern "C" {
 
 struct pawl_store;
 
-/* Options of a store. Get the defaults with pawl_store_opts_defaults, then change fields. */
+/*
+ * Options of a store. Get the defaults with pawl_store_opts_defaults, then change fields. Each
+ * field's default, range and flag are declared once, in PAWL_STORE_TUNABLES below; the comments
+ * here say what a field means.
+ */
 struct pawl_store_opts {
-    /* Connections for appends and reads, pipelined. 1..64, default 2. */
+    /* Connections for appends and reads, pipelined. */
     int connections;
-    /* Largest event: payload + metadata + stream id + type, in bytes. 1..268435456, default
-     * 1048576 (1 MiB). Larger events are refused with PAWL_ETOOBIG before reaching the server. */
+    /* Largest event: payload + metadata + stream id + type, in bytes. Larger events
+     * are refused with PAWL_ETOOBIG before reaching the server. */
     size_t max_event_bytes;
-    /* Most events in one append. 1..100000, default 10000 (PAWL_ETOOBIG beyond). */
+    /* Most events in one append (PAWL_ETOOBIG beyond). */
     size_t max_append_events;
     /* Async appends submitted and not completed; beyond it pawl_append_async returns
-     * PAWL_EAGAIN. 1..1000000, default 8192. */
+     * PAWL_EAGAIN. */
     int max_inflight_appends;
     /* 1: run a finalizer in this process (signalled by each committed append); 0: do not
-     * (another process finalizes). Default 1. */
+     * (another process finalizes). */
     int finalizer;
     /* Safety run period: finalize even without a signal, for appends of processes that died
-     * before finalizing. 10..3600000 ms, default 1000. */
+     * before finalizing. */
     int finalizer_safety_interval_ms;
     /* The most appends in one run row (what a reader maps at once). A run finalizes everything
-     * completed at its snapshot, as several contiguous rows when needed. 1..100000, default
-     * 2000. */
+     * completed at its snapshot, as several contiguous rows when needed. */
     int finalize_batch_max;
     /* When another session holds the finalizer lock, retry after this long, doubling up to 8x
-     * while it stays held (never a busy loop). 1..1000 ms, default 2. */
+     * while it stays held (never a busy loop). */
     int finalizer_retry_ms;
     /* Cadence: a run starts at least this long after the previous one started, so that one
      * run (one commit) covers the appends that committed meanwhile; it bounds the finalize
-     * delay from below. 0..1000000 µs, default 500 (a run itself takes ~0.7 ms here). */
+     * delay from below. */
     int finalizer_min_interval_us;
     /* Under load the cadence stretches: a run also starts no sooner than this share of the
      * recent append latency (submit to acknowledged commit, a moving average over this
@@ -77,58 +80,52 @@ struct pawl_store_opts {
      * appends queue, their latency grows, and one run then covers many more of them: the
      * finalizer's cost per event falls, and the delay it adds stays a small part of what a
      * writer already waits for its acknowledgment. Unloaded, append latency is about a
-     * commit and the minimum interval rules. 0 turns it off. 0..100 %, default 25. */
+     * commit and the minimum interval rules. 0 turns it off. */
     int finalizer_latency_share_pct;
     /* The longest interval the latency share may stretch the cadence to (never below
-     * finalizer_min_interval_us). 0..1000000 µs, default 20000. */
+     * finalizer_min_interval_us). */
     int finalizer_max_interval_us;
     /* Experimental. 1: each append's transaction also runs a finalization (after its
      * insert, under the same try-lock) for what others committed before it, so that run's
      * commit shares the append's WAL flush; the background finalizer then mostly finds the
-     * work done. Measured here it raised finalize delays (appends hold the lock through their
-     * commits) without a clear throughput gain, so the default is 0: only the background
-     * finalizer finalizes. */
+     * work done. Off by default: appends then hold the lock through their commits, which
+     * raises finalize delays (docs/design.md). */
     int append_finalizes;
     /* An append waiting this long for a lock (its stream's head held by another open
      * transaction, e.g. an outbox append not yet committed) is rolled back by the server
      * (lock_timeout) and retried after a short back-off, off its connection's pipeline, so
-     * appends to other streams keep flowing. 0 waits without limit (PostgreSQL's default).
-     * 0..600000 ms, default 100. */
+     * appends to other streams keep flowing. 0 waits without limit (PostgreSQL's default). */
     int append_lock_timeout_ms;
     /* Such retries stop after this long in total: the append fails with PAWL_ETIMEDOUT (sqlstate
-     * 55P03) and a message naming the stream. 0..3600000 ms, default 30000. */
+     * 55P03) and a message naming the stream. */
     int append_lock_wait_ms;
     /* Group append: appends submitted while earlier ones are in flight are combined into one
      * transaction (one commit, one WAL flush), at most this many appends per group; each
      * append keeps its own expected versions (a conflict fails that append alone) and appends
      * to one stream keep their submission order within a group. At most `connections` groups
      * are in flight; a group takes what queued meanwhile, so an append alone never waits for
-     * company. 1: no grouping (each append its own transaction, pipelined). 1..10000,
-     * default 256. */
+     * company. 1: no grouping (each append its own transaction, pipelined). */
     int append_group_max;
     /* The longest an append waits for others to join its group when a connection is free
-     * (an upper bound: a group that reaches append_group_max goes at once). 0..100000 µs,
-     * default 0 (no linger: group only what queued while the previous group was in flight). */
+     * (an upper bound: a group that reaches append_group_max goes at once). 0: no linger,
+     * group only what queued while the previous group was in flight. */
     int append_group_linger_us;
-    /* 1: LISTEN for other processes' finalizations (wakes followers); default 1. */
+    /* 1: LISTEN for other processes' finalizations (wakes followers). */
     int listen;
-    /* Reconnect back-off: first delay and cap. 1..60000 ms; defaults 100 and 5000. */
+    /* Reconnect back-off: first delay and cap (the cap at least the first delay). */
     int reconnect_min_ms;
     int reconnect_max_ms;
-    /* One connection attempt; 1..600000 ms, default 10000. */
+    /* One connection attempt. */
     int connect_timeout_ms;
-    /* How long pawl_store_new waits for the first connection. 1..600000 ms, default 10000. */
+    /* How long pawl_store_new waits for the first connection. */
     int open_timeout_ms;
-    /* A request waiting this long for a connection fails with PAWL_ECONN. 0 (forever) or
-     * 1..3600000 ms, default 10000. */
+    /* A request waiting this long for a connection fails with PAWL_ECONN; 0: forever. */
     int queue_timeout_ms;
-    /* 1: create or upgrade the schema when opening (pawl_schema_migrate); 0: require it.
-     * Default 0. */
+    /* 1: create or upgrade the schema when opening (pawl_schema_migrate); 0: require it. */
     int migrate;
     /* Readers (pawl_read, pawl_follow) retry a read whose connection was lost (reads are
      * read-only: always safe to retry) until the pool has reconnected, for at most this long
-     * per outage; then the read fails with PAWL_ECONN. 0 retries forever. 0..86400000 ms,
-     * default 600000 (10 minutes). */
+     * per outage; then the read fails with PAWL_ECONN. 0 retries forever. */
     int read_retry_timeout_ms;
 
     /*
@@ -144,14 +141,14 @@ struct pawl_store_opts {
      * once, and its end. read_wake: PAWL_READ_WAKE_LISTEN wakes followers by LISTEN on dsn (as
      * without a standby); PAWL_READ_WAKE_POLL polls the standby's highest index instead,
      * 1 ms after a new one, doubling while nothing comes, up to read_poll_max_ms (no listener
-     * on dsn). read_max_lag_ms 0..3600000, default 5000; read_poll_max_ms 1..60000, default 100.
+     * on dsn).
      */
     const char *read_dsn;
     int read_fallback;
     int read_max_lag_ms;
     int read_wake;
     int read_poll_max_ms;
-    /* The connection pools' I/O loop: an enum pawl_timer_backend. AUTO (default) runs on
+    /* The connection pools' I/O loop: an enum pawl_timer_backend. AUTO runs on
      * io_uring unless the kernel refuses it, then on epoll (logged); EPOLL forces the fallback;
      * IO_URING makes a refusal fail pawl_store_new with PAWL_ENOTSUP. */
     int io_backend;
@@ -159,6 +156,109 @@ struct pawl_store_opts {
 
 enum { PAWL_READ_FALLBACK_PRIMARY = 0, PAWL_READ_FALLBACK_WAIT = 1 };
 enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
+
+/*
+ * Every tunable of a store, one line each: the only place its default, its range and its flag
+ * are declared. pawl_store_opts_defaults applies the defaults, pawl_store_new checks each
+ * numeric field against [min, max] (besides the rule that reconnect_max_ms is at least
+ * reconnect_min_ms), and the pawl tool derives its flags, environment variables (PAWL_ plus the
+ * flag in capitals, '-' as '_') and help from the same lines.
+ *
+ *   X(type, field, flag, default, min, max, unit, help, choices)
+ *
+ * type: INT, BOOL (0 or 1), DURATION (milliseconds), ENUM (an index into choices), STRING (max is
+ * the longest length in bytes; the default NULL means "not set"), or BOOL_NOFLAG (a boolean the
+ * tool does not offer). unit and choices are NULL when they do not apply; choices is
+ * PAWL_CHOICES("a", "b", ...) in the order of the field's values.
+ */
+#define PAWL_STORE_TUNABLES(X)                                                                     \
+    X(INT, connections, "connections", 2, 1, 64, NULL,                                             \
+      "Pipelined connections for appends and reads", NULL)                                         \
+    X(INT, max_event_bytes, "max-event-bytes", 1048576, 1, 268435456, "bytes",                     \
+      "Largest event (payload, metadata, stream id, type); larger ones are refused", NULL)         \
+    X(INT, max_append_events, "max-append-events", 10000, 1, 100000, NULL,                         \
+      "Most events in one append", NULL)                                                           \
+    X(INT, max_inflight_appends, "max-inflight-appends", 8192, 1, 1000000, NULL,                   \
+      "Asynchronous appends outstanding before appending would block", NULL)                       \
+    X(BOOL, finalizer, "finalizer", 1, 0, 1, NULL,                                                 \
+      "Run a finalizer in this process (--no-finalizer: another process finalizes)", NULL)         \
+    X(DURATION, finalizer_safety_interval_ms, "finalizer-safety-interval", 1000, 10, 3600000,      \
+      NULL, "Finalize at least this often, for appends of processes that died", NULL)              \
+    X(INT, finalize_batch_max, "finalize-batch-max", 2000, 1, 100000, NULL,                        \
+      "Largest run row: a run finalizes everything pending, in rows of at most this many "         \
+      "appends",                                                                                   \
+      NULL)                                                                                        \
+    X(DURATION, finalizer_retry_ms, "finalizer-retry", 2, 1, 1000, NULL,                           \
+      "Retry delay when another session holds the finalizer lock", NULL)                           \
+    X(INT, finalizer_min_interval_us, "finalizer-min-interval-us", 500, 0, 1000000, "us",          \
+      "Finalizer cadence: a run starts at least this long after the previous one, so one "         \
+      "run covers many appends under load",                                                        \
+      NULL)                                                                                        \
+    X(INT, finalizer_latency_share_pct, "finalizer-latency-share", 25, 0, 100, "%",                \
+      "Under load, space finalizer runs by this share of the recent append latency (0: "           \
+      "fixed cadence)",                                                                            \
+      NULL)                                                                                        \
+    X(INT, finalizer_max_interval_us, "finalizer-max-interval-us", 20000, 0, 1000000, "us",        \
+      "Longest interval the latency share may space finalizer runs by", NULL)                      \
+    X(BOOL_NOFLAG, append_finalizes, "append-finalizes", 0, 0, 1, NULL,                            \
+      "Each append's transaction also finalizes what others committed (experimental)", NULL)       \
+    X(DURATION, append_lock_timeout_ms, "append-lock-timeout", 100, 0, 600000, NULL,               \
+      "An append waiting this long for a stream held by another transaction is rolled "            \
+      "back and retried later, so other streams keep flowing; 0: wait without limit",              \
+      NULL)                                                                                        \
+    X(DURATION, append_lock_wait_ms, "append-lock-wait", 30000, 0, 3600000, NULL,                  \
+      "Give up on an append whose stream stays held this long in total (error names it)", NULL)    \
+    X(INT, append_group_max, "append-group-max", 256, 1, 10000, NULL,                              \
+      "Most appends combined into one transaction (group append: one commit for the "              \
+      "appends that queued while earlier ones were in flight); 1: no grouping",                    \
+      NULL)                                                                                        \
+    X(INT, append_group_linger_us, "append-group-linger-us", 0, 0, 100000, "us",                   \
+      "Longest an append waits for others to join its group while a connection is free "           \
+      "(0: never; a group forms only from appends queued behind one in flight)",                   \
+      NULL)                                                                                        \
+    X(DURATION, read_retry_timeout_ms, "read-retry-timeout", 600000, 0, 86400000, NULL,            \
+      "A reader whose connection stays lost this long gives up (0: never); until then "            \
+      "it reads again from its position once the pool has reconnected",                            \
+      NULL)                                                                                        \
+    X(STRING, read_dsn, "read-dsn", NULL, 0, 4096, NULL,                                           \
+      "Read events from this streaming standby of --dsn (a connection string; several "            \
+      "hosts with target_session_attrs=standby); appends, claims, tokens and handler SQL "         \
+      "stay on --dsn; empty: read from --dsn",                                                     \
+      NULL)                                                                                        \
+    X(ENUM, read_fallback, "read-fallback", PAWL_READ_FALLBACK_PRIMARY, 0, 1, NULL,                \
+      "When the standby is behind for --read-max-lag, unreachable or not in recovery: "            \
+      "read from --dsn meanwhile (primary) or wait for it (wait); logged once per episode",        \
+      PAWL_CHOICES("primary", "wait"))                                                             \
+    X(DURATION, read_max_lag_ms, "read-max-lag", 5000, 0, 3600000, NULL,                           \
+      "How long the standby may stay behind the index the primary announced before "               \
+      "--read-fallback applies",                                                                   \
+      NULL)                                                                                        \
+    X(ENUM, read_wake, "read-wake", PAWL_READ_WAKE_LISTEN, 0, 1, NULL,                             \
+      "With --read-dsn, wake followers by LISTEN on --dsn (listen) or by polling the "             \
+      "standby's highest index with back-off up to --read-poll-max (poll)",                        \
+      PAWL_CHOICES("listen", "poll"))                                                              \
+    X(DURATION, read_poll_max_ms, "read-poll-max", 100, 1, 60000, NULL,                            \
+      "Longest back-off between polls of a standby (--read-wake poll) and between reads "          \
+      "of a standby that is behind",                                                               \
+      NULL)                                                                                        \
+    X(ENUM, io_backend, "io-backend", PAWL_TIMER_BACKEND_AUTO, 0, 2, NULL,                         \
+      "Event loop of the database connections: io_uring, or epoll where io_uring is "              \
+      "refused (auto tries io_uring first and logs which runs; epoll forces the fallback)",        \
+      PAWL_CHOICES("auto", "io_uring", "epoll"))                                                   \
+    X(BOOL, listen, "listen", 1, 0, 1, NULL,                                                       \
+      "LISTEN for other processes' finalizations (wakes followers)", NULL)                         \
+    X(DURATION, reconnect_min_ms, "reconnect-min", 100, 1, 60000, NULL, "First reconnect delay",   \
+      NULL)                                                                                        \
+    X(DURATION, reconnect_max_ms, "reconnect-max", 5000, 1, 60000, NULL,                           \
+      "Longest reconnect delay", NULL)                                                             \
+    X(DURATION, connect_timeout_ms, "connect-timeout", 10000, 1, 600000, NULL,                     \
+      "One connection attempt", NULL)                                                              \
+    X(DURATION, open_timeout_ms, "open-timeout", 10000, 1, 600000, NULL,                           \
+      "How long opening the store waits for its first connection", NULL)                           \
+    X(DURATION, queue_timeout_ms, "queue-timeout", 10000, 0, 3600000, NULL,                        \
+      "A request waiting this long for a connection fails; 0: wait forever", NULL)                 \
+    X(BOOL, migrate, "migrate", 0, 0, 1, NULL,                                                     \
+      "Create or upgrade the schema when opening the store (as pawl init does)", NULL)
 
 PAWL_API void pawl_store_opts_defaults(struct pawl_store_opts *o);
 

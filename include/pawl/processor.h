@@ -422,46 +422,106 @@ PAWL_API int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, in
  * ------------------------------------------------------------------------------------------ */
 
 /*
- * Options; every field maps to a flag of the tool (--batch-size <-> batch_size). Call
- * pawl_processor_opts_defaults first, then set what you need. Ranges are checked by
- * pawl_processor_new (PAWL_ERANGE).
+ * Options. Call pawl_processor_opts_defaults first, then set what you need; pawl_processor_new
+ * checks them (PAWL_ERANGE, PAWL_EINVAL for a bad name). Each field's default, range and flag
+ * are declared once, in PAWL_PROCESSOR_TUNABLES below; the comments here say what a field means.
  */
 struct pawl_processor_opts {
-    const char *name;                  /* required; 1..PAWL_NAME_MAX of [A-Za-z0-9_.:-]; copied */
+    const char *name;                  /* required; [A-Za-z0-9_.:-]; copied */
     const char *node_id;               /* this node's id; NULL: "<host>:<pid>". The owner in
                                           the token store is "<node id>/<nonce>", the nonce
                                           (PAWL_NONCE_LEN random hex digits) new for every
                                           processor object: processes sharing one id are
                                           distinct nodes, each with its own fair share, and
                                           never own a claim together */
-    uint32_t segments;                 /* initial segments, power of two 1..65536; default 16.
-                                          Used only when the processor has no segments yet; later
-                                          changes go through split and merge */
-    uint32_t batch_size;               /* events per batch transaction, 1..100000; default 100 */
-    uint32_t max_segments_per_node;    /* 0 = no limit (default); else 1..65536 */
+    uint32_t segments;                 /* initial segments, a power of two. Used only when the
+                                          processor has no segments yet; later changes go
+                                          through split and merge */
+    uint32_t batch_size;               /* events per batch transaction */
+    uint32_t max_segments_per_node;    /* 0: no limit */
     uint32_t threads;                  /* segment workers: threads of the processor's
-                                          work-stealing pool, 1..256; 0 (the default): one
-                                          per online CPU */
-    uint32_t claim_timeout_ms;         /* a claim older than this may be taken; 100..3600000;
-                                          default 10000 */
-    uint32_t claim_extend_interval_ms; /* 0 (default): claim_timeout_ms / 3; else 10..timeout/2 */
-    uint32_t claim_poll_ms;            /* claim / rebalance cycle; 10..600000; default 1000 */
-    uint32_t backoff_min_ms;           /* first re-claim delay after a failure; 1..3600000; 1000 */
-    uint32_t backoff_max_ms;           /* doubling stops here; >= backoff_min_ms; 60000 */
-    uint32_t read_ahead;               /* events buffered per segment; 1..1000000; default 1000 */
+                                          work-stealing pool; 0: one per online CPU */
+    uint32_t claim_timeout_ms;         /* a claim older than this may be taken */
+    uint32_t claim_extend_interval_ms; /* 0: claim_timeout_ms / 3; else at most half of it */
+    uint32_t claim_poll_ms;            /* claim / rebalance cycle */
+    uint32_t backoff_min_ms;           /* first re-claim delay after a failure */
+    uint32_t backoff_max_ms;           /* doubling stops here; >= backoff_min_ms */
+    uint32_t read_ahead;               /* events buffered per segment */
     uint64_t read_ahead_bytes;         /* and at most this much of their data (ids, payloads,
-                                          metadata); 4096..2^40; default 16 MiB */
-    uint32_t read_batch;               /* events per source read; 1..100000; default 1000 */
-    uint32_t idle_wait_ms;             /* longest source wait before re-checking; 10..60000; 1000 */
-    int64_t initial_token;             /* token of newly initialised segments; default 0 (start) */
+                                          metadata) */
+    uint32_t read_batch;               /* events per source read */
+    uint32_t idle_wait_ms;             /* longest source wait before re-checking */
+    int64_t initial_token;             /* token of newly initialised segments (0: the start) */
     int timer_backend;                 /* enum pawl_timer_backend of the timers that bound
-                                          checkpoint futures: auto (default), io_uring, epoll */
+                                          checkpoint futures */
     int require_io_uring;              /* nonzero: fail instead of falling back to epoll */
-    uint32_t dead_letter_attempts;     /* 0 (default): no dead letters, a failing event is
-                                          retried forever; 1..1000: park an event once it has
-                                          failed this many attempts (PAWL_EPOISON parks at
-                                          once). Needs a store with dead letters (PostgreSQL) */
+    uint32_t dead_letter_attempts;     /* 0: no dead letters, a failing event is retried
+                                          forever; else park an event once it has failed this
+                                          many attempts (PAWL_EPOISON parks at once). Needs a
+                                          store with dead letters (PostgreSQL) */
 };
+/*
+ * Every tunable of a processor, one line each: the only place its default, its range and its
+ * flag are declared (the format is PAWL_STORE_TUNABLES's, pawl/log.h). pawl_processor_opts_defaults
+ * applies the defaults and pawl_processor_new checks each numeric field against [min, max];
+ * the rules no single range states are checked besides: the name and the node id are 1..max
+ * characters of [A-Za-z0-9_.:-], segments is a power of two, claim_extend_interval_ms is 0 or
+ * 10..claim_timeout_ms / 2, backoff_max_ms is at least backoff_min_ms.
+ */
+#define PAWL_PROCESSOR_TUNABLES(X)                                                                 \
+    X(STRING, name, "processor", NULL, 0, PAWL_NAME_MAX, NULL,                                     \
+      "Processor name (1-63 of A-Z a-z 0-9 _ . : -)", NULL)                                        \
+    X(STRING, node_id, "node-id", NULL, 0, PAWL_OWNER_MAX, NULL,                                   \
+      "This node's id; claims are owned as <id>/<random nonce per process>; empty: "               \
+      "host:pid",                                                                                  \
+      NULL)                                                                                        \
+    X(INT, segments, "segments", 16, 1, 65536, NULL,                                               \
+      "Initial segments of a new processor (a power of two)", NULL)                                \
+    X(INT, batch_size, "batch-size", 100, 1, 100000, "events", "Events per batch transaction",     \
+      NULL)                                                                                        \
+    X(INT, max_segments_per_node, "max-segments-per-node", 0, 0, 65536, NULL,                      \
+      "Most segments this node claims; 0: no limit", NULL)                                         \
+    X(INT, threads, "threads", 0, 0, 256, NULL,                                                    \
+      "Segment workers: threads of the processor's work-stealing pool; 0: one per online "         \
+      "CPU. Handlers that block on I/O want more",                                                 \
+      NULL)                                                                                        \
+    X(ENUM, timer_backend, "timer-backend", PAWL_TIMER_BACKEND_AUTO, 0, 2, NULL,                   \
+      "Timers that bound checkpoint futures: io_uring, or timerfd + epoll where io_uring "         \
+      "is refused (auto tries io_uring first and logs which runs)",                                \
+      PAWL_CHOICES("auto", "io_uring", "epoll"))                                                   \
+    X(BOOL, require_io_uring, "require-io-uring", 0, 0, 1, NULL,                                   \
+      "Fail instead of falling back to timerfd + epoll when io_uring is refused", NULL)            \
+    X(DURATION, claim_timeout_ms, "claim-timeout", 10000, 100, 3600000, NULL,                      \
+      "A claim not extended for this long may be taken by another node; status marks such "        \
+      "claims expired, and reset, split and merge release them",                                   \
+      NULL)                                                                                        \
+    X(DURATION, claim_extend_interval_ms, "claim-extend-interval", 0, 0, 1800000, NULL,            \
+      "How often claims are extended; 0: claim-timeout / 3", NULL)                                 \
+    X(DURATION, claim_poll_ms, "claim-poll", 1000, 10, 600000, NULL,                               \
+      "Period of the claim and rebalance cycle; also the longest a plain batch that queued "       \
+      "no SQL leaves its token unwritten",                                                         \
+      NULL)                                                                                        \
+    X(DURATION, backoff_min_ms, "backoff-min", 1000, 1, 3600000, NULL,                             \
+      "First re-claim delay after a segment failed", NULL)                                         \
+    X(DURATION, backoff_max_ms, "backoff-max", 60000, 1, 3600000, NULL,                            \
+      "Longest re-claim delay (the delay doubles up to it)", NULL)                                 \
+    X(INT, dead_letter_attempts, "dead-letter-attempts", 0, 0, 1000, NULL,                         \
+      "Park an event as a dead letter (with every later event of its stream) once it has "         \
+      "failed this many attempts, or at once when a handler calls it poison; 0: retry it "         \
+      "forever (pawl dead-letters works the parked streams)",                                      \
+      NULL)                                                                                        \
+    X(INT, read_ahead, "read-ahead", 1000, 1, 1000000, "events", "Events buffered per segment",    \
+      NULL)                                                                                        \
+    X(INT, read_ahead_bytes, "read-ahead-bytes", 16777216, 4096, 1099511627776, "bytes",           \
+      "And at most this much event data (ids, payloads, metadata) buffered per segment", NULL)     \
+    X(INT, read_batch, "read-batch", 1000, 1, 100000, "events",                                    \
+      "Events per read from the log; also how many of a segment's events plain batches that "      \
+      "queued no SQL may handle before its token is written",                                      \
+      NULL)                                                                                        \
+    X(DURATION, idle_wait_ms, "idle-wait", 1000, 10, 60000, NULL,                                  \
+      "Longest wait for new events before re-checking", NULL)                                      \
+    X(INT, initial_token, "initial-token", PAWL_TOKEN_START, 0, INT64_MAX, NULL,                   \
+      "Token of a new processor's segments (0: from the start of the log)", NULL)
 PAWL_API void pawl_processor_opts_defaults(struct pawl_processor_opts *o);
 
 struct pawl_processor;

@@ -10,6 +10,7 @@
  */
 #include "pawl.h"
 #include "status.h"
+#include "tool_config.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -46,12 +47,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
 
-    struct pawl_config cfg;
-    pawl_config_defaults(&cfg);
+    struct tool_config cfg;
+    tool_config_defaults(&cfg);
     static const char *const names[] = {"segment", "initial-token", "from", "segments", "to"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        (void)pawl_config_set(&cfg, names[i], s, err, sizeof err);
-    pawl_config_fini(&cfg);
+        (void)tool_config_set(&cfg, names[i], s, err, sizeof err);
+    tool_config_fini(&cfg);
 
     if (size >= 8) {
         struct pawl_segment seg, a, b;

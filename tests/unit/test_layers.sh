@@ -69,9 +69,6 @@ for h in pgconn.h log_int.h schema.h libpq-fe.h; do probe engine/processor no $h
 # store: runtime and core and libpq; not the processor's internals.
 for h in common.h timers.h ioloop.h pgconn.h libpq-fe.h; do probe store ok $h; done
 for h in processor_int.h segment.h reconcile.h trigger.h; do probe store no $h; done
-# engine/'s top (the option table): core.
-probe engine ok common.h
-for h in pool.h processor_int.h log_int.h pgconn.h; do probe engine no $h; done
 
 # Include lines that name a path bypass the include path: only "pawl/..." and <...> may.
 around=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*/' "$src/engine" "$src/store" |

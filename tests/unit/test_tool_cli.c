@@ -46,10 +46,10 @@ static void test_duration_forms(void **state)
 static void test_bare_number_message(void **state)
 {
     (void)state;
-    struct pawl_config cfg;
-    pawl_config_defaults(&cfg);
+    struct tool_config cfg;
+    tool_config_defaults(&cfg);
     char err[512];
-    assert_int_equal(pawl_config_set(&cfg, "watch", "2", err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(tool_config_set(&cfg, "watch", "2", err, sizeof err), PAWL_EINVAL);
     assert_non_null(strstr(err, "--watch"));
     assert_non_null(strstr(err, "needs a unit"));
     assert_non_null(strstr(err, "2s"));
@@ -57,24 +57,24 @@ static void test_bare_number_message(void **state)
     assert_int_equal(cfg.tool.watch_ms, 0);
     /* Flags with units keep working, from every source. */
     char *envp[] = {"PAWL_CLAIM_TIMEOUT=1m30s", NULL};
-    assert_int_equal(pawl_config_load_env(&cfg, envp, err, sizeof err), 0);
-    assert_int_equal(cfg.processor.claim_timeout_ms, 90000);
+    assert_int_equal(tool_config_load_env(&cfg, envp, err, sizeof err), 0);
+    assert_int_equal(cfg.lib.processor.claim_timeout_ms, 90000);
     char *envbad[] = {"PAWL_CLAIM_TIMEOUT=5000", NULL};
-    assert_int_equal(pawl_config_load_env(&cfg, envbad, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(tool_config_load_env(&cfg, envbad, err, sizeof err), PAWL_EINVAL);
     assert_non_null(strstr(err, "PAWL_CLAIM_TIMEOUT"));
-    pawl_config_fini(&cfg);
+    tool_config_fini(&cfg);
 }
 
 static void test_env_actions_ignored(void **state)
 {
     (void)state;
-    struct pawl_config cfg;
-    pawl_config_defaults(&cfg);
+    struct tool_config cfg;
+    tool_config_defaults(&cfg);
     char err[512], listed[512];
     char *envp[] = {
         "PAWL_EXECUTE=1", "PAWL_JSON=true", "PAWL_FOLLOW=1", "PAWL_COUNT=5",     "PAWL_TO=start",
         "PAWL_SEGMENT=3", "PAWL_WAIT=1",    "PAWL_RATE=5",   "PAWL_PROCESSOR=p", NULL};
-    assert_int_equal(pawl_config_load_env(&cfg, envp, err, sizeof err), 0);
+    assert_int_equal(tool_config_load_env(&cfg, envp, err, sizeof err), 0);
     assert_int_equal(cfg.tool.execute, 0);
     assert_int_equal(cfg.tool.json, 0);
     assert_int_equal(cfg.tool.follow, 0);
@@ -84,8 +84,8 @@ static void test_env_actions_ignored(void **state)
     assert_int_equal(cfg.tool.wait, 0);
     /* Settings still come from the environment. */
     assert_true(cfg.tool.rate == 5.0);
-    assert_string_equal(cfg.processor.name, "p");
-    assert_int_equal(pawl_config_env_actions(envp, listed, sizeof listed), 7);
+    assert_string_equal(cfg.lib.processor.name, "p");
+    assert_int_equal(tool_config_env_actions(envp, listed, sizeof listed), 7);
     assert_non_null(strstr(listed, "PAWL_EXECUTE"));
     assert_non_null(strstr(listed, "PAWL_SEGMENT"));
     assert_null(strstr(listed, "PAWL_RATE"));
@@ -93,37 +93,37 @@ static void test_env_actions_ignored(void **state)
     static const char *const actions[] = {"execute", "to",   "segment", "count", "follow",
                                           "json",    "from", "wait",    "watch", "generate"};
     for (size_t i = 0; i < PAWL_ARRAY_LEN(actions); i++)
-        assert_int_equal(pawl_config_flag_find(actions[i])->kind, PAWL_FLAG_ACTION);
-    assert_int_equal(pawl_config_flag_find("dsn")->kind, PAWL_FLAG_SETTING);
-    pawl_config_fini(&cfg);
+        assert_int_equal(tool_flag_kind(tool_flag_find(actions[i])), TOOL_FLAG_ACTION);
+    assert_int_equal(tool_flag_kind(tool_flag_find("dsn")), TOOL_FLAG_SETTING);
+    tool_config_fini(&cfg);
 }
 
 static void test_did_you_mean_and_version(void **state)
 {
     (void)state;
-    struct pawl_config cfg;
-    struct pawl_config_args a;
+    struct tool_config cfg;
+    struct tool_config_args a;
     char err[512];
-    pawl_config_defaults(&cfg);
+    tool_config_defaults(&cfg);
     char *argv1[] = {"--dns", "x"};
-    assert_int_equal(pawl_config_parse_args(&cfg, 2, argv1, PAWL_SCOPE_STATUS, &a, err, sizeof err),
+    assert_int_equal(tool_config_parse_args(&cfg, 2, argv1, TOOL_SCOPE_STATUS, &a, err, sizeof err),
                      PAWL_ENOTFOUND);
     assert_non_null(strstr(err, "did you mean --dsn?"));
     char *argv2[] = {"--exectue"};
-    assert_int_equal(pawl_config_parse_args(&cfg, 1, argv2, PAWL_SCOPE_RESET, &a, err, sizeof err),
+    assert_int_equal(tool_config_parse_args(&cfg, 1, argv2, TOOL_SCOPE_RESET, &a, err, sizeof err),
                      PAWL_ENOTFOUND);
     assert_non_null(strstr(err, "did you mean --execute?"));
     char *argv3[] = {"--zzzzzz"};
-    assert_int_equal(pawl_config_parse_args(&cfg, 1, argv3, PAWL_SCOPE_RESET, &a, err, sizeof err),
+    assert_int_equal(tool_config_parse_args(&cfg, 1, argv3, TOOL_SCOPE_RESET, &a, err, sizeof err),
                      PAWL_ENOTFOUND);
     assert_null(strstr(err, "did you mean"));
     char *argv4[] = {"-V"};
-    assert_int_equal(pawl_config_parse_args(&cfg, 1, argv4, PAWL_SCOPE_RESET, &a, err, sizeof err),
+    assert_int_equal(tool_config_parse_args(&cfg, 1, argv4, TOOL_SCOPE_RESET, &a, err, sizeof err),
                      0);
     assert_int_equal(a.version, 1);
     assert_int_equal(pawl_edit_distance("stauts", "status"), 1);
     assert_int_equal(pawl_edit_distance("", "abc"), 3);
-    pawl_config_fini(&cfg);
+    tool_config_fini(&cfg);
 }
 
 static void test_printable(void **state)
