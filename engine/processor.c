@@ -1120,8 +1120,10 @@ int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const 
 int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
                            int64_t up_to, int64_t *dropped)
 {
-    if (tokens == NULL || proc == NULL || stream == NULL || up_to < 0)
+    if (tokens == NULL || proc == NULL || stream == NULL)
         return PAWL_EINVAL;
+    if (up_to < 0)
+        return PAWL_ERANGE;
     if (tokens->ops->dl_drop == NULL)
         return PAWL_ENOTSUP;
     int64_t dummy;

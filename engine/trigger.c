@@ -89,8 +89,10 @@ static bool merge_max(struct pawl_trigger *t, int64_t token)
 
 int pawl_trigger_request(struct pawl_trigger *t, int64_t token)
 {
-    if (t == NULL || token < 0)
+    if (t == NULL)
         return PAWL_EINVAL;
+    if (token < 0)
+        return PAWL_ERANGE;
     /* Seq_cst: enter the live section before checking dead, ordered against invalidate's
      * fetch_or, so invalidate either sees us inside or we see dead. */
     uint64_t g = atomic_fetch_add(&t->gate, GATE_ONE);

@@ -428,11 +428,18 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
     o->read_poll_max_ms = 100;
 }
 
-static const char *check_opts(const struct pawl_store_opts *o)
+/*
+ * 0 when o is usable; otherwise PAWL_ERANGE (the rule in pawl/common.h: every check here is
+ * a range, some bounded by another option) with *why set to a static sentence naming the
+ * option.
+ */
+static int check_opts(const struct pawl_store_opts *o, const char **why)
 {
 #define RANGE(f, lo, hi)                                                                           \
-    if ((long long)o->f < (long long)(lo) || (long long)o->f > (long long)(hi))                    \
-        return #f " is out of range (" #lo ".." #hi ")";
+    if ((long long)o->f < (long long)(lo) || (long long)o->f > (long long)(hi)) {                  \
+        *why = #f " is out of range (" #lo ".." #hi ")";                                           \
+        return PAWL_ERANGE;                                                                        \
+    }
     RANGE(connections, 1, 64);
     RANGE(max_event_bytes, 1, 268435456);
     RANGE(max_append_events, 1, 100000);
@@ -463,9 +470,11 @@ static const char *check_opts(const struct pawl_store_opts *o)
     RANGE(read_poll_max_ms, 1, 60000);
     RANGE(io_backend, PAWL_TIMER_BACKEND_AUTO, PAWL_TIMER_BACKEND_EPOLL);
 #undef RANGE
-    if (o->reconnect_max_ms < o->reconnect_min_ms)
-        return "reconnect_max_ms is below reconnect_min_ms";
-    return NULL;
+    if (o->reconnect_max_ms < o->reconnect_min_ms) {
+        *why = "reconnect_max_ms is below reconnect_min_ms";
+        return PAWL_ERANGE;
+    }
+    return 0;
 }
 
 /* ---- validation ---------------------------------------------------------------------------- */
@@ -2671,8 +2680,10 @@ static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
 int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
                     int64_t deadline_ns)
 {
-    if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
+    if (s == NULL || b == NULL)
         return PAWL_EINVAL;
+    if (after < 0 || max < 1 || max > 100000)
+        return PAWL_ERANGE;
     int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
     int primary = 0;          /* this call reads from the primary in the standby's stead */
     for (;;) {
@@ -2977,11 +2988,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     if (out == NULL)
         return PAWL_EINVAL;
     *out = NULL;
-    const char *bad = check_opts(o);
-    if (bad) {
+    const char *bad = NULL;
+    int rc = check_opts(o, &bad);
+    if (rc != 0) {
         if (err && errlen)
             snprintf(err, errlen, "%s", bad);
-        return PAWL_EINVAL;
+        return rc;
     }
     char e[512];
     if (pawl_dsn_check(dsn, e, sizeof e) != 0) {
@@ -2989,7 +3001,6 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             snprintf(err, errlen, "invalid DSN: %s", e);
         return PAWL_EINVAL;
     }
-    int rc;
     if (o->migrate) {
         rc = pawl_schema_migrate(dsn, err, errlen);
         if (rc != 0)

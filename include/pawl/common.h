@@ -35,6 +35,15 @@ extern "C" {
 /*
  * The error table: X(name, value, text). Add new codes at the end of the list; values never
  * change once released because embedders may persist or compare them.
+ *
+ * Bad options and arguments, everywhere in the library:
+ *   PAWL_ERANGE  a number outside its documented range, including a range bounded by another
+ *                option (backoff_max_ms at least backoff_min_ms, reconnect_max_ms at least
+ *                reconnect_min_ms);
+ *   PAWL_EINVAL  anything malformed (a NULL that is required, a name with a forbidden
+ *                character, a DSN that does not parse, an unknown enum value passed as an
+ *                argument) or options that contradict each other (a read DSN equal to the
+ *                primary DSN).
  */
 #define PAWL_ERRORS(X)                                                                             \
     X(PAWL_OK, 0, "success")                                                                       \

@@ -178,9 +178,10 @@ PAWL_API int pawl_schema_version(const char *dsn, int *db_version, int *lib_vers
                                  size_t errlen);
 
 /*
- * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_EINVAL (bad options or
- * DSN), PAWL_ECONN (no connection within open_timeout_ms), PAWL_ESCHEMA (schema missing, older
- * or newer; run pawl_schema_migrate or `pawl init`), with the reason in err (may be NULL).
+ * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_ERANGE (an option out
+ * of range), PAWL_EINVAL (a bad DSN), PAWL_ECONN (no connection within open_timeout_ms),
+ * PAWL_ESCHEMA (schema missing, older or newer; run pawl_schema_migrate or `pawl init`), with
+ * the reason in err (may be NULL).
  */
 PAWL_API int pawl_store_new(struct pawl_store **out, const char *dsn,
                             const struct pawl_store_opts *o, char *err, size_t errlen);
@@ -313,7 +314,8 @@ PAWL_API void pawl_batch_fini(struct pawl_batch *b);
 
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
- * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error.
+ * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error (PAWL_ERANGE
+ * for a negative after or a max outside 1..100000).
  *
  * A read whose connection is lost (the backend terminated, a server restart, a failover) is run
  * again once the pool has reconnected, from the same position, so no event is skipped or

@@ -185,9 +185,9 @@ static void test_sizes(void **state)
     /* Reads: 1..100000 events after a non-negative position. */
     struct pawl_batch b;
     pawl_batch_init(&b);
-    assert_int_equal(pawl_read(s, 0, 0, &b), PAWL_EINVAL);
-    assert_int_equal(pawl_read(s, 0, 100001, &b), PAWL_EINVAL);
-    assert_int_equal(pawl_read(s, -1, 10, &b), PAWL_EINVAL);
+    assert_int_equal(pawl_read(s, 0, 0, &b), PAWL_ERANGE);
+    assert_int_equal(pawl_read(s, 0, 100001, &b), PAWL_ERANGE);
+    assert_int_equal(pawl_read(s, -1, 10, &b), PAWL_ERANGE);
     assert_int_equal(pawl_read(s, INT64_MAX, 10, &b), 0);
     assert_int_equal(b.count, 0);
     pawl_batch_fini(&b);
@@ -197,10 +197,10 @@ static void test_sizes(void **state)
     o.max_event_bytes = 0;
     struct pawl_store *s2 = NULL;
     char err[512];
-    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_ERANGE);
     pawl_store_opts_defaults(&o);
     o.max_append_events = 100001;
-    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_null(s2);
     pawl_store_free(s);
 }

@@ -541,7 +541,7 @@ static void test_bad_dsn(void **state)
     assert_int_equal(rc, PAWL_EINVAL);
     o.connections = 0;
     rc = pawl_store_new(&s, dsn, &o, err, sizeof err);
-    assert_int_equal(rc, PAWL_EINVAL);
+    assert_int_equal(rc, PAWL_ERANGE);
     assert_non_null(strstr(err, "connections"));
 }
 
@@ -704,11 +704,11 @@ static void test_adaptive_cadence(void **state)
     o.finalizer_latency_share_pct = 101;
     struct pawl_store *s = NULL;
     char err[512];
-    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_non_null(strstr(err, "finalizer_latency_share_pct"));
     pawl_store_opts_defaults(&o);
     o.finalizer_max_interval_us = -1;
-    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_non_null(strstr(err, "finalizer_max_interval_us"));
 }
 
