@@ -2421,12 +2421,12 @@ static void on_listen_connect(void *ud, int conn_index)
  * re-learns that index from the log (read_gap).
  */
 
-void pawl_batch_init(struct pawl_batch *b)
+void pawl_read_batch_init(struct pawl_read_batch *b)
 {
     memset(b, 0, sizeof *b);
 }
 
-void pawl_batch_fini(struct pawl_batch *b)
+void pawl_read_batch_fini(struct pawl_read_batch *b)
 {
     if (b == NULL)
         return;
@@ -2434,6 +2434,16 @@ void pawl_batch_fini(struct pawl_batch *b)
         PQclear(b->_res);
     pawl_free(b->events);
     memset(b, 0, sizeof *b);
+}
+
+void pawl_batch_init(struct pawl_read_batch *b)
+{
+    pawl_read_batch_init(b);
+}
+
+void pawl_batch_fini(struct pawl_read_batch *b)
+{
+    pawl_read_batch_fini(b);
 }
 
 static void keep_result(void *ud, const PGresult *res)
@@ -2452,7 +2462,7 @@ static int64_t get64(const char *p)
  * One read, no retry. On failure the store's error is set and the server's SQLSTATE (or "")
  * copied to sqlstate.
  */
-static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                      char sqlstate[6], int on_standby, int *not_standby)
 {
     *not_standby = 0;
@@ -2677,7 +2687,7 @@ static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
  * count 0 and the outage goes on (the next call continues it: the episode, its one log line and
  * its long deadline belong to the store, not to one call).
  */
-int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                     int64_t deadline_ns)
 {
     if (s == NULL || b == NULL)
@@ -2797,12 +2807,12 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
     }
 }
 
-int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b)
+int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b)
 {
     return pawl_read_until(s, after, max, b, 0);
 }
 
-int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                 int timeout_ms)
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;

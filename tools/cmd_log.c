@@ -335,8 +335,8 @@ static int group_flush(struct append_ctx *c, struct group *g)
  */
 static int wait_final(struct append_ctx *c, int64_t after)
 {
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     size_t next = 0;
     int64_t quiet_since = pawl_now_ns();
     int64_t limit_ns = PAWL_MAX((int64_t)c->cfg->store.open_timeout_ms, (int64_t)1000) * 1000000;
@@ -369,7 +369,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
         }
         after = b.events[b.count - 1].index;
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     for (size_t i = 0; i < next; i++)
         print_appended(&c->done[i], 1);
     fflush(stdout);
@@ -655,8 +655,8 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         pawl_finalize_now(s, NULL, NULL, &last);
         after = PAWL_MAX(last, pawl_store_last_index(s));
     }
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t printed = 0;
     while (!tool_stop) {
         size_t want = 1000;
@@ -687,7 +687,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
         printed += (int64_t)b.count;
         fflush(stdout);
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     /* The reader's own account: what it printed, and what it went through to get it. */
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
@@ -723,8 +723,8 @@ struct follower {
 static void *follow_main(void *arg)
 {
     struct follower *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t after = f->start_after;
     /* Relaxed: the stop flag is a request; counters are statistics. */
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
@@ -743,7 +743,7 @@ static void *follow_main(void *arg)
             atomic_store_explicit(&f->last_index, after, memory_order_relaxed);
         }
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 

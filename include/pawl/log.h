@@ -298,10 +298,12 @@ PAWL_API int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *
 /* ---- reading ---------------------------------------------------------------------------- */
 
 /*
- * A reusable read buffer. events[0..count) are valid until the next read into the batch or
- * pawl_batch_fini; every pointer in them points into the batch. Embed it (caller storage).
+ * A reusable read buffer for pawl_read. events[0..count) are valid until the next read into the
+ * batch or pawl_read_batch_fini; every pointer in them points into the batch, which holds the
+ * database's result rather than copies. Embed it (caller storage). Not to be confused with
+ * struct pawl_event_batch (pawl/processor.h), which owns copies and is what a source fills.
  */
-struct pawl_batch {
+struct pawl_read_batch {
     struct pawl_event *events;
     size_t count;
     /* private */
@@ -309,8 +311,15 @@ struct pawl_batch {
     void *_res;
 };
 
-PAWL_API void pawl_batch_init(struct pawl_batch *b);
-PAWL_API void pawl_batch_fini(struct pawl_batch *b);
+PAWL_API void pawl_read_batch_init(struct pawl_read_batch *b);
+PAWL_API void pawl_read_batch_fini(struct pawl_read_batch *b);
+
+/* Deprecated names of the above, kept for existing callers: struct pawl_batch is the same type. */
+#define pawl_batch pawl_read_batch
+PAWL_API void pawl_batch_init(struct pawl_read_batch *b)
+    __attribute__((deprecated("use pawl_read_batch_init")));
+PAWL_API void pawl_batch_fini(struct pawl_read_batch *b)
+    __attribute__((deprecated("use pawl_read_batch_fini")));
 
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
@@ -327,7 +336,7 @@ PAWL_API void pawl_batch_fini(struct pawl_batch *b);
  * highest index from the log again (lowering the known one if the log says less, e.g. after a
  * failover lost its tail), logs the anomaly once per episode (read_gaps) and returns count 0.
  */
-PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
+PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b);
 
 /*
  * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
@@ -337,7 +346,7 @@ PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct p
  * when the store is being freed, or pawl_read's errors (PAWL_ECONN once the connection has been
  * lost for read_retry_timeout_ms).
  */
-PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                          int timeout_ms);
 
 /* The highest final index this process knows of: from the local finalizer's runs, events read,

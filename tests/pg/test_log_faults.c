@@ -78,13 +78,13 @@ static void test_killed_appender(void **state)
     /* Another process (a store that appends nothing) picks them up with its safety run. */
     struct pawl_store *s = open_store(1, 100);
     assert_int_equal(pawl_store_wait(s, before + 49, 10000), 0);
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(s, before, 100, &b), 0);
     assert_int_equal(b.count, 50);
     for (size_t i = 0; i < b.count; i++)
         assert_int_equal(strncmp(b.events[i].stream_id, "victim-", 7), 0);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     pawl_store_free(s);
 }
 
