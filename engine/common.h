@@ -35,8 +35,8 @@ static inline void pawl_prefetch_w(const void *p)
 }
 
 /*
- * PAWL_ASSERT(cond): an invariant that a comment used to state ("owner only", "lock held", a
- * state machine's legal transition, a range). Compiled in when PAWL_ASSERTIONS is defined (the
+ * PAWL_ASSERT(cond): an invariant the code relies on ("owner only", "lock held", a state
+ * machine's legal transition, a range). Compiled in when PAWL_ASSERTIONS is defined (the
  * Debug, sanitizer and fuzz builds; CMake decides): a false condition logs the expression and
  * its place and aborts. Otherwise the condition is not evaluated (only type-checked), so it may
  * be as expensive as clarity needs, and must have no side effect.

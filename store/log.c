@@ -1283,8 +1283,7 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
      * Piggybacked finalization: in the same transaction, after the insert, finalize what
      * others committed before (not this append: its own xid is still running in its snapshot).
      * Its commit then shares the append's WAL flush instead of costing one of its own; when
-     * another session holds the lock it returns at once. See the README ("where the cost
-     * goes").
+     * another session holds the lock it returns at once (docs/design.md has the cost model).
      */
     op->fin.appends = op->fin.events = op->fin.last = -2;
     op->fin_vals[0] = s->fin_batch_text;

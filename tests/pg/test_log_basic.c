@@ -2,7 +2,7 @@
  * test_log_basic.c — the event log end to end on one store: schema migration (idempotent,
  * concurrent, newer-schema error), appends (one, batch, several streams, ANY), the documented
  * errors (conflict, oversized, malformed, bad DSN), reading and following, and the SQL face
- * returning exactly what the C reader returns (issue 2, tests 5 and 6).
+ * returning exactly what the C reader returns.
  */
 #include "pawl_test.h"
 #include "schema.h"

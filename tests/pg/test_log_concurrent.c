@@ -1,5 +1,5 @@
 /*
- * test_log_concurrent.c — the log's guarantees under concurrency (issue 2, tests 1-3):
+ * test_log_concurrent.c — the log's guarantees under concurrency:
  *
  *   - 4 appender threads use the store (async, many appends in flight, explicit and ANY
  *     sequences, batches of 1..20) and 6 use raw connections whose transactions sleep before

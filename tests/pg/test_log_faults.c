@@ -1,5 +1,5 @@
 /*
- * test_log_faults.c — faults around appends (issue 2, tests 4 and 5):
+ * test_log_faults.c — faults around appends:
  *
  *   - an appender process is SIGKILLed after its commits were acknowledged and before any
  *     finalization: another process's safety run finalizes them, none is lost;
