@@ -7,6 +7,8 @@
 
 #include "pawl/common.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -57,6 +59,22 @@ static inline uintptr_t pawl_thread_tag(void)
 {
     static _Thread_local char tag;
     return (uintptr_t)&tag;
+}
+
+/*
+ * For PAWL_ASSERT(pawl_mutex_locked(&mu)), "mu held": 1 when mu is locked. A default mutex
+ * cannot say by whom, so this catches a caller that holds nothing while no other thread holds mu
+ * either (the usual case in tests). A caller that does hold mu only sees trylock fail, so the
+ * check adds no synchronisation a race detector could mistake for the real locking.
+ */
+static inline int pawl_mutex_locked(pthread_mutex_t *mu)
+{
+    int rc = pthread_mutex_trylock(mu);
+    if (rc == 0) {
+        pthread_mutex_unlock(mu);
+        return 0;
+    }
+    return rc == EBUSY;
 }
 
 extern struct pawl_allocator pawl_alloc_;

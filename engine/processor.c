@@ -162,9 +162,11 @@ static struct backoff *backoff_find(struct pawl_processor *p, uint32_t seg_id)
     return NULL;
 }
 
-/* Under p->mu. */
+/* Coordinator, under p->mu. */
 static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_success)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     struct backoff *b = backoff_find(p, seg_id);
     if (b == NULL) {
         if (p->nbackoffs == p->backoffs_cap) {
@@ -197,6 +199,8 @@ static int in_backoff(struct pawl_processor *p, uint32_t seg_id, int64_t now)
 /* Unlink finished packages; apply back-off. Coordinator, under p->mu. */
 static void reap_locked(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     while (p->done) {
         struct pkg *k = p->done;
         p->done = k->run_next;
@@ -220,6 +224,7 @@ static void reap_locked(struct pawl_processor *p)
 /* Coordinator: rebuild the lookup table (segments are disjoint, so a slot has one owner). */
 static void lut_rebuild(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
     uint32_t maxmask = 0;
     for (struct pkg *k = p->pkgs; k; k = k->next)
         maxmask = PAWL_MAX(maxmask, k->seg.mask);
@@ -248,9 +253,11 @@ static void lut_rebuild(struct pawl_processor *p)
     p->lut_version = p->pkgs_version;
 }
 
-/* Coordinator: the package whose segment holds stream hash h, or NULL. */
+/* Coordinator, under dispatch_mu: the package whose segment holds stream hash h, or NULL. */
 static struct pkg *lookup(struct pawl_processor *p, uint32_t h)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->dispatch_mu));
     if (p->lut_version != p->pkgs_version)
         lut_rebuild(p);
     if (p->lut) {
@@ -286,9 +293,12 @@ static int admin_involves(struct pawl_processor *p, uint32_t seg_id)
            (seg_id == p->admin_seg || (p->admin_op == ADMIN_MERGE && seg_id == p->admin_sib));
 }
 
-/* A new package for a claimed row: attach it to the shared reader if it is not behind it. */
+/* A new package for a claimed row: attach it to the shared reader if it is not behind it.
+ * Coordinator, under p->mu (lock order: p->mu, dispatch_mu, each package's mu). */
 static void pkg_start(struct pawl_processor *p, struct pkg *k)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     pthread_mutex_lock(&p->dispatch_mu);
     int any_attached = 0;
     for (struct pkg *o = p->pkgs; o; o = o->next) {
@@ -309,6 +319,7 @@ static void pkg_start(struct pawl_processor *p, struct pkg *k)
 
 static void claim_cycle(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
     struct pawl_tokens *t = p->tok;
     struct pawl_segment_status *rows = NULL;
     size_t nrows = 0;
@@ -394,9 +405,12 @@ static void claim_cycle(struct pawl_processor *p)
     pawl_tokens_rows_free(rows);
 }
 
-/* Serve a split/merge request once this node holds none of its segments. Under p->mu. */
+/* Serve a split/merge request once this node holds none of its segments. Coordinator, under
+ * p->mu. */
 static void admin_serve_locked(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     if (p->admin_op == ADMIN_NONE || p->admin_done)
         return;
     int waiting = 0;
@@ -423,6 +437,7 @@ static void admin_serve_locked(struct pawl_processor *p)
  */
 static int coord_read(struct pawl_processor *p, int *held)
 {
+    PAWL_ASSERT_COORD(p);
     /* Under dispatch_mu the attached set is stable; membership is the coordinator's. */
     pthread_mutex_lock(&p->dispatch_mu);
     int64_t low = INT64_MAX, now = pawl_now_ns();
@@ -510,6 +525,7 @@ static int coord_read(struct pawl_processor *p, int *held)
 static void *coord_main(void *arg)
 {
     struct pawl_processor *p = arg;
+    p->coord_tag = pawl_thread_tag(); /* read only by this thread's own asserts */
     int64_t next_claim = 0;
     int64_t read_backoff_ms = 0, next_read = 0;
     int released_all = 0;

@@ -315,17 +315,23 @@ static void set_err(struct pawl_store *s, const char *sqlstate, const char *msg)
     pthread_mutex_unlock(&s->err_mu);
 }
 
-void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+const char *pawl_store_errmsg(struct pawl_store *s, char *buf, size_t len)
 {
     if (len == 0)
-        return;
+        return buf;
     if (s == NULL) {
         buf[0] = '\0';
-        return;
+        return buf;
     }
     pthread_mutex_lock(&s->err_mu);
     snprintf(buf, len, "%s", s->last_err);
     pthread_mutex_unlock(&s->err_mu);
+    return buf;
+}
+
+void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+{
+    pawl_store_errmsg(s, buf, len);
 }
 
 /* Raise the known highest index and wake followers (any thread). */
@@ -1363,6 +1369,7 @@ static struct append_group *group_new(struct pawl_store *s)
  * when nothing is queued or every group is in flight. */
 static struct append_group *group_take_locked(struct pawl_store *s)
 {
+    PAWL_ASSERT(pawl_mutex_locked(&s->grp_mu));
     if (s->grp_head == NULL || s->grp_inflight >= s->grp_limit || s->grp_free == NULL)
         return NULL;
     struct append_group *g = s->grp_free;
@@ -1919,7 +1926,7 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
         rc = w.res.rc;
     } else {
         w.res.rc = rc;
-        pawl_store_last_error(s, w.res.message, sizeof w.res.message);
+        pawl_store_errmsg(s, w.res.message, sizeof w.res.message);
     }
     pthread_cond_destroy(&w.cond);
     pthread_mutex_destroy(&w.mu);
@@ -2257,7 +2264,7 @@ static void *fin_main(void *arg)
         if (rc != 0) {
             atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
             char e[512];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
@@ -2768,7 +2775,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             since = now;
             atomic_fetch_add_explicit(&s->rd_reconnects, 1, memory_order_relaxed);
             char e[512];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             if (strcmp(ss, "55P03") == 0)
                 PAWL_WARN("log",
                           "read: the log's lock was held too long while reading after index "
@@ -2784,7 +2791,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
         int limit = s->o.read_retry_timeout_ms;
         if (limit > 0 && now - since >= (int64_t)limit * 1000000) {
             char e[512], msg[600];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             snprintf(msg, sizeof msg,
                      "no connection to read from for %.1f s (read_retry_timeout_ms %d): %s",
                      (double)(now - since) / 1e9, limit, e);

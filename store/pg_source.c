@@ -95,7 +95,7 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
     }
     if (rc) {
         char e[512];
-        pawl_store_last_error(s->store, e, sizeof e);
+        pawl_store_errmsg(s->store, e, sizeof e);
         set_err(s, e);
         return rc;
     }

@@ -379,7 +379,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
             snprintf(why, sizeof why, "no new final index for --open-timeout (%d ms)",
                      (int)c->cfg->store.open_timeout_ms);
         else if (rc != 0)
-            pawl_store_last_error(c->s, why, sizeof why);
+            pawl_store_errmsg(c->s, why, sizeof why);
         tool_err("append --wait: %zu of %zu appended events have no final index yet (%s); they "
                  "are committed and will get one",
                  c->ndone - next, c->ndone, why);
@@ -670,7 +670,7 @@ int cmd_tail(struct pawl_config *cfg, int argc, const char *const *argv)
             continue;
         if (rc != 0) {
             char err[256];
-            pawl_store_last_error(s, err, sizeof err);
+            pawl_store_errmsg(s, err, sizeof err);
             tool_err("tail: %s (%s)", pawl_strerror(rc), err);
             ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
             break;

@@ -73,7 +73,7 @@ static int write_archive(struct pawl_config *cfg, const char *dsn, const char *p
         if (rc == 0 && b.count == 0)
             rc = PAWL_ENOTFOUND;
         if (rc != 0) {
-            pawl_store_last_error(s, err, sizeof err);
+            pawl_store_errmsg(s, err, sizeof err);
             tool_err("retention: reading after index %" PRId64 " for the archive: %s (%s); "
                      "nothing dropped",
                      after, pawl_strerror(rc), err);

@@ -42,7 +42,7 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
     int rc = tokens->ops->list(tokens, proc, &rows, &n);
     if (rc != 0) {
         snprintf(err, errlen, "cannot list the segments of %s: %s", proc,
-                 tokens->ops->errmsg(tokens));
+                 pawl_tokens_errmsg(tokens, (char[256]){0}, 256));
         return rc;
     }
     if (n == 0) {
@@ -67,7 +67,7 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
 
     rc = source->ops->head(source, &out->head);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot read the log's head: %s", source->ops->errmsg(source));
+        snprintf(err, errlen, "cannot read the log's head: %s", pawl_source_errmsg(source, (char[256]){0}, 256));
         tool_status_fini(out);
         return rc;
     }
@@ -88,7 +88,7 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
         size_t want = (size_t)PAWL_MIN((int64_t)1000, scan_limit - out->scanned);
         rc = source->ops->read(source, after, want, &b, &seen);
         if (rc != 0) {
-            snprintf(err, errlen, "cannot read the log: %s", source->ops->errmsg(source));
+            snprintf(err, errlen, "cannot read the log: %s", pawl_source_errmsg(source, (char[256]){0}, 256));
             pawl_event_batch_fini(&b);
             tool_status_fini(out);
             return rc;

@@ -24,8 +24,9 @@
  * pawl_store_wait) may be called from any other thread.
  *
  * Errors. Functions return 0 or a negative PAWL_E* code. The text of the last failure on a
- * store (with the server's SQLSTATE when there is one) is read with pawl_store_last_error; an
- * append's own outcome is also reported in its struct pawl_append_result.
+ * store (with the server's SQLSTATE when there is one) is read with pawl_store_errmsg; an
+ * append's own outcome is also reported in its struct pawl_append_result (the rule for error
+ * text is in pawl/common.h).
  */
 #ifndef PAWL_LOG_H
 #define PAWL_LOG_H
@@ -196,8 +197,14 @@ PAWL_API int pawl_store_new(struct pawl_store **out, const char *dsn,
  */
 PAWL_API void pawl_store_free(struct pawl_store *s);
 
-/* The last failure on s: "SQLSTATE: message" or a plain message; "" if none. Copied. */
-PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
+/*
+ * The last failure on s: "SQLSTATE: message" or a plain message; "" if none (and for s NULL).
+ * Copied into buf (cut to len, NUL-terminated when len > 0); returns buf.
+ */
+PAWL_API const char *pawl_store_errmsg(struct pawl_store *s, char *buf, size_t len);
+/* Deprecated name of pawl_store_errmsg. */
+PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+    __attribute__((deprecated("use pawl_store_errmsg")));
 
 /* ---- appending -------------------------------------------------------------------------- */
 

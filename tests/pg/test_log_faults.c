@@ -163,7 +163,7 @@ static void test_server_goes_away(void **state)
     assert_int_equal(other, 0);
     assert_true(ok > 0);
     char err[256];
-    pawl_store_last_error(s, err, sizeof err);
+    pawl_store_errmsg(s, err, sizeof err);
     /* The store reconnected: a new append works and everything committed becomes final. */
     struct pawl_event e = {
         .stream_id = "away-after", .type = "t", .payload = "y", .payload_len = 1};

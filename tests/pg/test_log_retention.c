@@ -72,7 +72,7 @@ static void test_convert_rotate_drop(void **state)
     struct pawl_read_batch b;
     pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(s, 0, 10, &b), PAWL_ETRUNCATED);
-    pawl_store_last_error(s, err, sizeof err);
+    pawl_store_errmsg(s, err, sizeof err);
     assert_non_null(strstr(err, "starts at index 201"));
     assert_int_equal(pawl_read(s, 199, 10, &b), PAWL_ETRUNCATED);
     assert_int_equal(pawl_read(s, 200, 10, &b), 0);
