@@ -48,17 +48,21 @@ static inline void pawl_prefetch_w(const void *p)
     (PAWL_LIKELY(cond) ? (void)0 : pawl_assert_fail_(#cond, __FILE__, __LINE__, __func__))
 #define PAWL_ASSERTIONS_ON 1
 #else
-#define PAWL_ASSERT(cond) ((void)sizeof(!(cond)))
+#define PAWL_ASSERT(cond) ((void)(0 && (cond)))
 #define PAWL_ASSERTIONS_ON 0
 #endif
 void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
     __attribute__((noreturn, cold));
 
-/* A number that identifies the calling thread while it lives (for owner checks in asserts). */
+/*
+ * A number that identifies the calling thread while it lives (for owner checks in asserts): the
+ * address of one thread-local byte, defined once in common.c so that every file gets the same
+ * number on the same thread.
+ */
+extern _Thread_local char pawl_thread_tag_;
 static inline uintptr_t pawl_thread_tag(void)
 {
-    static _Thread_local char tag;
-    return (uintptr_t)&tag;
+    return (uintptr_t)&pawl_thread_tag_;
 }
 
 /*

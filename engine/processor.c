@@ -548,7 +548,7 @@ static void *coord_main(void *arg)
                 released_all = 1;
             }
             if (p->done == NULL)
-                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000LL);
             pthread_mutex_unlock(&p->mu);
             continue;
         }

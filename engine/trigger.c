@@ -52,9 +52,12 @@ struct pawl_trigger *pawl_trigger_new(pawl_trigger_wake_fn wake, void *arg)
 
 struct pawl_trigger *pawl_trigger_ref(struct pawl_trigger *t)
 {
-    if (t != NULL)
+    if (t != NULL) {
         /* Relaxed: taking a reference needs no ordering, only the count (the caller has one). */
-        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+        int old = atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+        PAWL_ASSERT(old > 0);
+        (void)old;
+    }
     return t;
 }
 
@@ -63,7 +66,9 @@ void pawl_trigger_unref(struct pawl_trigger *t)
     if (t == NULL)
         return;
     /* Release: our last uses of t happen before the free; acquire on the last one to see theirs. */
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+    int old = atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel);
+    PAWL_ASSERT(old > 0); /* the caller held a reference */
+    if (old == 1)
         pawl_free(t);
 }
 

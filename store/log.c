@@ -3081,7 +3081,6 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
                      rc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(rc));
         goto fail;
     }
-    rc = PAWL_ENOMEM;
 
     /*
      * What pawl relies on, pinned whatever the database or role defaults say: read committed
@@ -3091,20 +3090,21 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
      * processes' own transactions (pawl_api.append, pawl_append_in).
      */
+    static const char fin_sync_sql[] = "SELECT set_config('synchronous_commit', 'on', false)"
+                                       " WHERE current_setting('synchronous_commit') IN ('off', 'local')";
     static const char *const fin_session[] = {
         "SET application_name = 'pawl finalizer'",
         "SET default_transaction_isolation = 'read committed'",
         "SET default_transaction_read_only = off",
-        "SELECT set_config('synchronous_commit', 'on', false)"
-        " WHERE current_setting('synchronous_commit') IN ('off', 'local')",
+        fin_sync_sql,
         "SET statement_timeout = 0",
         "SET idle_in_transaction_session_timeout = 0",
         "LISTEN pawl_pending",
         NULL};
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
-     * the default plan_cache_mode PostgreSQL re-plans the append on every call, which was a
-     * third of the server's CPU for 1-event appends and ~0.3 ms per append at any size; the
-     * generic plan is the custom one (a hash join of the arrays, one index probe per stream). */
+     * the default plan_cache_mode PostgreSQL re-plans the append on every call (docs/log.md
+     * has the cost); the generic plan is the custom one (a hash join of the arrays, one index
+     * probe per stream). */
     /* lock_timeout: an append that waits for a stream held by an open transaction is rolled
      * back after append_lock_timeout_ms and retried off the pipeline (see op_done), so one
      * stuck stream does not stall the appends queued behind it to other streams. */

@@ -262,7 +262,7 @@ int cmd_status(struct pawl_config *cfg, int argc, const char *const *argv)
             tool_status_print_json(stdout, &st, cfg->tool.watch_ms == 0);
         } else {
             tool_status_print_table(stdout, &st);
-            if (st.rows && !st.rows[0].lag_exact)
+            if (st.n > 0 && !st.rows[0].lag_exact)
                 printf("\n(lag past the first %d events after the lowest token is head - token, "
                        "an upper bound)\n",
                        TOOL_STATUS_SCAN_LIMIT);
