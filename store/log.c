@@ -3090,8 +3090,9 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
      * processes' own transactions (pawl_api.append, pawl_append_in).
      */
-    static const char fin_sync_sql[] = "SELECT set_config('synchronous_commit', 'on', false)"
-                                       " WHERE current_setting('synchronous_commit') IN ('off', 'local')";
+    static const char fin_sync_sql[] =
+        "SELECT set_config('synchronous_commit', 'on', false)"
+        " WHERE current_setting('synchronous_commit') IN ('off', 'local')";
     static const char *const fin_session[] = {
         "SET application_name = 'pawl finalizer'",
         "SET default_transaction_isolation = 'read committed'",

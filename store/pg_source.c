@@ -7,8 +7,8 @@
  * nothing after a second, so the processor waits and reads again instead of failing. wait()
  * sleeps on the store's knowledge of the highest final index, which its LISTEN connection and
  * finalizer keep current. A read copies the store's batch into the caller's pawl_event_batch; the
- * per-thread pawl_read_batch is reused, so steady reading does not allocate. head() and index_at() are
- * administration queries (reset) on a short-lived connection of their own.
+ * per-thread pawl_read_batch is reused, so steady reading does not allocate. head() and index_at()
+ * are administration queries (reset) on a short-lived connection of their own.
  *
  * The source owns the store when it created it (pawl_source_pg_new) and borrows it otherwise
  * (pawl_source_pg_from_store). Every entry point may be called from any thread.
@@ -49,7 +49,8 @@ static void set_err(struct source_pg *s, const char *msg)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* One reusable read buffer per thread that reads (pawl_read_batch keeps its result between reads). */
+/* One reusable read buffer per thread that reads (pawl_read_batch keeps its result between reads).
+ */
 struct tls_batch {
     struct pawl_read_batch b;
     int init;

@@ -208,7 +208,7 @@ static struct expect *exp_front(struct conn *c)
 static void exp_pop(struct conn *c)
 {
     PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
-    PAWL_ASSERT(c->exp_len > 0); /* a result arrived for something we sent */
+    PAWL_ASSERT(c->exp_len > 0);     /* a result arrived for something we sent */
     c->exp_head = (c->exp_head + 1) % c->exp_cap;
     c->exp_len--;
 }

@@ -32,8 +32,8 @@ static int is_blank(const char *s, size_t n)
 /* The keys a line may have (the allowed list in the error below names the same). */
 static int known_key(const char *key)
 {
-    static const char *const keys[] = {"stream", "type",    "payload", "metadata", "seq",
-                                       "index",  "appended_at", "segment", "replay", "batch_end"};
+    static const char *const keys[] = {"stream", "type",        "payload", "metadata", "seq",
+                                       "index",  "appended_at", "segment", "replay",   "batch_end"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(key, keys[i]) == 0)
             return 1;

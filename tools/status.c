@@ -42,7 +42,7 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
     int rc = tokens->ops->list(tokens, proc, &rows, &n);
     if (rc != 0) {
         snprintf(err, errlen, "cannot list the segments of %s: %s", proc,
-                 pawl_tokens_errmsg(tokens, (char[256]){0}, 256));
+                 pawl_tokens_errmsg(tokens, (char[512]){0}, 512));
         return rc;
     }
     if (n == 0) {
@@ -67,7 +67,8 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
 
     rc = source->ops->head(source, &out->head);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot read the log's head: %s", pawl_source_errmsg(source, (char[256]){0}, 256));
+        snprintf(err, errlen, "cannot read the log's head: %s",
+                 pawl_source_errmsg(source, (char[512]){0}, 512));
         tool_status_fini(out);
         return rc;
     }
@@ -88,7 +89,8 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
         size_t want = (size_t)PAWL_MIN((int64_t)1000, scan_limit - out->scanned);
         rc = source->ops->read(source, after, want, &b, &seen);
         if (rc != 0) {
-            snprintf(err, errlen, "cannot read the log: %s", pawl_source_errmsg(source, (char[256]){0}, 256));
+            snprintf(err, errlen, "cannot read the log: %s",
+                     pawl_source_errmsg(source, (char[512]){0}, 512));
             pawl_event_batch_fini(&b);
             tool_status_fini(out);
             return rc;
@@ -429,8 +431,8 @@ static int parse_iso(const char *s, int64_t *us)
     }
     if (*p != '\0')
         return PAWL_EINVAL;
-    int64_t secs =
-        days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + (int64_t)h * 3600 + (int64_t)mi * 60 + sec - offset_s;
+    int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + (int64_t)h * 3600 +
+                   (int64_t)mi * 60 + sec - offset_s;
     *us = secs * 1000000 + frac;
     return 0;
 }
