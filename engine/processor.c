@@ -230,6 +230,8 @@ static void lut_rebuild(struct pawl_processor *p)
         maxmask = PAWL_MAX(maxmask, k->seg.mask);
     uint32_t tmask = PAWL_MIN(maxmask, 0xffffu);
     if (p->lut == NULL || tmask != p->lut_mask) {
+        /* An array of pointers: sizeof *t is a pointer's size, as meant. */
+        // NOLINTNEXTLINE(bugprone-sizeof-expression)
         struct pkg **t = pawl_realloc(p->lut, ((size_t)tmask + 1) * sizeof *t);
         if (t == NULL) {
             pawl_free(p->lut);
@@ -240,6 +242,7 @@ static void lut_rebuild(struct pawl_processor *p)
         p->lut = t;
         p->lut_mask = tmask;
     }
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): pointers, as above
     memset(p->lut, 0, ((size_t)tmask + 1) * sizeof *p->lut);
     p->lut_partial = 0;
     for (struct pkg *k = p->pkgs; k; k = k->next) {
