@@ -52,8 +52,8 @@ static size_t print_opts(const PQconninfoOption *opts, int envonly, char *out, s
         /* Debug options ("D") are noise in a printed DSN. */
         if (o->dispchar && o->dispchar[0] == 'D')
             continue;
-        if (envonly && strcmp(o->keyword, "user") != 0 &&
-            !(o->envvar && getenv(o->envvar) && getenv(o->envvar)[0]))
+        const char *env = envonly && o->envvar ? getenv(o->envvar) : NULL;
+        if (envonly && strcmp(o->keyword, "user") != 0 && !(env && env[0]))
             continue;
         /* dispchar "*" marks secret options (password); hide them whatever their name. */
         int secret = strcmp(o->keyword, "password") == 0 ||

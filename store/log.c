@@ -317,17 +317,23 @@ static void set_err(struct pawl_store *s, const char *sqlstate, const char *msg)
     pthread_mutex_unlock(&s->err_mu);
 }
 
-void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+const char *pawl_store_errmsg(struct pawl_store *s, char *buf, size_t len)
 {
     if (len == 0)
-        return;
+        return buf;
     if (s == NULL) {
         buf[0] = '\0';
-        return;
+        return buf;
     }
     pthread_mutex_lock(&s->err_mu);
     snprintf(buf, len, "%s", s->last_err);
     pthread_mutex_unlock(&s->err_mu);
+    return buf;
+}
+
+void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+{
+    pawl_store_errmsg(s, buf, len);
 }
 
 /* Raise the known highest index and wake followers (any thread). */
@@ -406,7 +412,8 @@ void pawl_store_opts_defaults(struct pawl_store_opts *o)
 
 /*
  * The ranges of PAWL_STORE_TUNABLES, then the rule no single range states. Writes the first
- * failure into msg and returns PAWL_EINVAL, or returns 0.
+ * failure into msg and returns PAWL_ERANGE (the rule in pawl/common.h: every check here is a
+ * range, some bounded by another option), or returns 0.
  */
 static int check_opts(const struct pawl_store_opts *o, char *msg, size_t mlen)
 {
@@ -414,7 +421,7 @@ static int check_opts(const struct pawl_store_opts *o, char *msg, size_t mlen)
     if ((long long)o->field < (long long)(lo) || (long long)o->field > (long long)(hi)) {          \
         snprintf(msg, mlen, #field " = %lld is out of range [%lld, %lld]", (long long)o->field,    \
                  (long long)(lo), (long long)(hi));                                                \
-        return PAWL_EINVAL;                                                                        \
+        return PAWL_ERANGE;                                                                        \
     }
 #define CHECK_INT(field, lo, hi) RANGE(field, lo, hi)
 #define CHECK_BOOL(field, lo, hi) RANGE(field, lo, hi)
@@ -434,7 +441,7 @@ static int check_opts(const struct pawl_store_opts *o, char *msg, size_t mlen)
 #undef RANGE
     if (o->reconnect_max_ms < o->reconnect_min_ms) {
         snprintf(msg, mlen, "reconnect_max_ms is below reconnect_min_ms");
-        return PAWL_EINVAL;
+        return PAWL_ERANGE;
     }
     return 0;
 }
@@ -1222,7 +1229,7 @@ static void op_done(struct pawl_pgreq *req, int rc)
  * Piggybacked finalization: in the same transaction, after the inserts, finalize what others
  * committed before (not these appends: their own xid is still running in its snapshot). Its
  * commit then shares the appends' WAL flush instead of costing one of its own; when another
- * session holds the lock it returns at once. See the README ("where the cost goes").
+ * session holds the lock it returns at once (docs/design.md has the cost model).
  */
 static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
                         struct pawl_pgstmt *st, struct fin_out *fin, const char **fin_vals,
@@ -1346,6 +1353,7 @@ static struct append_group *group_new(struct pawl_store *s)
  * when nothing is queued or every group is in flight. */
 static struct append_group *group_take_locked(struct pawl_store *s)
 {
+    PAWL_ASSERT(pawl_mutex_locked(&s->grp_mu));
     if (s->grp_head == NULL || s->grp_inflight >= s->grp_limit || s->grp_free == NULL)
         return NULL;
     struct append_group *g = s->grp_free;
@@ -1891,7 +1899,7 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
         rc = w.res.rc;
     } else {
         w.res.rc = rc;
-        pawl_store_last_error(s, w.res.message, sizeof w.res.message);
+        pawl_store_errmsg(s, w.res.message, sizeof w.res.message);
     }
     if (res)
         *res = w.res;
@@ -2227,7 +2235,7 @@ static void *fin_main(void *arg)
         if (rc != 0) {
             atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
             char e[512];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
                       pawl_strerror(rc), e, err_backoff_ms);
             if (stopping)
@@ -2405,12 +2413,12 @@ static void on_listen_connect(void *ud, int conn_index, int backend_pid)
  * re-learns that index from the log (read_gap).
  */
 
-void pawl_batch_init(struct pawl_batch *b)
+void pawl_read_batch_init(struct pawl_read_batch *b)
 {
     memset(b, 0, sizeof *b);
 }
 
-void pawl_batch_fini(struct pawl_batch *b)
+void pawl_read_batch_fini(struct pawl_read_batch *b)
 {
     if (b == NULL)
         return;
@@ -2418,6 +2426,16 @@ void pawl_batch_fini(struct pawl_batch *b)
         PQclear(b->_res);
     pawl_free(b->events);
     memset(b, 0, sizeof *b);
+}
+
+void pawl_batch_init(struct pawl_read_batch *b)
+{
+    pawl_read_batch_init(b);
+}
+
+void pawl_batch_fini(struct pawl_read_batch *b)
+{
+    pawl_read_batch_fini(b);
 }
 
 static void keep_result(void *ud, const PGresult *res)
@@ -2436,7 +2454,7 @@ static int64_t get64(const char *p)
  * One read, no retry. On failure the store's error is set and the server's SQLSTATE (or "")
  * copied to sqlstate.
  */
-static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                      char sqlstate[6], int on_standby, int *not_standby)
 {
     *not_standby = 0;
@@ -2661,11 +2679,13 @@ static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
  * count 0 and the outage goes on (the next call continues it: the episode, its one log line and
  * its long deadline belong to the store, not to one call).
  */
-int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                     int64_t deadline_ns)
 {
-    if (s == NULL || b == NULL || after < 0 || max < 1 || max > 100000)
+    if (s == NULL || b == NULL)
         return PAWL_EINVAL;
+    if (after < 0 || max < 1 || max > 100000)
+        return PAWL_ERANGE;
     int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
     int primary = 0;          /* this call reads from the primary in the standby's stead */
     for (;;) {
@@ -2741,7 +2761,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             since = now;
             atomic_fetch_add_explicit(&s->rd_reconnects, 1, memory_order_relaxed);
             char e[512];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             if (strcmp(ss, "55P03") == 0)
                 PAWL_WARN("log",
                           "read: the log's lock was held too long while reading after index "
@@ -2757,7 +2777,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
         int limit = s->o.read_retry_timeout_ms;
         if (limit > 0 && now - since >= (int64_t)limit * 1000000) {
             char e[512], msg[600];
-            pawl_store_last_error(s, e, sizeof e);
+            pawl_store_errmsg(s, e, sizeof e);
             snprintf(msg, sizeof msg,
                      "no connection to read from for %.1f s (read_retry_timeout_ms %d): %s",
                      (double)(now - since) / 1e9, limit, e);
@@ -2779,12 +2799,12 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
     }
 }
 
-int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b)
+int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b)
 {
     return pawl_read_until(s, after, max, b, 0);
 }
 
-int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                 int timeout_ms)
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
@@ -2972,10 +2992,11 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         return PAWL_EINVAL;
     *out = NULL;
     char bad[160];
-    if (check_opts(o, bad, sizeof bad) != 0) {
+    int rc = check_opts(o, bad, sizeof bad);
+    if (rc != 0) {
         if (err && errlen)
             snprintf(err, errlen, "%s", bad);
-        return PAWL_EINVAL;
+        return rc;
     }
     char e[512];
     if (pawl_dsn_check(dsn, e, sizeof e) != 0) {
@@ -2983,7 +3004,6 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             snprintf(err, errlen, "invalid DSN: %s", e);
         return PAWL_EINVAL;
     }
-    int rc;
     if (o->migrate) {
         rc = pawl_schema_migrate(dsn, err, errlen);
         if (rc != 0)
@@ -3048,7 +3068,6 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
                      rc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(rc));
         goto fail;
     }
-    rc = PAWL_ENOMEM;
 
     /*
      * What pawl relies on, pinned whatever the database or role defaults say: read committed
@@ -3058,20 +3077,22 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
      * processes' own transactions (pawl_api.append, pawl_append_in).
      */
+    static const char fin_sync_sql[] =
+        "SELECT set_config('synchronous_commit', 'on', false)"
+        " WHERE current_setting('synchronous_commit') IN ('off', 'local')";
     static const char *const fin_session[] = {
         "SET application_name = 'pawl finalizer'",
         "SET default_transaction_isolation = 'read committed'",
         "SET default_transaction_read_only = off",
-        "SELECT set_config('synchronous_commit', 'on', false)"
-        " WHERE current_setting('synchronous_commit') IN ('off', 'local')",
+        fin_sync_sql,
         "SET statement_timeout = 0",
         "SET idle_in_transaction_session_timeout = 0",
         "LISTEN pawl_pending",
         NULL};
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
-     * the default plan_cache_mode PostgreSQL re-plans the append on every call, which was a
-     * third of the server's CPU for 1-event appends and ~0.3 ms per append at any size; the
-     * generic plan is the custom one (a hash join of the arrays, one index probe per stream). */
+     * the default plan_cache_mode PostgreSQL re-plans the append on every call (docs/log.md
+     * has the cost); the generic plan is the custom one (a hash join of the arrays, one index
+     * probe per stream). */
     /* lock_timeout: an append that waits for a stream held by an open transaction is rolled
      * back after append_lock_timeout_ms and retried off the pipeline (see op_done), so one
      * stuck stream does not stall the appends queued behind it to other streams. */

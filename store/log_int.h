@@ -25,9 +25,9 @@ extern const char pawl_log_append_sql[];
  * its log line go on in the next call). The processors' event source reads through it so that
  * a processor stays responsive (to stop, say) during an outage.
  */
-struct pawl_batch;
+struct pawl_read_batch;
 struct pawl_store;
-int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                     int64_t deadline_ns);
 
 #endif

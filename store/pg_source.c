@@ -7,8 +7,8 @@
  * nothing after a second, so the processor waits and reads again instead of failing. wait()
  * sleeps on the store's knowledge of the highest final index, which its LISTEN connection and
  * finalizer keep current. A read copies the store's batch into the caller's pawl_event_batch; the
- * per-thread pawl_batch is reused, so steady reading does not allocate. head() and index_at() are
- * administration queries (reset) on a short-lived connection of their own.
+ * per-thread pawl_read_batch is reused, so steady reading does not allocate. head() and index_at()
+ * are administration queries (reset) on a short-lived connection of their own.
  *
  * The source owns the store when it created it (pawl_source_pg_new) and borrows it otherwise
  * (pawl_source_pg_from_store). Every entry point may be called from any thread.
@@ -49,9 +49,10 @@ static void set_err(struct source_pg *s, const char *msg)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* One reusable read buffer per thread that reads (pawl_batch keeps its result between reads). */
+/* One reusable read buffer per thread that reads (pawl_read_batch keeps its result between reads).
+ */
 struct tls_batch {
-    struct pawl_batch b;
+    struct pawl_read_batch b;
     int init;
 };
 static _Thread_local struct tls_batch tls;
@@ -62,7 +63,7 @@ static void tls_dtor(void *p)
 {
     struct tls_batch *t = p;
     if (t && t->init) {
-        pawl_batch_fini(&t->b);
+        pawl_read_batch_fini(&t->b);
         t->init = 0;
     }
 }
@@ -78,7 +79,7 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
     struct source_pg *s = from(src);
     pthread_once(&tls_once, tls_make_key);
     if (!tls.init) {
-        pawl_batch_init(&tls.b);
+        pawl_read_batch_init(&tls.b);
         tls.init = 1;
         pthread_setspecific(tls_key, &tls); /* frees the batch when the thread exits */
     }
@@ -95,7 +96,7 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
     }
     if (rc) {
         char e[512];
-        pawl_store_last_error(s->store, e, sizeof e);
+        pawl_store_errmsg(s->store, e, sizeof e);
         set_err(s, e);
         return rc;
     }

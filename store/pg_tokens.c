@@ -948,8 +948,10 @@ int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)
 int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connections)
 {
     *out = NULL;
-    if (dsn == NULL || connections < 1 || connections > 64)
+    if (dsn == NULL)
         return PAWL_EINVAL;
+    if (connections < 1 || connections > 64)
+        return PAWL_ERANGE;
     struct tokens_pg *t = pawl_calloc(1, sizeof *t);
     if (t == NULL)
         return PAWL_ENOMEM;

@@ -182,6 +182,7 @@ static void complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
 
 static int exp_push(struct conn *c, enum ekind kind, int arg, struct pawl_pgreq *req)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
     if (c->exp_len == c->exp_cap) {
         size_t ncap = c->exp_cap ? c->exp_cap * 2 : 256;
         struct expect *n = pawl_malloc(ncap * sizeof *n);
@@ -206,7 +207,8 @@ static struct expect *exp_front(struct conn *c)
 
 static void exp_pop(struct conn *c)
 {
-    PAWL_ASSERT(c->exp_len > 0); /* a result arrived for something we sent */
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
+    PAWL_ASSERT(c->exp_len > 0);     /* a result arrived for something we sent */
     c->exp_head = (c->exp_head + 1) % c->exp_cap;
     c->exp_len--;
 }
@@ -465,6 +467,7 @@ static void connect_step(struct conn *c)
 /* Hand one request to libpq. Returns 0, or -1 when the connection broke (request re-queued). */
 static int send_req(struct conn *c, struct pawl_pgreq *r)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
     struct pawl_pgpool *p = c->pool;
     int nprep = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* entries below */
     r->failed_stmt = -1;
@@ -733,6 +736,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
 /* Returns 0, or -1 when the connection broke. */
 static int pump_recv(struct conn *c)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
     struct pawl_pgpool *p = c->pool;
     for (;;) {
         struct expect *e = exp_front(c);
@@ -816,6 +820,7 @@ static int pump_recv(struct conn *c)
 
 static void on_io(struct conn *c, uint32_t ev)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the PGconn and the FIFO */
     if (c->state == C_CONNECTING) {
         connect_step(c);
         return;

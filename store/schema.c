@@ -96,7 +96,7 @@ static int db_version(PGconn *c, int *v, char *err, size_t errlen)
     rc = run(c, "SELECT coalesce(max(version), 0) FROM pawl.schema_version", &r, err, errlen);
     if (rc != 0)
         return rc;
-    *v = atoi(PQgetvalue(r, 0, 0));
+    *v = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     return 0;
 }

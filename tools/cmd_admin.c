@@ -262,7 +262,7 @@ int cmd_status(struct tool_config *cfg, int argc, const char *const *argv)
             tool_status_print_json(stdout, &st, cfg->tool.watch_ms == 0);
         } else {
             tool_status_print_table(stdout, &st);
-            if (st.rows && !st.rows[0].lag_exact)
+            if (st.n > 0 && !st.rows[0].lag_exact)
                 printf("\n(lag past the first %d events after the lowest token is head - token, "
                        "an upper bound)\n",
                        TOOL_STATUS_SCAN_LIMIT);
@@ -346,7 +346,8 @@ static int release_expired(struct pawl_tokens *tok, const struct tool_status *st
         int rc = tok->ops->release(tok, st->proc, r->seg.id, r->owner);
         if (rc != 0) {
             tool_err("%s: releasing the expired claim of %s on segment %u failed: %s (%s)", what,
-                     r->owner, r->seg.id, tok->ops->errmsg(tok), pawl_strerror(rc));
+                     r->owner, r->seg.id, pawl_tokens_errmsg(tok, (char[512]){0}, 512),
+                     pawl_strerror(rc));
             return tool_exit_for(rc);
         }
     }
@@ -382,7 +383,8 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
     else if (kind == PAWL_RESET_END)
         target = st.head;
     else if (kind == PAWL_RESET_TIME && (rc = s.src->ops->index_at(s.src, value, &target)) != 0) {
-        tool_err("reset: cannot find the log position at that time: %s", s.src->ops->errmsg(s.src));
+        tool_err("reset: cannot find the log position at that time: %s",
+                 pawl_source_errmsg(s.src, (char[512]){0}, 512));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -419,7 +421,8 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
     int64_t set = 0;
     rc = pawl_processor_reset(s.tok, s.src, proc, kind, value, &set);
     if (rc != 0) {
-        tool_err("reset failed: %s (%s)", s.tok->ops->errmsg(s.tok), pawl_strerror(rc));
+        tool_err("reset failed: %s (%s)", pawl_tokens_errmsg(s.tok, (char[512]){0}, 512),
+                 pawl_strerror(rc));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -531,7 +534,8 @@ static int split_or_merge(struct tool_config *cfg, int argc, const char *const *
     rc =
         merge ? s.tok->ops->merge(s.tok, proc, id, NULL) : s.tok->ops->split(s.tok, proc, id, NULL);
     if (rc != 0) {
-        tool_err("%s failed: %s (%s)", what, s.tok->ops->errmsg(s.tok), pawl_strerror(rc));
+        tool_err("%s failed: %s (%s)", what, pawl_tokens_errmsg(s.tok, (char[512]){0}, 512),
+                 pawl_strerror(rc));
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -732,7 +736,8 @@ int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
     }
     goto out;
 fail:
-    tool_err("dead-letters %s: %s: %s", what, pawl_strerror(rc), s.tok->ops->errmsg(s.tok));
+    tool_err("dead-letters %s: %s: %s", what, pawl_strerror(rc),
+             pawl_tokens_errmsg(s.tok, (char[512]){0}, 512));
     ex = tool_exit_for(rc);
 out:
     pawl_dead_letters_free(letters);

@@ -36,8 +36,8 @@ struct bench_follower {
 static void *bench_follow(void *arg)
 {
     struct bench_follower *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     /* Relaxed: a stop request. */
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
         if (pawl_follow(f->s, f->after, 1000, &b, 100) != 0)
@@ -48,7 +48,7 @@ static void *bench_follow(void *arg)
         if (b.count)
             f->after = b.events[b.count - 1].index;
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 

@@ -335,8 +335,8 @@ static int group_flush(struct append_ctx *c, struct group *g)
  */
 static int wait_final(struct append_ctx *c, int64_t after)
 {
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     size_t next = 0;
     int64_t quiet_since = pawl_now_ns();
     int64_t limit_ns =
@@ -370,7 +370,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
         }
         after = b.events[b.count - 1].index;
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     for (size_t i = 0; i < next; i++)
         print_appended(&c->done[i], 1);
     fflush(stdout);
@@ -380,7 +380,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
             snprintf(why, sizeof why, "no new final index for --open-timeout (%d ms)",
                      (int)c->cfg->lib.store.open_timeout_ms);
         else if (rc != 0)
-            pawl_store_last_error(c->s, why, sizeof why);
+            pawl_store_errmsg(c->s, why, sizeof why);
         tool_err("append --wait: %zu of %zu appended events have no final index yet (%s); they "
                  "are committed and will get one",
                  c->ndone - next, c->ndone, why);
@@ -656,8 +656,8 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
         pawl_finalize_now(s, NULL, NULL, &last);
         after = PAWL_MAX(last, pawl_store_last_index(s));
     }
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t printed = 0;
     while (!tool_stop) {
         size_t want = 1000;
@@ -671,7 +671,7 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
             continue;
         if (rc != 0) {
             char err[256];
-            pawl_store_last_error(s, err, sizeof err);
+            pawl_store_errmsg(s, err, sizeof err);
             tool_err("tail: %s (%s)", pawl_strerror(rc), err);
             ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
             break;
@@ -688,7 +688,7 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
         printed += (int64_t)b.count;
         fflush(stdout);
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     /* The reader's own account: what it printed, and what it went through to get it. */
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
@@ -724,8 +724,8 @@ struct follower {
 static void *follow_main(void *arg)
 {
     struct follower *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t after = f->start_after;
     /* Relaxed: the stop flag is a request; counters are statistics. */
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
@@ -744,7 +744,7 @@ static void *follow_main(void *arg)
             atomic_store_explicit(&f->last_index, after, memory_order_relaxed);
         }
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 

@@ -63,8 +63,8 @@ static int write_archive(struct tool_config *cfg, const char *dsn, const char *p
                  err[0] ? err : pawl_strerror(rc));
         return tool_exit_for(rc);
     }
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t after = from - 1;
     int ex = TOOL_OK;
     while (after < w - 1 && ex == TOOL_OK) {
@@ -73,7 +73,7 @@ static int write_archive(struct tool_config *cfg, const char *dsn, const char *p
         if (rc == 0 && b.count == 0)
             rc = PAWL_ENOTFOUND;
         if (rc != 0) {
-            pawl_store_last_error(s, err, sizeof err);
+            pawl_store_errmsg(s, err, sizeof err);
             tool_err("retention: reading after index %" PRId64 " for the archive: %s (%s); "
                      "nothing dropped",
                      after, pawl_strerror(rc), err);
@@ -90,7 +90,7 @@ static int write_archive(struct tool_config *cfg, const char *dsn, const char *p
             (*written)++;
         }
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     pawl_store_free(s);
     if (ex == TOOL_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
         tool_err("retention: flushing %s: %s; nothing dropped", path, strerror(errno));

@@ -322,7 +322,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
     }
     if ((rc = pawl_processor_new(&p, &cfg->lib.processor, src, tok, hs, nh)) != 0) {
         tool_err("run: cannot create processor %s: %s (%s)", cfg->lib.processor.name,
-                 pawl_strerror(rc), tok->ops->errmsg(tok));
+                 pawl_strerror(rc), pawl_tokens_errmsg(tok, (char[512]){0}, 512));
         ex = tool_exit_for(rc);
         goto out;
     }

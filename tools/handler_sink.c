@@ -429,9 +429,10 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
     }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "PAWL_PROCESSOR=", 15) &&
-            strncmp(environ[i], "PAWL_SEGMENT=", 13) &&
-            strncmp(environ[i], "PAWL_SEGMENT_MASK=", 18) && strncmp(environ[i], "PAWL_NODE=", 10))
+        if (strncmp(environ[i], "PAWL_PROCESSOR=", 15) != 0 &&
+            strncmp(environ[i], "PAWL_SEGMENT=", 13) != 0 &&
+            strncmp(environ[i], "PAWL_SEGMENT_MASK=", 18) != 0 &&
+            strncmp(environ[i], "PAWL_NODE=", 10) != 0)
             envp[k++] = environ[i];
     envp[k++] = vproc;
     envp[k++] = vseg;
@@ -555,8 +556,9 @@ static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
     }
 }
 
-/* Complete the acknowledged (and empty) ships at the head of c's ack queue. */
-static void ack_progress(struct tool_sink *s, struct chan *c)
+/* Complete the acknowledged (and empty) ships at the head of c's ack queue. Returns 1 when
+ * that freed c (the close ship of a chan without a running child), else 0. */
+static int ack_progress(struct tool_sink *s, struct chan *c)
 {
     while (c->aq && (c->aq->last == 0 || c->aq->last <= c->acked)) {
         struct ship *sh = c->aq;
@@ -578,10 +580,12 @@ static void ack_progress(struct tool_sink *s, struct chan *c)
             } else {
                 unlist(s, c);
                 chan_free(c);
+                return 1;
             }
-            return;
+            return 0;
         }
     }
+    return 0;
 }
 
 /* Move empty ships at the head of the send queue to the ack queue; arm EPOLLOUT when needed. */
@@ -620,7 +624,7 @@ static void send_progress(struct tool_sink *s, struct chan *c)
     }
     if (c->in_fd >= 0)
         epoll_set(s, c->in_fd, c->sq ? EPOLLOUT : 0, IN_TAG(c), EPOLL_CTL_MOD);
-    ack_progress(s, c);
+    (void)ack_progress(s, c); /* the last use of c here */
 }
 
 /* A ship arrives from a worker. */
@@ -653,7 +657,7 @@ static void exec_take(struct tool_sink *s, struct ship *sh)
     send_progress(s, c);
 }
 
-/* Parse the complete lines the child wrote. Returns 0, or fails the chan (1). */
+/* Parse the complete lines the child wrote. Returns 0, or 1 when c is gone (failed or freed). */
 static int exec_lines(struct tool_sink *s, struct chan *c)
 {
     char *nl;
@@ -686,7 +690,8 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
                 return 1;
             }
             c->acked = v;
-            ack_progress(s, c);
+            if (ack_progress(s, c))
+                return 1; /* c is gone */
         } else if (strncmp(line, "fail", 4) == 0 && (line[4] == '\0' || line[4] == ' ')) {
             snprintf(why, sizeof why, "the command reported a failure: %.300s",
                      line[4] ? line + 5 : "(no reason given)");

@@ -224,9 +224,11 @@ static char *render(struct tool_httpd *h, size_t *len)
     return buf;
 }
 
+/* libmicrohttpd's MHD_AccessHandlerCallback: the signature is the library's. */
 static mhd_result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                              const char *method, const char *version, const char *upload,
-                             size_t *upload_size, void **con_cls)
+                             size_t *upload_size, // NOLINT(readability-non-const-parameter)
+                             void **con_cls)
 {
     struct tool_httpd *h = cls;
     struct MHD_Response *resp;

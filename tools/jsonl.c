@@ -29,6 +29,17 @@ static int is_blank(const char *s, size_t n)
     return 1;
 }
 
+/* The keys a line may have (the allowed list in the error below names the same). */
+static int known_key(const char *key)
+{
+    static const char *const keys[] = {"stream", "type",        "payload", "metadata", "seq",
+                                       "index",  "appended_at", "segment", "replay",   "batch_end"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int want_name(json_t *o, const char *key, size_t max, char **out, char *err, size_t errlen)
 {
     json_t *v = json_object_get(o, key);
@@ -74,10 +85,7 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
     json_t *v;
     json_object_foreach(o, key, v)
     {
-        if (strcmp(key, "stream") && strcmp(key, "type") && strcmp(key, "payload") &&
-            strcmp(key, "metadata") && strcmp(key, "seq") && strcmp(key, "index") &&
-            strcmp(key, "appended_at") && strcmp(key, "segment") && strcmp(key, "replay") &&
-            strcmp(key, "batch_end")) {
+        if (!known_key(key)) {
             snprintf(err, errlen,
                      "unknown key \"%.60s\" (allowed: stream, type, payload, metadata, seq; "
                      "index and appended_at are ignored)",
@@ -111,7 +119,7 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
         }
     }
     v = json_object_get(o, "payload");
-    if (v && json_is_string(v)) {
+    if (json_is_string(v)) { /* NULL is not a string */
         size_t n = json_string_length(v);
         out->_payload = malloc(n + 1);
         if (out->_payload == NULL) {

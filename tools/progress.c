@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define LIVE_PERIOD_NS (250 * 1000 * 1000LL)
+#define LIVE_PERIOD_NS (250LL * 1000 * 1000)
 
 void tool_progress_init(struct tool_progress *p, const struct tool_config *cfg)
 {

@@ -225,7 +225,7 @@ const char *tool_printable(const char *s, char *out, size_t outlen)
             p++;
         } else if (*p == '\\') {
             k = 2;
-            memcpy(tmp, "\\\\", 2);
+            tmp[0] = tmp[1] = '\\';
         } else {
             tmp[0] = (char)*p;
             k = 1;

@@ -610,8 +610,8 @@ static double ceiling_rate(double secs, int64_t *rows_out)
 static double reader_rate(struct pawl_store *s, int64_t from, int64_t head, double secs,
                           int64_t *rows_out)
 {
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t pos = from, rows = 0;
     double t0 = now_s(), dt = 0;
     while ((dt = now_s() - t0) < secs) {
@@ -622,7 +622,7 @@ static double reader_rate(struct pawl_store *s, int64_t from, int64_t head, doub
         if (pos >= head)
             pos = 0;
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     *rows_out = rows;
     return dt;
 }

@@ -1,7 +1,7 @@
 /*
  * bench_group.c — group append against the plain-INSERT ceiling, side by side in one run.
  *
- * Cells (issue 26's target table). Each round runs, next to each other: the ceiling (a plain
+ * Cells. Each round runs, next to each other: the ceiling (a plain
  * table of pawl.events' row shape and indexes, bench_ceiling.events, one INSERT per
  * transaction with a client-chosen sequence, one blocking client per connection), pawl with
  * group append (the default), pawl without it (append_group_max 1), and pawl grouped with its

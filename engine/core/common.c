@@ -43,6 +43,8 @@ const char *pawl_errname(int code)
 
 struct pawl_allocator pawl_alloc_ = {malloc, calloc, realloc, free};
 
+_Thread_local char pawl_thread_tag_; /* see pawl_thread_tag() */
+
 void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
 {
     /* Straight to stderr: the log sink may be what is broken. */

@@ -7,6 +7,8 @@
 
 #include "pawl/common.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -35,8 +37,8 @@ static inline void pawl_prefetch_w(const void *p)
 }
 
 /*
- * PAWL_ASSERT(cond): an invariant that a comment used to state ("owner only", "lock held", a
- * state machine's legal transition, a range). Compiled in when PAWL_ASSERTIONS is defined (the
+ * PAWL_ASSERT(cond): an invariant the code relies on ("owner only", "lock held", a state
+ * machine's legal transition, a range). Compiled in when PAWL_ASSERTIONS is defined (the
  * Debug, sanitizer and fuzz builds; CMake decides): a false condition logs the expression and
  * its place and aborts. Otherwise the condition is not evaluated (only type-checked), so it may
  * be as expensive as clarity needs, and must have no side effect.
@@ -46,17 +48,37 @@ static inline void pawl_prefetch_w(const void *p)
     (PAWL_LIKELY(cond) ? (void)0 : pawl_assert_fail_(#cond, __FILE__, __LINE__, __func__))
 #define PAWL_ASSERTIONS_ON 1
 #else
-#define PAWL_ASSERT(cond) ((void)sizeof(!(cond)))
+#define PAWL_ASSERT(cond) ((void)(0 && (cond)))
 #define PAWL_ASSERTIONS_ON 0
 #endif
 void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
     __attribute__((noreturn, cold));
 
-/* A number that identifies the calling thread while it lives (for owner checks in asserts). */
+/*
+ * A number that identifies the calling thread while it lives (for owner checks in asserts): the
+ * address of one thread-local byte, defined once in common.c so that every file gets the same
+ * number on the same thread.
+ */
+extern _Thread_local char pawl_thread_tag_;
 static inline uintptr_t pawl_thread_tag(void)
 {
-    static _Thread_local char tag;
-    return (uintptr_t)&tag;
+    return (uintptr_t)&pawl_thread_tag_;
+}
+
+/*
+ * For PAWL_ASSERT(pawl_mutex_locked(&mu)), "mu held": 1 when mu is locked. A default mutex
+ * cannot say by whom, so this catches a caller that holds nothing while no other thread holds mu
+ * either (the usual case in tests). A caller that does hold mu only sees trylock fail, so the
+ * check adds no synchronisation a race detector could mistake for the real locking.
+ */
+static inline int pawl_mutex_locked(pthread_mutex_t *mu)
+{
+    int rc = pthread_mutex_trylock(mu);
+    if (rc == 0) {
+        pthread_mutex_unlock(mu);
+        return 0;
+    }
+    return rc == EBUSY;
 }
 
 extern struct pawl_allocator pawl_alloc_;

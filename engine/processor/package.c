@@ -140,6 +140,7 @@ void pawl_pkg_schedule(struct pkg *k)
  * fourth take, so neither waits behind the other for long. */
 void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
 {
+    PAWL_ASSERT_COORD(p);
     struct pawl_task *batch[64];
     size_t n = 0;
     for (struct pkg *k = first; k; k = k->next) {
@@ -234,6 +235,7 @@ static void pkg_finish(struct pkg *k, int rc)
     }
     p->tok->ops->release(p->tok, p->name, k->seg.id, p->node);
     pthread_mutex_lock(&k->mu);
+    PAWL_ASSERT(k->state == PKG_RUN && k->scheduled); /* finished once, by its own step */
     k->state = PKG_DONE;
     k->scheduled = 0;
     pawl_event_batch_clear(&k->inbox);
@@ -336,6 +338,7 @@ static void dl_remove(struct pkg *k, struct dl_stream *d)
 /* Under p->mu: the attempts entry of event index, or NULL. */
 static struct dl_attempt *att_find_locked(struct pawl_processor *p, int64_t index)
 {
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
     for (size_t i = 0; i < n; i++)
         if (p->att[i].index == index)
@@ -651,6 +654,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     if (rc != PAWL_EAGAIN)
         pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     if (rc == PAWL_EAGAIN) {
+        PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_CKPT: one cycle at a time */
         k->phase = PH_CKPT;
         k->ptxn = txn;
         k->pend = end;
@@ -718,6 +722,7 @@ static int pkg_release(struct pkg *k, int rc_final)
     int64_t to_store = PAWL_RECONCILE_NOTHING;
     int rc = pawl_reconcile_release(&k->rec, k->seg, k->consumed, k->token, &to_store);
     if (rc == PAWL_EAGAIN) {
+        PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RELEASE */
         k->phase = PH_RELEASE;
         k->prc = rc_final;
         return PAWL_EAGAIN;
@@ -951,6 +956,7 @@ static int pkg_fail(struct pkg *k, int rc)
 /* Under k->mu: does the package have something to do at its next step? */
 static int pkg_more_locked(struct pkg *k)
 {
+    PAWL_ASSERT(pawl_mutex_locked(&k->mu));
     return k->woken || k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
            atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
            atomic_load_explicit(&k->lost, memory_order_relaxed) ||
@@ -984,6 +990,7 @@ static void pkg_end_step(struct pkg *k, int parked)
 /* A parked package's step: resume its cycle once the reconciler has woken it. */
 static void pkg_resume(struct pkg *k)
 {
+    PAWL_ASSERT(k->phase == PH_CKPT || k->phase == PH_RELEASE);
     pthread_mutex_lock(&k->mu);
     int woken = k->woken;
     k->woken = 0;
@@ -1027,10 +1034,20 @@ static void pkg_resume(struct pkg *k)
     pkg_end_step(k, 0);
 }
 
+/* Worker-only fields are touched by one step at a time: the step that holds `scheduled`. */
+static int step_owned(struct pkg *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int ok = k->scheduled && k->state == PKG_RUN;
+    pthread_mutex_unlock(&k->mu);
+    return ok;
+}
+
 static void pkg_step(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
     int rc;
+    PAWL_ASSERT(step_owned(k));
     if (k->phase != PH_NONE) {
         pkg_resume(k);
         return;

@@ -156,9 +156,11 @@ static struct backoff *backoff_find(struct pawl_processor *p, uint32_t seg_id)
     return NULL;
 }
 
-/* Under p->mu. */
+/* Coordinator, under p->mu. */
 static void backoff_fail(struct pawl_processor *p, uint32_t seg_id, int had_success)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     struct backoff *b = backoff_find(p, seg_id);
     if (b == NULL) {
         if (p->nbackoffs == p->backoffs_cap) {
@@ -191,6 +193,8 @@ static int in_backoff(struct pawl_processor *p, uint32_t seg_id, int64_t now)
 /* Unlink finished packages; apply back-off. Coordinator, under p->mu. */
 static void reap_locked(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     while (p->done) {
         struct pkg *k = p->done;
         p->done = k->run_next;
@@ -214,11 +218,14 @@ static void reap_locked(struct pawl_processor *p)
 /* Coordinator: rebuild the lookup table (segments are disjoint, so a slot has one owner). */
 static void lut_rebuild(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
     uint32_t maxmask = 0;
     for (struct pkg *k = p->pkgs; k; k = k->next)
         maxmask = PAWL_MAX(maxmask, k->seg.mask);
     uint32_t tmask = PAWL_MIN(maxmask, 0xffffu);
     if (p->lut == NULL || tmask != p->lut_mask) {
+        /* An array of pointers: sizeof *t is a pointer's size, as meant. */
+        // NOLINTNEXTLINE(bugprone-sizeof-expression)
         struct pkg **t = pawl_realloc(p->lut, ((size_t)tmask + 1) * sizeof *t);
         if (t == NULL) {
             pawl_free(p->lut);
@@ -229,6 +236,7 @@ static void lut_rebuild(struct pawl_processor *p)
         p->lut = t;
         p->lut_mask = tmask;
     }
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): pointers, as above
     memset(p->lut, 0, ((size_t)tmask + 1) * sizeof *p->lut);
     p->lut_partial = 0;
     for (struct pkg *k = p->pkgs; k; k = k->next) {
@@ -242,9 +250,11 @@ static void lut_rebuild(struct pawl_processor *p)
     p->lut_version = p->pkgs_version;
 }
 
-/* Coordinator: the package whose segment holds stream hash h, or NULL. */
+/* Coordinator, under dispatch_mu: the package whose segment holds stream hash h, or NULL. */
 static struct pkg *lookup(struct pawl_processor *p, uint32_t h)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->dispatch_mu));
     if (p->lut_version != p->pkgs_version)
         lut_rebuild(p);
     if (p->lut) {
@@ -280,9 +290,12 @@ static int admin_involves(struct pawl_processor *p, uint32_t seg_id)
            (seg_id == p->admin_seg || (p->admin_op == ADMIN_MERGE && seg_id == p->admin_sib));
 }
 
-/* A new package for a claimed row: attach it to the shared reader if it is not behind it. */
+/* A new package for a claimed row: attach it to the shared reader if it is not behind it.
+ * Coordinator, under p->mu (lock order: p->mu, dispatch_mu, each package's mu). */
 static void pkg_start(struct pawl_processor *p, struct pkg *k)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     pthread_mutex_lock(&p->dispatch_mu);
     int any_attached = 0;
     for (struct pkg *o = p->pkgs; o; o = o->next) {
@@ -303,6 +316,7 @@ static void pkg_start(struct pawl_processor *p, struct pkg *k)
 
 static void claim_cycle(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
     struct pawl_tokens *t = p->tok;
     struct pawl_segment_status *rows = NULL;
     size_t nrows = 0;
@@ -388,9 +402,12 @@ static void claim_cycle(struct pawl_processor *p)
     pawl_tokens_rows_free(rows);
 }
 
-/* Serve a split/merge request once this node holds none of its segments. Under p->mu. */
+/* Serve a split/merge request once this node holds none of its segments. Coordinator, under
+ * p->mu. */
 static void admin_serve_locked(struct pawl_processor *p)
 {
+    PAWL_ASSERT_COORD(p);
+    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
     if (p->admin_op == ADMIN_NONE || p->admin_done)
         return;
     int waiting = 0;
@@ -417,6 +434,7 @@ static void admin_serve_locked(struct pawl_processor *p)
  */
 static int coord_read(struct pawl_processor *p, int *held)
 {
+    PAWL_ASSERT_COORD(p);
     /* Under dispatch_mu the attached set is stable; membership is the coordinator's. */
     pthread_mutex_lock(&p->dispatch_mu);
     int64_t low = INT64_MAX, now = pawl_now_ns();
@@ -504,6 +522,7 @@ static int coord_read(struct pawl_processor *p, int *held)
 static void *coord_main(void *arg)
 {
     struct pawl_processor *p = arg;
+    p->coord_tag = pawl_thread_tag(); /* read only by this thread's own asserts */
     int64_t next_claim = 0;
     int64_t read_backoff_ms = 0, next_read = 0;
     int released_all = 0;
@@ -526,7 +545,7 @@ static void *coord_main(void *arg)
                 released_all = 1;
             }
             if (p->done == NULL)
-                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000);
+                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000LL);
             pthread_mutex_unlock(&p->mu);
             continue;
         }
@@ -1114,8 +1133,10 @@ int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const 
 int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
                            int64_t up_to, int64_t *dropped)
 {
-    if (tokens == NULL || proc == NULL || stream == NULL || up_to < 0)
+    if (tokens == NULL || proc == NULL || stream == NULL)
         return PAWL_EINVAL;
+    if (up_to < 0)
+        return PAWL_ERANGE;
     if (tokens->ops->dl_drop == NULL)
         return PAWL_ENOTSUP;
     int64_t dummy;

@@ -170,6 +170,7 @@ struct pawl_processor {
     struct pawl_pool_stats seg_final; /* its counters when it was freed (under mu) */
 
     pthread_t coord_thread, extend_thread;
+    uintptr_t coord_tag; /* the coordinator thread's pawl_thread_tag(), for PAWL_ASSERT_COORD */
     pthread_mutex_t emu;
     pthread_cond_t ecv;
 
@@ -205,12 +206,16 @@ struct pawl_event_ctx {
     int dead_letter;
 };
 
-/* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */
+/* The calling thread is p's coordinator (the owner of the "coordinator-only" fields). */
+#define PAWL_ASSERT_COORD(p) PAWL_ASSERT(pawl_thread_tag() == (p)->coord_tag)
+
 /* How long a full inbox holds the shared reader back before its package is detached. */
 #define PAWL_DETACH_AFTER_NS (50 * 1000000LL)
 
-static inline int pawl_pkg_has_room(const struct pawl_processor *p, const struct pkg *k)
+/* Under k->mu: the inbox is below half its read-ahead (the reader may feed it again). */
+static inline int pawl_pkg_has_room(const struct pawl_processor *p, struct pkg *k)
 {
+    PAWL_ASSERT(pawl_mutex_locked(&k->mu));
     return k->inbox.n < p->o.read_ahead / 2 + 1 && k->inbox._used < p->o.read_ahead_bytes / 2;
 }
 

@@ -108,6 +108,7 @@ int pawl_segment_split(struct pawl_segment seg, struct pawl_segment *lo, struct 
     if (hi) {
         hi->id = seg.id + seg.mask + 1;
         hi->mask = m;
+        PAWL_ASSERT(pawl_segment_valid(*hi)); /* the invariant survives a split */
     }
     return 0;
 }
@@ -121,6 +122,7 @@ int pawl_segment_sibling(struct pawl_segment seg, struct pawl_segment *sibling)
     uint32_t top = (seg.mask >> 1) + 1;
     sibling->id = seg.id ^ top;
     sibling->mask = seg.mask;
+    PAWL_ASSERT(pawl_segment_valid(*sibling));
     return 0;
 }
 
@@ -132,6 +134,7 @@ int pawl_segment_parent(struct pawl_segment seg, struct pawl_segment *parent)
         return PAWL_ERANGE;
     parent->mask = seg.mask >> 1;
     parent->id = seg.id & parent->mask;
+    PAWL_ASSERT(pawl_segment_valid(*parent)); /* and a merge */
     return 0;
 }
 

@@ -195,3 +195,10 @@ void pawl_source_free(struct pawl_source *s)
     if (s)
         s->ops->free(s);
 }
+
+const char *pawl_source_errmsg(struct pawl_source *s, char *buf, size_t len)
+{
+    if (len > 0)
+        snprintf(buf, len, "%s", s ? s->ops->errmsg(s) : "");
+    return buf;
+}

@@ -615,6 +615,13 @@ void pawl_tokens_free(struct pawl_tokens *t)
         t->ops->free(t);
 }
 
+const char *pawl_tokens_errmsg(struct pawl_tokens *t, char *buf, size_t len)
+{
+    if (len > 0)
+        snprintf(buf, len, "%s", t ? t->ops->errmsg(t) : "");
+    return buf;
+}
+
 void pawl_tokens_rows_free(struct pawl_segment_status *rows)
 {
     pawl_free(rows);

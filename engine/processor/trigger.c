@@ -52,9 +52,12 @@ struct pawl_trigger *pawl_trigger_new(pawl_trigger_wake_fn wake, void *arg)
 
 struct pawl_trigger *pawl_trigger_ref(struct pawl_trigger *t)
 {
-    if (t != NULL)
+    if (t != NULL) {
         /* Relaxed: taking a reference needs no ordering, only the count (the caller has one). */
-        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+        int old = atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+        PAWL_ASSERT(old > 0);
+        (void)old;
+    }
     return t;
 }
 
@@ -63,7 +66,9 @@ void pawl_trigger_unref(struct pawl_trigger *t)
     if (t == NULL)
         return;
     /* Release: our last uses of t happen before the free; acquire on the last one to see theirs. */
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+    int old = atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel);
+    PAWL_ASSERT(old > 0); /* the caller held a reference */
+    if (old == 1)
         pawl_free(t);
 }
 
@@ -89,8 +94,10 @@ static bool merge_max(struct pawl_trigger *t, int64_t token)
 
 int pawl_trigger_request(struct pawl_trigger *t, int64_t token)
 {
-    if (t == NULL || token < 0)
+    if (t == NULL)
         return PAWL_EINVAL;
+    if (token < 0)
+        return PAWL_ERANGE;
     /* Seq_cst: enter the live section before checking dead, ordered against invalidate's
      * fetch_or, so invalidate either sees us inside or we see dead. */
     uint64_t g = atomic_fetch_add(&t->gate, GATE_ONE);

@@ -182,7 +182,7 @@ struct pawl_checkpointing {
  * batch. A request beyond what the segment has consumed waits until the segment gets there.
  * In auto mode every batch checkpoints anyway; a request can only make it reach further.
  *
- * Returns 0, PAWL_EINVAL for a negative token, or PAWL_ESHUTDOWN when the trigger is inert (its
+ * Returns 0, PAWL_ERANGE for a negative token, or PAWL_ESHUTDOWN when the trigger is inert (its
  * segment was released or its worker aborted): the request is ignored. A new claim of the same
  * segment comes with a new trigger.
  */

@@ -41,6 +41,15 @@ extern "C" {
 /*
  * The error table: X(name, value, text). Add new codes at the end of the list; values never
  * change once released because embedders may persist or compare them.
+ *
+ * Bad options and arguments, everywhere in the library:
+ *   PAWL_ERANGE  a number outside its documented range, including a range bounded by another
+ *                option (backoff_max_ms at least backoff_min_ms, reconnect_max_ms at least
+ *                reconnect_min_ms);
+ *   PAWL_EINVAL  anything malformed (a NULL that is required, a name with a forbidden
+ *                character, a DSN that does not parse, an unknown enum value passed as an
+ *                argument) or options that contradict each other (a read DSN equal to the
+ *                primary DSN).
  */
 #define PAWL_ERRORS(X)                                                                             \
     X(PAWL_OK, 0, "success")                                                                       \
@@ -74,6 +83,21 @@ enum pawl_error {
     PAWL_ERRORS(PAWL_ERROR_ENUM_)
 #undef PAWL_ERROR_ENUM_
 };
+
+/*
+ * Error text. A failing call returns its code, and pawl_strerror(code) gives the code's fixed
+ * text. The detail of a failure (which option, the server's SQLSTATE and message, the owners of
+ * a busy segment) comes back one way, by what failed:
+ *   - a call on an object: pawl_<object>_errmsg(obj, buf, len) copies the text of the last
+ *     failure on obj into buf ("" when none) and returns buf: pawl_store_errmsg,
+ *     pawl_source_errmsg, pawl_tokens_errmsg. Copied, because objects are shared by threads;
+ *   - a call that has no object yet (a constructor, the schema functions): its `err, errlen`
+ *     parameters, filled the same way;
+ *   - an asynchronous result (struct pawl_append_result): its `message` field, since the
+ *     object's last failure may by then be another call's.
+ * The log sink (pawl_log_set_sink) is for operators: no caller needs it to learn why a call
+ * failed. A handler hands its reason the other way, with pawl_ctx_error.
+ */
 
 /* A static string describing code; never NULL ("unknown error" for codes not in the table). */
 PAWL_API const char *pawl_strerror(int code);

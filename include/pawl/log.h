@@ -24,8 +24,9 @@
  * pawl_store_wait) may be called from any other thread.
  *
  * Errors. Functions return 0 or a negative PAWL_E* code. The text of the last failure on a
- * store (with the server's SQLSTATE when there is one) is read with pawl_store_last_error; an
- * append's own outcome is also reported in its struct pawl_append_result.
+ * store (with the server's SQLSTATE when there is one) is read with pawl_store_errmsg; an
+ * append's own outcome is also reported in its struct pawl_append_result (the rule for error
+ * text is in pawl/common.h).
  */
 #ifndef PAWL_LOG_H
 #define PAWL_LOG_H
@@ -278,9 +279,10 @@ PAWL_API int pawl_schema_version(const char *dsn, int *db_version, int *lib_vers
                                  size_t errlen);
 
 /*
- * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_EINVAL (bad options or
- * DSN), PAWL_ECONN (no connection within open_timeout_ms), PAWL_ESCHEMA (schema missing, older
- * or newer; run pawl_schema_migrate or `pawl init`), with the reason in err (may be NULL).
+ * Open a store. dsn is copied; o may be NULL (defaults). Fails with PAWL_ERANGE (an option out
+ * of range), PAWL_EINVAL (a bad DSN), PAWL_ECONN (no connection within open_timeout_ms),
+ * PAWL_ESCHEMA (schema missing, older or newer; run pawl_schema_migrate or `pawl init`), with
+ * the reason in err (may be NULL).
  */
 PAWL_API int pawl_store_new(struct pawl_store **out, const char *dsn,
                             const struct pawl_store_opts *o, char *err, size_t errlen);
@@ -295,8 +297,14 @@ PAWL_API int pawl_store_new(struct pawl_store **out, const char *dsn,
  */
 PAWL_API void pawl_store_free(struct pawl_store *s);
 
-/* The last failure on s: "SQLSTATE: message" or a plain message; "" if none. Copied. */
-PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len);
+/*
+ * The last failure on s: "SQLSTATE: message" or a plain message; "" if none (and for s NULL).
+ * Copied into buf (cut to len, NUL-terminated when len > 0); returns buf.
+ */
+PAWL_API const char *pawl_store_errmsg(struct pawl_store *s, char *buf, size_t len);
+/* Deprecated name of pawl_store_errmsg. */
+PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
+    __attribute__((deprecated("use pawl_store_errmsg")));
 
 /* ---- appending -------------------------------------------------------------------------- */
 
@@ -397,10 +405,12 @@ PAWL_API int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *
 /* ---- reading ---------------------------------------------------------------------------- */
 
 /*
- * A reusable read buffer. events[0..count) are valid until the next read into the batch or
- * pawl_batch_fini; every pointer in them points into the batch. Embed it (caller storage).
+ * A reusable read buffer for pawl_read. events[0..count) are valid until the next read into the
+ * batch or pawl_read_batch_fini; every pointer in them points into the batch, which holds the
+ * database's result rather than copies. Embed it (caller storage). Not to be confused with
+ * struct pawl_event_batch (pawl/processor.h), which owns copies and is what a source fills.
  */
-struct pawl_batch {
+struct pawl_read_batch {
     struct pawl_event *events;
     size_t count;
     /* private */
@@ -408,12 +418,20 @@ struct pawl_batch {
     void *_res;
 };
 
-PAWL_API void pawl_batch_init(struct pawl_batch *b);
-PAWL_API void pawl_batch_fini(struct pawl_batch *b);
+PAWL_API void pawl_read_batch_init(struct pawl_read_batch *b);
+PAWL_API void pawl_read_batch_fini(struct pawl_read_batch *b);
+
+/* Deprecated names of the above, kept for existing callers: struct pawl_batch is the same type. */
+#define pawl_batch pawl_read_batch
+PAWL_API void pawl_batch_init(struct pawl_read_batch *b)
+    __attribute__((deprecated("use pawl_read_batch_init")));
+PAWL_API void pawl_batch_fini(struct pawl_read_batch *b)
+    __attribute__((deprecated("use pawl_read_batch_fini")));
 
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
- * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error.
+ * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error (PAWL_ERANGE
+ * for a negative after or a max outside 1..100000).
  *
  * A read whose connection is lost (the backend terminated, a server restart, a failover) is run
  * again once the pool has reconnected, from the same position, so no event is skipped or
@@ -425,7 +443,7 @@ PAWL_API void pawl_batch_fini(struct pawl_batch *b);
  * highest index from the log again (lowering the known one if the log says less, e.g. after a
  * failover lost its tail), logs the anomaly once per episode (read_gaps) and returns count 0.
  */
-PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b);
+PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b);
 
 /*
  * Follow the log: like pawl_read, but when nothing is available after `after`, block (no
@@ -435,7 +453,7 @@ PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct p
  * when the store is being freed, or pawl_read's errors (PAWL_ECONN once the connection has been
  * lost for read_retry_timeout_ms).
  */
-PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_batch *b,
+PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                          int timeout_ms);
 
 /* The highest final index this process knows of: from the local finalizer's runs, events read,

@@ -215,6 +215,8 @@ struct pawl_source {
 };
 /* Frees the source through its ops; NULL is a no-op. */
 PAWL_API void pawl_source_free(struct pawl_source *s);
+/* The text of the last failure on s ("" when none, or s NULL), copied into buf; returns buf. */
+PAWL_API const char *pawl_source_errmsg(struct pawl_source *s, char *buf, size_t len);
 
 /*
  * The in-memory log: appends get the next index (1, 2, ...) at once. Thread-safe.
@@ -395,6 +397,8 @@ struct pawl_tokens {
     const struct pawl_tokens_ops *ops;
 };
 PAWL_API void pawl_tokens_free(struct pawl_tokens *t); /* NULL is a no-op */
+/* The text of the last failure on t ("" when none, or t NULL), copied into buf; returns buf. */
+PAWL_API const char *pawl_tokens_errmsg(struct pawl_tokens *t, char *buf, size_t len);
 PAWL_API void pawl_tokens_rows_free(struct pawl_segment_status *rows);
 
 /*

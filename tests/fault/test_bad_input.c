@@ -3,7 +3,7 @@
  * one test per kind of bad input (NULL pointers, zero and huge sizes, invalid UTF-8 and
  * oversized names, malformed metadata and sequences, a schema newer than the library, a
  * read-only database user, databases that refuse connections). Each asserts the documented
- * error code, that a reason is readable (err or pawl_store_last_error), and that nothing was
+ * error code, that a reason is readable (err or pawl_store_errmsg), and that nothing was
  * written: the events table keeps exactly the rows the valid appends made, and no schema
  * object appears where the caller had no right to create one.
  *
@@ -113,11 +113,11 @@ static void test_nulls(void **state)
     e.payload_len = 0;
     append_ok(s, &e, 1); /* NULL payload of length 0 is an empty payload */
 
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(NULL, 0, 10, &b), PAWL_EINVAL);
     assert_int_equal(pawl_read(s, 0, 10, NULL), PAWL_EINVAL);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
 
     /* Processors: a name and at least one handler are required. */
     struct pawl_processor_opts po;
@@ -183,24 +183,33 @@ static void test_sizes(void **state)
     ev[2].payload_len = sizeof big;
     expect_refused(s, ev, 3, PAWL_ETOOBIG, "third event too big");
     /* Reads: 1..100000 events after a non-negative position. */
-    struct pawl_batch b;
-    pawl_batch_init(&b);
-    assert_int_equal(pawl_read(s, 0, 0, &b), PAWL_EINVAL);
-    assert_int_equal(pawl_read(s, 0, 100001, &b), PAWL_EINVAL);
-    assert_int_equal(pawl_read(s, -1, 10, &b), PAWL_EINVAL);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
+    assert_int_equal(pawl_read(s, 0, 0, &b), PAWL_ERANGE);
+    assert_int_equal(pawl_read(s, 0, 100001, &b), PAWL_ERANGE);
+    assert_int_equal(pawl_read(s, -1, 10, &b), PAWL_ERANGE);
     assert_int_equal(pawl_read(s, INT64_MAX, 10, &b), 0);
     assert_int_equal(b.count, 0);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
+    /* The deprecated names still build and read into the same type. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    struct pawl_batch old;
+    pawl_batch_init(&old);
+    assert_int_equal(pawl_read(s, 0, 10, &old), 0);
+    pawl_batch_fini(&old);
+    assert_null(old.events);
+#pragma GCC diagnostic pop
     /* Options out of range are refused when the store opens. */
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
     o.max_event_bytes = 0;
     struct pawl_store *s2 = NULL;
     char err[512];
-    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_ERANGE);
     pawl_store_opts_defaults(&o);
     o.max_append_events = 100001;
-    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s2, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_null(s2);
     pawl_store_free(s);
 }
@@ -326,16 +335,22 @@ static void test_read_only_user(void **state)
     assert_int_equal(rc, PAWL_ESQL);
     assert_string_equal(r.sqlstate, "42501"); /* insufficient_privilege */
     assert_int_equal(rows(), written);
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(s, 0, 10, &b), 0);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     /* The finalizer needs write access too: refused, and no run row appears. */
     int64_t runs = pawl_test_query_i64(base_dsn, "SELECT count(*) FROM pawl.runs");
     rc = pawl_finalize_now(s, NULL, NULL, NULL);
     assert_int_equal(rc, PAWL_ESQL);
-    pawl_store_last_error(s, err, sizeof err);
+    assert_ptr_equal(pawl_store_errmsg(s, err, sizeof err), err);
     assert_non_null(strstr(err, "42501"));
+    char old[512];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    pawl_store_last_error(s, old, sizeof old); /* the deprecated name reads the same text */
+#pragma GCC diagnostic pop
+    assert_string_equal(old, err);
     assert_int_equal(pawl_test_query_i64(base_dsn, "SELECT count(*) FROM pawl.runs"), runs);
     pawl_store_free(s);
 

@@ -339,7 +339,7 @@ static void test_poison_and_retry(void **state)
     /* Bad input is refused with a clear code; a store without dead letters refuses a
      * processor with a dead-letter policy. */
     assert_int_equal(pawl_dead_letters_retry(tok, "dl", NULL, NULL), PAWL_EINVAL);
-    assert_int_equal(pawl_dead_letters_drop(tok, "dl", "x", -1, NULL), PAWL_EINVAL);
+    assert_int_equal(pawl_dead_letters_drop(tok, "dl", "x", -1, NULL), PAWL_ERANGE);
     struct pawl_tokens *mem;
     assert_int_equal(pawl_tokens_mem_new(&mem), 0);
     struct pawl_processor_opts o;

@@ -1,5 +1,5 @@
 /*
- * test_log_concurrent.c — the log's guarantees under concurrency (issue 2, tests 1-3):
+ * test_log_concurrent.c — the log's guarantees under concurrency:
  *
  *   - 4 appender threads use the store (async, many appends in flight, explicit and ANY
  *     sequences, batches of 1..20) and 6 use raw connections whose transactions sleep before
@@ -269,8 +269,8 @@ static void *killer(void *arg)
 static void *follower_main(void *arg)
 {
     struct follower *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     f->ok = 1;
     int64_t pos = 0;
     for (;;) {
@@ -302,7 +302,7 @@ static void *follower_main(void *arg)
     }
 out:
     f->last = pos;
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 

@@ -1,5 +1,5 @@
 /*
- * test_log_faults.c — faults around appends (issue 2, tests 4 and 5):
+ * test_log_faults.c — faults around appends:
  *
  *   - an appender process is SIGKILLed after its commits were acknowledged and before any
  *     finalization: another process's safety run finalizes them, none is lost;
@@ -78,13 +78,13 @@ static void test_killed_appender(void **state)
     /* Another process (a store that appends nothing) picks them up with its safety run. */
     struct pawl_store *s = open_store(1, 100);
     assert_int_equal(pawl_store_wait(s, before + 49, 10000), 0);
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(s, before, 100, &b), 0);
     assert_int_equal(b.count, 50);
     for (size_t i = 0; i < b.count; i++)
         assert_int_equal(strncmp(b.events[i].stream_id, "victim-", 7), 0);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     pawl_store_free(s);
 }
 
@@ -163,7 +163,7 @@ static void test_server_goes_away(void **state)
     assert_int_equal(other, 0);
     assert_true(ok > 0);
     char err[256];
-    pawl_store_last_error(s, err, sizeof err);
+    pawl_store_errmsg(s, err, sizeof err);
     /* The store reconnected: a new append works and everything committed becomes final. */
     struct pawl_event e = {
         .stream_id = "away-after", .type = "t", .payload = "y", .payload_len = 1};

@@ -388,11 +388,11 @@ static void test_group_linger(void **state)
 
     /* Out of range: refused, naming the option. */
     o.append_group_linger_us = 100001;
-    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_non_null(strstr(err, "append_group_linger_us"));
     pawl_store_opts_defaults(&o);
     o.append_group_max = 0;
-    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_EINVAL);
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_non_null(strstr(err, "append_group_max"));
 }
 

@@ -191,8 +191,8 @@ struct follow_state {
 static void *follower(void *arg)
 {
     struct follow_state *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t after = 0;
     for (;;) {
         int rc = pawl_follow(f->s, after, 1000, &b, 300);
@@ -216,7 +216,7 @@ static void *follower(void *arg)
             f->read++;
         }
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 

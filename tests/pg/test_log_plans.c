@@ -1,13 +1,13 @@
 /*
- * test_log_plans.c — the finalizer's cost does not depend on planner statistics (issue 2,
- * test 7). The same load is finalized in four databases: fresh statistics (ANALYZE after a
- * preload), stale statistics (ANALYZE while nothing was finalized, then load), no statistics
- * (autovacuum off, never analyzed) and dead index entries kept alive by a long-open snapshot
- * (a REPEATABLE READ transaction on another connection while aborted appends leave dead
- * tuples). For each it prints the finalizer's execution time per finalized append (the
- * function call inside an open transaction, so the commit's WAL flush is not counted), median
- * and mean over the rounds, and asserts, loosely on a shared machine, that no case's median
- * costs more than 3x the fresh one (a plan change costs 3-10x in every round).
+ * test_log_plans.c — the finalizer's cost does not depend on planner statistics. The same load is
+ * finalized in four databases: fresh statistics (ANALYZE after a preload), stale statistics
+ * (ANALYZE while nothing was finalized, then load), no statistics (autovacuum off, never analyzed)
+ * and dead index entries kept alive by a long-open snapshot (a REPEATABLE READ transaction on
+ * another connection while aborted appends leave dead tuples). For each it prints the finalizer's
+ * execution time per finalized append (the function call inside an open transaction, so the
+ * commit's WAL flush is not counted), median and mean over the rounds, and asserts, loosely on a
+ * shared machine, that no case's median costs more than 3x the fresh one (a plan change costs 3-10x
+ * in every round).
  */
 #include "pawl_test.h"
 

@@ -82,8 +82,8 @@ struct follower {
 static void *follow_main(void *arg)
 {
     struct follower *f = arg;
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     int64_t after = atomic_load(&f->after);
     while (!atomic_load(&f->stop)) {
         int rc = pawl_follow(f->s, after, 50, &b, f->timeout_ms);
@@ -101,7 +101,7 @@ static void *follow_main(void *arg)
         atomic_fetch_add(&f->events, (long long)b.count);
         atomic_store(&f->after, after);
     }
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     return NULL;
 }
 
@@ -376,8 +376,8 @@ static void test_gap_backs_off(void **state)
     atomic_store(&gap_lines, 0);
     usleep(1200000);
     int64_t calls0 = read_calls();
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     double t0 = pawl_test_now_ms();
     int rc = pawl_follow(s, real, 100, &b, 2500);
     double took = pawl_test_now_ms() - t0;
@@ -411,7 +411,7 @@ static void test_gap_backs_off(void **state)
     assert_int_equal(b.count, 1);
     assert_int_equal(b.events[0].index, real + 1);
     assert_string_equal(b.events[0].stream_id, "after-gap");
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     pawl_store_free(s);
 }
 

@@ -69,10 +69,10 @@ static void test_convert_rotate_drop(void **state)
     assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl.retention_drop(201)"), 1);
     assert_int_equal(pawl_test_query_i64(d, "SELECT pawl_api.first_index()"), 201);
 
-    struct pawl_batch b;
-    pawl_batch_init(&b);
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
     assert_int_equal(pawl_read(s, 0, 10, &b), PAWL_ETRUNCATED);
-    pawl_store_last_error(s, err, sizeof err);
+    pawl_store_errmsg(s, err, sizeof err);
     assert_non_null(strstr(err, "starts at index 201"));
     assert_int_equal(pawl_read(s, 199, 10, &b), PAWL_ETRUNCATED);
     assert_int_equal(pawl_read(s, 200, 10, &b), 0);
@@ -95,7 +95,7 @@ static void test_convert_rotate_drop(void **state)
                                             "stream_id = 's6'"),
                      1);
     assert_int_equal(pawl_test_query_i64(d, "SELECT pawl_api.stream_version('s6')"), 29);
-    pawl_batch_fini(&b);
+    pawl_read_batch_fini(&b);
     pawl_store_free(s);
     pawl_test_db_drop(pawl_test_dsn(), name);
 }

@@ -65,7 +65,7 @@ static void test_lower_request_does_not_lower_pending(void **state)
     int64_t got;
     assert_true(pawl_trigger_take(t, 100, &got));
     assert_int_equal(got, 50);
-    assert_int_equal(pawl_trigger_request(t, -5), PAWL_EINVAL);
+    assert_int_equal(pawl_trigger_request(t, -5), PAWL_ERANGE);
     assert_false(pawl_trigger_has_pending(t));
     pawl_trigger_free(t);
 }

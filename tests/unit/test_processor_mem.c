@@ -830,7 +830,11 @@ static void test_reset_and_subscriber(void **state)
     assert_int_equal(tok, 100);
     assert_int_equal(pawl_processor_reset(w.tok, w.src, "rs", PAWL_RESET_START, 0, NULL),
                      PAWL_EBUSY);
-    assert_non_null(strstr(w.tok->ops->errmsg(w.tok), "n1"));
+    char why[256];
+    assert_ptr_equal(pawl_tokens_errmsg(w.tok, why, sizeof why), why);
+    assert_non_null(strstr(why, "n1")); /* the owner of the busy segment */
+    assert_string_equal(pawl_tokens_errmsg(NULL, why, sizeof why), "");
+    assert_string_equal(pawl_source_errmsg(NULL, why, sizeof why), "");
     pawl_processor_free(p);
     assert_int_equal(replay_seen, 0);
     int64_t set;
