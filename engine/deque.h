@@ -1,7 +1,7 @@
 /*
  * deque.h — the Chase–Lev work-stealing deque of pawl_task pointers, in the C11 formulation of
  * Lê, Pop, Cohen and Zappa Nardelli ("Correct and Efficient Work-Stealing for Weak Memory
- * Models", PPoPP 2013), on __atomic builtins.
+ * Models", PPoPP 2013), on C11 atomics.
  *
  * The owner pushes and pops at the bottom (LIFO); any number of thieves steal at the top (FIFO).
  * Two departures from the paper, both so that a thief moves top by several tasks in one CAS:

@@ -24,6 +24,8 @@
  */
 #include "gbench_shim.h"
 
+#include "common.h"
+
 #include "pawl.h"
 
 #include <pthread.h>
@@ -45,7 +47,7 @@ static int64_t now_ns(void)
 
 static void wait_count(uint64_t *c, uint64_t want)
 {
-    while (__atomic_load_n(c, __ATOMIC_ACQUIRE) < want)
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(c), memory_order_acquire) < want)
         sched_yield();
 }
 
@@ -82,20 +84,22 @@ static void done_add(struct done *d)
     }
     if (done_index == WORKERS) {
         /* Acq_rel: shared by the other threads; the waiter's acquire sees the task's effects. */
-        __atomic_fetch_add(&d->slot[WORKERS].n, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&d->slot[WORKERS].n), 1, memory_order_acq_rel);
         return;
     }
     /* Relaxed load, release store: this thread is the slot's only writer; the waiter's
      * acquire load sees the task's effects. */
     uint64_t *n = &d->slot[done_index].n;
-    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(n),
+                          atomic_load_explicit(PAWL_ATOMIC_OF(n), memory_order_relaxed) + 1,
+                          memory_order_release);
 }
 
 static uint64_t done_total(struct done *d)
 {
     uint64_t sum = 0;
     for (int i = 0; i <= WORKERS; i++)
-        sum += __atomic_load_n(&d->slot[i].n, __ATOMIC_ACQUIRE);
+        sum += atomic_load_explicit(PAWL_ATOMIC_OF(&d->slot[i].n), memory_order_acquire);
     return sum;
 }
 
@@ -367,7 +371,7 @@ static void chain_fn(struct pawl_task *t, int status)
     if (--c->left > 0)
         ex_submit(c->e, &c->task);
     else
-        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(c->done), 1, memory_order_acq_rel);
 }
 
 static void bm_chain(pawl_bench_state *st, void *arg)
@@ -406,7 +410,7 @@ static void probe_child(struct pawl_task *t, int status)
 {
     struct steal_probe *p = (struct steal_probe *)((char *)t - offsetof(struct steal_probe, child));
     p->started_ns = now_ns();
-    __atomic_store_n(&p->child_seq, p->seq, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&p->child_seq), p->seq, memory_order_release);
 }
 
 static void probe_parent(struct pawl_task *t, int status)
@@ -416,9 +420,9 @@ static void probe_parent(struct pawl_task *t, int status)
     p->pushed_ns = now_ns();
     ex_submit(p->e, &p->child);
     /* Stay busy until another thread took the child: it must be stolen (or handed off). */
-    while (__atomic_load_n(&p->child_seq, __ATOMIC_ACQUIRE) != seq)
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(&p->child_seq), memory_order_acquire) != seq)
         ;
-    __atomic_store_n(&p->parent_done, seq, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&p->parent_done), seq, memory_order_release);
 }
 
 static void bm_steal_latency(pawl_bench_state *st, void *arg)
@@ -600,7 +604,7 @@ struct bstep {
 static void fchain_step(struct fchain *c)
 {
     if (c->left-- == 0) {
-        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(c->done), 1, memory_order_acq_rel);
         return;
     }
     if (c->e->pool) {
@@ -685,7 +689,7 @@ static uint64_t timer_fired;
 
 static void timer_cb(struct pawl_timer *t, void *arg, int status)
 {
-    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&timer_fired), 1, memory_order_acq_rel);
 }
 
 static void bm_timer_arm_fire(pawl_bench_state *st, void *arg)
@@ -731,12 +735,13 @@ static void tlate_cb(struct pawl_timer *t, void *arg, int status)
 {
     struct tlate *x = arg;
     int64_t late = now_ns() - x->due_ns;
-    __atomic_fetch_add(&late_sum_ns, late, __ATOMIC_RELAXED);
-    int64_t m = __atomic_load_n(&late_max_ns, __ATOMIC_RELAXED);
-    while (late > m && !__atomic_compare_exchange_n(&late_max_ns, &m, late, 0, __ATOMIC_RELAXED,
-                                                    __ATOMIC_RELAXED))
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&late_sum_ns), late, memory_order_relaxed);
+    int64_t m = atomic_load_explicit(PAWL_ATOMIC_OF(&late_max_ns), memory_order_relaxed);
+    while (late > m &&
+           !atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&late_max_ns), &m, late,
+                                                    memory_order_relaxed, memory_order_relaxed))
         ;
-    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&timer_fired), 1, memory_order_acq_rel);
 }
 
 static int64_t cpu_ns(void)
@@ -779,7 +784,7 @@ static void bm_timer_delay(pawl_bench_state *st, void *arg)
         }
         want += TBATCH;
         /* Sleep, do not spin: the CPU counted is the timers' and the callbacks'. */
-        while (__atomic_load_n(&timer_fired, __ATOMIC_ACQUIRE) < want)
+        while (atomic_load_explicit(PAWL_ATOMIC_OF(&timer_fired), memory_order_acquire) < want)
             nanosleep(&(struct timespec){0, 200000}, NULL);
         for (int i = 0; i < TBATCH; i++)
             while (pawl_timer_busy(&t[i].t))

@@ -181,14 +181,15 @@ struct race {
 static void take(struct race *r, struct pawl_task *t)
 {
     long i = t - items;
-    __atomic_fetch_add(&r->taken[i], 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[i]), 1, memory_order_relaxed);
 }
 
 static void *thief(void *arg)
 {
     struct race *r = arg;
     uint64_t mine = 0;
-    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire) ||
+           pawl_deque_size(&r->d) > 0) {
         if (r->steal_max > 1) {
             struct pawl_task *out[64];
             int64_t k = pawl_deque_steal_batch(&r->d, out, r->steal_max);
@@ -209,7 +210,7 @@ static void *thief(void *arg)
         take(r, t);
         mine++;
     }
-    __atomic_fetch_add(&r->stolen, mine, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->stolen), mine, memory_order_relaxed);
     return NULL;
 }
 
@@ -253,7 +254,7 @@ static void deque_race(long n, int thieves, int batch, int steal_max)
     struct pawl_task *t;
     while ((t = pawl_deque_pop(&r.d)) != NULL)
         take(&r, t);
-    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r.done), 1, memory_order_release);
     for (int i = 0; i < thieves; i++)
         pthread_join(th[i], NULL);
     for (long i = 0; i < n; i++)
