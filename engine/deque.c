@@ -131,7 +131,7 @@ static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque
     return r;
 }
 
-int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
+int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
 {
     assert_owner(d);
     PAWL_ASSERT(n >= 1);
@@ -155,10 +155,10 @@ int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t
 /* push when the fast check fails: out of line, so that the common push needs no stack frame. */
 static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl_task *x)
 {
-    return pawl_deque_push_n(d, &x, 1);
+    return pawl_deque_push_n_owner(d, &x, 1);
 }
 
-int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
+int pawl_deque_push_owner(struct pawl_deque *d, struct pawl_task *x)
 {
     assert_owner(d);
     PAWL_ASSERT(x != NULL);
@@ -199,7 +199,7 @@ static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r
     return NULL;
 }
 
-struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
+struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d)
 {
     assert_owner(d);
     /* Relaxed: owner-only field. */

@@ -8,10 +8,10 @@
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
  * submit single tasks through a ring of their own (a single-producer ring per outside thread and
- * pool, see spsc_push), batches through the injection ring (an array of task pointers, one CAS per
- * batch; see ring_push), and both through a lock-free MPSC list (mpsc.c) when their ring is full
- * or missing: producers never wait; the consumer role over all of them is taken by one worker at a
- * time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
+ * pool, see spsc_push_sp), batches through the injection ring (an array of task pointers, one CAS
+ * per batch; see ring_push_mp), and both through a lock-free MPSC list (mpsc.c) when their ring is
+ * full or missing: producers never wait; the consumer role over all of them is taken by one worker
+ * at a time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
  * publication for the batch) so that others can steal from there. Every 61st task a worker looks at
  * the injection queue first, so outside work is not starved by a worker feeding itself.
  *
@@ -162,7 +162,7 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
- * An outside thread's own ring of single tasks for one pool (see spsc_push for the protocol). It
+ * An outside thread's own ring of single tasks for one pool (see spsc_push_sp for the protocol). It
  * belongs to the pool (registered in pool->spsc, taken from only under the consumer role, drained
  * and freed by pawl_pool_free) and is lent to one thread at a time (owned). A thread that exits
  * while its ring still holds tasks gives it back to the pool (see spsc_let_go); a thread whose
@@ -183,7 +183,7 @@ struct spsc_ring {
     uint32_t owned; /* 1 while a thread submits through it; 0: free for another thread to adopt */
     void *raw;      /* what to free */
     char pad2[PAWL_CACHELINE - 2 * sizeof(void *)];
-    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push */
+    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push_sp */
 };
 
 /*
@@ -218,7 +218,7 @@ struct pawl_pool {
     int nworkers;
     uint32_t asym;           /* 1: own-deque pushes skip their fence, park() membarriers */
     uint64_t id;             /* unique in the process, never 0 (see ring_seen) */
-    struct pawl_task **ring; /* RING_SIZE slots, tagged with their lap (see ring_push) */
+    struct pawl_task **ring; /* RING_SIZE slots, tagged with their lap (see ring_push_mp) */
     void *ring_raw;          /* what to free for ring */
     struct worker *workers;
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
@@ -490,7 +490,7 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
     wake_one(pool);
-    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
+    pawl_mpsc_push_chain_mp(&pool->inject, &first->_next, &last->_next);
 }
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
@@ -552,7 +552,7 @@ static inline struct pawl_task *ring_tag(struct pawl_task *x, int64_t i)
     return (struct pawl_task *)((uintptr_t)x | ring_lap(i));
 }
 
-static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
+static bool ring_push_mp(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
 {
     /* Relaxed: a first guess; the CAS validates it. */
     int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), memory_order_relaxed);
@@ -582,7 +582,7 @@ static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64
 }
 
 /* Consumer role only: take up to want tasks from the ring, oldest first. */
-static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
+static int64_t ring_take_sc(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
 {
     /* Consumer role only: a worker holding inject_lock, or the freeing thread once stop is set
      * and the workers are joined. Relaxed: a check of our own state. */
@@ -614,10 +614,10 @@ static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t
  * else one chain on the list. */
 static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
 {
-    if (ring_push(pool, ts, n))
+    if (ring_push_mp(pool, ts, n))
         return;
     for (int64_t i = 0; i + 1 < n; i++) {
-        /* Relaxed: the chain is published by pawl_mpsc_push_chain's release operations. */
+        /* Relaxed: the chain is published by pawl_mpsc_push_chain_mp's release operations. */
         atomic_store_explicit(PAWL_ATOMIC_OF(&ts[i]->_next), (void *)&ts[i + 1]->_next,
                               memory_order_relaxed);
     }
@@ -770,7 +770,7 @@ static struct spsc_ring *spsc_mine(struct pawl_pool *pool)
 
 /* The owning thread: queue t on its ring r of pool and wake a worker if one sleeps; false if
  * the ring is full (nothing done). */
-static bool spsc_push(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
+static bool spsc_push_sp(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
 {
     /* Relaxed: only we write tail. */
     int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_relaxed);
@@ -795,7 +795,7 @@ static bool spsc_push(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_t
 }
 
 /* Consumer role only: take up to want tasks from ring r, oldest first, prefetching each. */
-static int64_t spsc_take(struct spsc_ring *r, struct pawl_task **out, int64_t want)
+static int64_t spsc_take_sc(struct spsc_ring *r, struct pawl_task **out, int64_t want)
 {
     /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
     int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_relaxed);
@@ -855,7 +855,7 @@ static int64_t spsc_take_any(struct pawl_pool *pool, struct pawl_task **out, int
     pool->spsc_next = start + 1;
     int64_t got = 0;
     for (uint32_t k = 0; k < n && got < want; k++)
-        got += spsc_take(pool->spsc[(start + k) % n], out + got, want - got);
+        got += spsc_take_sc(pool->spsc[(start + k) % n], out + got, want - got);
     return got;
 }
 
@@ -865,14 +865,14 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
         return PAWL_EINVAL;
     struct worker *w = tls_worker;
     if (w != NULL && w->pool == pool) {
-        if (pawl_deque_push(&w->dq, t) == 0)
+        if (pawl_deque_push_owner(&w->dq, t) == 0)
             notify_own(w);
         else
             inject_push(pool, t); /* our deque is full and cannot grow */
         return 0;
     }
     struct spsc_ring *r = spsc_mine(pool);
-    if (r == NULL || !spsc_push(pool, r, t))
+    if (r == NULL || !spsc_push_sp(pool, r, t))
         inject_push(pool, t); /* no ring, or it is full: the list */
     return 0;
 }
@@ -885,7 +885,7 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
         if (PAWL_UNLIKELY(tasks[i] == NULL || tasks[i]->fn == NULL))
             return PAWL_EINVAL;
     struct worker *w = tls_worker;
-    if (w != NULL && w->pool == pool && pawl_deque_push_n(&w->dq, tasks, (int64_t)n) == 0) {
+    if (w != NULL && w->pool == pool && pawl_deque_push_n_owner(&w->dq, tasks, (int64_t)n) == 0) {
         /* One wake-up check for all of them: a worker we wake finds more left after its
          * first steal and wakes the next (worker_main, steal_any). */
         notify_own(w);
@@ -918,7 +918,7 @@ static struct pawl_task *take_injected(struct worker *w)
     /* Our share if the rest is worth a helper, else as much as we may take (the pass-on rule). */
     int64_t want = PAWL_MIN(INJECT_BATCH, worth_waking(w, n - 1) ? n / pool->nworkers + 1 : n);
     /* The rings first (the shared one and the producers' in turn), then the list; the list
-     * first every LIST_TURN-th time (see ring_push). */
+     * first every LIST_TURN-th time (see ring_push_mp). */
     uint32_t turn = ++pool->list_turn;
     static const uint8_t orders[3][3] = {{0, 1, 2}, {1, 0, 2}, {2, 1, 0}};
     const uint8_t *order = orders[turn % LIST_TURN == 0 ? 2 : turn & 1];
@@ -926,13 +926,13 @@ static struct pawl_task *take_injected(struct worker *w)
     int first_from_list = 0;
     for (int pass = 0; pass < 3 && got < want; pass++) {
         if (order[pass] == 0) {
-            got += ring_take(pool, batch + got, want - got);
+            got += ring_take_sc(pool, batch + got, want - got);
         } else if (order[pass] == 1) {
             got += spsc_take_any(pool, batch + got, want - got);
         } else {
             first_from_list = got == 0;
             while (got < want) {
-                void **link = pawl_mpsc_pop(&pool->inject);
+                void **link = pawl_mpsc_pop_sc(&pool->inject);
                 if (link == NULL || link == PAWL_MPSC_BUSY)
                     break;
                 batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
@@ -942,7 +942,7 @@ static struct pawl_task *take_injected(struct worker *w)
         }
     }
     /* All but the first go into our deque with one publication (others may steal them). */
-    if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
+    if (got > 1 && pawl_deque_push_n_owner(&w->dq, batch + 1, got - 1) != 0) {
         /* Our deque is full and cannot grow: back onto the list, counted in there (what came
          * off the list is simply not counted out). */
         /* Relaxed: counted in before the push, as submitters do; we hold the consumer role and
@@ -950,7 +950,7 @@ static struct pawl_task *take_injected(struct worker *w)
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->inject_in),
                                   (got - 1) - (from_list - first_from_list), memory_order_relaxed);
         for (int64_t i = 1; i < got; i++)
-            pawl_mpsc_push(&pool->inject, &batch[i]->_next);
+            pawl_mpsc_push_mp(&pool->inject, &batch[i]->_next);
         from_list = first_from_list;
         got = 1;
     }
@@ -1007,7 +1007,7 @@ static struct pawl_task *steal_any(struct worker *w)
                 /* Relaxed: a statistics counter with a single writer (see count()). */
                 atomic_store_explicit(PAWL_ATOMIC_OF(&w->steals), w->steals + (uint64_t)k,
                                       memory_order_relaxed);
-                if (k > 1 && pawl_deque_push_n(&w->dq, got + 1, k - 1) != 0) {
+                if (k > 1 && pawl_deque_push_n_owner(&w->dq, got + 1, k - 1) != 0) {
                     /* Our deque is full and cannot grow: the shared queue takes them. */
                     for (int64_t j = 1; j < k; j++)
                         inject_push(pool, got[j]);
@@ -1031,7 +1031,7 @@ static struct pawl_task *find_task(struct worker *w)
     struct pawl_task *t;
     if (++w->tick % 61 == 0 && (t = take_injected(w)) != NULL)
         return t;
-    if ((t = pawl_deque_pop(&w->dq)) != NULL)
+    if ((t = pawl_deque_pop_owner(&w->dq)) != NULL)
         return t;
     if ((t = take_injected(w)) != NULL)
         return t;
@@ -1318,13 +1318,13 @@ void pawl_pool_free(struct pawl_pool *pool)
         for (int i = 0; i < pool->nworkers; i++) {
             struct pawl_task *t;
             pawl_deque_adopt(&pool->workers[i].dq); /* its worker has been joined */
-            while ((t = pawl_deque_pop(&pool->workers[i].dq)) != NULL) {
+            while ((t = pawl_deque_pop_owner(&pool->workers[i].dq)) != NULL) {
                 cancel(pool, t);
                 more = 1;
             }
         }
         for (;;) {
-            void **link = pawl_mpsc_pop(&pool->inject);
+            void **link = pawl_mpsc_pop_sc(&pool->inject);
             if (link == NULL)
                 break;
             if (link == PAWL_MPSC_BUSY) {
@@ -1337,7 +1337,7 @@ void pawl_pool_free(struct pawl_pool *pool)
             more = 1;
         }
         struct pawl_task *t;
-        while (ring_take(pool, &t, 1) == 1) {
+        while (ring_take_sc(pool, &t, 1) == 1) {
             cancel(pool, t);
             more = 1;
         }

@@ -205,7 +205,7 @@ static void enqueue(struct pawl_timers *tm, struct pawl_timer *t)
     pawl_timer_hold_(t);
     /* Acq_rel: orders our state change before the owner's clearing exchange sees the flag. */
     if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 1, memory_order_acq_rel) == 0) {
-        pawl_mpsc_push(&tm->cmdq, &t->_cmd_next);
+        pawl_mpsc_push_mp(&tm->cmdq, &t->_cmd_next);
         wake(tm);
     } else {
         pawl_timer_unhold_(t); /* already queued: that entry will see our change */
@@ -552,7 +552,7 @@ static void process_commands(struct pawl_timers *tm)
      * the eventfd; acquire sees the pushes of producers that found it set. */
     atomic_exchange_explicit(PAWL_ATOMIC_OF(&tm->wake_pending), 0, memory_order_acq_rel);
     for (;;) {
-        void **link = pawl_mpsc_pop(&tm->cmdq);
+        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             return;
         if (link == PAWL_MPSC_BUSY) {
@@ -820,7 +820,7 @@ void pawl_timers_free(struct pawl_timers *tm)
     /* The thread is gone: we are the owner now. Commands first (they may name timers that are
      * also in the set), then whatever the backend still holds. */
     for (;;) {
-        void **link = pawl_mpsc_pop(&tm->cmdq);
+        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             break;
         if (link == PAWL_MPSC_BUSY) {

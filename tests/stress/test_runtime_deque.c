@@ -48,8 +48,8 @@ static void *thief(void *arg)
     return NULL;
 }
 
-/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. steal_max > 1: the
- * even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n_owner. steal_max > 1:
+ * the even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
 static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
 {
     struct race r = {0};
@@ -74,19 +74,19 @@ static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
             run[j] = &r.items[i + j];
         }
         if (batch > 1)
-            assert_int_equal(pawl_deque_push_n(&r.d, run, k), 0);
+            assert_int_equal(pawl_deque_push_n_owner(&r.d, run, k), 0);
         else
-            assert_int_equal(pawl_deque_push(&r.d, run[0]), 0);
+            assert_int_equal(pawl_deque_push_owner(&r.d, run[0]), 0);
         i += k - 1;
         if (i % pop_every == 0) {
-            struct pawl_task *t = pawl_deque_pop(&r.d);
+            struct pawl_task *t = pawl_deque_pop_owner(&r.d);
             if (t)
                 atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
                                           memory_order_relaxed);
         }
     }
     struct pawl_task *t;
-    while ((t = pawl_deque_pop(&r.d)) != NULL)
+    while ((t = pawl_deque_pop_owner(&r.d)) != NULL)
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1, memory_order_relaxed);
     atomic_store_explicit(PAWL_ATOMIC_OF(&r.done), 1, memory_order_release);
     for (int i = 0; i < thieves; i++)
@@ -172,9 +172,9 @@ static void test_pop_across_chunks(void **state)
             r.items[round * PER + j].fn = nop;
             run[j] = &r.items[round * PER + j];
         }
-        assert_int_equal(pawl_deque_push_n(&r.d, run, PER), 0);
+        assert_int_equal(pawl_deque_push_n_owner(&r.d, run, PER), 0);
         struct pawl_task *t;
-        while ((t = pawl_deque_pop(&r.d)) != NULL) {
+        while ((t = pawl_deque_pop_owner(&r.d)) != NULL) {
             atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
                                       memory_order_relaxed);
             popped++;

@@ -374,7 +374,7 @@ static void *push_chains(void *arg)
                 atomic_store_explicit(PAWL_ATOMIC_OF(&c->link), (void *)&pr->nodes[i + j + 1].link,
                                       memory_order_relaxed);
         }
-        pawl_mpsc_push_chain(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
+        pawl_mpsc_push_chain_mp(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
         i += k;
     }
     return NULL;
@@ -396,7 +396,7 @@ static void test_mpsc_chains(void **state)
     int next[P] = {0};
     int in_chain = -1; /* producer whose chain is being taken, or -1 */
     for (long got = 0; got < (long)P * n;) {
-        void **link = pawl_mpsc_pop(&q);
+        void **link = pawl_mpsc_pop_sc(&q);
         if (link == NULL || link == PAWL_MPSC_BUSY) {
             sched_yield();
             continue;
@@ -412,7 +412,7 @@ static void test_mpsc_chains(void **state)
     }
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
-    assert_null(pawl_mpsc_pop(&q));
+    assert_null(pawl_mpsc_pop_sc(&q));
     free(nodes);
 }
 
@@ -627,7 +627,7 @@ static void test_ring_across_pools(void **state)
     free(tasks);
 }
 
-/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push) ---- */
+/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push_sp) ---- */
 
 /* More outside threads than a pool has rings for (16), one in six submitting more tasks than a
  * ring holds (16384), one at a time; every thread of each wave exits with its tasks still queued
