@@ -29,6 +29,7 @@
  * types used this way have the same size and alignment atomic or not (asserted below).
  */
 #define PAWL_ATOMIC_OF(p) ((_Atomic __typeof__(*(p)) *)(p))
+/* NOLINTBEGIN(misc-redundant-expression): equal here; the check is for targets where not. */
 _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t) &&
                    _Alignof(_Atomic uint32_t) == _Alignof(uint32_t) &&
                    sizeof(_Atomic uint64_t) == sizeof(uint64_t) &&
@@ -37,6 +38,7 @@ _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t) &&
                    _Alignof(void *_Atomic) == _Alignof(void *) && ATOMIC_LLONG_LOCK_FREE == 2 &&
                    ATOMIC_POINTER_LOCK_FREE == 2,
                "PAWL_ATOMIC_OF needs lock-free atomics laid out as their plain types");
+/* NOLINTEND(misc-redundant-expression) */
 
 /*
  * Start fetching the cache line at p for writing. __builtin_prefetch(p, 1) becomes a plain read

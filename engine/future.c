@@ -78,7 +78,7 @@ _Static_assert(_Alignof(struct cont) >= 8,
 
 static inline struct cont *head_stack(uintptr_t h)
 {
-    return (struct cont *)(h & ~F_FLAGS);
+    return (struct cont *)(h & ~F_FLAGS); /* NOLINT(performance-no-int-to-ptr): tagged */
 }
 
 /*

@@ -196,7 +196,7 @@ struct spsc_ring {
  * The ring's tail (reserved by submitters) and head (taken by the consumer) are the same pair for
  * the ring, on the same two lines' pattern.
  */
-struct pawl_pool {
+struct pawl_pool {            /* NOLINT(clang-analyzer-optin.performance.Padding): by writer */
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
     int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
@@ -308,7 +308,7 @@ int pawl_pool_workers(const struct pawl_pool *pool)
     return pool->nworkers;
 }
 
-static inline void count(uint64_t *c)
+static inline void count(uint64_t *c) /* NOLINT(readability-non-const-parameter): written */
 {
     /* Relaxed: a statistics counter with a single writer; readers want an approximate value. */
     atomic_store_explicit(PAWL_ATOMIC_OF(c), *c + 1, memory_order_relaxed);
@@ -549,7 +549,7 @@ static inline uintptr_t ring_lap(int64_t i)
 /* Slot i's value for task x: x with lap(i) in its low bit. */
 static inline struct pawl_task *ring_tag(struct pawl_task *x, int64_t i)
 {
-    return (struct pawl_task *)((uintptr_t)x | ring_lap(i));
+    return (struct pawl_task *)((uintptr_t)x | ring_lap(i)); /* NOLINT(performance-no-int-to-ptr) */
 }
 
 static bool ring_push_mp(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
@@ -602,7 +602,9 @@ static int64_t ring_take_sc(struct pawl_pool *pool, struct pawl_task **out, int6
                                                    memory_order_acquire);
         if (((uintptr_t)x & 1) != ring_lap(i) || ((uintptr_t)x & ~(uintptr_t)1) == 0)
             break; /* reserved, not written yet: last lap's value, or never used */
+        /* NOLINTBEGIN(performance-no-int-to-ptr) */
         out[got++] = (struct pawl_task *)((uintptr_t)x & ~(uintptr_t)1);
+        /* NOLINTEND(performance-no-int-to-ptr) */
     }
     /* Release: submitters that read the new head (acquire) may reuse the slots we read. */
     if (got > 0)

@@ -292,7 +292,9 @@ static int set_reserve(struct pawl_timers *tm)
     if (tm->set_len < tm->set_cap)
         return 0;
     size_t cap = tm->set_cap ? tm->set_cap * 2 : 64;
+    /* NOLINTBEGIN(bugprone-sizeof-expression) */
     struct pawl_timer **n = pawl_realloc(tm->set, cap * sizeof(*n));
+    /* NOLINTEND(bugprone-sizeof-expression) */
     if (n == NULL)
         return PAWL_ENOMEM;
     tm->set = n;
@@ -378,7 +380,9 @@ static int backend_arm(struct pawl_timers *tm, struct pawl_timer *t)
     if (tm->backend == BACKEND_URING && t->_deadline_ns <= pawl_now_ns()) {
         if (tm->due_len == tm->due_cap) {
             size_t cap = tm->due_cap ? tm->due_cap * 2 : 64;
+            /* NOLINTBEGIN(bugprone-sizeof-expression) */
             struct pawl_timer **n = pawl_realloc(tm->due, cap * sizeof(*n));
+            /* NOLINTEND(bugprone-sizeof-expression) */
             if (n == NULL)
                 goto submit; /* let the kernel expire it after all */
             tm->due = n;
@@ -608,7 +612,9 @@ static void *uring_main(void *arg)
             if (ud == UD_WAKE)
                 tm->efd_armed = 0;
             else if (ud != UD_REMOVE) {
+                /* NOLINTBEGIN(performance-no-int-to-ptr) */
                 struct pawl_timer *t = (struct pawl_timer *)(uintptr_t)ud;
+                /* NOLINTEND(performance-no-int-to-ptr) */
                 set_del(tm, t);
                 op_done(tm, t, res == -ETIME);
             }
