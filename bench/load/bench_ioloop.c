@@ -11,6 +11,7 @@
  * Usage: bench_ioloop [DSN] [--seconds S] [--inflight K] [--rounds R] [--backend io_uring|epoll]
  * DSN: argument or PAWL_DSN.
  */
+#include "common.h"
 #include "pgconn.h"
 
 #include "pawl.h"
@@ -66,7 +67,7 @@ static void on_done(struct pawl_pgreq *r, int rc)
     } else {
         failed_n++;
     }
-    if (__atomic_load_n(&running, __ATOMIC_ACQUIRE)) {
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&running), memory_order_acquire)) {
         s->t0 = t;
         pawl_pgpool_submit(pool, &s->req);
     }
@@ -101,7 +102,7 @@ static void run(const char *dsn, int backend, int secs, int k)
     pawl_pgpool_exec(pool, -1, &trr);
     done_n = failed_n = 0;
     nlat = 0;
-    __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&running), 1, memory_order_release);
     struct pawl_pgpool_loop_stats s0, s1;
     pawl_pgpool_loop_stats(pool, &s0);
     int64_t c0 = cpu_ns(), t0 = now_ns();
@@ -120,12 +121,12 @@ static void run(const char *dsn, int backend, int secs, int k)
         pawl_pgpool_submit(pool, &s->req);
     }
     sleep((unsigned)secs);
-    __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&running), 0, memory_order_release);
     int64_t t1 = now_ns(), c1 = cpu_ns();
     pawl_pgpool_loop_stats(pool, &s1);
     while (pawl_pgpool_pending(pool) > 0)
         usleep(1000);
-    int64_t n = __atomic_load_n(&done_n, __ATOMIC_ACQUIRE);
+    int64_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&done_n), memory_order_acquire);
     qsort(lat, nlat, sizeof *lat, cmp64);
     double p50 = nlat ? (double)lat[nlat / 2] / 1e6 : 0,
            p99 = nlat ? (double)lat[nlat * 99 / 100] / 1e6 : 0;

@@ -18,16 +18,24 @@
  *               fired: every timer is one kernel timeout on io_uring, a heap entry behind one
  *               timerfd on epoll. Reports the process's CPU per timer (cpu_ns_per_timer), and
  *               how late callbacks ran after their deadline (late_us_mean, late_us_max).
+ *   structure   the runtime's rings and MPSC list beside ConcurrencyKit's ck_ring and ck_fifo,
+ *               one producer thread to one consumer (see bm_structure).
  * The throughput shapes count completed tasks per executor thread (struct done, below), the
  * same way on both sides; the pool shapes also report steals, parks and futex wake-ups.
  * Run: build/bin/bench_runtime [--benchmark_filter=...] (see the README for the figures).
  */
 #include "gbench_shim.h"
 
+#include "common.h"
+#include "mpsc.h"
+
 #include "pawl.h"
 
+#include <ck_fifo.h>
+#include <ck_ring.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -45,7 +53,7 @@ static int64_t now_ns(void)
 
 static void wait_count(uint64_t *c, uint64_t want)
 {
-    while (__atomic_load_n(c, __ATOMIC_ACQUIRE) < want)
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(c), memory_order_acquire) < want)
         sched_yield();
 }
 
@@ -82,20 +90,22 @@ static void done_add(struct done *d)
     }
     if (done_index == WORKERS) {
         /* Acq_rel: shared by the other threads; the waiter's acquire sees the task's effects. */
-        __atomic_fetch_add(&d->slot[WORKERS].n, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&d->slot[WORKERS].n), 1, memory_order_acq_rel);
         return;
     }
     /* Relaxed load, release store: this thread is the slot's only writer; the waiter's
      * acquire load sees the task's effects. */
     uint64_t *n = &d->slot[done_index].n;
-    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(n),
+                          atomic_load_explicit(PAWL_ATOMIC_OF(n), memory_order_relaxed) + 1,
+                          memory_order_release);
 }
 
 static uint64_t done_total(struct done *d)
 {
     uint64_t sum = 0;
     for (int i = 0; i <= WORKERS; i++)
-        sum += __atomic_load_n(&d->slot[i].n, __ATOMIC_ACQUIRE);
+        sum += atomic_load_explicit(PAWL_ATOMIC_OF(&d->slot[i].n), memory_order_acquire);
     return sum;
 }
 
@@ -367,7 +377,7 @@ static void chain_fn(struct pawl_task *t, int status)
     if (--c->left > 0)
         ex_submit(c->e, &c->task);
     else
-        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(c->done), 1, memory_order_acq_rel);
 }
 
 static void bm_chain(pawl_bench_state *st, void *arg)
@@ -406,7 +416,7 @@ static void probe_child(struct pawl_task *t, int status)
 {
     struct steal_probe *p = (struct steal_probe *)((char *)t - offsetof(struct steal_probe, child));
     p->started_ns = now_ns();
-    __atomic_store_n(&p->child_seq, p->seq, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&p->child_seq), p->seq, memory_order_release);
 }
 
 static void probe_parent(struct pawl_task *t, int status)
@@ -416,9 +426,9 @@ static void probe_parent(struct pawl_task *t, int status)
     p->pushed_ns = now_ns();
     ex_submit(p->e, &p->child);
     /* Stay busy until another thread took the child: it must be stolen (or handed off). */
-    while (__atomic_load_n(&p->child_seq, __ATOMIC_ACQUIRE) != seq)
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(&p->child_seq), memory_order_acquire) != seq)
         ;
-    __atomic_store_n(&p->parent_done, seq, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&p->parent_done), seq, memory_order_release);
 }
 
 static void bm_steal_latency(pawl_bench_state *st, void *arg)
@@ -600,7 +610,7 @@ struct bstep {
 static void fchain_step(struct fchain *c)
 {
     if (c->left-- == 0) {
-        __atomic_fetch_add(c->done, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(c->done), 1, memory_order_acq_rel);
         return;
     }
     if (c->e->pool) {
@@ -685,7 +695,7 @@ static uint64_t timer_fired;
 
 static void timer_cb(struct pawl_timer *t, void *arg, int status)
 {
-    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&timer_fired), 1, memory_order_acq_rel);
 }
 
 static void bm_timer_arm_fire(pawl_bench_state *st, void *arg)
@@ -731,12 +741,13 @@ static void tlate_cb(struct pawl_timer *t, void *arg, int status)
 {
     struct tlate *x = arg;
     int64_t late = now_ns() - x->due_ns;
-    __atomic_fetch_add(&late_sum_ns, late, __ATOMIC_RELAXED);
-    int64_t m = __atomic_load_n(&late_max_ns, __ATOMIC_RELAXED);
-    while (late > m && !__atomic_compare_exchange_n(&late_max_ns, &m, late, 0, __ATOMIC_RELAXED,
-                                                    __ATOMIC_RELAXED))
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&late_sum_ns), late, memory_order_relaxed);
+    int64_t m = atomic_load_explicit(PAWL_ATOMIC_OF(&late_max_ns), memory_order_relaxed);
+    while (late > m &&
+           !atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&late_max_ns), &m, late,
+                                                    memory_order_relaxed, memory_order_relaxed))
         ;
-    __atomic_fetch_add(&timer_fired, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&timer_fired), 1, memory_order_acq_rel);
 }
 
 static int64_t cpu_ns(void)
@@ -779,7 +790,7 @@ static void bm_timer_delay(pawl_bench_state *st, void *arg)
         }
         want += TBATCH;
         /* Sleep, do not spin: the CPU counted is the timers' and the callbacks'. */
-        while (__atomic_load_n(&timer_fired, __ATOMIC_ACQUIRE) < want)
+        while (atomic_load_explicit(PAWL_ATOMIC_OF(&timer_fired), memory_order_acquire) < want)
             nanosleep(&(struct timespec){0, 200000}, NULL);
         for (int i = 0; i < TBATCH; i++)
             while (pawl_timer_busy(&t[i].t))
@@ -796,6 +807,250 @@ static void bm_timer_delay(pawl_bench_state *st, void *arg)
     pawl_timers_free(tm);
     free(t);
     ex_free(&e);
+}
+
+/*
+ * Structures, pawl's beside ConcurrencyKit's, in the pool's shape: XFER pointers are produced
+ * and consumed (the consumer reads each item, as a worker reads its task, and checks their
+ * order). /1thread: the benchmark thread puts XROUND items and takes them back, so the row is
+ * the instruction cost of a put plus a take, without cache-line traffic; /2threads: a producer
+ * thread beside the consuming benchmark thread (on a loaded machine this measures scheduling
+ * as much as the structure). The rings are 16384 slots, as the pool's. A full or empty ring spins
+ * briefly, then yields (both sides, all rows alike). Rows:
+ *   ring_spsc/pawl      the protocol of the pool's producer rings (pool.c, spsc_push_sp and
+ *                       spsc_take_sc), copied here without the pool's wake-up hand-shake: the
+ *                       producer reads the consumer's head only when the ring looks full; the
+ *                       consumer takes up to 32 slots per acquire of tail and release of head.
+ *   ring_spsc/ck_ring   ck_ring_enqueue_spsc / ck_ring_dequeue_spsc.
+ *   ring_mp/pawl        the pool's injection ring (pool.c, ring_push_mp and ring_take_sc),
+ *                       copied: one CAS reserves the slot, the slot is published tagged with its
+ *                       lap, so producers never wait for each other.
+ *   ring_mp/ck_ring     ck_ring_enqueue_mpsc / ck_ring_dequeue_spsc (a producer that reserved a
+ *                       slot waits until the producers before it have published theirs).
+ *   list_mpsc/pawl      the runtime's intrusive MPSC list itself (mpsc.c).
+ *   list_mpsc/ck_fifo   ck_fifo_mpmc (Michael-Scott, double-width CAS), entries preallocated.
+ */
+#define XFER (1 << 20)
+#define XRING 16384
+#define XTAKE 32
+#define XROUND 1024 /* one-thread rows: items put before they are taken back */
+
+struct xitem {
+    uint64_t seq;
+    void *link; /* list_mpsc/pawl: the intrusive link */
+};
+
+struct xfer;
+typedef void (*xfer_produce_fn)(struct xfer *x, struct xitem *it);
+
+struct xfer {
+    int kind;
+    struct xitem *items;
+    /* pawl_spsc */
+    int64_t tail;
+    char pad0[PAWL_CACHELINE - sizeof(int64_t)];
+    int64_t head_seen;
+    char pad1[PAWL_CACHELINE - sizeof(int64_t)];
+    int64_t head;
+    char pad2[PAWL_CACHELINE - sizeof(int64_t)];
+    struct xitem **slot;
+    /* ck_ring */
+    ck_ring_t ring;
+    ck_ring_buffer_t *buf;
+    /* pawl mpsc list, ck_fifo */
+    struct pawl_mpsc_ list;
+    ck_fifo_mpmc_t fifo;
+    ck_fifo_mpmc_entry_t *entries;
+};
+
+enum { X_SPSC_PAWL, X_SPSC_CK, X_MP_PAWL, X_MP_CK, X_LIST_PAWL, X_LIST_CK };
+
+static void xwait(int *spins)
+{
+    if (++*spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+        *spins = 0;
+        sched_yield();
+    }
+}
+
+static uintptr_t xlap(int64_t i)
+{
+    return (uintptr_t)((i & XRING) != 0);
+}
+
+/* Queue item i (the producer's side). */
+static void xfer_put(struct xfer *x, int64_t i, int *spins)
+{
+    struct xitem *it = &x->items[i];
+    it->seq = (uint64_t)i;
+    {
+        switch (x->kind) {
+        case X_SPSC_PAWL: {
+            int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&x->tail), memory_order_relaxed);
+            while (t - x->head_seen >= XRING) {
+                x->head_seen = atomic_load_explicit(PAWL_ATOMIC_OF(&x->head), memory_order_acquire);
+                if (t - x->head_seen >= XRING)
+                    xwait(spins);
+            }
+            atomic_store_explicit(PAWL_ATOMIC_OF(&x->slot[t & (XRING - 1)]), it,
+                                  memory_order_relaxed);
+            atomic_store_explicit(PAWL_ATOMIC_OF(&x->tail), t + 1, memory_order_release);
+            break;
+        }
+        case X_SPSC_CK:
+            while (!ck_ring_enqueue_spsc(&x->ring, x->buf, it))
+                xwait(spins);
+            break;
+        case X_MP_PAWL: {
+            int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&x->tail), memory_order_relaxed);
+            for (;;) {
+                if (t + 1 - x->head_seen > XRING) {
+                    x->head_seen =
+                        atomic_load_explicit(PAWL_ATOMIC_OF(&x->head), memory_order_acquire);
+                    if (t + 1 - x->head_seen > XRING) {
+                        xwait(spins);
+                        continue;
+                    }
+                }
+                if (atomic_compare_exchange_weak_explicit(PAWL_ATOMIC_OF(&x->tail), &t, t + 1,
+                                                          memory_order_seq_cst,
+                                                          memory_order_relaxed))
+                    break;
+            }
+            atomic_store_explicit(PAWL_ATOMIC_OF(&x->slot[t & (XRING - 1)]),
+                                  (struct xitem *)((uintptr_t)it | xlap(t)), memory_order_release);
+            break;
+        }
+        case X_MP_CK:
+            while (!ck_ring_enqueue_mpsc(&x->ring, x->buf, it))
+                xwait(spins);
+            break;
+        case X_LIST_PAWL:
+            pawl_mpsc_push_mp(&x->list, &it->link);
+            break;
+        case X_LIST_CK:
+            ck_fifo_mpmc_enqueue(&x->fifo, &x->entries[i], it);
+            break;
+        }
+    }
+}
+
+static void *xfer_producer(void *arg)
+{
+    struct xfer *x = arg;
+    int spins = 0;
+    for (int64_t i = 0; i < XFER; i++)
+        xfer_put(x, i, &spins);
+    return NULL;
+}
+
+/* The consumer's next up to want items; 0 when none is visible yet. */
+static int64_t xfer_take(struct xfer *x, struct xitem **out, int64_t want)
+{
+    switch (x->kind) {
+    case X_SPSC_PAWL: {
+        int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&x->head), memory_order_relaxed);
+        int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&x->tail), memory_order_acquire);
+        int64_t n = PAWL_MIN(t - h, want);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = atomic_load_explicit(PAWL_ATOMIC_OF(&x->slot[(h + i) & (XRING - 1)]),
+                                          memory_order_relaxed);
+        if (n > 0)
+            atomic_store_explicit(PAWL_ATOMIC_OF(&x->head), h + n, memory_order_release);
+        return n > 0 ? n : 0;
+    }
+    case X_MP_PAWL: {
+        int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&x->head), memory_order_relaxed);
+        int64_t avail = atomic_load_explicit(PAWL_ATOMIC_OF(&x->tail), memory_order_acquire) - h;
+        int64_t got = 0;
+        while (got < want && got < avail) {
+            int64_t i = h + got;
+            struct xitem *v = atomic_load_explicit(PAWL_ATOMIC_OF(&x->slot[i & (XRING - 1)]),
+                                                   memory_order_acquire);
+            if (((uintptr_t)v & 1) != xlap(i) || ((uintptr_t)v & ~(uintptr_t)1) == 0)
+                break;
+            out[got++] = (struct xitem *)((uintptr_t)v & ~(uintptr_t)1);
+        }
+        if (got > 0)
+            atomic_store_explicit(PAWL_ATOMIC_OF(&x->head), h + got, memory_order_release);
+        return got;
+    }
+    case X_SPSC_CK:
+    case X_MP_CK: {
+        int64_t got = 0;
+        while (got < want && ck_ring_dequeue_spsc(&x->ring, x->buf, &out[got]))
+            got++;
+        return got;
+    }
+    case X_LIST_PAWL: {
+        void **link = pawl_mpsc_pop_sc(&x->list);
+        if (link == NULL || link == PAWL_MPSC_BUSY)
+            return 0;
+        out[0] = PAWL_CONTAINER_OF(link, struct xitem, link);
+        return 1;
+    }
+    default: {
+        ck_fifo_mpmc_entry_t *garbage;
+        return ck_fifo_mpmc_dequeue(&x->fifo, &out[0], &garbage) ? 1 : 0;
+    }
+    }
+}
+
+static void bm_structure(pawl_bench_state *st, void *arg)
+{
+    struct xfer *x = aligned_alloc(PAWL_CACHELINE, sizeof(*x));
+    memset(x, 0, sizeof(*x));
+    x->kind = (int)((intptr_t)arg % 8);
+    int two = (intptr_t)arg >= 8;
+    x->items = calloc(XFER, sizeof(*x->items));
+    x->slot = calloc(XRING, sizeof(*x->slot));
+    x->buf = calloc(XRING, sizeof(*x->buf));
+    x->entries = calloc(XFER + 1, sizeof(*x->entries));
+    if (x->items == NULL || x->slot == NULL || x->buf == NULL || x->entries == NULL) {
+        pawl_bench_skip_with_error(st, "out of memory");
+        goto out;
+    }
+    int64_t total = 0;
+    int ok = 1;
+    while (pawl_bench_keep_running(st)) {
+        x->tail = x->head = x->head_seen = 0;
+        memset(x->slot, 0, XRING * sizeof(*x->slot));
+        ck_ring_init(&x->ring, XRING);
+        pawl_mpsc_init(&x->list);
+        ck_fifo_mpmc_init(&x->fifo, &x->entries[XFER]);
+        pthread_t th;
+        if (two)
+            pthread_create(&th, NULL, xfer_producer, x);
+        struct xitem *out[XTAKE];
+        int spins = 0;
+        for (int64_t got = 0, put = 0; got < XFER;) {
+            /* One thread: put XROUND items, then take them back. */
+            for (; !two && put < got + XROUND && put < XFER; put++)
+                xfer_put(x, put, &spins);
+            int64_t n = xfer_take(x, out, XTAKE);
+            if (n == 0)
+                xwait(&spins);
+            for (int64_t i = 0; i < n; i++)
+                ok &= out[i]->seq == (uint64_t)(got + i);
+            got += n;
+        }
+        if (two)
+            pthread_join(th, NULL);
+        total += XFER;
+    }
+    if (!ok)
+        pawl_bench_skip_with_error(st, "items arrived out of order");
+    pawl_bench_set_items_processed(st, total);
+out:
+    free(x->items);
+    free(x->slot);
+    free(x->buf);
+    free(x->entries);
+    free(x);
 }
 
 int main(int argc, char **argv)
@@ -836,6 +1091,17 @@ int main(int argc, char **argv)
         pawl_bench *b = pawl_bench_register(tnames[i], bm_timer_delay, NULL);
         pawl_bench_arg(b, (i % 2) * 100 + (i < 2 ? 1 : 16));
         pawl_bench_use_real_time(b);
+    }
+    const char *snames[] = {"structure/ring_spsc/pawl", "structure/ring_spsc/ck_ring",
+                            "structure/ring_mp/pawl",   "structure/ring_mp/ck_ring",
+                            "structure/list_mpsc/pawl", "structure/list_mpsc/ck_fifo"};
+    for (int i = 0; i < 12; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s/%s", snames[i % 6], i < 6 ? "1thread" : "2threads");
+        pawl_bench *b =
+            pawl_bench_register(name, bm_structure, (void *)(intptr_t)(i % 6 + (i < 6 ? 0 : 8)));
+        if (i >= 6) /* /1thread: the thread's CPU time, robust to a loaded machine */
+            pawl_bench_use_real_time(b);
     }
     return pawl_bench_main(argc, argv);
 }

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -19,6 +20,27 @@
 #define PAWL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define PAWL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PAWL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/*
+ * Atomics are C11 <stdatomic.h> operations with an explicit memory order. The runtime's shared
+ * words are declared with their plain types, because the public structs that hold some of them
+ * (pawl_task, pawl_serial, pawl_timer) must stay usable from C++, and because accesses that need
+ * no atomicity (initialisation, an owner's reads of a word only it writes) stay plain accesses.
+ * PAWL_ATOMIC_OF(p) is *p seen as the _Atomic object of the same type that the atomic
+ * operations take: _Atomic is a qualifier (C11 6.7.3), and the lock-free scalar and pointer
+ * types used this way have the same size and alignment atomic or not (asserted below).
+ */
+#define PAWL_ATOMIC_OF(p) ((_Atomic __typeof__(*(p)) *)(p))
+/* NOLINTBEGIN(misc-redundant-expression): equal here; the check is for targets where not. */
+_Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t) &&
+                   _Alignof(_Atomic uint32_t) == _Alignof(uint32_t) &&
+                   sizeof(_Atomic uint64_t) == sizeof(uint64_t) &&
+                   _Alignof(_Atomic uint64_t) == _Alignof(uint64_t) &&
+                   sizeof(void *_Atomic) == sizeof(void *) &&
+                   _Alignof(void *_Atomic) == _Alignof(void *) && ATOMIC_LLONG_LOCK_FREE == 2 &&
+                   ATOMIC_POINTER_LOCK_FREE == 2,
+               "PAWL_ATOMIC_OF needs lock-free atomics laid out as their plain types");
+/* NOLINTEND(misc-redundant-expression) */
 
 /*
  * Start fetching the cache line at p for writing. __builtin_prefetch(p, 1) becomes a plain read

@@ -72,7 +72,7 @@ void pawl_deque_fini(struct pawl_deque *d)
 void pawl_deque_adopt(struct pawl_deque *d)
 {
     /* Relaxed: the handover itself is ordered by the join that ended the previous owner. */
-    __atomic_store_n(&d->owner, pawl_thread_tag(), __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->owner), pawl_thread_tag(), memory_order_relaxed);
 }
 
 /* Owner only (deque.h): the first thread to push or pop owns the deque until it is adopted. */
@@ -81,8 +81,8 @@ static inline void assert_owner(struct pawl_deque *d)
 #if PAWL_ASSERTIONS_ON
     uintptr_t owner = 0, me = pawl_thread_tag();
     /* Relaxed: only the owner writes it after binding; a thief never reads it. */
-    if (!__atomic_compare_exchange_n(&d->owner, &owner, me, false, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
+    if (!atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&d->owner), &owner, me,
+                                                 memory_order_relaxed, memory_order_relaxed))
         PAWL_ASSERT(owner == me && "pawl_deque push/pop from a thread that is not the owner");
 #else
     (void)d;
@@ -97,13 +97,14 @@ static struct pawl_deque_ring *grow(struct pawl_deque *d, struct pawl_deque_ring
         return NULL;
     for (int64_t i = t; i < b; i++) {
         /* Relaxed: only the owner writes slots, and this is the owner. */
-        struct pawl_task *x = __atomic_load_n(&old->slot[i & old->mask], __ATOMIC_RELAXED);
-        __atomic_store_n(&r->slot[i & r->mask], x, __ATOMIC_RELAXED);
+        struct pawl_task *x =
+            atomic_load_explicit(PAWL_ATOMIC_OF(&old->slot[i & old->mask]), memory_order_relaxed);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&r->slot[i & r->mask]), x, memory_order_relaxed);
     }
     old->retired_next = d->retired;
     d->retired = old;
     /* Release: a thief that acquires the new ring sees the slots copied into it. */
-    __atomic_store_n(&d->ring, r, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->ring), r, memory_order_release);
     return r;
 }
 
@@ -120,7 +121,7 @@ static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque
                                          int64_t n)
 {
     /* Acquire: a thief's CAS on top released the slot it took; we may now overwrite it. */
-    int64_t t = __atomic_load_n(&d->top, __ATOMIC_ACQUIRE);
+    int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&d->top), memory_order_acquire);
     d->top_seen = t;
     while (b + n - t > r->mask + 1) {
         r = grow(d, r, t, b);
@@ -130,44 +131,47 @@ static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque
     return r;
 }
 
-int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
+int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
 {
     assert_owner(d);
     PAWL_ASSERT(n >= 1);
     /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_relaxed);
+    struct pawl_deque_ring *r =
+        atomic_load_explicit(PAWL_ATOMIC_OF(&d->ring), memory_order_relaxed);
     if (b + n - d->top_seen > r->mask + 1 && (r = make_room(d, r, b, n)) == NULL)
         return PAWL_ENOMEM;
     for (int64_t i = 0; i < n; i++) {
         /* Relaxed: published by the release store to bottom below. */
-        __atomic_store_n(&r->slot[(b + i) & r->mask], ts[i], __ATOMIC_RELAXED);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&r->slot[(b + i) & r->mask]), ts[i],
+                              memory_order_relaxed);
     }
     /* Release: a thief that reads the new bottom (acquire) sees every slot up to it and the
      * tasks' fields. */
-    __atomic_store_n(&d->bottom, b + n, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->bottom), b + n, memory_order_release);
     return 0;
 }
 
 /* push when the fast check fails: out of line, so that the common push needs no stack frame. */
 static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl_task *x)
 {
-    return pawl_deque_push_n(d, &x, 1);
+    return pawl_deque_push_n_owner(d, &x, 1);
 }
 
-int pawl_deque_push(struct pawl_deque *d, struct pawl_task *x)
+int pawl_deque_push_owner(struct pawl_deque *d, struct pawl_task *x)
 {
     assert_owner(d);
     PAWL_ASSERT(x != NULL);
     /* Relaxed: bottom and the ring pointer are written only by this (the owner) thread. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_relaxed);
+    struct pawl_deque_ring *r =
+        atomic_load_explicit(PAWL_ATOMIC_OF(&d->ring), memory_order_relaxed);
     if (PAWL_UNLIKELY(b + 1 - d->top_seen > r->mask + 1))
         return push_slow(d, x);
     /* Relaxed: published by the release store to bottom below. */
-    __atomic_store_n(&r->slot[b & r->mask], x, __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->slot[b & r->mask]), x, memory_order_relaxed);
     /* Release: a thief that reads the new bottom (acquire) sees the slot and the task's fields. */
-    __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->bottom), b + 1, memory_order_release);
     return 0;
 }
 
@@ -181,11 +185,12 @@ static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r
 {
     while (t < b) {
         /* Relaxed: the owner wrote this slot itself; the CAS below says whether it is ours. */
-        struct pawl_task *x = __atomic_load_n(&r->slot[t & r->mask], __ATOMIC_RELAXED);
+        struct pawl_task *x =
+            atomic_load_explicit(PAWL_ATOMIC_OF(&r->slot[t & r->mask]), memory_order_relaxed);
         /* Seq_cst CAS, as a thief's: against thieves' CAS on top the first one wins; on
          * failure t is the new top (acquire: a valid top_seen, see make_room). */
-        if (__atomic_compare_exchange_n(&d->top, &t, t + 1, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_ACQUIRE)) {
+        if (atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&d->top), &t, t + 1,
+                                                    memory_order_seq_cst, memory_order_acquire)) {
             d->top_seen = t + 1;
             return x;
         }
@@ -194,38 +199,40 @@ static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r
     return NULL;
 }
 
-struct pawl_task *pawl_deque_pop(struct pawl_deque *d)
+struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d)
 {
     assert_owner(d);
     /* Relaxed: owner-only field. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
+    int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_relaxed);
     /* top only grows and never passes bottom (a claim given back restores it). */
     PAWL_ASSERT(d->top_seen <= b);
     /* Empty for sure: top >= top_seen >= b, and only we add tasks. No claim, no fence. */
     if (b <= d->top_seen)
         return NULL;
-    struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_RELAXED);
+    struct pawl_deque_ring *r =
+        atomic_load_explicit(PAWL_ATOMIC_OF(&d->ring), memory_order_relaxed);
     /* Few tasks (as far as we know; top only grows): take the oldest through top. Acquire:
      * a valid top_seen if the CAS fails on the first try and we return (see pop_top). */
     if (b - d->top_seen <= PAWL_DEQUE_CHUNK)
-        return pop_top(d, r, b, __atomic_load_n(&d->top, __ATOMIC_ACQUIRE));
+        return pop_top(d, r, b,
+                       atomic_load_explicit(PAWL_ATOMIC_OF(&d->top), memory_order_acquire));
     b--;
     /* Seq_cst store then seq_cst load of top: our claim on slot b and a thief's reading of
      * bottom must fall in one total order with its read of top (the paper's fence): either the
      * thief sees our claim and leaves slot b alone, or we see its top. Also a release, so a
      * thief acquiring this value synchronises with the pushes before it. */
-    __atomic_store_n(&d->bottom, b, __ATOMIC_SEQ_CST);
-    int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->bottom), b, memory_order_seq_cst);
+    int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&d->top), memory_order_seq_cst);
     d->top_seen = t; /* a seq_cst load is an acquire: a valid bound (see make_room) */
     if (PAWL_LIKELY(b - t >= PAWL_DEQUE_CHUNK)) {
         /* At least a chunk lies between top and slot b, and a thief moves top by at most a
          * chunk per CAS, within what it saw: slot b is ours (the proof is in the file's
          * comment). Relaxed: the owner wrote this slot itself. */
-        return __atomic_load_n(&r->slot[b & r->mask], __ATOMIC_RELAXED);
+        return atomic_load_explicit(PAWL_ATOMIC_OF(&r->slot[b & r->mask]), memory_order_relaxed);
     }
     /* Thieves came close: give the claim back (release, as above) and take the oldest task
      * through top instead. */
-    __atomic_store_n(&d->bottom, b + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&d->bottom), b + 1, memory_order_release);
     return pop_top(d, r, b + 1, t);
 }
 
@@ -240,8 +247,8 @@ int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int
 {
     /* Seq_cst loads of top then bottom: pair with pop's seq_cst store of bottom and load of top
      * (see there). The bottom load also acquires push's release: slots and tasks are visible. */
-    int64_t t = __atomic_load_n(&d->top, __ATOMIC_SEQ_CST);
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
+    int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&d->top), memory_order_seq_cst);
+    int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_seq_cst);
     if (t >= b)
         return 0;
     /* Half of what we saw, rounded up: the owner keeps the rest. */
@@ -254,17 +261,19 @@ int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int
             return n;
         /* Acquire: pairs with the release publication of a grown ring (re-read each time: the
          * bottom we just read may cover slots pushed into a newer ring). */
-        struct pawl_deque_ring *r = __atomic_load_n(&d->ring, __ATOMIC_ACQUIRE);
+        struct pawl_deque_ring *r =
+            atomic_load_explicit(PAWL_ATOMIC_OF(&d->ring), memory_order_acquire);
         for (int64_t i = 0; i < k; i++) {
             /* Relaxed: published by bottom; the CAS below validates that they were still
              * queued (the owner overwrites a slot only after top has passed it). */
-            out[n + i] = __atomic_load_n(&r->slot[(t + i) & r->mask], __ATOMIC_RELAXED);
+            out[n + i] = atomic_load_explicit(PAWL_ATOMIC_OF(&r->slot[(t + i) & r->mask]),
+                                              memory_order_relaxed);
         }
         /* Seq_cst CAS: take indexes t .. t+k-1; fails if the owner or another thief moved top
          * first. A loss after the first chunk ends the batch; a loss on the first reports the
          * race. */
-        if (!__atomic_compare_exchange_n(&d->top, &t, t + k, false, __ATOMIC_SEQ_CST,
-                                         __ATOMIC_RELAXED))
+        if (!atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&d->top), &t, t + k,
+                                                     memory_order_seq_cst, memory_order_relaxed))
             return n > 0 ? n : -1;
         n += k;
         t += k;
@@ -272,14 +281,14 @@ int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int
             return n;
         /* Seq_cst load of bottom after our seq_cst CAS of top: the same pair as the loads at
          * the top of this function (the CAS reads top). */
-        b = __atomic_load_n(&d->bottom, __ATOMIC_SEQ_CST);
+        b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_seq_cst);
     }
 }
 
 int64_t pawl_deque_size(const struct pawl_deque *d)
 {
     /* Relaxed: an estimate for parking decisions; callers fence before relying on it. */
-    int64_t b = __atomic_load_n(&d->bottom, __ATOMIC_RELAXED);
-    int64_t t = __atomic_load_n(&d->top, __ATOMIC_RELAXED);
+    int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_relaxed);
+    int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&d->top), memory_order_relaxed);
     return b - t;
 }

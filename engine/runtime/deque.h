@@ -1,7 +1,7 @@
 /*
  * deque.h — the Chase–Lev work-stealing deque of pawl_task pointers, in the C11 formulation of
  * Lê, Pop, Cohen and Zappa Nardelli ("Correct and Efficient Work-Stealing for Weak Memory
- * Models", PPoPP 2013), on __atomic builtins.
+ * Models", PPoPP 2013), on C11 atomics.
  *
  * The owner pushes and pops at the bottom (LIFO); any number of thieves steal at the top (FIFO).
  * Two departures from the paper, both so that a thief moves top by several tasks in one CAS:
@@ -18,7 +18,9 @@
  * top_seen bounds the size from above: a push that fits under that bound and a pop that finds
  * bottom <= top_seen (empty) need not read top, which thieves keep writing.
  *
- * Threads: push/pop only from the owning thread; steal/size from any thread.
+ * Threads, in the names (ConcurrencyKit style): the _owner functions (push, push_n, pop) only
+ * from the owning thread; the thieves' pawl_deque_steal / pawl_deque_steal_batch and
+ * pawl_deque_size from any thread.
  */
 #ifndef PAWL_ENGINE_DEQUE_H
 #define PAWL_ENGINE_DEQUE_H
@@ -59,18 +61,18 @@ void pawl_deque_fini(struct pawl_deque *d);
 void pawl_deque_adopt(struct pawl_deque *d);
 
 /* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
-int pawl_deque_push(struct pawl_deque *d, struct pawl_task *t);
+int pawl_deque_push_owner(struct pawl_deque *d, struct pawl_task *t);
 
 /*
  * Owner only. Push ts[0..n-1] (n >= 1) in that order, published together with one store of
  * bottom (thieves steal ts[0] first; the owner pops ts[n-1] first). 0, or PAWL_ENOMEM when
  * growing failed (then none of them was queued).
  */
-int pawl_deque_push_n(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
+int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
 
 /* Owner only. The most recently pushed task while more than PAWL_DEQUE_CHUNK are queued, else
  * the oldest; NULL when empty. */
-struct pawl_task *pawl_deque_pop(struct pawl_deque *d);
+struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d);
 
 /* Any thread. The oldest task, NULL when empty, or PAWL_DEQUE_ABORT after losing a race. */
 struct pawl_task *pawl_deque_steal(struct pawl_deque *d);

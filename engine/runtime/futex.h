@@ -2,7 +2,7 @@
  * futex.h — the two Linux futex operations the runtime parks on (worker parking in the pool,
  * blocking waits on futures). Private-futex flavour: every word lives in this process.
  *
- * A futex gives no memory ordering of its own: callers read and write the word with __atomic
+ * A futex gives no memory ordering of its own: callers read and write the word with C11 atomic
  * operations that carry the ordering, and always re-check their condition after waking
  * (spurious wake-ups and EINTR are normal).
  */

@@ -78,7 +78,7 @@ _Static_assert(_Alignof(struct cont) >= 8,
 
 static inline struct cont *head_stack(uintptr_t h)
 {
-    return (struct cont *)(h & ~F_FLAGS);
+    return (struct cont *)(h & ~F_FLAGS); /* NOLINT(performance-no-int-to-ptr): tagged */
 }
 
 /*
@@ -208,7 +208,7 @@ static void depot_put(struct cached *mag, uint32_t n)
         mag->n = n;
         depot = mag;
         /* Relaxed: the lock orders it; lock-free readers take it as a hint only. */
-        __atomic_store_n(&depot_objs, depot_objs + n, __ATOMIC_RELAXED);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&depot_objs), depot_objs + n, memory_order_relaxed);
         mag = NULL;
     }
     pthread_mutex_unlock(&depot_lock);
@@ -218,7 +218,7 @@ static void depot_put(struct cached *mag, uint32_t n)
 static struct cached *depot_take(uint32_t *n)
 {
     /* Relaxed: a hint that saves the lock when the depot is empty; the lock decides. */
-    if (__atomic_load_n(&depot_objs, __ATOMIC_RELAXED) == 0)
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&depot_objs), memory_order_relaxed) == 0)
         return NULL;
     pthread_mutex_lock(&depot_lock);
     struct cached *mag = depot;
@@ -226,7 +226,8 @@ static struct cached *depot_take(uint32_t *n)
         depot = mag->next_mag;
         *n = mag->n;
         /* Relaxed: as in depot_put. */
-        __atomic_store_n(&depot_objs, depot_objs - mag->n, __ATOMIC_RELAXED);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&depot_objs), depot_objs - mag->n,
+                              memory_order_relaxed);
     }
     pthread_mutex_unlock(&depot_lock);
     return mag;
@@ -372,7 +373,7 @@ void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st)
     st->enabled = cache_usable();
     st->thread_objs = tc.ncur + (tc.spare ? MAG_SIZE : 0);
     /* Relaxed: a snapshot for tests. */
-    st->depot_objs = __atomic_load_n(&depot_objs, __ATOMIC_RELAXED);
+    st->depot_objs = atomic_load_explicit(PAWL_ATOMIC_OF(&depot_objs), memory_order_relaxed);
     st->magazine = MAG_SIZE;
     st->depot_max = DEPOT_MAX;
 }
@@ -408,8 +409,9 @@ struct pawl_future *pawl_future_ref(struct pawl_future *f)
 {
     /* Relaxed: taking a reference needs no ordering; the caller already holds one. */
     if (f) {
-        PAWL_ASSERT(__atomic_load_n(&f->refs, __ATOMIC_RELAXED) > 0); /* the caller holds one */
-        __atomic_fetch_add(&f->refs, 1, __ATOMIC_RELAXED);
+        PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&f->refs), memory_order_relaxed) >
+                    0); /* the caller holds one */
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&f->refs), 1, memory_order_relaxed);
     }
     return f;
 }
@@ -425,15 +427,16 @@ void pawl_future_unref(struct pawl_future *f)
      * Otherwise acq_rel: release our writes; the last owner acquires everyone's before freeing. */
     /* Relaxed: a check that the caller holds a reference (an unref too many reads 0 here, or
      * garbage after a free that ASan reports). */
-    PAWL_ASSERT(__atomic_load_n(&f->refs, __ATOMIC_RELAXED) > 0);
-    if (__atomic_load_n(&f->refs, __ATOMIC_ACQUIRE) != 1 &&
-        __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&f->refs), memory_order_relaxed) > 0);
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&f->refs), memory_order_acquire) != 1 &&
+        (atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&f->refs), 1, memory_order_acq_rel) - 1) != 0)
         return;
     /* Nobody can complete f any more. Records still registered (f never completed) are
      * discarded: user continuations are not called; the runtime's inline ones are, so that
      * combinators settle (they see f still pending and treat it as abandoned). */
     /* Relaxed: we are the last owner and acquired every earlier owner's writes above. */
-    struct cont *c = head_stack(__atomic_load_n(&f->head, __ATOMIC_RELAXED));
+    struct cont *c =
+        head_stack(atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_relaxed));
     while (c != NULL) {
         struct cont *n = c->next;
         if (c->kind == KIND_INLINE)
@@ -493,21 +496,22 @@ static void finish(struct pawl_future *f, bool give_ref, bool alone)
         /* The caller gives up the last reference (see sole_owner): nobody can push a record,
          * set WAITERS or complete meanwhile. Release: a reader that sees DONE (a continuation, or
          * a thread we hand a reference to) also sees the outcome. */
-        old = __atomic_load_n(&f->head, __ATOMIC_RELAXED);
-        __atomic_store_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_RELEASE);
+        old = atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_relaxed);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&f->head), F_CLAIMED | F_DONE, memory_order_release);
     } else {
         /* Acq_rel: release publishes token/code/msg to every acquire reader that sees DONE
          * (registrants, pawl_future_done, waiters); acquire takes every record pushed so far
          * and their contents. The stack is emptied in the same step, so later registrants see
          * DONE. */
-        old = __atomic_exchange_n(&f->head, F_CLAIMED | F_DONE, __ATOMIC_ACQ_REL);
+        old = atomic_exchange_explicit(PAWL_ATOMIC_OF(&f->head), F_CLAIMED | F_DONE,
+                                       memory_order_acq_rel);
     }
     /* The state machine: pending -> claimed (by exactly one completer) -> done, once. Alone, the
      * claim and the publication are the one store above. */
     PAWL_ASSERT(!(old & F_DONE) && (alone || (old & F_CLAIMED)));
     if (old & F_WAITERS) {
         /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
-        __atomic_store_n(&f->wake, 1, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&f->wake), 1, memory_order_release);
         pawl_futex_wake(&f->wake, 0x7fffffff);
     }
     /* The stack is newest-first; dispatch in registration order. */
@@ -550,7 +554,7 @@ static void finish(struct pawl_future *f, bool give_ref, bool alone)
  */
 static inline bool sole_owner(const struct pawl_future *f)
 {
-    return __atomic_load_n(&f->refs, __ATOMIC_ACQUIRE) == 1;
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&f->refs), memory_order_acquire) == 1;
 }
 
 /* True if another completer got there first; then a reference handed over (give_ref) is
@@ -564,8 +568,9 @@ static bool claimed_already(struct pawl_future *f, bool give_ref, bool *alone)
      * acquire really, but keeps the winner ordered after earlier users. The OR is totally
      * ordered with every other completer's: exactly one sees CLAIMED clear. (Tested this way
      * round, GCC emits `lock bts`, not a CAS loop.) */
-    uintptr_t h = *alone ? __atomic_load_n(&f->head, __ATOMIC_RELAXED)
-                         : __atomic_fetch_or(&f->head, F_CLAIMED, __ATOMIC_ACQUIRE);
+    uintptr_t h = *alone ? atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_relaxed)
+                         : atomic_fetch_or_explicit(PAWL_ATOMIC_OF(&f->head), F_CLAIMED,
+                                                    memory_order_acquire);
     if ((h & F_CLAIMED) == 0)
         return false;
     if (give_ref)
@@ -623,7 +628,7 @@ int pawl_future_fail_unref(struct pawl_future *f, int code, const char *msg)
 int pawl_future_done(const struct pawl_future *f)
 {
     /* Acquire: pairs with finish(); the outcome is visible after a 1. */
-    return (__atomic_load_n(&f->head, __ATOMIC_ACQUIRE) & F_DONE) != 0;
+    return (atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_acquire) & F_DONE) != 0;
 }
 
 int pawl_future_poll(const struct pawl_future *f, int64_t *token, int *code, const char **msg)
@@ -646,8 +651,8 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
 {
     struct cont *c;
     /* Relaxed check, then an exchange that hands the embedded record to one registrant. */
-    if (__atomic_load_n(&f->first_used, __ATOMIC_RELAXED) == 0 &&
-        __atomic_exchange_n(&f->first_used, 1, __ATOMIC_RELAXED) == 0)
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&f->first_used), memory_order_relaxed) == 0 &&
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&f->first_used), 1, memory_order_relaxed) == 0)
         c = &f->first;
     else if ((c = pawl_malloc(sizeof(*c))) == NULL)
         return PAWL_ENOMEM;
@@ -660,7 +665,7 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
     c->arg = arg;
     c->f = f; /* no reference while registered: see pawl_future_unref */
     /* Acquire: if this reads DONE, finish() has published the outcome to us. */
-    uintptr_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+    uintptr_t head = atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_acquire);
     for (;;) {
         if (head & F_DONE) {
             dispatch(c, false);
@@ -670,8 +675,9 @@ static int add_cont(struct pawl_future *f, int kind, struct pawl_serial *ex, str
         /* Release: the completer that takes the stack sees the record's fields; the flags are
          * kept as they are. Acquire on failure: a DONE we read orders the outcome before our
          * dispatch. */
-        if (__atomic_compare_exchange_n(&f->head, &head, (uintptr_t)c | (head & F_FLAGS), true,
-                                        __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+        if (atomic_compare_exchange_weak_explicit(PAWL_ATOMIC_OF(&f->head), &head,
+                                                  (uintptr_t)c | (head & F_FLAGS),
+                                                  memory_order_release, memory_order_acquire))
             return 0;
     }
 }
@@ -695,12 +701,13 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
         return PAWL_EINVAL;
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + timeout_ms * 1000000 : -1;
     /* Acquire: pairs with finish()'s exchange; the outcome is visible once DONE is. */
-    uintptr_t h = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+    uintptr_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&f->head), memory_order_acquire);
     if (h & F_DONE)
         return 0;
     /* Acquire: announce a sleeper. The OR is ordered with finish()'s exchange on head: before
      * it, the completer sees WAITERS and will wake us; after it, we read DONE here. */
-    if ((__atomic_fetch_or(&f->head, F_WAITERS, __ATOMIC_ACQUIRE) & F_DONE) != 0)
+    if ((atomic_fetch_or_explicit(PAWL_ATOMIC_OF(&f->head), F_WAITERS, memory_order_acquire) &
+         F_DONE) != 0)
         return 0;
     for (;;) {
         int64_t left = -1;
@@ -711,7 +718,8 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
         }
         pawl_futex_wait(&f->wake, 0, left);
         /* Acquire: pairs with finish()'s release store of 1 (stored after DONE was published). */
-        if (__atomic_load_n(&f->wake, __ATOMIC_ACQUIRE) != 0 || pawl_future_done(f))
+        if (atomic_load_explicit(PAWL_ATOMIC_OF(&f->wake), memory_order_acquire) != 0 ||
+            pawl_future_done(f))
             return 0;
     }
 }
@@ -728,7 +736,7 @@ struct all_state {
 static void all_release(struct all_state *st)
 {
     /* Acq_rel: the last input callback frees the shared state. */
-    if (__atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    if ((atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&st->refs), 1, memory_order_acq_rel) - 1) == 0) {
         pawl_future_unref(st->out);
         pawl_free(st);
     }
@@ -749,14 +757,17 @@ static void all_input_done(void *arg, struct pawl_future *in)
     } else {
         /* Relaxed CAS loop: the running minimum; ordered before the final completion by the
          * acq_rel decrement of remaining below. */
-        int64_t cur = __atomic_load_n(&st->min, __ATOMIC_RELAXED);
-        while (token < cur && !__atomic_compare_exchange_n(&st->min, &cur, token, true,
-                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        int64_t cur = atomic_load_explicit(PAWL_ATOMIC_OF(&st->min), memory_order_relaxed);
+        while (token < cur &&
+               !atomic_compare_exchange_weak_explicit(PAWL_ATOMIC_OF(&st->min), &cur, token,
+                                                      memory_order_relaxed, memory_order_relaxed))
             ;
     }
     /* Acq_rel: the input that completes last sees every other input's minimum update. */
-    if (__atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL) == 0)
-        pawl_future_complete(st->out, __atomic_load_n(&st->min, __ATOMIC_RELAXED));
+    if ((atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&st->remaining), 1, memory_order_acq_rel) - 1) ==
+        0)
+        pawl_future_complete(st->out,
+                             atomic_load_explicit(PAWL_ATOMIC_OF(&st->min), memory_order_relaxed));
     all_release(st);
 }
 
@@ -789,7 +800,7 @@ struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n)
              * share of the state now. */
             pawl_future_fail(out, PAWL_ENOMEM, "all-of: out of memory registering inputs");
             for (size_t j = i; j < n; j++) {
-                __atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL);
+                atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&st->remaining), 1, memory_order_acq_rel);
                 all_release(st);
             }
             break;

@@ -31,8 +31,10 @@ enum { UD_WAKE = 1, UD_POLL = 2, UD_REMOVE = 3 };
 /* Counters: written by the owner only, read by anyone. Relaxed load and store (no locked
  * instruction): a reader wants an approximate snapshot, not an ordering. */
 #define STAT_ADD(l, f, n)                                                                          \
-    __atomic_store_n(&(l)->st.f, __atomic_load_n(&(l)->st.f, __ATOMIC_RELAXED) + (n),              \
-                     __ATOMIC_RELAXED)
+    atomic_store_explicit(PAWL_ATOMIC_OF(&(l)->st.f),                                              \
+                          atomic_load_explicit(PAWL_ATOMIC_OF(&(l)->st.f), memory_order_relaxed) + \
+                              (n),                                                                 \
+                          memory_order_relaxed)
 
 struct slot {
     int fd;        /* wanted descriptor, or -1 */
@@ -79,11 +81,11 @@ const char *pawl_ioloop_reason(const struct pawl_ioloop *l)
 void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out)
 {
     /* Relaxed: counters the owner bumps; another thread reads an approximate snapshot. */
-    out->waits = __atomic_load_n(&l->st.waits, __ATOMIC_RELAXED);
-    out->enters = __atomic_load_n(&l->st.enters, __ATOMIC_RELAXED);
-    out->ctls = __atomic_load_n(&l->st.ctls, __ATOMIC_RELAXED);
-    out->events = __atomic_load_n(&l->st.events, __ATOMIC_RELAXED);
-    out->wakeups = __atomic_load_n(&l->st.wakeups, __ATOMIC_RELAXED);
+    out->waits = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.waits), memory_order_relaxed);
+    out->enters = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.enters), memory_order_relaxed);
+    out->ctls = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.ctls), memory_order_relaxed);
+    out->events = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.events), memory_order_relaxed);
+    out->wakeups = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.wakeups), memory_order_relaxed);
 }
 
 /* ---- wake-up ---- */
@@ -92,7 +94,7 @@ void pawl_ioloop_wake(struct pawl_ioloop *l)
 {
     /* Acq_rel: what the caller published before (a queued request) is ordered before the flag;
      * the owner's clearing exchange acquires it before it looks at its queues. */
-    if (__atomic_exchange_n(&l->woken, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&l->woken), 1, memory_order_acq_rel) == 0) {
         uint64_t one = 1;
         ssize_t n = write(l->efd, &one, sizeof one);
         (void)n; /* the counter cannot overflow: the owner resets it on each wake-up */
@@ -105,7 +107,7 @@ static void consume_wake(struct pawl_ioloop *l)
     /* Acq_rel: cleared after the eventfd was drained and before the caller looks at its queues,
      * so a producer that found the flag set published before this exchange, and one that finds
      * it clear writes the eventfd again. */
-    __atomic_exchange_n(&l->woken, 0, __ATOMIC_ACQ_REL);
+    atomic_exchange_explicit(PAWL_ATOMIC_OF(&l->woken), 0, memory_order_acq_rel);
 }
 
 /* ---- io_uring ---- */
@@ -391,7 +393,7 @@ int pawl_ioloop_new(struct pawl_ioloop **out, unsigned nslots, const char *name,
             goto fail;
     }
     /* Relaxed: only decides whether this creation logs at INFO; a duplicate line is harmless. */
-    if (__atomic_exchange_n(&logged[l->backend], 1, __ATOMIC_RELAXED) == 0)
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged[l->backend]), 1, memory_order_relaxed) == 0)
         PAWL_INFO("ioloop", "%s: I/O loop backend: %s (%s)", name ? name : "",
                   pawl_ioloop_backend(l), l->reason);
     else

@@ -1,10 +1,10 @@
 /*
- * mpsc.c — Vyukov's intrusive MPSC queue on GCC/Clang __atomic builtins (the C11 memory model on
- * plain fields, so the public structs that embed a queue stay usable from C++).
+ * mpsc.c — Vyukov's intrusive MPSC queue on C11 atomics over plain fields (PAWL_ATOMIC_OF, so
+ * the public structs that embed a queue stay usable from C++).
  *
  * Invariant: q->_head is the last node pushed (or the stub); following link fields from q->_tail
  * reaches q->_head, except for one missing link per producer that has exchanged _head but not
- * yet stored its predecessor's link. A chain (pawl_mpsc_push_chain) is linked inside before its
+ * yet stored its predecessor's link. A chain (pawl_mpsc_push_chain_mp) is linked inside before its
  * exchange, so it behaves as one node with a longer body: still one missing link at most. The stub
  * is re-pushed by the consumer whenever it would otherwise have to take the last real node, so a
  * node is only handed out once its successor exists and the consumer never touches a node after
@@ -27,53 +27,55 @@ void pawl_mpsc_init(struct pawl_mpsc_ *q)
     q->_tail = &q->_stub;
 }
 
-void pawl_mpsc_push_chain(struct pawl_mpsc_ *q, void **first, void **last)
+void pawl_mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last)
 {
     PAWL_ASSERT(q != NULL && first != NULL && last != NULL);
     /* Relaxed: the release exchange below publishes this store together with the chain. */
-    __atomic_store_n(last, NULL, __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(last), NULL, memory_order_relaxed);
     /* Acq_rel: release publishes the chain (its nodes' contents and inner links) to the
      * consumer; acquire orders the link store below after any earlier producer's
      * initialisation of prev. */
-    void **prev = __atomic_exchange_n(&q->_head, last, __ATOMIC_ACQ_REL);
+    void **prev = atomic_exchange_explicit(PAWL_ATOMIC_OF(&q->_head), last, memory_order_acq_rel);
     /* Release: the consumer that loads this link (acquire) sees everything we wrote before it:
      * the nodes' contents and the chain's inner links, so its acquire loads of those links
      * find them set. */
-    __atomic_store_n(prev, (void *)first, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(prev), (void *)first, memory_order_release);
 }
 
-void pawl_mpsc_push(struct pawl_mpsc_ *q, void **node)
+void pawl_mpsc_push_mp(struct pawl_mpsc_ *q, void **node)
 {
-    pawl_mpsc_push_chain(q, node, node);
+    pawl_mpsc_push_chain_mp(q, node, node);
 }
 
-void **pawl_mpsc_pop(struct pawl_mpsc_ *q)
+void **pawl_mpsc_pop_sc(struct pawl_mpsc_ *q)
 {
     void **tail = q->_tail;
-    PAWL_ASSERT(tail != NULL && "pawl_mpsc_pop on a queue that was never initialised");
+    PAWL_ASSERT(tail != NULL && "pawl_mpsc_pop_sc on a queue that was never initialised");
     /* Acquire: pairs with the producer's release link store; the next node's contents follow. */
-    void **next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    void **next = atomic_load_explicit(PAWL_ATOMIC_OF(tail), memory_order_acquire);
     if (tail == &q->_stub) {
         if (next == NULL) {
             /* Acquire: a producer may have exchanged _head without linking the stub yet. */
-            return __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE) == tail ? NULL : PAWL_MPSC_BUSY;
+            return atomic_load_explicit(PAWL_ATOMIC_OF(&q->_head), memory_order_acquire) == tail
+                       ? NULL
+                       : PAWL_MPSC_BUSY;
         }
         q->_tail = next;
         tail = next;
         /* Acquire: as above, for the node after the first real one. */
-        next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+        next = atomic_load_explicit(PAWL_ATOMIC_OF(tail), memory_order_acquire);
     }
     if (next != NULL) {
         q->_tail = next;
         return tail;
     }
     /* Acquire: see whether tail is really the last node or a producer is mid-push. */
-    void **head = __atomic_load_n(&q->_head, __ATOMIC_ACQUIRE);
+    void **head = atomic_load_explicit(PAWL_ATOMIC_OF(&q->_head), memory_order_acquire);
     if (tail != head)
         return PAWL_MPSC_BUSY;
-    pawl_mpsc_push(q, &q->_stub);
+    pawl_mpsc_push_mp(q, &q->_stub);
     /* Acquire: tail's link is now the stub, or a producer that got in between. */
-    next = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    next = atomic_load_explicit(PAWL_ATOMIC_OF(tail), memory_order_acquire);
     if (next != NULL) {
         q->_tail = next;
         return tail;

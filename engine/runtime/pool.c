@@ -8,10 +8,10 @@
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
  * submit single tasks through a ring of their own (a single-producer ring per outside thread and
- * pool, see spsc_push), batches through the injection ring (an array of task pointers, one CAS per
- * batch; see ring_push), and both through a lock-free MPSC list (mpsc.c) when their ring is full
- * or missing: producers never wait; the consumer role over all of them is taken by one worker at a
- * time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
+ * pool, see spsc_push_sp), batches through the injection ring (an array of task pointers, one CAS
+ * per batch; see ring_push_mp), and both through a lock-free MPSC list (mpsc.c) when their ring is
+ * full or missing: producers never wait; the consumer role over all of them is taken by one worker
+ * at a time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
  * publication for the batch) so that others can steal from there. Every 61st task a worker looks at
  * the injection queue first, so outside work is not starved by a worker feeding itself.
  *
@@ -162,7 +162,7 @@ struct worker {
 } __attribute__((aligned(PAWL_CACHELINE)));
 
 /*
- * An outside thread's own ring of single tasks for one pool (see spsc_push for the protocol). It
+ * An outside thread's own ring of single tasks for one pool (see spsc_push_sp for the protocol). It
  * belongs to the pool (registered in pool->spsc, taken from only under the consumer role, drained
  * and freed by pawl_pool_free) and is lent to one thread at a time (owned). A thread that exits
  * while its ring still holds tasks gives it back to the pool (see spsc_let_go); a thread whose
@@ -183,7 +183,7 @@ struct spsc_ring {
     uint32_t owned; /* 1 while a thread submits through it; 0: free for another thread to adopt */
     void *raw;      /* what to free */
     char pad2[PAWL_CACHELINE - 2 * sizeof(void *)];
-    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push */
+    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push_sp */
 };
 
 /*
@@ -196,7 +196,7 @@ struct spsc_ring {
  * The ring's tail (reserved by submitters) and head (taken by the consumer) are the same pair for
  * the ring, on the same two lines' pattern.
  */
-struct pawl_pool {
+struct pawl_pool {            /* NOLINT(clang-analyzer-optin.performance.Padding): by writer */
     struct pawl_mpsc_ inject; /* tasks from outside (and yields); cache-line padded inside */
     int64_t inject_in;        /* tasks ever counted in by submitters (before their push) */
     char pad0[PAWL_CACHELINE - sizeof(int64_t)];
@@ -218,7 +218,7 @@ struct pawl_pool {
     int nworkers;
     uint32_t asym;           /* 1: own-deque pushes skip their fence, park() membarriers */
     uint64_t id;             /* unique in the process, never 0 (see ring_seen) */
-    struct pawl_task **ring; /* RING_SIZE slots, tagged with their lap (see ring_push) */
+    struct pawl_task **ring; /* RING_SIZE slots, tagged with their lap (see ring_push_mp) */
     void *ring_raw;          /* what to free for ring */
     struct worker *workers;
     void *workers_raw;  /* what to free for workers (see calloc_lines) */
@@ -253,14 +253,14 @@ static inline int64_t nonneg(int64_t n)
 static inline int64_t spsc_estimate(struct pawl_pool *pool)
 {
     /* Acquire: spsc[0..n) were stored before nspsc was published. */
-    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    uint32_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->nspsc), memory_order_acquire);
     int64_t sum = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct spsc_ring *r = pool->spsc[i];
         /* Acquire: orders the load of tail after the load of head (head only grows). */
-        int64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_acquire);
         /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
-        sum += __atomic_load_n(&r->tail, __ATOMIC_RELAXED) - h;
+        sum += atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_relaxed) - h;
     }
     return sum;
 }
@@ -274,11 +274,12 @@ static inline int64_t injected_estimate(struct pawl_pool *pool)
 {
     /* Acquire: orders the loads of inject_in and ring_tail after these (see above; the ring's
      * head and tail are the same pair of counters). */
-    int64_t out = __atomic_load_n(&pool->inject_out, __ATOMIC_ACQUIRE);
-    int64_t head = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
+    int64_t out = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_out), memory_order_acquire);
+    int64_t head = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_head), memory_order_acquire);
     /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
-    return __atomic_load_n(&pool->inject_in, __ATOMIC_RELAXED) - out +
-           __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED) - head + spsc_estimate(pool);
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_in), memory_order_relaxed) - out +
+           atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), memory_order_relaxed) - head +
+           spsc_estimate(pool);
 }
 
 static _Thread_local struct worker *tls_worker;
@@ -307,10 +308,10 @@ int pawl_pool_workers(const struct pawl_pool *pool)
     return pool->nworkers;
 }
 
-static inline void count(uint64_t *c)
+static inline void count(uint64_t *c) /* NOLINT(readability-non-const-parameter): written */
 {
     /* Relaxed: a statistics counter with a single writer; readers want an approximate value. */
-    __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(c), *c + 1, memory_order_relaxed);
 }
 
 /*
@@ -382,9 +383,9 @@ static void wake_one(struct pawl_pool *pool)
     /* Seq_cst load of sleepers: after the caller's seq_cst fence (notify) or seq_cst
      * read-modify-write that published the work (inject_chain), the submitter half of the
      * Dekker pattern with park(). Relaxed for waking: the exchange decides who wakes. */
-    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0 &&
-        __atomic_load_n(&pool->waking, __ATOMIC_RELAXED) == 0 &&
-        __atomic_exchange_n(&pool->waking, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->sleepers), memory_order_seq_cst) > 0 &&
+        atomic_load_explicit(PAWL_ATOMIC_OF(&pool->waking), memory_order_relaxed) == 0 &&
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&pool->waking), 1, memory_order_acq_rel) == 0) {
         /* Seq_cst: a worker that sees the new epoch also sees the task, and the bump comes
          * before our read of `blocked` (a second Dekker pair, with park()'s increment of
          * `blocked` before its futex_wait). A sleeper that has not re-checked yet needs
@@ -395,17 +396,17 @@ static void wake_one(struct pawl_pool *pool)
          * membarrier, a few microseconds) made a futex call that woke nobody: 40-60 calls per
          * 2000 futures completed from an outside thread, in the slow runs of bench_runtime's
          * future throughput shape. */
-        __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&pool->blocked, __ATOMIC_SEQ_CST) > 0) {
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->epoch), 1, memory_order_seq_cst);
+        if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->blocked), memory_order_seq_cst) > 0) {
             /* Relaxed: statistics. */
-            __atomic_fetch_add(&pool->wakeups, 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->wakeups), 1, memory_order_relaxed);
             if (pawl_futex_wake(&pool->epoch, 1) > 0)
                 return; /* the woken worker clears `waking` on its way out of park() */
         }
         /* Nobody was asleep in the kernel: no worker will leave park() to clear the flag on
          * our behalf (a sleeper still on its way in sees the new epoch and leaves at once,
          * clearing it too). Clear it ourselves so later submitters can wake. */
-        __atomic_store_n(&pool->waking, 0, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&pool->waking), 0, memory_order_release);
     }
 }
 
@@ -440,15 +441,15 @@ static void notify_own(struct worker *w)
 {
     struct pawl_pool *pool = w->pool;
     /* Relaxed: written once, before the workers start (pawl_pool_new). */
-    if (!__atomic_load_n(&pool->asym, __ATOMIC_RELAXED)) {
+    if (!atomic_load_explicit(PAWL_ATOMIC_OF(&pool->asym), memory_order_relaxed)) {
         notify(pool);
         return;
     }
     /* Compiler barrier only: the push's stores stay before the load below in program order;
      * park()'s membarrier supplies the hardware barrier when it matters (see above). */
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    atomic_signal_fence(memory_order_seq_cst);
     /* Relaxed: ordered against park() by its membarrier, as explained above. */
-    if (__atomic_load_n(&pool->sleepers, __ATOMIC_RELAXED) > 0)
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->sleepers), memory_order_relaxed) > 0)
         wake_one(pool);
 }
 
@@ -483,13 +484,13 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * separate fence is needed (on x86 the locked add is the fence). A worker that sees the
      * count before the node is linked finds the queue busy and keeps searching: has_work()
      * keeps it from sleeping. */
-    __atomic_fetch_add(&pool->inject_in, n, __ATOMIC_SEQ_CST);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->inject_in), n, memory_order_seq_cst);
     /* One wake-up however many tasks: the worker it wakes takes a share of them and, if more
      * are left, wakes the next (take_injected). Waking two at once would be no faster and
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
     wake_one(pool);
-    pawl_mpsc_push_chain(&pool->inject, &first->_next, &last->_next);
+    pawl_mpsc_push_chain_mp(&pool->inject, &first->_next, &last->_next);
 }
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
@@ -548,18 +549,18 @@ static inline uintptr_t ring_lap(int64_t i)
 /* Slot i's value for task x: x with lap(i) in its low bit. */
 static inline struct pawl_task *ring_tag(struct pawl_task *x, int64_t i)
 {
-    return (struct pawl_task *)((uintptr_t)x | ring_lap(i));
+    return (struct pawl_task *)((uintptr_t)x | ring_lap(i)); /* NOLINT(performance-no-int-to-ptr) */
 }
 
-static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
+static bool ring_push_mp(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
 {
     /* Relaxed: a first guess; the CAS validates it. */
-    int64_t t = __atomic_load_n(&pool->ring_tail, __ATOMIC_RELAXED);
+    int64_t t = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), memory_order_relaxed);
     for (;;) {
         int64_t h = ring_seen.id == pool->id ? ring_seen.head : INT64_MIN / 2;
         if (t + n - h > RING_SIZE) {
             /* Acquire: the consumer's reads of the slots below head are done (see above). */
-            h = __atomic_load_n(&pool->ring_head, __ATOMIC_ACQUIRE);
+            h = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_head), memory_order_acquire);
             ring_seen.id = pool->id;
             ring_seen.head = h;
             if (t + n - h > RING_SIZE)
@@ -567,42 +568,47 @@ static bool ring_push(struct pawl_pool *pool, struct pawl_task *const *ts, int64
         }
         /* Seq_cst: the publication, ordered before wake_one()'s load of sleepers. On failure t
          * is the current tail; the room is checked again. */
-        if (__atomic_compare_exchange_n(&pool->ring_tail, &t, t + n, true, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_RELAXED))
+        if (atomic_compare_exchange_weak_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), &t, t + n,
+                                                  memory_order_seq_cst, memory_order_relaxed))
             break;
     }
     wake_one(pool);
     for (int64_t i = 0; i < n; i++) {
         /* Release: the consumer that reads the pointer (acquire) sees the task's fields. */
-        __atomic_store_n(&pool->ring[(t + i) & (RING_SIZE - 1)], ring_tag(ts[i], t + i),
-                         __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&pool->ring[(t + i) & (RING_SIZE - 1)]),
+                              ring_tag(ts[i], t + i), memory_order_release);
     }
     return true;
 }
 
 /* Consumer role only: take up to want tasks from the ring, oldest first. */
-static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
+static int64_t ring_take_sc(struct pawl_pool *pool, struct pawl_task **out, int64_t want)
 {
     /* Consumer role only: a worker holding inject_lock, or the freeing thread once stop is set
      * and the workers are joined. Relaxed: a check of our own state. */
-    PAWL_ASSERT(__atomic_load_n(&pool->inject_lock, __ATOMIC_RELAXED) == 1 ||
-                __atomic_load_n(&pool->stop, __ATOMIC_RELAXED));
+    PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_lock), memory_order_relaxed) ==
+                    1 ||
+                atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_relaxed));
     /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
-    int64_t h = __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED);
+    int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_head), memory_order_relaxed);
     /* Acquire: a hint of how far to look; the slots themselves say what is there. */
-    int64_t avail = __atomic_load_n(&pool->ring_tail, __ATOMIC_ACQUIRE) - h;
+    int64_t avail =
+        atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), memory_order_acquire) - h;
     int64_t got = 0;
     while (got < want && got < avail) {
         int64_t i = h + got;
         /* Acquire: pairs with the submitter's release store of the pointer. */
-        struct pawl_task *x = __atomic_load_n(&pool->ring[i & (RING_SIZE - 1)], __ATOMIC_ACQUIRE);
+        struct pawl_task *x = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring[i & (RING_SIZE - 1)]),
+                                                   memory_order_acquire);
         if (((uintptr_t)x & 1) != ring_lap(i) || ((uintptr_t)x & ~(uintptr_t)1) == 0)
             break; /* reserved, not written yet: last lap's value, or never used */
+        /* NOLINTBEGIN(performance-no-int-to-ptr) */
         out[got++] = (struct pawl_task *)((uintptr_t)x & ~(uintptr_t)1);
+        /* NOLINTEND(performance-no-int-to-ptr) */
     }
     /* Release: submitters that read the new head (acquire) may reuse the slots we read. */
     if (got > 0)
-        __atomic_store_n(&pool->ring_head, h + got, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&pool->ring_head), h + got, memory_order_release);
     return got;
 }
 
@@ -610,11 +616,12 @@ static int64_t ring_take(struct pawl_pool *pool, struct pawl_task **out, int64_t
  * else one chain on the list. */
 static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, int64_t n)
 {
-    if (ring_push(pool, ts, n))
+    if (ring_push_mp(pool, ts, n))
         return;
     for (int64_t i = 0; i + 1 < n; i++) {
-        /* Relaxed: the chain is published by pawl_mpsc_push_chain's release operations. */
-        __atomic_store_n(&ts[i]->_next, (void *)&ts[i + 1]->_next, __ATOMIC_RELAXED);
+        /* Relaxed: the chain is published by pawl_mpsc_push_chain_mp's release operations. */
+        atomic_store_explicit(PAWL_ATOMIC_OF(&ts[i]->_next), (void *)&ts[i + 1]->_next,
+                              memory_order_relaxed);
     }
     inject_chain(pool, ts[0], ts[n - 1], n);
 }
@@ -674,7 +681,7 @@ static void spsc_let_go(struct pawl_pool *pool, uint64_t id, struct spsc_ring *r
         if (p == pool && p->id == id) {
             /* Release: our slots, tail, done and head_seen happen before the adopter's
              * acquire. */
-            __atomic_store_n(&r->owned, 0, __ATOMIC_RELEASE);
+            atomic_store_explicit(PAWL_ATOMIC_OF(&r->owned), 0, memory_order_release);
             break;
         }
     }
@@ -710,10 +717,11 @@ static struct spsc_ring *spsc_register(struct pawl_pool *pool)
     uint32_t n = pool->nspsc; /* only written under the lock */
     for (uint32_t i = 0; i < n && r == NULL; i++) {
         /* Acquire: pairs with spsc_let_go; the former owner's producer state is ours now. */
-        if (__atomic_load_n(&pool->spsc[i]->owned, __ATOMIC_ACQUIRE) == 0) {
+        if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->spsc[i]->owned), memory_order_acquire) ==
+            0) {
             r = pool->spsc[i];
             /* Relaxed: adopters are serialised by the lock. */
-            __atomic_store_n(&r->owned, 1, __ATOMIC_RELAXED);
+            atomic_store_explicit(PAWL_ATOMIC_OF(&r->owned), 1, memory_order_relaxed);
         }
     }
     if (r == NULL && n < SPSC_MAX) {
@@ -724,7 +732,7 @@ static struct spsc_ring *spsc_register(struct pawl_pool *pool)
             r->owned = 1;
             pool->spsc[n] = r;
             /* Release: workers that read the new count (acquire) see the ring's fields. */
-            __atomic_store_n(&pool->nspsc, n + 1, __ATOMIC_RELEASE);
+            atomic_store_explicit(PAWL_ATOMIC_OF(&pool->nspsc), n + 1, memory_order_release);
         }
     }
     pthread_mutex_unlock(&pool->spsc_lock);
@@ -764,50 +772,52 @@ static struct spsc_ring *spsc_mine(struct pawl_pool *pool)
 
 /* The owning thread: queue t on its ring r of pool and wake a worker if one sleeps; false if
  * the ring is full (nothing done). */
-static bool spsc_push(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
+static bool spsc_push_sp(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
 {
     /* Relaxed: only we write tail. */
-    int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+    int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_relaxed);
     if (tail - r->head_seen >= SPSC_SIZE) {
         /* Acquire: the consumer's reads of the slots below head are done (see above). */
-        r->head_seen = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        r->head_seen = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_acquire);
         if (tail - r->head_seen >= SPSC_SIZE)
             return false;
     }
     /* Relaxed: published by the release store of tail below. */
-    __atomic_store_n(&r->slot[tail & (SPSC_SIZE - 1)], t, __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->slot[tail & (SPSC_SIZE - 1)]), t,
+                          memory_order_relaxed);
     /* Release: a consumer that reads the new tail (acquire) sees the slot and the task. */
-    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->tail), tail + 1, memory_order_release);
     /* Seq_cst fence: orders the tail store before wake_one()'s load of sleepers (the submitter
      * half of the Dekker pattern with park(), whose re-check reads our tail). */
     pawl_fence_seq_cst();
     wake_one(pool);
     /* Release: everything we did to the pool happens before pawl_pool_free's acquire of done. */
-    __atomic_store_n(&r->done, tail + 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->done), tail + 1, memory_order_release);
     return true;
 }
 
 /* Consumer role only: take up to want tasks from ring r, oldest first, prefetching each. */
-static int64_t spsc_take(struct spsc_ring *r, struct pawl_task **out, int64_t want)
+static int64_t spsc_take_sc(struct spsc_ring *r, struct pawl_task **out, int64_t want)
 {
     /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
-    int64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+    int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_relaxed);
     /* Acquire: pairs with the owner's release store; the slots below tail are written. Loaded
      * once, outside PAWL_MIN (which evaluates its arguments twice). */
-    int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+    int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_acquire);
     int64_t n = PAWL_MIN(tail - h, want);
     if (n <= 0)
         return 0;
     for (int64_t i = 0; i < n; i++) {
         /* Relaxed: ordered by the acquire load of tail. */
-        out[i] = __atomic_load_n(&r->slot[(h + i) & (SPSC_SIZE - 1)], __ATOMIC_RELAXED);
+        out[i] = atomic_load_explicit(PAWL_ATOMIC_OF(&r->slot[(h + i) & (SPSC_SIZE - 1)]),
+                                      memory_order_relaxed);
         /* The task's line will be written when it runs (and often read sooner): start its miss
          * now, so that the misses of the batch overlap instead of queueing one behind the
          * other. */
         pawl_prefetch_w(out[i]);
     }
     /* Release: the owner that reads the new head (acquire) may reuse the slots we read. */
-    __atomic_store_n(&r->head, h + n, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->head), h + n, memory_order_release);
     return n;
 }
 
@@ -816,14 +826,15 @@ static int64_t spsc_take(struct spsc_ring *r, struct pawl_task **out, int64_t wa
 static bool spsc_in_flight(struct pawl_pool *pool)
 {
     /* Acquire: as in spsc_estimate. */
-    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    uint32_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->nspsc), memory_order_acquire);
     for (uint32_t i = 0; i < n; i++) {
         struct spsc_ring *r = pool->spsc[i];
         /* Acquire: pairs with the release stores of done and tail; what the submitter did to
          * the pool before them happens before our free. Relaxed for head: ours now. */
-        int64_t done = __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
-        int64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-        if (done != tail || tail != __atomic_load_n(&r->head, __ATOMIC_RELAXED))
+        int64_t done = atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire);
+        int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_acquire);
+        if (done != tail ||
+            tail != atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_relaxed))
             return true;
     }
     return false;
@@ -835,17 +846,18 @@ static int64_t spsc_take_any(struct pawl_pool *pool, struct pawl_task **out, int
 {
     /* Consumer role only: a worker holding inject_lock, or the freeing thread once stop is set
      * and the workers are joined. Relaxed: a check of our own state. */
-    PAWL_ASSERT(__atomic_load_n(&pool->inject_lock, __ATOMIC_RELAXED) == 1 ||
-                __atomic_load_n(&pool->stop, __ATOMIC_RELAXED));
+    PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_lock), memory_order_relaxed) ==
+                    1 ||
+                atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_relaxed));
     /* Acquire: spsc[0..n) were stored before nspsc was published. */
-    uint32_t n = __atomic_load_n(&pool->nspsc, __ATOMIC_ACQUIRE);
+    uint32_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->nspsc), memory_order_acquire);
     if (n == 0)
         return 0;
     uint32_t start = pool->spsc_next % n;
     pool->spsc_next = start + 1;
     int64_t got = 0;
     for (uint32_t k = 0; k < n && got < want; k++)
-        got += spsc_take(pool->spsc[(start + k) % n], out + got, want - got);
+        got += spsc_take_sc(pool->spsc[(start + k) % n], out + got, want - got);
     return got;
 }
 
@@ -855,14 +867,14 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
         return PAWL_EINVAL;
     struct worker *w = tls_worker;
     if (w != NULL && w->pool == pool) {
-        if (pawl_deque_push(&w->dq, t) == 0)
+        if (pawl_deque_push_owner(&w->dq, t) == 0)
             notify_own(w);
         else
             inject_push(pool, t); /* our deque is full and cannot grow */
         return 0;
     }
     struct spsc_ring *r = spsc_mine(pool);
-    if (r == NULL || !spsc_push(pool, r, t))
+    if (r == NULL || !spsc_push_sp(pool, r, t))
         inject_push(pool, t); /* no ring, or it is full: the list */
     return 0;
 }
@@ -875,7 +887,7 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
         if (PAWL_UNLIKELY(tasks[i] == NULL || tasks[i]->fn == NULL))
             return PAWL_EINVAL;
     struct worker *w = tls_worker;
-    if (w != NULL && w->pool == pool && pawl_deque_push_n(&w->dq, tasks, (int64_t)n) == 0) {
+    if (w != NULL && w->pool == pool && pawl_deque_push_n_owner(&w->dq, tasks, (int64_t)n) == 0) {
         /* One wake-up check for all of them: a worker we wake finds more left after its
          * first steal and wakes the next (worker_main, steal_any). */
         notify_own(w);
@@ -901,14 +913,14 @@ static struct pawl_task *take_injected(struct worker *w)
         return NULL;
     /* Acquire: pairs with the release in the unlock below; the previous holder's queue state
      * (the consumer-side tail) is visible to us. */
-    if (__atomic_exchange_n(&pool->inject_lock, 1, __ATOMIC_ACQUIRE) != 0)
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&pool->inject_lock), 1, memory_order_acquire) != 0)
         return NULL;
     struct pawl_task *batch[INJECT_BATCH];
     int64_t n = injected_estimate(pool);
     /* Our share if the rest is worth a helper, else as much as we may take (the pass-on rule). */
     int64_t want = PAWL_MIN(INJECT_BATCH, worth_waking(w, n - 1) ? n / pool->nworkers + 1 : n);
     /* The rings first (the shared one and the producers' in turn), then the list; the list
-     * first every LIST_TURN-th time (see ring_push). */
+     * first every LIST_TURN-th time (see ring_push_mp). */
     uint32_t turn = ++pool->list_turn;
     static const uint8_t orders[3][3] = {{0, 1, 2}, {1, 0, 2}, {2, 1, 0}};
     const uint8_t *order = orders[turn % LIST_TURN == 0 ? 2 : turn & 1];
@@ -916,13 +928,13 @@ static struct pawl_task *take_injected(struct worker *w)
     int first_from_list = 0;
     for (int pass = 0; pass < 3 && got < want; pass++) {
         if (order[pass] == 0) {
-            got += ring_take(pool, batch + got, want - got);
+            got += ring_take_sc(pool, batch + got, want - got);
         } else if (order[pass] == 1) {
             got += spsc_take_any(pool, batch + got, want - got);
         } else {
             first_from_list = got == 0;
             while (got < want) {
-                void **link = pawl_mpsc_pop(&pool->inject);
+                void **link = pawl_mpsc_pop_sc(&pool->inject);
                 if (link == NULL || link == PAWL_MPSC_BUSY)
                     break;
                 batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
@@ -932,28 +944,30 @@ static struct pawl_task *take_injected(struct worker *w)
         }
     }
     /* All but the first go into our deque with one publication (others may steal them). */
-    if (got > 1 && pawl_deque_push_n(&w->dq, batch + 1, got - 1) != 0) {
+    if (got > 1 && pawl_deque_push_n_owner(&w->dq, batch + 1, got - 1) != 0) {
         /* Our deque is full and cannot grow: back onto the list, counted in there (what came
          * off the list is simply not counted out). */
         /* Relaxed: counted in before the push, as submitters do; we hold the consumer role and
          * stay awake to take them again. */
-        __atomic_fetch_add(&pool->inject_in, (got - 1) - (from_list - first_from_list),
-                           __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->inject_in),
+                                  (got - 1) - (from_list - first_from_list), memory_order_relaxed);
         for (int64_t i = 1; i < got; i++)
-            pawl_mpsc_push(&pool->inject, &batch[i]->_next);
+            pawl_mpsc_push_mp(&pool->inject, &batch[i]->_next);
         from_list = first_from_list;
         got = 1;
     }
     struct pawl_task *first = got > 0 ? batch[0] : NULL;
     /* Relaxed load (we are its only writer) and release store: a reader that sees the new count
      * also sees our pops (it reads inject_out with acquire). */
-    __atomic_store_n(&pool->inject_out,
-                     __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) + from_list,
-                     __ATOMIC_RELEASE);
+    atomic_store_explicit(
+        PAWL_ATOMIC_OF(&pool->inject_out),
+        atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_out), memory_order_relaxed) + from_list,
+        memory_order_release);
     /* Release: hand the consumer-side state to the next holder. */
-    __atomic_store_n(&pool->inject_lock, 0, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&pool->inject_lock), 0, memory_order_release);
     /* Relaxed: a statistics counter with a single writer (see count()). */
-    __atomic_store_n(&w->injected, w->injected + (uint64_t)got, __ATOMIC_RELAXED);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&w->injected), w->injected + (uint64_t)got,
+                          memory_order_relaxed);
     /* More work than the task we return (in our deque or still injected): pass the wake-up on
      * if it is worth it, else keep it. */
     if (got == 0)
@@ -993,8 +1007,9 @@ static struct pawl_task *steal_any(struct worker *w)
                 k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
             if (k > 0) {
                 /* Relaxed: a statistics counter with a single writer (see count()). */
-                __atomic_store_n(&w->steals, w->steals + (uint64_t)k, __ATOMIC_RELAXED);
-                if (k > 1 && pawl_deque_push_n(&w->dq, got + 1, k - 1) != 0) {
+                atomic_store_explicit(PAWL_ATOMIC_OF(&w->steals), w->steals + (uint64_t)k,
+                                      memory_order_relaxed);
+                if (k > 1 && pawl_deque_push_n_owner(&w->dq, got + 1, k - 1) != 0) {
                     /* Our deque is full and cannot grow: the shared queue takes them. */
                     for (int64_t j = 1; j < k; j++)
                         inject_push(pool, got[j]);
@@ -1018,7 +1033,7 @@ static struct pawl_task *find_task(struct worker *w)
     struct pawl_task *t;
     if (++w->tick % 61 == 0 && (t = take_injected(w)) != NULL)
         return t;
-    if ((t = pawl_deque_pop(&w->dq)) != NULL)
+    if ((t = pawl_deque_pop_owner(&w->dq)) != NULL)
         return t;
     if ((t = take_injected(w)) != NULL)
         return t;
@@ -1056,7 +1071,8 @@ static void park(struct worker *w)
 {
     struct pawl_pool *pool = w->pool;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
-        if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
+        if (has_work(pool) ||
+            atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_relaxed))
             return;
         pawl_cpu_relax();
     }
@@ -1066,14 +1082,16 @@ static void park(struct worker *w)
      * one batch rather than with a futex wake-up per park; on an idle CPU the yield returns at
      * once and only slows the polling of the submitters' cache lines. */
     for (int i = 0; i < YIELD_ROUNDS; i++) {
-        if (has_work(pool) || __atomic_load_n(&pool->stop, __ATOMIC_RELAXED))
+        if (has_work(pool) ||
+            atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_relaxed))
             return;
         sched_yield();
     }
     /* Acquire: the epoch we will sleep on; any later bump makes futex_wait return at once. */
-    uint32_t e = __atomic_load_n(&pool->epoch, __ATOMIC_ACQUIRE);
+    uint32_t e = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->epoch), memory_order_acquire);
     /* Seq_cst: announce the sleeper before re-checking the queues (worker half of Dekker). */
-    int32_t before = __atomic_fetch_add(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+    int32_t before =
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->sleepers), 1, memory_order_seq_cst);
     pawl_fence_seq_cst();
     int64_t timeout_ns = -1;
     /* Relaxed for asym: see notify_own. When every other worker is counted as asleep, none of
@@ -1081,29 +1099,31 @@ static void park(struct worker *w)
      * sleepers, after our increment in its order, so its later reads of sleepers in notify_own
      * see us and wake. Otherwise a running worker may have pushed without a fence: make it pass
      * a barrier before we look (see notify_own). */
-    if (before + 1 < pool->nworkers && __atomic_load_n(&pool->asym, __ATOMIC_RELAXED) &&
+    if (before + 1 < pool->nworkers &&
+        atomic_load_explicit(PAWL_ATOMIC_OF(&pool->asym), memory_order_relaxed) &&
         syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
         /* Cannot happen once registered; should it, our re-check may miss a push made without a
          * fence: sleep at most a millisecond before looking again. */
         timeout_ns = 1000000;
     }
-    if (!has_work(pool) && !__atomic_load_n(&pool->stop, __ATOMIC_SEQ_CST)) {
+    if (!has_work(pool) &&
+        !atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_seq_cst)) {
         count(&w->parks);
         /* Seq_cst: before the kernel reads epoch (see wake_one): a submitter that reads 0
          * here bumped the epoch first, and the wait returns at once. */
-        __atomic_fetch_add(&pool->blocked, 1, __ATOMIC_SEQ_CST);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->blocked), 1, memory_order_seq_cst);
         pawl_futex_wait(&pool->epoch, e, timeout_ns);
         /* Relaxed: only gates submitters' futex calls; a stale count costs one call. */
-        __atomic_fetch_sub(&pool->blocked, 1, __ATOMIC_RELAXED);
+        atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&pool->blocked), 1, memory_order_relaxed);
     }
     /* Relaxed: the count only gates whether submitters issue a wake-up. */
-    __atomic_fetch_sub(&pool->sleepers, 1, __ATOMIC_RELAXED);
+    atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&pool->sleepers), 1, memory_order_relaxed);
     /* Whoever leaves park() (woken or not) ends the wake-up in flight, then searches: the
      * store is ordered before that search by a seq_cst fence (worker half of notify()'s
      * hand-shake). Clearing it when another worker was the one woken only allows an extra
      * wake-up, never a lost one. */
-    if (__atomic_load_n(&pool->waking, __ATOMIC_RELAXED))
-        __atomic_store_n(&pool->waking, 0, __ATOMIC_RELEASE);
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->waking), memory_order_relaxed))
+        atomic_store_explicit(PAWL_ATOMIC_OF(&pool->waking), 0, memory_order_release);
     pawl_fence_seq_cst();
 }
 
@@ -1116,7 +1136,7 @@ static void *worker_main(void *arg)
     w->span_t0 = ticks();
     for (;;) {
         /* Acquire: pairs with the store in pawl_pool_free; stop is checked between tasks. */
-        if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
+        if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->stop), memory_order_acquire))
             break;
         struct pawl_task *t = find_task(w);
         if (t != NULL) {
@@ -1172,7 +1192,7 @@ static uint32_t membarrier_ready(void)
         syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
         return 1;
     /* Relaxed: a log line said once or, in a race, twice. */
-    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED) == 0)
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&said), 1, memory_order_relaxed) == 0)
         PAWL_INFO("pool", "membarrier(2) unavailable (%s): workers fence every push",
                   q < 0 ? strerror(errno) : "no private expedited command");
     return 0;
@@ -1213,7 +1233,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
     pool->nworkers = n;
     pool->asym = membarrier_ready();
     /* Relaxed: only uniqueness matters. */
-    pool->id = __atomic_add_fetch(&pool_ids, 1, __ATOMIC_RELAXED);
+    pool->id = (atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool_ids), 1, memory_order_relaxed) + 1);
     pool->workers = calloc_lines((size_t)n * sizeof(struct worker), &pool->workers_raw);
     if (pool->workers == NULL)
         goto fail;
@@ -1250,8 +1270,8 @@ fail:
     if (pool) {
         if (pool->workers) {
             /* Seq_cst: as in pawl_pool_free. */
-            __atomic_store_n(&pool->stop, 1, __ATOMIC_SEQ_CST);
-            __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_SEQ_CST);
+            atomic_store_explicit(PAWL_ATOMIC_OF(&pool->stop), 1, memory_order_seq_cst);
+            atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->epoch), 1, memory_order_seq_cst);
             pawl_futex_wake(&pool->epoch, n);
             for (int i = 0; i < n; i++) {
                 if (pool->workers[i].started)
@@ -1284,8 +1304,8 @@ void pawl_pool_free(struct pawl_pool *pool)
         return;
     }
     /* Seq_cst: the workers' park() re-check must see stop, or see the epoch bump below. */
-    __atomic_store_n(&pool->stop, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&pool->epoch, 1, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&pool->stop), 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->epoch), 1, memory_order_seq_cst);
     pawl_futex_wake(&pool->epoch, pool->nworkers);
     for (int i = 0; i < pool->nworkers; i++)
         pthread_join(pool->workers[i].thread, NULL);
@@ -1300,13 +1320,13 @@ void pawl_pool_free(struct pawl_pool *pool)
         for (int i = 0; i < pool->nworkers; i++) {
             struct pawl_task *t;
             pawl_deque_adopt(&pool->workers[i].dq); /* its worker has been joined */
-            while ((t = pawl_deque_pop(&pool->workers[i].dq)) != NULL) {
+            while ((t = pawl_deque_pop_owner(&pool->workers[i].dq)) != NULL) {
                 cancel(pool, t);
                 more = 1;
             }
         }
         for (;;) {
-            void **link = pawl_mpsc_pop(&pool->inject);
+            void **link = pawl_mpsc_pop_sc(&pool->inject);
             if (link == NULL)
                 break;
             if (link == PAWL_MPSC_BUSY) {
@@ -1314,12 +1334,12 @@ void pawl_pool_free(struct pawl_pool *pool)
                 continue;
             }
             /* Relaxed: the workers are gone; this thread is the consumer. */
-            __atomic_fetch_add(&pool->inject_out, 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->inject_out), 1, memory_order_relaxed);
             cancel(pool, PAWL_CONTAINER_OF(link, struct pawl_task, _next));
             more = 1;
         }
         struct pawl_task *t;
-        while (ring_take(pool, &t, 1) == 1) {
+        while (ring_take_sc(pool, &t, 1) == 1) {
             cancel(pool, t);
             more = 1;
         }
@@ -1333,11 +1353,12 @@ void pawl_pool_free(struct pawl_pool *pool)
         /* A foreign submitter that counted its tasks in (or reserved ring slots, or published
          * on its own ring) may still be waking or pushing: wait for its tasks (cancelled on the
          * next pass). Seq_cst: the latest counts we can read. */
-        if (!more && (__atomic_load_n(&pool->inject_in, __ATOMIC_SEQ_CST) !=
-                          __atomic_load_n(&pool->inject_out, __ATOMIC_RELAXED) ||
-                      __atomic_load_n(&pool->ring_tail, __ATOMIC_SEQ_CST) !=
-                          __atomic_load_n(&pool->ring_head, __ATOMIC_RELAXED) ||
-                      spsc_in_flight(pool))) {
+        if (!more &&
+            (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_in), memory_order_seq_cst) !=
+                 atomic_load_explicit(PAWL_ATOMIC_OF(&pool->inject_out), memory_order_relaxed) ||
+             atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_tail), memory_order_seq_cst) !=
+                 atomic_load_explicit(PAWL_ATOMIC_OF(&pool->ring_head), memory_order_relaxed) ||
+             spsc_in_flight(pool))) {
             sched_yield();
             more = 1;
         }
@@ -1372,12 +1393,12 @@ void pawl_pool_stats(const struct pawl_pool *pool, struct pawl_pool_stats *out)
     for (int i = 0; i < pool->nworkers; i++) {
         const struct worker *w = &pool->workers[i];
         /* Relaxed: statistics snapshot. */
-        out->executed += __atomic_load_n(&w->executed, __ATOMIC_RELAXED);
-        out->steals += __atomic_load_n(&w->steals, __ATOMIC_RELAXED);
-        out->injected += __atomic_load_n(&w->injected, __ATOMIC_RELAXED);
-        out->parks += __atomic_load_n(&w->parks, __ATOMIC_RELAXED);
-        out->kept += __atomic_load_n(&w->kept, __ATOMIC_RELAXED);
+        out->executed += atomic_load_explicit(PAWL_ATOMIC_OF(&w->executed), memory_order_relaxed);
+        out->steals += atomic_load_explicit(PAWL_ATOMIC_OF(&w->steals), memory_order_relaxed);
+        out->injected += atomic_load_explicit(PAWL_ATOMIC_OF(&w->injected), memory_order_relaxed);
+        out->parks += atomic_load_explicit(PAWL_ATOMIC_OF(&w->parks), memory_order_relaxed);
+        out->kept += atomic_load_explicit(PAWL_ATOMIC_OF(&w->kept), memory_order_relaxed);
     }
-    out->wakeups = __atomic_load_n(&pool->wakeups, __ATOMIC_RELAXED);
-    out->cancelled = __atomic_load_n(&pool->cancelled, __ATOMIC_RELAXED);
+    out->wakeups = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->wakeups), memory_order_relaxed);
+    out->cancelled = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->cancelled), memory_order_relaxed);
 }

@@ -4,6 +4,7 @@
 #ifndef PAWL_ENGINE_POOL_H
 #define PAWL_ENGINE_POOL_H
 
+#include "common.h"
 #include "pawl/runtime.h"
 
 /*
@@ -34,13 +35,13 @@ extern unsigned long pawl_fence_word_;
 static inline void pawl_fence_seq_cst(void)
 {
     /* Seq_cst RMW: totally ordered with every other fence of this kind. */
-    __atomic_fetch_add(&pawl_fence_word_, 1, __ATOMIC_SEQ_CST);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pawl_fence_word_), 1, memory_order_seq_cst);
 }
 #else
 static inline void pawl_fence_seq_cst(void)
 {
     /* Seq_cst fence: orders the caller's earlier stores before its later loads. */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    atomic_thread_fence(memory_order_seq_cst);
 }
 #endif
 

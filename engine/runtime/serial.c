@@ -44,7 +44,7 @@ void pawl_serial_fini(struct pawl_serial *s)
     if (s == NULL)
         return;
     /* Acquire: pairs with the drain's final release decrement. */
-    uint64_t left = __atomic_load_n(&s->_count, __ATOMIC_ACQUIRE);
+    uint64_t left = atomic_load_explicit(PAWL_ATOMIC_OF(&s->_count), memory_order_acquire);
     if (left != 0)
         PAWL_ERROR("serial", "pawl_serial_fini with %llu tasks still queued",
                    (unsigned long long)left);
@@ -60,8 +60,8 @@ int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t)
      * subtract a task that was not counted yet (the count would dip to 0 with a drain still
      * scheduled, and the next submitter would schedule a second one). Acq_rel: the acquire
      * side orders us after a drain's final decrement, so a 0 means no drain is scheduled. */
-    uint64_t old = __atomic_fetch_add(&s->_count, 1, __ATOMIC_ACQ_REL);
-    pawl_mpsc_push(&s->_q, &t->_next);
+    uint64_t old = atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&s->_count), 1, memory_order_acq_rel);
+    pawl_mpsc_push_mp(&s->_q, &t->_next);
     if (old == 0)
         return pawl_pool_submit(s->_pool, &s->_drain);
     return 0;
@@ -70,7 +70,7 @@ int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t)
 uint64_t pawl_serial_ran(const struct pawl_serial *s)
 {
     /* Relaxed: statistics. */
-    return __atomic_load_n(&s->_ran, __ATOMIC_RELAXED);
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&s->_ran), memory_order_relaxed);
 }
 
 static void drain(struct pawl_task *task, int status)
@@ -81,7 +81,7 @@ static void drain(struct pawl_task *task, int status)
     int spins = 0;
     /* Cancelled drains (pool shutdown) cancel every queued task; running ones take a batch. */
     while (status != 0 || ran < PAWL_SERIAL_BATCH) {
-        void **link = pawl_mpsc_pop(&s->_q);
+        void **link = pawl_mpsc_pop_sc(&s->_q);
         if (link == NULL)
             break; /* a counted task not pushed yet makes left > 0: we come back for it */
         if (link == PAWL_MPSC_BUSY) {
@@ -94,13 +94,14 @@ static void drain(struct pawl_task *task, int status)
         spins = 0;
         struct pawl_task *t = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
         /* Relaxed: statistics; single writer (the one running drain). */
-        __atomic_store_n(&s->_ran, s->_ran + 1, __ATOMIC_RELAXED);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&s->_ran), s->_ran + 1, memory_order_relaxed);
         ran++;
         t->fn(t, status);
     }
     /* Acq_rel: release publishes our consumer-side queue state to the next drain (which may
      * run on another worker); acquire pairs with submitters' increments. */
-    uint64_t left = __atomic_sub_fetch(&s->_count, ran, __ATOMIC_ACQ_REL);
+    uint64_t left =
+        (atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&s->_count), ran, memory_order_acq_rel) - ran);
     PAWL_ASSERT(left < UINT64_MAX / 2); /* never more run than were counted in */
     if (left > 0)
         pawl_pool_yield(pool, &s->_drain);

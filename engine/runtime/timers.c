@@ -119,7 +119,7 @@ const char *pawl_timers_backend_reason(const struct pawl_timers *tm)
 uint64_t pawl_timers_armed(const struct pawl_timers *tm)
 {
     /* Relaxed: statistics. */
-    return __atomic_load_n(&tm->armed, __ATOMIC_RELAXED);
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&tm->armed), memory_order_relaxed);
 }
 
 /* ---- busy holds ---- */
@@ -128,22 +128,24 @@ void pawl_timer_hold_(struct pawl_timer *t)
 {
     /* Relaxed: the caller already holds the timer (or owns it outright); no data is handed
      * over by the increment itself. */
-    __atomic_fetch_add(&t->_busy, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&t->_busy), 1, memory_order_relaxed);
 }
 
 void pawl_timer_unhold_(struct pawl_timer *t)
 {
-    void (*idle)(struct pawl_timer *) = t->_idle_fn;               /* read before t may be freed */
-    PAWL_ASSERT(__atomic_load_n(&t->_busy, __ATOMIC_RELAXED) > 0); /* a hold to drop */
+    void (*idle)(struct pawl_timer *) = t->_idle_fn; /* read before t may be freed */
+    PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&t->_busy), memory_order_relaxed) >
+                0); /* a hold to drop */
     /* Acq_rel: release our accesses to t; the thread that sees zero acquires everybody's. */
-    if (__atomic_sub_fetch(&t->_busy, 1, __ATOMIC_ACQ_REL) == 0 && idle)
+    if ((atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&t->_busy), 1, memory_order_acq_rel) - 1) == 0 &&
+        idle)
         idle(t);
 }
 
 int pawl_timer_busy(const struct pawl_timer *t)
 {
     /* Acquire: pairs with the release in unhold; after 0 the runtime's accesses are visible. */
-    return __atomic_load_n(&t->_busy, __ATOMIC_ACQUIRE) != 0;
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&t->_busy), memory_order_acquire) != 0;
 }
 
 /* ---- callbacks as pool tasks ---- */
@@ -154,17 +156,18 @@ static void timer_task(struct pawl_task *task, int status)
     pawl_timer_fn cb = t->_cb;
     void *arg = t->_arg;
     /* Acquire: pairs with the timers thread's exchange or store that set it at dispatch. */
-    uint32_t inflight = __atomic_load_n(&t->_cb_inflight, __ATOMIC_ACQUIRE);
+    uint32_t inflight =
+        atomic_load_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), memory_order_acquire);
     if (inflight == CB_ONESHOT) {
         /* The pool has dequeued the task: from here a restart may queue it again (even from
          * the callback). Seq_cst: pairs with pawl_timer_start's load. */
-        __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), 0, memory_order_seq_cst);
         pawl_timer_unhold_(t); /* the callback may free or restart t */
         cb(t, arg, status);
     } else if (inflight == CB_PERIODIC) {
         cb(t, arg, status);
         /* Release: the next periodic dispatch (and a restart) see the callback finished. */
-        __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), 0, memory_order_seq_cst);
         pawl_timer_unhold_(t);
     } else if (t->_idle_fn) {
         cb(t, arg, status); /* runtime-internal owner: its idle hook frees t after this */
@@ -189,7 +192,7 @@ void pawl_timer_init(struct pawl_timer *t, pawl_timer_fn cb, void *arg)
 static void wake(struct pawl_timers *tm)
 {
     /* Acq_rel: our push happened before; the owner's clearing exchange acquires it. */
-    if (__atomic_exchange_n(&tm->wake_pending, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&tm->wake_pending), 1, memory_order_acq_rel) == 0) {
         uint64_t one = 1;
         ssize_t n = write(tm->efd, &one, sizeof one);
         (void)n; /* EAGAIN means the counter is already non-zero: the owner wakes anyway */
@@ -201,8 +204,8 @@ static void enqueue(struct pawl_timers *tm, struct pawl_timer *t)
 {
     pawl_timer_hold_(t);
     /* Acq_rel: orders our state change before the owner's clearing exchange sees the flag. */
-    if (__atomic_exchange_n(&t->_queued, 1, __ATOMIC_ACQ_REL) == 0) {
-        pawl_mpsc_push(&tm->cmdq, &t->_cmd_next);
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 1, memory_order_acq_rel) == 0) {
+        pawl_mpsc_push_mp(&tm->cmdq, &t->_cmd_next);
         wake(tm);
     } else {
         pawl_timer_unhold_(t); /* already queued: that entry will see our change */
@@ -217,30 +220,30 @@ static int start_ns(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_
     if (t->_inline ? period_ns != 0 : tm->pool == NULL)
         return PAWL_EINVAL; /* inline timers are one-shot; others need the pool */
     /* Acquire: pairs with pawl_timers_free. */
-    if (__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE))
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&tm->stop), memory_order_acquire))
         return PAWL_ESHUTDOWN;
     /* Seq_cst: with the timers thread's exchange-then-load in dispatch_periodic, either we see
      * the callback in flight, or it sees our new generation and withdraws its dispatch. */
-    if (__atomic_load_n(&t->_cb_inflight, __ATOMIC_SEQ_CST) == CB_PERIODIC)
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), memory_order_seq_cst) == CB_PERIODIC)
         return PAWL_EBUSY;
     pawl_timer_hold_(t); /* keeps the count above zero until the command is queued */
-    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+    uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
     for (;;) {
         if ((s & 3) == ST_ARMED) {
             pawl_timer_unhold_(t);
             return PAWL_EBUSY;
         }
         /* Relaxed: published by the release CAS on the state word below. */
-        __atomic_store_n(&t->_delay_ns, delay_ns, __ATOMIC_RELAXED);
-        __atomic_store_n(&t->_period_ns, period_ns, __ATOMIC_RELAXED);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&t->_delay_ns), delay_ns, memory_order_relaxed);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&t->_period_ns), period_ns, memory_order_relaxed);
         uint64_t ns = (((s >> 2) + 1) << 2) | ST_ARMED;
         /* Seq_cst: see the _cb_inflight comment; also releases delay and period. */
-        if (__atomic_compare_exchange_n(&t->_state, &s, ns, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_ACQUIRE))
+        if (atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&t->_state), &s, ns,
+                                                    memory_order_seq_cst, memory_order_acquire))
             break;
     }
     /* Relaxed: statistics. */
-    __atomic_fetch_add(&tm->armed, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&tm->armed), 1, memory_order_relaxed);
     enqueue(tm, t);
     pawl_timer_unhold_(t);
     return 0;
@@ -260,7 +263,7 @@ int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
     if (tm == NULL || t == NULL)
         return PAWL_EINVAL;
     /* Acquire: a state we read as not armed also shows what led to it. */
-    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+    uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
     if ((s & 3) != ST_ARMED)
         return PAWL_EALREADY;
     pawl_timer_hold_(t);
@@ -271,12 +274,12 @@ int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
         }
         uint64_t ns = (s & ~(uint64_t)3) | ST_IDLE;
         /* Seq_cst: races with the timers thread's ARMED -> FIRED CAS; one of them wins. */
-        if (__atomic_compare_exchange_n(&t->_state, &s, ns, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_ACQUIRE))
+        if (atomic_compare_exchange_strong_explicit(PAWL_ATOMIC_OF(&t->_state), &s, ns,
+                                                    memory_order_seq_cst, memory_order_acquire))
             break;
     }
     /* Relaxed: statistics. */
-    __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+    atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&tm->armed), 1, memory_order_relaxed);
     enqueue(tm, t);
     pawl_timer_unhold_(t);
     return 0;
@@ -289,7 +292,9 @@ static int set_reserve(struct pawl_timers *tm)
     if (tm->set_len < tm->set_cap)
         return 0;
     size_t cap = tm->set_cap ? tm->set_cap * 2 : 64;
+    /* NOLINTBEGIN(bugprone-sizeof-expression) */
     struct pawl_timer **n = pawl_realloc(tm->set, cap * sizeof(*n));
+    /* NOLINTEND(bugprone-sizeof-expression) */
     if (n == NULL)
         return PAWL_ENOMEM;
     tm->set = n;
@@ -375,7 +380,9 @@ static int backend_arm(struct pawl_timers *tm, struct pawl_timer *t)
     if (tm->backend == BACKEND_URING && t->_deadline_ns <= pawl_now_ns()) {
         if (tm->due_len == tm->due_cap) {
             size_t cap = tm->due_cap ? tm->due_cap * 2 : 64;
+            /* NOLINTBEGIN(bugprone-sizeof-expression) */
             struct pawl_timer **n = pawl_realloc(tm->due, cap * sizeof(*n));
+            /* NOLINTEND(bugprone-sizeof-expression) */
             if (n == NULL)
                 goto submit; /* let the kernel expire it after all */
             tm->due = n;
@@ -433,15 +440,18 @@ static inline void assert_timers_thread(struct pawl_timers *tm)
 static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
 {
     assert_timers_thread(tm);
-    PAWL_ASSERT(__atomic_load_n(&t->_busy, __ATOMIC_RELAXED) > 0); /* the caller holds t */
+    PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&t->_busy), memory_order_relaxed) >
+                0); /* the caller holds t */
     for (;;) {
         /* Acquire: pairs with start's CAS; delay and period of this generation are visible. */
-        uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
+        uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
         uint64_t gen = s >> 2;
         if ((s & 3) == ST_ARMED) {
             if (t->_op == OP_NONE) {
                 t->_armed_gen = gen;
-                t->_deadline_ns = pawl_now_ns() + __atomic_load_n(&t->_delay_ns, __ATOMIC_RELAXED);
+                t->_deadline_ns =
+                    pawl_now_ns() +
+                    atomic_load_explicit(PAWL_ATOMIC_OF(&t->_delay_ns), memory_order_relaxed);
                 pawl_timer_hold_(t); /* the op's hold */
                 if (backend_arm(tm, t) != 0) {
                     pawl_timer_unhold_(t);
@@ -470,15 +480,16 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
     PAWL_ASSERT(t->_op == OP_ARMED || t->_op == OP_DUE || t->_op == OP_REMOVING);
     t->_op = OP_NONE;
     if (expired) {
-        uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_SEQ_CST);
+        uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_seq_cst);
         uint64_t want = (t->_armed_gen << 2) | ST_ARMED;
-        int64_t period = __atomic_load_n(&t->_period_ns, __ATOMIC_RELAXED);
+        int64_t period = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_period_ns), memory_order_relaxed);
         if (s == want && period == 0) {
             /* Seq_cst: races with cancel's ARMED -> IDLE CAS; the winner decides. */
-            if (__atomic_compare_exchange_n(&t->_state, &s, (t->_armed_gen << 2) | ST_FIRED, false,
-                                            __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            if (atomic_compare_exchange_strong_explicit(
+                    PAWL_ATOMIC_OF(&t->_state), &s, (t->_armed_gen << 2) | ST_FIRED,
+                    memory_order_seq_cst, memory_order_relaxed)) {
                 /* Relaxed: statistics. */
-                __atomic_fetch_sub(&tm->armed, 1, __ATOMIC_RELAXED);
+                atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&tm->armed), 1, memory_order_relaxed);
                 if (t->_inline) {
                     /* Runtime-internal: the callback runs here, on the timers thread, and is
                      * short (it wakes a waiter); the op's hold covers it. */
@@ -493,8 +504,9 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                  * internal timers with an idle hook are never restarted and keep 0. Seq_cst:
                  * with timer_task's clearing store, either we see the task dequeued (0) and
                  * queue it again, or it is still queued and runs the callback after us. */
-                if (t->_idle_fn == NULL && __atomic_exchange_n(&t->_cb_inflight, CB_ONESHOT,
-                                                               __ATOMIC_SEQ_CST) == CB_ONESHOT) {
+                if (t->_idle_fn == NULL &&
+                    atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), CB_ONESHOT,
+                                             memory_order_seq_cst) == CB_ONESHOT) {
                     t->_missed++;
                     pawl_timer_unhold_(t); /* the op's hold: the queued callback keeps its own */
                     return;
@@ -507,13 +519,16 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
             /* Periodic: dispatch unless the previous callback is still in flight, then re-arm
              * on the absolute schedule, skipping expiries that are already past. */
             /* Seq_cst: see pawl_timer_start. */
-            if (__atomic_exchange_n(&t->_cb_inflight, CB_PERIODIC, __ATOMIC_SEQ_CST) == 0) {
-                if (__atomic_load_n(&t->_state, __ATOMIC_SEQ_CST) == want) {
+            if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), CB_PERIODIC,
+                                         memory_order_seq_cst) == 0) {
+                if (atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_seq_cst) ==
+                    want) {
                     pawl_timer_hold_(t); /* the callback's hold */
                     pawl_pool_submit(tm->pool, &t->_task);
                 } else {
                     /* Seq_cst: withdrawn; a restart may proceed. */
-                    __atomic_store_n(&t->_cb_inflight, 0, __ATOMIC_SEQ_CST);
+                    atomic_store_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), 0,
+                                          memory_order_seq_cst);
                 }
             } else {
                 t->_missed++;
@@ -539,9 +554,9 @@ static void process_commands(struct pawl_timers *tm)
 {
     /* Acq_rel: clear before draining, so a producer that sets it after this point also writes
      * the eventfd; acquire sees the pushes of producers that found it set. */
-    __atomic_exchange_n(&tm->wake_pending, 0, __ATOMIC_ACQ_REL);
+    atomic_exchange_explicit(PAWL_ATOMIC_OF(&tm->wake_pending), 0, memory_order_acq_rel);
     for (;;) {
-        void **link = pawl_mpsc_pop(&tm->cmdq);
+        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             return;
         if (link == PAWL_MPSC_BUSY) {
@@ -551,7 +566,7 @@ static void process_commands(struct pawl_timers *tm)
         struct pawl_timer *t = PAWL_CONTAINER_OF(link, struct pawl_timer, _cmd_next);
         /* Acq_rel: after this, a new change to t queues it again; acquire sees the state
          * written before the producer's flag exchange. */
-        __atomic_exchange_n(&t->_queued, 0, __ATOMIC_ACQ_REL);
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 0, memory_order_acq_rel);
         reconcile(tm, t);
         pawl_timer_unhold_(t); /* the queue entry's hold */
     }
@@ -575,7 +590,7 @@ static void *uring_main(void *arg)
 {
     struct pawl_timers *tm = arg;
     /* Acquire: pairs with pawl_timers_free's release store. */
-    while (!__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&tm->stop), memory_order_acquire)) {
         if (!tm->efd_armed) {
             struct io_uring_sqe *sqe = get_sqe(tm);
             io_uring_prep_read(sqe, tm->efd, &tm->efd_buf, sizeof tm->efd_buf, 0);
@@ -597,7 +612,9 @@ static void *uring_main(void *arg)
             if (ud == UD_WAKE)
                 tm->efd_armed = 0;
             else if (ud != UD_REMOVE) {
+                /* NOLINTBEGIN(performance-no-int-to-ptr) */
                 struct pawl_timer *t = (struct pawl_timer *)(uintptr_t)ud;
+                /* NOLINTEND(performance-no-int-to-ptr) */
                 set_del(tm, t);
                 op_done(tm, t, res == -ETIME);
             }
@@ -631,7 +648,7 @@ static void *epoll_main(void *arg)
 {
     struct pawl_timers *tm = arg;
     /* Acquire: pairs with pawl_timers_free's release store. */
-    while (!__atomic_load_n(&tm->stop, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&tm->stop), memory_order_acquire)) {
         epoll_set_deadline(tm);
         struct epoll_event ev[4];
         int n = epoll_wait(tm->epfd, ev, 4, -1);
@@ -764,7 +781,7 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
         goto fail;
     pthread_setname_np(tm->thread, "pawl-timers");
     /* Relaxed: only decides whether this creation logs; a duplicate line is harmless. */
-    if (__atomic_exchange_n(&logged_backend, 1, __ATOMIC_RELAXED) == 0)
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_backend), 1, memory_order_relaxed) == 0)
         PAWL_INFO("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);
     else
         PAWL_DEBUG("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);
@@ -789,10 +806,10 @@ fail:
  * touch the (freed) timers object, so an armed state becomes idle. */
 static void abandon(struct pawl_timer *t)
 {
-    uint64_t s = __atomic_load_n(&t->_state, __ATOMIC_ACQUIRE);
-    while ((s & 3) == ST_ARMED &&
-           !__atomic_compare_exchange_n(&t->_state, &s, (s & ~(uint64_t)3) | ST_IDLE, false,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+    uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
+    while ((s & 3) == ST_ARMED && !atomic_compare_exchange_strong_explicit(
+                                      PAWL_ATOMIC_OF(&t->_state), &s, (s & ~(uint64_t)3) | ST_IDLE,
+                                      memory_order_seq_cst, memory_order_acquire))
         ;
 }
 
@@ -801,7 +818,7 @@ void pawl_timers_free(struct pawl_timers *tm)
     if (tm == NULL)
         return;
     /* Release: the thread's acquire load sees it; start() refuses new timers from here on. */
-    __atomic_store_n(&tm->stop, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&tm->stop), 1, memory_order_release);
     uint64_t one = 1;
     ssize_t n = write(tm->efd, &one, sizeof one);
     (void)n;
@@ -809,7 +826,7 @@ void pawl_timers_free(struct pawl_timers *tm)
     /* The thread is gone: we are the owner now. Commands first (they may name timers that are
      * also in the set), then whatever the backend still holds. */
     for (;;) {
-        void **link = pawl_mpsc_pop(&tm->cmdq);
+        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             break;
         if (link == PAWL_MPSC_BUSY) {
@@ -817,7 +834,7 @@ void pawl_timers_free(struct pawl_timers *tm)
             continue;
         }
         struct pawl_timer *t = PAWL_CONTAINER_OF(link, struct pawl_timer, _cmd_next);
-        __atomic_exchange_n(&t->_queued, 0, __ATOMIC_ACQ_REL);
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 0, memory_order_acq_rel);
         abandon(t);
         pawl_timer_unhold_(t);
     }

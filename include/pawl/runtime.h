@@ -304,6 +304,10 @@ PAWL_API struct pawl_future *pawl_future_or_timeout(struct pawl_future *f, struc
  * cancelling is IORING_OP_TIMEOUT_REMOVE), or, where io_uring is refused, a timerfd + epoll loop
  * over a deadline heap. Timer callbacks never run on that thread: each expiry is submitted to the
  * pool as a task. Which backend runs, and why, is logged once per process.
+ *
+ * Names follow the type a function is about, as pawl_pool_* and pawl_task do: pawl_timers_* the
+ * timers object (struct pawl_timers, its thread, its options), pawl_timer_* one timer (struct
+ * pawl_timer, started and cancelled on a timers object), pawl_timer_backend_* the enum.
  */
 enum pawl_timer_backend {
     PAWL_TIMER_BACKEND_AUTO = 0,     /* io_uring if it works here, else epoll (default) */

@@ -30,24 +30,26 @@ static void *thief(void *arg)
 {
     struct thief_arg *a = arg;
     struct race *r = a->r;
-    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE) || pawl_deque_size(&r->d) > 0) {
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire) ||
+           pawl_deque_size(&r->d) > 0) {
         if (r->steal_max > 1 && a->index % 2 == 0) {
             struct pawl_task *out[64];
             int64_t k = pawl_deque_steal_batch(&r->d, out, r->steal_max);
             for (int64_t i = 0; i < k; i++)
-                __atomic_fetch_add(&r->taken[out[i] - r->items], 1, __ATOMIC_RELAXED);
+                atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[out[i] - r->items]), 1,
+                                          memory_order_relaxed);
             continue;
         }
         struct pawl_task *t = pawl_deque_steal(&r->d);
         if (t == NULL || t == PAWL_DEQUE_ABORT)
             continue;
-        __atomic_fetch_add(&r->taken[t - r->items], 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[t - r->items]), 1, memory_order_relaxed);
     }
     return NULL;
 }
 
-/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n. steal_max > 1: the
- * even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
+/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n_owner. steal_max > 1:
+ * the even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
 static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
 {
     struct race r = {0};
@@ -72,20 +74,21 @@ static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
             run[j] = &r.items[i + j];
         }
         if (batch > 1)
-            assert_int_equal(pawl_deque_push_n(&r.d, run, k), 0);
+            assert_int_equal(pawl_deque_push_n_owner(&r.d, run, k), 0);
         else
-            assert_int_equal(pawl_deque_push(&r.d, run[0]), 0);
+            assert_int_equal(pawl_deque_push_owner(&r.d, run[0]), 0);
         i += k - 1;
         if (i % pop_every == 0) {
-            struct pawl_task *t = pawl_deque_pop(&r.d);
+            struct pawl_task *t = pawl_deque_pop_owner(&r.d);
             if (t)
-                __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
+                atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
+                                          memory_order_relaxed);
         }
     }
     struct pawl_task *t;
-    while ((t = pawl_deque_pop(&r.d)) != NULL)
-        __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    while ((t = pawl_deque_pop_owner(&r.d)) != NULL)
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1, memory_order_relaxed);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r.done), 1, memory_order_release);
     for (int i = 0; i < thieves; i++)
         pthread_join(th[i], NULL);
     for (long i = 0; i < n; i++)
@@ -140,10 +143,11 @@ static void *drain_thief(void *arg)
 {
     struct drain *r = arg;
     struct pawl_task *out[64];
-    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire)) {
         int64_t k = pawl_deque_steal_batch(&r->d, out, 64);
         for (int64_t i = 0; i < k; i++)
-            __atomic_fetch_add(&r->taken[out[i] - r->items], 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[out[i] - r->items]), 1,
+                                      memory_order_relaxed);
     }
     return NULL;
 }
@@ -168,14 +172,15 @@ static void test_pop_across_chunks(void **state)
             r.items[round * PER + j].fn = nop;
             run[j] = &r.items[round * PER + j];
         }
-        assert_int_equal(pawl_deque_push_n(&r.d, run, PER), 0);
+        assert_int_equal(pawl_deque_push_n_owner(&r.d, run, PER), 0);
         struct pawl_task *t;
-        while ((t = pawl_deque_pop(&r.d)) != NULL) {
-            __atomic_fetch_add(&r.taken[t - r.items], 1, __ATOMIC_RELAXED);
+        while ((t = pawl_deque_pop_owner(&r.d)) != NULL) {
+            atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
+                                      memory_order_relaxed);
             popped++;
         }
     }
-    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r.done), 1, memory_order_release);
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
     long twice = 0, never = 0;

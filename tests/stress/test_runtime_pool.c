@@ -33,7 +33,7 @@ static void node_fn(struct pawl_task *t, int status)
     struct node *kids = n->kids;
     int fan = n->fan, batch = n->batch;
     uint64_t *ran = n->ran, *cancelled = n->cancelled;
-    __atomic_fetch_add(&n->calls, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&n->calls), 1, memory_order_relaxed);
     n->status = status;
     if (status != 0) {
         rt_inc(cancelled);
@@ -195,13 +195,13 @@ static void msg_fn(struct pawl_task *t, int status)
 {
     struct msg *m = (struct msg *)t;
     struct sx *x = &execs[m->at];
-    if (__atomic_exchange_n(&x->inside, 1, __ATOMIC_ACQ_REL))
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&x->inside), 1, memory_order_acq_rel))
         rt_inc(&x->bad);
     /* Messages of one origin reach executor `at` in the order they were sent, hop by hop. */
     if (m->seq <= x->last[m->origin])
         rt_inc(&x->bad);
     x->last[m->origin] = m->seq;
-    __atomic_store_n(&x->inside, 0, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&x->inside), 0, memory_order_release);
     if (status == 0 && --m->hops > 0) {
         m->at = (m->at + 1) % E;
         pawl_serial_submit(&execs[m->at].s, &m->task);
@@ -370,7 +370,8 @@ static void *full_park_main(void *arg)
     struct full_park *f = arg;
     struct ping pg = {{ping_fn, NULL}, 0};
     for (int i = 0; i < f->rounds; i++) {
-        while (__atomic_load_n(f->turn, __ATOMIC_ACQUIRE) % 2 != (uint32_t)f->id)
+        while (atomic_load_explicit(PAWL_ATOMIC_OF(f->turn), memory_order_acquire) % 2 !=
+               (uint32_t)f->id)
             sched_yield();
         /* The last task's worker asleep again (up to 200 ms: the first round's may have parked
          * before we looked; then submit anyway). */
@@ -382,14 +383,14 @@ static void *full_park_main(void *arg)
         while (rt_load(&pg.ran) != (uint64_t)i + 1) {
             if (rt_now_ms() - t0 > 5000) {
                 f->lost = 1;
-                __atomic_fetch_add(f->turn, 1, __ATOMIC_ACQ_REL);
+                atomic_fetch_add_explicit(PAWL_ATOMIC_OF(f->turn), 1, memory_order_acq_rel);
                 return NULL;
             }
             usleep(50);
         }
         if (rt_now_ms() - t0 > f->worst_ms)
             f->worst_ms = rt_now_ms() - t0;
-        __atomic_fetch_add(f->turn, 1, __ATOMIC_ACQ_REL);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(f->turn), 1, memory_order_acq_rel);
     }
     return NULL;
 }
@@ -444,7 +445,7 @@ static void busy_child_fn(struct pawl_task *t, int status)
 {
     struct busy_parent *p = (struct busy_parent *)((char *)t - offsetof(struct busy_parent, child));
     if (status == 0)
-        __atomic_store_n(&p->child_ran, p->round, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&p->child_ran), p->round, memory_order_release);
 }
 
 static void busy_parent_fn(struct pawl_task *t, int status)
@@ -460,7 +461,7 @@ static void busy_parent_fn(struct pawl_task *t, int status)
         ;
     int64_t t0 = pawl_now_ns();
     assert_int_equal(pawl_pool_submit(p->pool, &p->child), 0);
-    while (__atomic_load_n(&p->child_ran, __ATOMIC_ACQUIRE) != round) {
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(&p->child_ran), memory_order_acquire) != round) {
         if (pawl_now_ns() - t0 > 2000000000) {
             p->stranded++; /* we return: our worker then runs the child itself */
             break;
@@ -469,7 +470,7 @@ static void busy_parent_fn(struct pawl_task *t, int status)
     int64_t waited_us = (pawl_now_ns() - t0) / 1000;
     if (waited_us > p->worst_us)
         p->worst_us = waited_us;
-    __atomic_store_n(&p->done, round, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&p->done), round, memory_order_release);
 }
 
 static void test_busy_parent_child_taken(void **state)
@@ -489,8 +490,9 @@ static void test_busy_parent_child_taken(void **state)
         assert_int_equal(pawl_pool_submit(pool, &p.task), 0);
         /* Wait for the parent and for its child (which may run after the parent returned,
          * when it was stranded). */
-        while (__atomic_load_n(&p.done, __ATOMIC_ACQUIRE) != (uint64_t)i ||
-               __atomic_load_n(&p.child_ran, __ATOMIC_ACQUIRE) != (uint64_t)i)
+        while (atomic_load_explicit(PAWL_ATOMIC_OF(&p.done), memory_order_acquire) != (uint64_t)i ||
+               atomic_load_explicit(PAWL_ATOMIC_OF(&p.child_ran), memory_order_acquire) !=
+                   (uint64_t)i)
             sched_yield();
         if (rand_r(&seed) % 16 == 0)
             usleep(rand_r(&seed) % 100); /* let both workers park now and then */

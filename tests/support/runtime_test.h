@@ -5,6 +5,8 @@
 #ifndef PAWL_RUNTIME_TEST_H
 #define PAWL_RUNTIME_TEST_H
 
+#include "common.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -43,12 +45,12 @@ static inline int64_t rt_now_ms(void)
 
 static inline uint64_t rt_load(const uint64_t *p)
 {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    return atomic_load_explicit(PAWL_ATOMIC_OF(p), memory_order_acquire);
 }
 
 static inline void rt_inc(uint64_t *p)
 {
-    __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(p), 1, memory_order_acq_rel);
 }
 
 #endif

@@ -23,15 +23,15 @@ static struct pawl_task task;
 
 static void *push_from_other_thread(void *arg)
 {
-    pawl_deque_push(&dq, &task);
+    pawl_deque_push_owner(&dq, &task);
     return NULL;
 }
 
 static void violate_deque_owner(void)
 {
     pawl_deque_init(&dq, 4);
-    pawl_deque_push(&dq, &task); /* this thread owns it now */
-    (void)pawl_deque_pop(&dq);
+    pawl_deque_push_owner(&dq, &task); /* this thread owns it now */
+    (void)pawl_deque_pop_owner(&dq);
     pthread_t th;
     pthread_create(&th, NULL, push_from_other_thread, NULL);
     pthread_join(th, NULL);

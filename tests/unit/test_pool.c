@@ -28,7 +28,7 @@ struct counted {
 static void counted_fn(struct pawl_task *t, int status)
 {
     struct counted *c = (struct counted *)t;
-    __atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&c->calls), 1, memory_order_relaxed);
     if (status == 0)
         rt_inc(c->runs);
     else
@@ -61,7 +61,7 @@ static void whoami_fn(struct pawl_task *t, int status)
 {
     struct whoami *w = (struct whoami *)t;
     w->worker = pawl_pool_current_worker();
-    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&w->done), 1, memory_order_release);
 }
 
 static void test_current_worker(void **state)
@@ -205,9 +205,9 @@ static void busy_parent_fn(struct pawl_task *t, int status)
     for (int i = 0; i < b->n; i++)
         pawl_pool_submit(b->pool, &b->kids[i].task);
     for (int i = 0; i < b->n; i++)
-        while (!__atomic_load_n(&b->kids[i].done, __ATOMIC_ACQUIRE))
+        while (!atomic_load_explicit(PAWL_ATOMIC_OF(&b->kids[i].done), memory_order_acquire))
             sched_yield();
-    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&b->done), 1, memory_order_release);
 }
 
 static void busy_owner_round(int workers, int n)
@@ -278,7 +278,7 @@ static uint64_t release_blocker;
 
 static void blocker_fn(struct pawl_task *t, int status)
 {
-    while (!__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE))
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&release_blocker), memory_order_acquire))
         usleep(100);
     counted_fn(t, status);
 }
@@ -286,7 +286,7 @@ static void blocker_fn(struct pawl_task *t, int status)
 static void *release_later(void *arg)
 {
     usleep(50000);
-    __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&release_blocker), 1, memory_order_release);
     return NULL;
 }
 
@@ -300,7 +300,7 @@ struct resubmitter {
 static void resubmit_fn(struct pawl_task *t, int status)
 {
     struct resubmitter *r = (struct resubmitter *)t;
-    __atomic_fetch_add(&r->calls, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->calls), 1, memory_order_relaxed);
     assert_int_equal(status, PAWL_ECANCELED);
     pawl_pool_submit(r->pool, &r->child->task); /* submitted during shutdown: also cancelled */
 }
@@ -371,9 +371,10 @@ static void *push_chains(void *arg)
             c->seq = i + j;
             c->left = k - 1 - j;
             if (j + 1 < k)
-                __atomic_store_n(&c->link, (void *)&pr->nodes[i + j + 1].link, __ATOMIC_RELAXED);
+                atomic_store_explicit(PAWL_ATOMIC_OF(&c->link), (void *)&pr->nodes[i + j + 1].link,
+                                      memory_order_relaxed);
         }
-        pawl_mpsc_push_chain(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
+        pawl_mpsc_push_chain_mp(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
         i += k;
     }
     return NULL;
@@ -395,7 +396,7 @@ static void test_mpsc_chains(void **state)
     int next[P] = {0};
     int in_chain = -1; /* producer whose chain is being taken, or -1 */
     for (long got = 0; got < (long)P * n;) {
-        void **link = pawl_mpsc_pop(&q);
+        void **link = pawl_mpsc_pop_sc(&q);
         if (link == NULL || link == PAWL_MPSC_BUSY) {
             sched_yield();
             continue;
@@ -411,7 +412,7 @@ static void test_mpsc_chains(void **state)
     }
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
-    assert_null(pawl_mpsc_pop(&q));
+    assert_null(pawl_mpsc_pop_sc(&q));
     free(nodes);
 }
 
@@ -441,7 +442,7 @@ static void bad_batch_fn(struct pawl_task *t, int status)
 {
     struct bad_batch *b = (struct bad_batch *)t;
     try_bad_batches(b->pool, b->good, b->rc);
-    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&b->done), 1, memory_order_release);
 }
 
 static void test_batch_invalid_arguments(void **state)
@@ -616,7 +617,7 @@ static void test_ring_across_pools(void **state)
     struct counted blockers[2];
     block_workers(p, blockers, &runs, &cancels);
     ring_batches(p, tasks, OVERFLOW_N, &runs, &cancels);
-    __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&release_blocker), 1, memory_order_release);
     assert_true(RT_WAIT_UNTIL(rt_load(&runs) == OVERFLOW_N + 2, 20000));
     pawl_pool_free(p);
     for (int i = 0; i < OVERFLOW_N; i++)
@@ -626,7 +627,7 @@ static void test_ring_across_pools(void **state)
     free(tasks);
 }
 
-/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push) ---- */
+/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push_sp) ---- */
 
 /* More outside threads than a pool has rings for (16), one in six submitting more tasks than a
  * ring holds (16384), one at a time; every thread of each wave exits with its tasks still queued
@@ -678,8 +679,8 @@ static void placed_fn(struct pawl_task *t, int status)
 {
     struct placed *x = (struct placed *)t;
     if (status == 0 && pawl_pool_current() != x->pool)
-        __atomic_fetch_add(&x->wrong, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&x->calls, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&x->wrong), 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&x->calls), 1, memory_order_relaxed);
     rt_inc(x->runs);
 }
 
@@ -711,7 +712,7 @@ static void *pools_user_main(void *arg)
 {
     struct pools_user *u = arg;
     placed_round(u->pools, u->np, u->xs, u->n, u->runs);
-    while (!__atomic_load_n(&u->go_on, __ATOMIC_ACQUIRE))
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&u->go_on), memory_order_acquire))
         usleep(1000);
     placed_round(u->pools + u->np, u->np, u->xs, u->n, u->runs);
     return NULL; /* exits holding rings of pools freed meanwhile and of live ones */
@@ -745,7 +746,7 @@ static void test_rings_several_pools(void **state)
         pawl_pool_free(pools[i]);
     for (int i = 0; i < NP; i++)
         assert_int_equal(pawl_pool_new(&pools[NP + i], &o), 0);
-    __atomic_store_n(&u.go_on, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&u.go_on), 1, memory_order_release);
     placed_round(pools + NP, NP, xs, N, &runs);
     pthread_join(th, NULL);
     assert_int_equal(yruns, 2 * N);
@@ -770,7 +771,7 @@ struct bnode {
 static void bnode_fn(struct pawl_task *t, int status)
 {
     struct bnode *b = (struct bnode *)t;
-    __atomic_fetch_add(&b->calls, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&b->calls), 1, memory_order_relaxed);
     b->status = status;
     /* Read what we need of b before counting it: once the count is complete the test frees
      * the tree (the children cannot have run before we submit them, so their count waits). */
@@ -899,8 +900,8 @@ struct batch_blocker {
 static void batch_blocker_fn(struct pawl_task *t, int status)
 {
     struct batch_blocker *b = (struct batch_blocker *)t;
-    __atomic_fetch_add(&b->calls, 1, __ATOMIC_RELAXED);
-    while (!__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE))
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&b->calls), 1, memory_order_relaxed);
+    while (!atomic_load_explicit(PAWL_ATOMIC_OF(&release_blocker), memory_order_acquire))
         usleep(100);
     /* From inside, after shutdown began: onto our deque, cancelled by pawl_pool_free. */
     struct pawl_task *arr[10];
@@ -919,7 +920,7 @@ struct batch_resubmitter {
 static void batch_resubmit_fn(struct pawl_task *t, int status)
 {
     struct batch_resubmitter *r = (struct batch_resubmitter *)t;
-    __atomic_fetch_add(&r->calls, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->calls), 1, memory_order_relaxed);
     assert_int_equal(status, PAWL_ECANCELED);
     struct pawl_task *arr[5];
     for (int i = 0; i < 5; i++)
@@ -1050,12 +1051,13 @@ static uint32_t meet_ok;
 /* Both tasks of a pair must be running at once: each waits (up to 3 s) for the other. */
 static void meet_wait(void)
 {
-    __atomic_fetch_add(&meet_in, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&meet_in), 1, memory_order_acq_rel);
     int64_t deadline = rt_now_ms() + 3000;
-    while (__atomic_load_n(&meet_in, __ATOMIC_ACQUIRE) < 2 && rt_now_ms() < deadline)
+    while (atomic_load_explicit(PAWL_ATOMIC_OF(&meet_in), memory_order_acquire) < 2 &&
+           rt_now_ms() < deadline)
         usleep(200);
-    if (__atomic_load_n(&meet_in, __ATOMIC_ACQUIRE) >= 2)
-        __atomic_fetch_add(&meet_ok, 1, __ATOMIC_ACQ_REL);
+    if (atomic_load_explicit(PAWL_ATOMIC_OF(&meet_in), memory_order_acquire) >= 2)
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&meet_ok), 1, memory_order_acq_rel);
 }
 
 static void meet_hinted_fn(struct pawl_task *t, int status)
@@ -1126,7 +1128,7 @@ static void test_pass_on_rule(void **state)
     meet_in = meet_ok = 0;
     usleep(2000);
     burst(p, c, 2, &runs);
-    assert_int_equal(__atomic_load_n(&meet_ok, __ATOMIC_ACQUIRE), 2);
+    assert_int_equal(atomic_load_explicit(PAWL_ATOMIC_OF(&meet_ok), memory_order_acquire), 2);
 
     /* Silent waiters behind a slow task: the worker that kept them sees its queue not
      * shrinking once the slow task is done and wakes a helper, so they still meet. */
@@ -1141,7 +1143,7 @@ static void test_pass_on_rule(void **state)
     meet_in = meet_ok = 0;
     usleep(2000);
     burst(p, c, 3, &runs);
-    assert_int_equal(__atomic_load_n(&meet_ok, __ATOMIC_ACQUIRE), 2);
+    assert_int_equal(atomic_load_explicit(PAWL_ATOMIC_OF(&meet_ok), memory_order_acquire), 2);
     pawl_pool_free(p);
 }
 

@@ -31,14 +31,14 @@ static void item_fn(struct pawl_task *t, int status)
     struct item *it = (struct item *)t;
     struct exec *ex = it->ex;
     /* Acq_rel: detects two tasks of one executor running at once. */
-    if (__atomic_exchange_n(&ex->inside, 1, __ATOMIC_ACQ_REL) != 0)
-        __atomic_fetch_add(&ex->violations, 1, __ATOMIC_RELAXED);
+    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&ex->inside), 1, memory_order_acq_rel) != 0)
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&ex->violations), 1, memory_order_relaxed);
     if (it->seq != ex->last[it->producer] + 1)
-        __atomic_fetch_add(&ex->violations, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&ex->violations), 1, memory_order_relaxed);
     ex->last[it->producer] = it->seq;
     if (it->seq % 64 == 0)
         sched_yield(); /* widen the window for overlap */
-    __atomic_store_n(&ex->inside, 0, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&ex->inside), 0, memory_order_release);
     rt_inc(&ex->ran);
 }
 
@@ -130,7 +130,7 @@ static void chain_fn(struct pawl_task *t, int status)
     if (--c->remaining > 0)
         pawl_serial_submit(c->s, &c->task);
     else
-        __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&c->done), 1, memory_order_release);
 }
 
 static void test_submit_from_inside(void **state)
@@ -158,17 +158,17 @@ struct par {
 
 static void par_fn(struct pawl_task *t, int status)
 {
-    __atomic_fetch_add(&inside_count, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&inside_count), 1, memory_order_acq_rel);
     int64_t until = rt_now_ms() + 2000;
     while (rt_now_ms() < until) {
-        if (__atomic_load_n(&inside_count, __ATOMIC_ACQUIRE) >= 2) {
+        if (atomic_load_explicit(PAWL_ATOMIC_OF(&inside_count), memory_order_acquire) >= 2) {
             rt_inc(&overlap_seen);
             break;
         }
         sched_yield();
     }
     usleep(20000); /* stay inside so that the other one sees us too */
-    __atomic_fetch_sub(&inside_count, 1, __ATOMIC_ACQ_REL);
+    atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&inside_count), 1, memory_order_acq_rel);
 }
 
 static void test_executors_run_in_parallel(void **state)
@@ -184,7 +184,8 @@ static void test_executors_run_in_parallel(void **state)
     pawl_serial_submit(&a, &ta.task);
     pawl_serial_submit(&b, &tb.task);
     assert_true(RT_WAIT_UNTIL(pawl_serial_ran(&a) == 1 && pawl_serial_ran(&b) == 1, 10000));
-    assert_true(RT_WAIT_UNTIL(__atomic_load_n(&inside_count, __ATOMIC_ACQUIRE) == 0, 10000));
+    assert_true(RT_WAIT_UNTIL(
+        atomic_load_explicit(PAWL_ATOMIC_OF(&inside_count), memory_order_acquire) == 0, 10000));
     assert_true(rt_load(&overlap_seen) >= 1);
     pawl_serial_fini(&a);
     pawl_serial_fini(&b);
@@ -208,9 +209,9 @@ static void logged_fn(struct pawl_task *t, int status)
 {
     struct logged *l = (struct logged *)t;
     if (l->id == 0 && status == 0)
-        __atomic_store_n(&blocker_started, 1, __ATOMIC_RELEASE);
+        atomic_store_explicit(PAWL_ATOMIC_OF(&blocker_started), 1, memory_order_release);
     if (l->id == 0)
-        while (!__atomic_load_n(&blocker_release, __ATOMIC_ACQUIRE))
+        while (!atomic_load_explicit(PAWL_ATOMIC_OF(&blocker_release), memory_order_acquire))
             usleep(100);
     l->status = status;
     l->calls++;
@@ -220,7 +221,7 @@ static void logged_fn(struct pawl_task *t, int status)
 static void *release_later(void *arg)
 {
     usleep(30000);
-    __atomic_store_n(&blocker_release, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(PAWL_ATOMIC_OF(&blocker_release), 1, memory_order_release);
     return NULL;
 }
 
