@@ -26,8 +26,8 @@
  *   - owner through top vs thieves, and thief vs thief: the CAS on top decides.
  *   - batch steal (pawl_deque_steal_batch): up to half of what the thief saw, in chunks of C per
  *     CAS, bottom re-read (seq_cst) between chunks. The chunk is what makes a fan-out cheap to
- *     split: a thief used to pay one CAS (and one transfer of top's cache line to the owner's
- *     next pop) per task.
+ *     split: without it a thief pays one CAS (and one transfer of top's cache line to the
+ *     owner's next pop) per task.
  *   - growth: the owner copies live slots into a new ring and publishes it with release; a thief
  *     that read the old ring still reads correct values there (the owner never overwrites slots
  *     in [top, bottom) of the old ring once it has switched) and the old ring is not freed.

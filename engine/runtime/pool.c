@@ -315,13 +315,12 @@ static inline void count(uint64_t *c) /* NOLINT(readability-non-const-parameter)
 }
 
 /*
- * The pass-on rule. A worker that finds more work than the task it is about to run used to wake
- * a parked worker at once, which woke the next, and so on: a burst of ten tasks of a few
- * microseconds each woke every worker of the pool, each wake-up a futex call, a context switch
- * and a search that found nothing left, all on the CPUs the rest of the process and the server
- * need (end-to-end p99 grew with the thread count: 4-5 ms at one worker, 8 ms at two and 16 ms
- * at four on two CPUs). Now a worker passes the wake-up on only when the work it sees left is
- * worth it: left tasks times its running estimate of the time per task at least PASS_ON_NS.
+ * The pass-on rule. Waking a parked worker whenever more work is seen cascades: the woken
+ * worker wakes the next, and a burst of a few short tasks wakes every worker of the pool, each
+ * wake-up a futex call, a context switch and a search that finds nothing left, on the CPUs the
+ * rest of the process and the server need (docs/runtime.md has the latencies this cost). So a
+ * worker passes the wake-up on only when the work it sees left is worth it: left tasks times
+ * its running estimate of the time per task at least PASS_ON_NS.
  * Otherwise it keeps the work (it takes a whole small injected batch rather than its share) and
  * runs it itself.
  *
@@ -421,8 +420,8 @@ static void notify(struct pawl_pool *pool)
 /*
  * A worker has pushed onto its own deque. The full check (notify: a fence, then the read of
  * sleepers) is dear on this path: the fence waits for the push's stores, and thieves keep reading
- * the deque's bottom, so the store of bottom misses on a line another core holds (on a 2-core
- * Intel host, 86% of submit's time in a fan-out). Where the pool registered for membarrier(2)
+ * the deque's bottom, so the store of bottom misses on a line another core holds (most of
+ * submit's time in a fan-out). Where the pool registered for membarrier(2)
  * (pool->asym), the fence moves to the rare side of the hand-shake: a worker that parks while
  * another worker may be running issues MEMBARRIER_CMD_PRIVATE_EXPEDITED after announcing itself,
  * which makes every running thread of the process pass a full barrier before the parker
@@ -432,7 +431,7 @@ static void notify(struct pawl_pool *pool)
  * Without membarrier (an old kernel, a seccomp profile that refuses it) we fence as every other
  * submitter does.
  *
- * (Skipping the fence with nothing on the parking side, as this once did, loses wake-ups: a
+ * (Skipping the fence when nothing is on the parking side loses wake-ups: a
  * worker announcing its sleep at the instant of our push re-checks without seeing it and sleeps,
  * and the child waits for as long as our task runs: for ever, if our task waits for the child;
  * test_busy_parent_child_taken.)
