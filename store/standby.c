@@ -290,6 +290,7 @@ static void *poll_main(void *arg)
 {
     struct pawl_standby *sb = arg;
     int64_t interval = MIN_BACKOFF_NS, cap = (int64_t)sb->poll_max_ms * 1000000, best = -1;
+    int seen_ok = 0; /* a poll has succeeded: a failure now is an outage, not start-up */
     pthread_mutex_lock(&sb->mu);
     while (!sb->stop) {
         sb->busy = 1;
@@ -310,7 +311,17 @@ static void *poll_main(void *arg)
         if (sb->stop)
             break;
         int64_t got = sb->polled;
+        int ok = sb->poll_ok;
         pthread_mutex_unlock(&sb->mu);
+        if (ok)
+            seen_ok = 1;
+        else if (seen_ok && sb->policy != PAWL_READ_FALLBACK_PRIMARY) {
+            /* A reader that is caught up reads nothing while the standby is down, so its poll
+             * is what notices the outage: say so as a read would, once per episode (a read
+             * that gets events again ends it). */
+            int64_t unused;
+            (void)pawl_standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
+        }
         if (got > best) {
             best = got;
             sb->raise(sb->raise_ud, got);
