@@ -306,7 +306,6 @@ static void test_own_runs_need_no_query(void **state)
 {
     (void)state;
     struct pawl_store *a = open_store(1);
-    struct pawl_store *b = open_store(1);
     int64_t start = pawl_test_query_i64(dsn, "SELECT pawl_api.last_index()");
     struct follower f;
     follower_start(&f, a, start, 2000);
@@ -333,7 +332,10 @@ static void test_own_runs_need_no_query(void **state)
     assert_true(own >= 25);    /* about one run per append, each one notification */
     assert_true(queries <= 3); /* none needed; allow a reconnect's look or two */
 
-    /* Another finalizer's runs: asked about, delivered. */
+    /* Another finalizer's runs: asked about, delivered. (Opened only now: its safety runs could
+     * have finalized some of a's appends above. a's safety runs may likewise finalize a few of
+     * b's below; those are a's own, rightly without a query.) */
+    struct pawl_store *b = open_store(1);
     for (int i = 0; i < 10; i++) {
         struct pawl_event e = {
             .stream_id = "other-runs", .type = "t", .payload = "y", .payload_len = 1};
@@ -346,8 +348,10 @@ static void test_own_runs_need_no_query(void **state)
                   (long long)(st2.notifications - st1.notifications),
                   (long long)(st2.own_notifications - st1.own_notifications),
                   (long long)(st2.index_queries - st1.index_queries));
-    assert_true(st2.index_queries - st1.index_queries >= 5);
-    assert_int_equal(st2.own_notifications, st1.own_notifications);
+    long long foreign = (long long)((st2.notifications - st1.notifications) -
+                                    (st2.own_notifications - st1.own_notifications));
+    assert_true(foreign >= 5);
+    assert_true(st2.index_queries - st1.index_queries >= 3);
     follower_stop(&f);
     assert_int_equal(atomic_load(&f.bad), 0);
     assert_int_equal(atomic_load(&f.error), 0);
