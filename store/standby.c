@@ -33,7 +33,8 @@
 #include <string.h>
 #include <time.h>
 
-#define PROBE_NS ((int64_t)1000000000) /* during a fallback, try the standby this often */
+#define POLL_STALL_NS ((int64_t)1000000000) /* a poll unanswered this long: an outage */
+#define PROBE_NS ((int64_t)1000000000)      /* during a fallback, try the standby this often */
 #define MIN_BACKOFF_NS ((int64_t)1000000)
 #define START_WAIT_NS ((int64_t)2000000000) /* how long opening waits to say it is reachable */
 
@@ -286,6 +287,19 @@ static void on_poll_done(struct pawl_pgreq *req, int rc)
     pthread_mutex_unlock(&sb->mu);
 }
 
+/*
+ * A reader that is caught up reads nothing while the standby is down, so its poll is what
+ * notices the outage: say so as a read would, once per episode (a read that gets events again
+ * ends it). Under read-fallback primary the reads themselves switch and say so.
+ */
+static void report_outage(struct pawl_standby *sb, int64_t best)
+{
+    if (sb->policy == PAWL_READ_FALLBACK_PRIMARY)
+        return;
+    int64_t unused;
+    (void)pawl_standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
+}
+
 static void *poll_main(void *arg)
 {
     struct pawl_standby *sb = arg;
@@ -306,8 +320,24 @@ static void *poll_main(void *arg)
         sb->poll_req.ud = sb;
         if (pawl_pgpool_ready(sb->pool) == 0 || pawl_pgpool_submit(sb->pool, &sb->poll_req) != 0)
             sb->busy = 0;
-        while (sb->busy && !sb->stop)
-            pthread_cond_wait(&sb->cond, &sb->mu);
+        /* A poll sent just before the standby went down waits in the pool for its return:
+         * one unanswered for POLL_STALL_NS counts as an outage too. */
+        int64_t stall_at = pawl_now_ns() + POLL_STALL_NS;
+        int stalled = 0;
+        while (sb->busy && !sb->stop) {
+            if (stalled || !seen_ok) {
+                pthread_cond_wait(&sb->cond, &sb->mu);
+                continue;
+            }
+            struct timespec ts;
+            pawl_timespec_in(&ts, CLOCK_MONOTONIC, PAWL_MAX(stall_at - pawl_now_ns(), 0));
+            if (pthread_cond_timedwait(&sb->cond, &sb->mu, &ts) == ETIMEDOUT && sb->busy) {
+                stalled = 1;
+                pthread_mutex_unlock(&sb->mu);
+                report_outage(sb, best);
+                pthread_mutex_lock(&sb->mu);
+            }
+        }
         if (sb->stop)
             break;
         int64_t got = sb->polled;
@@ -315,13 +345,8 @@ static void *poll_main(void *arg)
         pthread_mutex_unlock(&sb->mu);
         if (ok)
             seen_ok = 1;
-        else if (seen_ok && sb->policy != PAWL_READ_FALLBACK_PRIMARY) {
-            /* A reader that is caught up reads nothing while the standby is down, so its poll
-             * is what notices the outage: say so as a read would, once per episode (a read
-             * that gets events again ends it). */
-            int64_t unused;
-            (void)pawl_standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
-        }
+        else if (seen_ok && !stalled)
+            report_outage(sb, best);
         if (got > best) {
             best = got;
             sb->raise(sb->raise_ud, got);
