@@ -67,6 +67,12 @@ int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t)
     return 0;
 }
 
+bool pawl_serial_idle(const struct pawl_serial *s)
+{
+    /* Acquire: pairs with the drain's final release decrement, after which it never touches s. */
+    return atomic_load_explicit(PAWL_ATOMIC_OF(&s->_count), memory_order_acquire) == 0;
+}
+
 uint64_t pawl_serial_ran(const struct pawl_serial *s)
 {
     /* Relaxed: statistics. */

@@ -17,6 +17,7 @@
 #ifndef PAWL_RUNTIME_H
 #define PAWL_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -169,10 +170,18 @@ struct pawl_serial {
 PAWL_API int pawl_serial_init(struct pawl_serial *s, struct pawl_pool *pool);
 
 /*
- * Release s. The caller guarantees nothing is queued or running on it (every submitted task's
- * function has been called). Does not touch the pool.
+ * Release s. The caller guarantees nothing is queued or running on it: pawl_serial_idle(s) has
+ * returned true since the last submit, or the pool has been freed. That a task's function has
+ * returned is not enough: the drain that called it still touches s for a moment afterwards.
+ * Does not touch the pool.
  */
 PAWL_API void pawl_serial_fini(struct pawl_serial *s);
+
+/*
+ * True when no task is queued on s and no drain of s is running or scheduled (acquire load), so
+ * s may be finalised and freed. Only meaningful once no thread submits to s any more.
+ */
+PAWL_API bool pawl_serial_idle(const struct pawl_serial *s);
 
 /*
  * Queue t on s; lock-free (one atomic exchange plus one atomic add), callable from any thread,

@@ -127,6 +127,7 @@ static void test_million_handover(void **state)
     assert_true(RT_WAIT_UNTIL(rt_load(&calls) == want, 120000));
     assert_int_equal(rt_load(&handover_bad), 0);
     free(fs);
+    assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&s), 60000));
     pawl_serial_fini(&s);
     pawl_pool_free(pool);
 }

@@ -423,6 +423,7 @@ static void test_complete_unref(void **state)
     assert_int_equal(pawl_future_complete_unref(NULL, 1), PAWL_EINVAL);
     assert_int_equal(pawl_future_fail_unref(NULL, PAWL_EHANDLER, NULL), PAWL_EINVAL);
     assert_true(RT_WAIT_UNTIL(pawl_serial_ran(&s) == 1, 10000));
+    assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&s), 10000));
     pawl_serial_fini(&s);
 }
 
@@ -461,6 +462,7 @@ static void test_continuation_on_serial(void **state)
         pawl_future_unref(fs[i]);
     }
     assert_true(RT_WAIT_UNTIL(pawl_serial_ran(&s) == 32, 10000));
+    assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&s), 10000));
     pawl_serial_fini(&s);
 }
 

@@ -103,6 +103,7 @@ void serial_order_run(int per_producer, int workers)
     for (int i = 0; i < EXECS; i++) {
         assert_int_equal(ex[i].violations, 0);
         assert_int_equal(pawl_serial_ran(&ex[i].s), ex[i].ran);
+        assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&ex[i].s), 10000));
         pawl_serial_fini(&ex[i].s);
     }
     pawl_pool_free(p);
@@ -144,6 +145,7 @@ static void test_submit_from_inside(void **state)
     pawl_serial_submit(&s, &c.task);
     assert_true(RT_WAIT_UNTIL(rt_load(&c.done), 30000));
     assert_int_equal(pawl_serial_ran(&s), 10000);
+    assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&s), 10000));
     pawl_serial_fini(&s);
     pawl_pool_free(p);
 }
@@ -187,6 +189,7 @@ static void test_executors_run_in_parallel(void **state)
     assert_true(RT_WAIT_UNTIL(
         atomic_load_explicit(PAWL_ATOMIC_OF(&inside_count), memory_order_acquire) == 0, 10000));
     assert_true(rt_load(&overlap_seen) >= 1);
+    assert_true(RT_WAIT_UNTIL(pawl_serial_idle(&a) && pawl_serial_idle(&b), 10000));
     pawl_serial_fini(&a);
     pawl_serial_fini(&b);
     pawl_pool_free(p);
