@@ -107,8 +107,11 @@ const struct pawl_flag *pawl_config_flag_at(size_t i)
 }
 
 /* "batch_size" and "BATCH-SIZE" name the flag "batch-size". */
-static bool name_matches(const char *flag, const char *name)
+bool pawl_flag_named(const struct pawl_flag *f, const char *name)
 {
+    if (f == NULL || name == NULL)
+        return false;
+    const char *flag = f->name;
     for (; *flag && *name; flag++, name++) {
         char c = *name == '_' ? '-' : (char)tolower((unsigned char)*name);
         if (c != *flag)
@@ -122,7 +125,7 @@ static int flag_index(const char *name)
     if (name == NULL)
         return -1;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
-        if (name_matches(flags[i].name, name))
+        if (pawl_flag_named(&flags[i], name))
             return (int)i;
     return -1;
 }

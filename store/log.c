@@ -363,15 +363,6 @@ int64_t pawl_store_last_index(struct pawl_store *s)
     return atomic_load_explicit(&s->last_index, memory_order_relaxed);
 }
 
-static void cond_init_mono(pthread_cond_t *c)
-{
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(c, &a);
-    pthread_condattr_destroy(&a);
-}
-
 int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
@@ -3038,12 +3029,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_cond_init(&s->op_cond, NULL);
     pthread_mutex_init(&s->idx_mu, NULL);
-    cond_init_mono(&s->idx_cond);
+    pawl_cond_init_monotonic(&s->idx_cond);
     pthread_cond_init(&s->waiters_cond, NULL);
     pthread_mutex_init(&s->fin_mu, NULL);
-    cond_init_mono(&s->fin_cond);
+    pawl_cond_init_monotonic(&s->fin_cond);
     pthread_mutex_init(&s->retry_mu, NULL);
-    cond_init_mono(&s->retry_cond);
+    pawl_cond_init_monotonic(&s->retry_cond);
     pthread_mutex_init(&s->grp_mu, NULL);
     rc = PAWL_ENOMEM;
     s->grp_limit = o->connections;
@@ -3117,7 +3108,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->o.read_dsn = NULL; /* the caller's: the standby's pool keeps its own copy */
     if (o->read_dsn && o->read_dsn[0]) {
         static const Oid rd_types[2] = {OID_INT8, OID_INT4};
-        rc = pawl_standby_new(&s->sb, dsn, o, raise_index_cb, s, err, errlen);
+        rc = pawl_standby_new(&s->sb, dsn, o, s->timers, raise_index_cb, s, err, errlen);
         if (rc != 0)
             goto fail;
         s->stmt_read_sb = pawl_pgpool_prepare(pawl_standby_pool(s->sb), READ_SQL, 2, rd_types);
@@ -3186,7 +3177,7 @@ fail:
     pawl_pgpool_free(s->listen);
     pawl_pgpool_free(s->fin);
     pawl_pgpool_free(s->main);
-    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
+    pawl_timers_free(s->timers); /* nothing waits on them any more */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
@@ -3240,7 +3231,7 @@ void pawl_store_free(struct pawl_store *s)
         pawl_free(op->en.seqs);
         pawl_free(op);
     }
-    pawl_timers_free(s->timers); /* before the waits' mutexes and conditions */
+    pawl_timers_free(s->timers); /* nothing waits on them any more */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);

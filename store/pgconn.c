@@ -107,6 +107,11 @@ struct pawl_pgpool {
     struct pawl_pgreq *q_head, *q_tail; /* shared queue */
     char last_error[512];
     int attempts_done; /* connection attempts finished (ok or failed), for pawl_pgpool_new */
+    /* Under mu: the earliest deadline of a pawl_pgpool_wait_ready caller, 0 none. The I/O
+     * thread's loop carries it (io_uring timeout or epoll timeout: no timed condition wait)
+     * and broadcasts cond when it passes; waiters re-check their own deadlines. */
+    int64_t wake_at_ns;
+    int io_exited; /* under mu: the I/O thread has left its loop; nothing times waits any more */
 
     /* Prepared statements: entries are immutable once published through nprepared. */
     struct prepared_stmt prep[MAX_PREPARED];
@@ -938,6 +943,11 @@ static void *io_main(void *arg)
         if (p->o.queue_timeout_ms > 0 &&
             atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
             next = PAWL_MIN(next, now + 50000000LL);
+        pthread_mutex_lock(&p->mu);
+        int64_t wake_at = p->wake_at_ns;
+        pthread_mutex_unlock(&p->mu);
+        if (wake_at > 0)
+            next = PAWL_MIN(next, wake_at);
         if (p->self_kick) {
             p->self_kick = 0;
             next = now; /* poll only: what our callbacks queued goes out in this pass */
@@ -960,7 +970,21 @@ static void *io_main(void *arg)
         p->self_kick = 0; /* what callbacks queued so far goes out now */
         dispatch(p);
         expire_queue(p, now);
+        if (wake_at > 0 && now >= wake_at) {
+            pthread_mutex_lock(&p->mu);
+            if (p->wake_at_ns <= now) {
+                p->wake_at_ns = 0; /* waiters still short of their deadline set it again */
+                pthread_cond_broadcast(&p->cond);
+            }
+            pthread_mutex_unlock(&p->mu);
+        }
     }
+    /* Nothing times waits from here on: release the waiters. */
+    pthread_mutex_lock(&p->mu);
+    p->io_exited = 1;
+    p->wake_at_ns = 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
 
     /* Shutdown: fail everything. */
     for (int i = 0; i < p->nconns; i++) {
@@ -1069,23 +1093,8 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     pthread_setname_np(p->thread, tname);
 
     if (wait_ms > 0) {
-        int64_t until = pawl_now_ns() + (int64_t)wait_ms * 1000000;
-        int rc = 0;
+        int rc = pawl_pgpool_wait_ready(p, wait_ms, 1) == 0 ? 0 : PAWL_ECONN;
         pthread_mutex_lock(&p->mu);
-        while (atomic_load_explicit(&p->nready, memory_order_relaxed) == 0) {
-            if (p->attempts_done >= p->nconns) {
-                rc = PAWL_ECONN;
-                break;
-            }
-            int64_t now = pawl_now_ns();
-            if (now >= until) {
-                rc = PAWL_ECONN;
-                break;
-            }
-            struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_REALTIME, PAWL_MIN(until - now, 50000000LL));
-            pthread_cond_timedwait(&p->cond, &p->mu, &ts);
-        }
         if (rc != 0 && err && errlen) {
             char d[256];
             snprintf(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),
@@ -1249,6 +1258,33 @@ void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop
 int pawl_pgpool_size(const struct pawl_pgpool *p)
 {
     return p->nconns;
+}
+
+int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only)
+{
+    int64_t until = pawl_now_ns() + (int64_t)PAWL_MAX(wait_ms, 0) * 1000000;
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load_explicit(&p->nready, memory_order_relaxed) == 0) {
+        if ((first_attempts_only && p->attempts_done >= p->nconns) || p->io_exited ||
+            atomic_load_explicit(&p->stop, memory_order_acquire)) {
+            rc = PAWL_ECONN;
+            break;
+        }
+        if (pawl_now_ns() >= until) {
+            rc = PAWL_ETIMEDOUT;
+            break;
+        }
+        /* The I/O thread times the wait: it broadcasts cond at the earliest waiter's deadline
+         * (and on every connection's state change). */
+        if (p->wake_at_ns == 0 || until < p->wake_at_ns) {
+            p->wake_at_ns = until;
+            pawl_ioloop_wake(p->loop);
+        }
+        pthread_cond_wait(&p->cond, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 int pawl_pgpool_ready(const struct pawl_pgpool *p)

@@ -186,6 +186,14 @@ struct pawl_pgpool_loop_stats {
 };
 void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out);
 
+/*
+ * Wait up to wait_ms for a connection to be READY: 0 when one is, PAWL_ETIMEDOUT when none came
+ * up in time, PAWL_ECONN when the pool is shutting down or (first_attempts_only) every
+ * connection's first attempt has failed. The deadline is carried by the pool's I/O loop, not
+ * by a timed condition wait. Any thread but the pool's own.
+ */
+int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only);
+
 /* Number of connections; the number currently READY. */
 int pawl_pgpool_size(const struct pawl_pgpool *p);
 int pawl_pgpool_ready(const struct pawl_pgpool *p);

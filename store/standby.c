@@ -25,6 +25,7 @@
 #include "common.h"
 #include "dsn.h"
 #include "pawl/log.h"
+#include "timers.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,7 +37,7 @@
 #define POLL_STALL_NS ((int64_t)1000000000) /* a poll unanswered this long: an outage */
 #define PROBE_NS ((int64_t)1000000000)      /* during a fallback, try the standby this often */
 #define MIN_BACKOFF_NS ((int64_t)1000000)
-#define START_WAIT_NS ((int64_t)2000000000) /* how long opening waits to say it is reachable */
+#define START_WAIT_MS 2000 /* how long opening waits to say it is reachable */
 
 /* Whether the server is still a standby, and its replay delay (0: it has replayed everything
  * it received). Runs after the read in the same request, so "in recovery" covers the read. */
@@ -69,6 +70,7 @@ struct pawl_standby {
     atomic_llong delay_us; /* replay delay at the last check, µs; -1 unknown */
 
     /* The poller. */
+    struct pawl_timers *timers; /* the store's: the poller's timed waits */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
@@ -329,9 +331,9 @@ static void *poll_main(void *arg)
                 pthread_cond_wait(&sb->cond, &sb->mu);
                 continue;
             }
-            struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_MONOTONIC, PAWL_MAX(stall_at - pawl_now_ns(), 0));
-            if (pthread_cond_timedwait(&sb->cond, &sb->mu, &ts) == ETIMEDOUT && sb->busy) {
+            pawl_timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC,
+                            stall_at - pawl_now_ns());
+            if (sb->busy && pawl_now_ns() >= stall_at) {
                 stalled = 1;
                 pthread_mutex_unlock(&sb->mu);
                 report_outage(sb, best);
@@ -355,10 +357,8 @@ static void *poll_main(void *arg)
             interval = PAWL_MIN(interval * 2, cap);
         }
         pthread_mutex_lock(&sb->mu);
-        struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_MONOTONIC, interval);
         if (!sb->stop)
-            pthread_cond_timedwait(&sb->cond, &sb->mu, &ts);
+            pawl_timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC, interval);
     }
     pthread_mutex_unlock(&sb->mu);
     return NULL;
@@ -367,8 +367,8 @@ static void *poll_main(void *arg)
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
-                     const struct pawl_store_opts *o, void (*raise)(void *ud, int64_t index),
-                     void *ud, char *err, size_t errlen)
+                     const struct pawl_store_opts *o, struct pawl_timers *timers,
+                     void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen)
 {
     *out = NULL;
     char e[512];
@@ -392,15 +392,10 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
     sb->poll_max_ms = o->read_poll_max_ms;
     sb->raise = raise;
     sb->raise_ud = ud;
+    sb->timers = timers;
     atomic_init(&sb->delay_us, -1);
     pthread_mutex_init(&sb->mu, NULL);
-    {
-        pthread_condattr_t a;
-        pthread_condattr_init(&a);
-        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-        pthread_cond_init(&sb->cond, &a);
-        pthread_condattr_destroy(&a);
-    }
+    pawl_cond_init_monotonic(&sb->cond);
     pawl_dsn_redact(o->read_dsn, sb->where, sizeof sb->where);
 
     static const char *const session[] = {"SET application_name = 'pawl standby reader'",
@@ -424,12 +419,8 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
         rc = PAWL_ENOMEM;
         goto fail;
     }
-    int64_t until = pawl_now_ns() + PAWL_MIN(START_WAIT_NS, (int64_t)o->open_timeout_ms * 1000000);
-    while (pawl_pgpool_ready(sb->pool) == 0 && pawl_now_ns() < until) {
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-    if (pawl_pgpool_ready(sb->pool) == 0) {
+    /* Reconnects within the wait count: a standby that is just starting is not reported. */
+    if (pawl_pgpool_wait_ready(sb->pool, PAWL_MIN(START_WAIT_MS, o->open_timeout_ms), 0) != 0) {
         char why[256];
         pawl_pgpool_last_error(sb->pool, why, sizeof why);
         PAWL_WARN("log", "read: the standby (%s) is not reachable yet (%s): %s", sb->where,

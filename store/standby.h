@@ -54,11 +54,13 @@ struct pawl_sb_check {
  * Open the read pool on o->read_dsn (connections: o->connections) and, with PAWL_READ_WAKE_POLL,
  * the poller, which calls raise(ud, index) on its own thread with every higher index the
  * standby reports. An unreachable standby is not an error (logged; reads fall back or wait as
- * configured); a read_dsn that does not parse is (PAWL_EINVAL, the reason in err).
+ * configured); a read_dsn that does not parse is (PAWL_EINVAL, the reason in err). timers (the
+ * store's; NULL falls back to plain timed waits) time the poller's waits and outlive sb.
  */
+struct pawl_timers;
 int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
-                     const struct pawl_store_opts *o, void (*raise)(void *ud, int64_t index),
-                     void *ud, char *err, size_t errlen);
+                     const struct pawl_store_opts *o, struct pawl_timers *timers,
+                     void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen);
 /* Stop the poller, close the pool. NULL is a no-op. */
 void pawl_standby_free(struct pawl_standby *sb);
 

@@ -15,7 +15,6 @@
 
 #include "common.h"
 
-#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -373,23 +372,12 @@ const struct pawl_flag *tool_flag_at(size_t i)
     return tflags[i].lib ? pawl_config_flag_find(tflags[i].lib) : &tflags[i].row;
 }
 
-/* "batch_size" and "BATCH-SIZE" name the flag "batch-size". */
-static bool name_matches(const char *flag, const char *name)
-{
-    for (; *flag && *name; flag++, name++) {
-        char c = *name == '_' ? '-' : (char)tolower((unsigned char)*name);
-        if (c != *flag)
-            return false;
-    }
-    return *flag == '\0' && *name == '\0';
-}
-
 static int flag_index(const char *name)
 {
     if (name == NULL)
         return -1;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
-        if (name_matches(tool_flag_at(i)->name, name))
+        if (pawl_flag_named(tool_flag_at(i), name))
             return (int)i;
     return -1;
 }

@@ -38,32 +38,10 @@ const struct tool_exit_code tool_exit_codes[] = {
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
-/* JSON string body of s (no quotes). */
-static void json_str(FILE *f, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-}
-
 static void json_head(FILE *f, enum pawl_log_level level)
 {
-    struct timespec ts;
-    struct tm tm;
-    char when[32];
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    fprintf(f, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"", when, ts.tv_nsec / 1000000,
+    char when[40];
+    fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", pawl_utc_stamp(when, sizeof when),
             level_names[level]);
 }
 
@@ -84,15 +62,15 @@ void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, 
     flockfile(stderr);
     if (json_mode()) {
         json_head(stderr, level);
-        json_str(stderr, msg);
+        pawl_json_escape(stderr, msg);
         fputc('"', stderr);
         for (size_t i = 0; i < nkv; i++) {
             fputs(",\"", stderr);
-            json_str(stderr, kv[i].key);
+            pawl_json_escape(stderr, kv[i].key);
             fputs("\":", stderr);
             if (kv[i].str) {
                 fputc('"', stderr);
-                json_str(stderr, kv[i].str);
+                pawl_json_escape(stderr, kv[i].str);
                 fputc('"', stderr);
             } else {
                 fprintf(stderr, "%lld", (long long)kv[i].num);
@@ -160,7 +138,7 @@ static void filter_emit(struct line_filter *lf)
         if (strncmp(s, "pawl: ", 6) == 0)
             s += 6;
         json_head(lf->real, level);
-        json_str(lf->real, s);
+        pawl_json_escape(lf->real, s);
         fputs("\"}\n", lf->real);
     }
     fflush(lf->real);

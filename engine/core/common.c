@@ -95,6 +95,15 @@ void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns)
     ts->tv_nsec = nsec % 1000000000;
 }
 
+void pawl_cond_init_monotonic(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+}
+
 int64_t pawl_wall_us(void)
 {
     struct timespec ts;
@@ -155,8 +164,7 @@ int pawl_log_level_parse(const char *s, enum pawl_log_level *out)
     return PAWL_EINVAL;
 }
 
-/* Write s as a JSON string body (without quotes), escaping what JSON requires. */
-static void json_escape(FILE *f, const char *s)
+void pawl_json_escape(FILE *f, const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
@@ -176,7 +184,7 @@ static void json_escape(FILE *f, const char *s)
             fputs("\\r", f);
             break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20 || *p == 0x7f)
                 fprintf(f, "\\u%04x", *p);
             else
                 fputc(*p, f);
@@ -184,7 +192,7 @@ static void json_escape(FILE *f, const char *s)
     }
 }
 
-static void stderr_sink(enum pawl_log_level level, const char *module, const char *msg)
+char *pawl_utc_stamp(char *out, size_t len)
 {
     struct timespec ts;
     struct tm tm;
@@ -192,17 +200,23 @@ static void stderr_sink(enum pawl_log_level level, const char *module, const cha
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%s.%03dZ", when, (int)(ts.tv_nsec / 1000000) % 1000);
+    return out;
+}
+
+static void stderr_sink(enum pawl_log_level level, const char *module, const char *msg)
+{
+    char when[40];
+    pawl_utc_stamp(when, sizeof when);
     flockfile(stderr);
     if (log_format == PAWL_LOG_JSON) {
-        fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"", when,
-                ts.tv_nsec / 1000000, level_names[level]);
-        json_escape(stderr, module);
+        fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"%s\",\"module\":\"", when, level_names[level]);
+        pawl_json_escape(stderr, module);
         fputs("\",\"msg\":\"", stderr);
-        json_escape(stderr, msg);
+        pawl_json_escape(stderr, msg);
         fputs("\"}\n", stderr);
     } else {
-        fprintf(stderr, "%s.%03ldZ %-5s %s: %s\n", when, ts.tv_nsec / 1000000, level_names[level],
-                module, msg);
+        fprintf(stderr, "%s %-5s %s: %s\n", when, level_names[level], module, msg);
     }
     funlockfile(stderr);
 }

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #define PAWL_CACHELINE 64
@@ -125,6 +126,15 @@ char *pawl_strdup(const char *s);
 
 /* *ts = the time on `clock` plus ns (>= 0): an absolute deadline for timed waits. */
 void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns);
+
+/* A condition variable timed on CLOCK_MONOTONIC (a wall-clock step neither cuts nor stretches
+ * its waits); what pawl_timed_wait's fallback expects when given CLOCK_MONOTONIC. */
+void pawl_cond_init_monotonic(pthread_cond_t *c);
+
+/* The wall-clock time now as log lines show it ("2026-12-02T17:28:29.612Z"); returns out. */
+char *pawl_utc_stamp(char *out, size_t len);
+/* Write s as a JSON string body (without quotes), escaping what JSON requires. */
+void pawl_json_escape(FILE *f, const char *s);
 
 #define PAWL_DEBUG(mod, ...) pawl_log(PAWL_LOG_DEBUG, mod, __VA_ARGS__)
 #define PAWL_INFO(mod, ...) pawl_log(PAWL_LOG_INFO, mod, __VA_ARGS__)

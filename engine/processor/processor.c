@@ -752,6 +752,28 @@ static void node_identity(char *out, size_t len, const char *node_id)
     snprintf(out, len, "%s/%s", base, hex);
 }
 
+/* Everything pawl_processor_new acquires, in reverse: its unwind and pawl_processor_free (after
+ * the stop) in one place. Works on a processor whose construction stopped half-way (the fields
+ * not reached are NULL). Nothing waits on the timers any more when it runs. */
+static void release(struct pawl_processor *p)
+{
+    pawl_free(p->backoffs);
+    pawl_free(p->att);
+    pawl_free(p->lut);
+    pawl_event_batch_fini(&p->readbuf);
+    pawl_timers_free(p->timers);
+    pthread_cond_destroy(&p->ecv);
+    pthread_mutex_destroy(&p->emu);
+    pthread_mutex_destroy(&p->dispatch_mu);
+    pthread_cond_destroy(&p->admin_cv);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pawl_pool_free(p->pool);
+    pawl_free(p->units);
+    pawl_free(p->h);
+    pawl_free(p);
+}
+
 int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_opts *opts,
                        struct pawl_source *source, struct pawl_tokens *tokens,
                        const struct pawl_handler *handlers, size_t n)
@@ -777,6 +799,13 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     struct pawl_processor *p = pawl_calloc(1, sizeof *p);
     if (p == NULL)
         return PAWL_ENOMEM;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->admin_cv, NULL);
+    pthread_mutex_init(&p->dispatch_mu, NULL);
+    pthread_mutex_init(&p->emu, NULL);
+    pthread_cond_init(&p->ecv, NULL);
+    pawl_event_batch_init(&p->readbuf);
     p->o = *opts;
     snprintf(p->name, sizeof p->name, "%s", opts->name);
     p->o.name = p->name;
@@ -841,36 +870,17 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
         if (rc)
             goto fail;
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    pthread_cond_init(&p->admin_cv, NULL);
-    pthread_mutex_init(&p->dispatch_mu, NULL);
-    pthread_mutex_init(&p->emu, NULL);
-    pthread_cond_init(&p->ecv, NULL);
-    pawl_event_batch_init(&p->readbuf);
     rc = tokens->ops->init(tokens, p->name, opts->segments, opts->initial_token);
     if (rc) {
         PAWL_ERROR(MOD, "%s: initialising segments failed: %s", p->name,
                    tokens->ops->errmsg(tokens));
-        goto fail_sync;
+        goto fail;
     }
     *out = p;
     return 0;
 
-fail_sync:
-    pawl_event_batch_fini(&p->readbuf);
-    pthread_cond_destroy(&p->ecv);
-    pthread_mutex_destroy(&p->emu);
-    pthread_mutex_destroy(&p->dispatch_mu);
-    pthread_cond_destroy(&p->admin_cv);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
 fail:
-    pawl_timers_free(p->timers);
-    pawl_pool_free(p->pool);
-    pawl_free(p->units);
-    pawl_free(p->h);
-    pawl_free(p);
+    release(p);
     return rc;
 }
 
@@ -947,23 +957,8 @@ void pawl_processor_free(struct pawl_processor *p)
     if (p == NULL)
         return;
     pawl_processor_stop(p);
-    pawl_free(p->backoffs);
-    pawl_free(p->att);
-    pawl_free(p->lut);
-    pawl_event_batch_fini(&p->readbuf);
-    /* Every package is done (stop waited for their release cycles): nothing is queued. The
-     * timers go first: their thread may still hold the timed waits' mutexes. */
-    pawl_timers_free(p->timers);
-    pthread_cond_destroy(&p->ecv);
-    pthread_mutex_destroy(&p->emu);
-    pthread_mutex_destroy(&p->dispatch_mu);
-    pthread_cond_destroy(&p->admin_cv);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-    pawl_pool_free(p->pool);
-    pawl_free(p->units);
-    pawl_free(p->h);
-    pawl_free(p);
+    /* Every package is done (stop waited for their release cycles): nothing is queued. */
+    release(p);
 }
 
 void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *s)

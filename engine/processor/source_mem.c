@@ -6,11 +6,13 @@
  * forward-only guarantee holds trivially: indexes are assigned and published in order. Events
  * are stored in chunks that never move, so readers copy out under the lock without the arena
  * rebasing that a single growing buffer would need. wait() sleeps on a condition variable that
- * every append broadcasts. Every entry point is thread-safe.
+ * every append broadcasts, its deadline kept by the source's own timers (io_uring, or the
+ * timerfd fallback) like every timed wait of the library. Every entry point is thread-safe.
  */
 #include "common.h"
 #include "segment.h"
 #include "testctl.h"
+#include "timers.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -24,6 +26,7 @@ struct source_mem {
     struct pawl_source base;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    struct pawl_timers *timers;      /* wait()'s deadlines */
     struct pawl_event_batch *chunks; /* chunk k holds indexes k*CHUNK_EVENTS+1 .. */
     size_t nchunks;
     size_t chunks_cap;
@@ -68,15 +71,16 @@ static int mem_read(struct pawl_source *s, int64_t after, size_t max, struct paw
 static int mem_wait(struct pawl_source *s, int64_t after, int64_t timeout_ms)
 {
     struct source_mem *m = from(s);
-    struct timespec until;
-    pawl_timespec_in(&until, CLOCK_REALTIME, timeout_ms * 1000000);
+    int64_t until = pawl_now_ns() + PAWL_MAX(timeout_ms, 0) * 1000000;
     int rc = 0;
     pthread_mutex_lock(&m->mu);
     while (m->head <= after) {
-        if (pthread_cond_timedwait(&m->cv, &m->mu, &until) == ETIMEDOUT) {
-            rc = m->head > after ? 0 : PAWL_ETIMEDOUT;
+        int64_t left = until - pawl_now_ns();
+        if (left <= 0) {
+            rc = PAWL_ETIMEDOUT;
             break;
         }
+        pawl_timed_wait(m->timers, &m->mu, &m->cv, CLOCK_MONOTONIC, left);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -118,6 +122,7 @@ static const char *mem_errmsg(struct pawl_source *s)
 static void mem_free(struct pawl_source *s)
 {
     struct source_mem *m = from(s);
+    pawl_timers_free(m->timers); /* nobody waits any more */
     for (size_t i = 0; i < m->nchunks; i++)
         pawl_event_batch_fini(&m->chunks[i]);
     pawl_free(m->chunks);
@@ -141,8 +146,13 @@ int pawl_source_mem_new(struct pawl_source **out)
     if (m == NULL)
         return PAWL_ENOMEM;
     m->base.ops = &mem_ops;
+    int rc = pawl_timers_new(&m->timers, NULL, NULL);
+    if (rc != 0) {
+        pawl_free(m);
+        return rc;
+    }
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    pawl_cond_init_monotonic(&m->cv);
     *out = &m->base;
     return 0;
 }

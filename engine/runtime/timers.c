@@ -863,6 +863,7 @@ struct timed_wait {
     struct pawl_timer t;
     pthread_mutex_t *mu;
     pthread_cond_t *cv;
+    int fired; /* under *mu: the callback is done with mu and cv */
 };
 
 static void timed_wait_fire(struct pawl_timer *t, void *arg, int status)
@@ -871,8 +872,9 @@ static void timed_wait_fire(struct pawl_timer *t, void *arg, int status)
     (void)status;
     struct timed_wait *w = arg;
     pthread_mutex_lock(w->mu);
+    w->fired = 1;
     pthread_cond_broadcast(w->cv);
-    pthread_mutex_unlock(w->mu);
+    pthread_mutex_unlock(w->mu); /* our last access to mu and cv: the waiter may destroy them */
 }
 
 static void timed_wait_idle(struct pawl_timer *t)
@@ -894,10 +896,16 @@ void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t
         w->t._idle_fn = timed_wait_idle;
         w->mu = mu;
         w->cv = cv;
+        w->fired = 0;
         pawl_timer_hold_(&w->t); /* ours, until we are done with it */
         if (start_ns(tm, &w->t, delay_ns, 0) == 0) {
-            pthread_cond_wait(cv, mu);    /* the timer's callback broadcasts at the deadline */
-            pawl_timer_cancel(tm, &w->t); /* PAWL_EALREADY: it fired */
+            pthread_cond_wait(cv, mu); /* the timer's callback broadcasts at the deadline */
+            /* Woken by someone else: take the timer back. If it has fired, its callback is
+             * running or about to (it needs mu, which we hold): wait for it to be done with
+             * mu and cv, so that the caller may destroy them as soon as we return. */
+            if (pawl_timer_cancel(tm, &w->t) == PAWL_EALREADY)
+                while (!w->fired)
+                    pthread_cond_wait(cv, mu);
             pawl_timer_unhold_(&w->t);
             return;
         }

@@ -23,8 +23,9 @@ void pawl_timer_unhold_(struct pawl_timer *t); /* may call t->_idle_fn(t), which
  * only broadcasts cv under mu) wakes it after delay_ns. The caller holds mu; returns after a
  * broadcast (by anyone) or the deadline, spurious wake-ups included, like
  * pthread_cond_timedwait. Any number of threads may wait on one cv at once. tm NULL (or shut
- * down) falls back to pthread_cond_timedwait on clock (cv's clock). tm must be freed before mu
- * and cv are destroyed (its thread may still be broadcasting).
+ * down) falls back to pthread_cond_timedwait on clock (cv's clock). Once it has returned, the
+ * timers never touch mu or cv again (a deadline that fell due meanwhile is waited out), so the
+ * caller may destroy them at once; tm must outlive every wait on it.
  */
 void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
                      clockid_t clock, int64_t delay_ns);

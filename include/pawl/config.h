@@ -25,6 +25,7 @@
 #ifndef PAWL_CONFIG_H
 #define PAWL_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -170,6 +171,8 @@ PAWL_API void pawl_flag_set_default(const struct pawl_flag *f, void *base, unsig
 PAWL_API void pawl_flag_fini(const struct pawl_flag *f, void *base, unsigned char *owned);
 PAWL_API int pawl_flag_get(const struct pawl_flag *f, const void *base, char *out, size_t outlen);
 PAWL_API int pawl_flag_check(const struct pawl_flag *f, const void *base, char *err, size_t errlen);
+/* Whether name names f: '_' stands for '-', any case ("batch_size", "BATCH-SIZE"). */
+PAWL_API bool pawl_flag_named(const struct pawl_flag *f, const char *name);
 
 #ifdef __cplusplus
 }

@@ -221,6 +221,8 @@ PAWL_API const char *pawl_source_errmsg(struct pawl_source *s, char *buf, size_t
 /*
  * The in-memory log: appends get the next index (1, 2, ...) at once. Thread-safe.
  * pawl_source_mem_append copies the events (index is assigned; appended_at_us is set when 0).
+ * pawl_source_mem_new starts one timer thread (waits' deadlines); it returns 0, PAWL_ENOMEM,
+ * or why that thread could not start.
  */
 PAWL_API int pawl_source_mem_new(struct pawl_source **out);
 PAWL_API int pawl_source_mem_append(struct pawl_source *s, const struct pawl_event *events,

@@ -273,6 +273,61 @@ static void test_bad_dsn(void **state)
     assert_int_equal(rc, PAWL_EINVAL);
 }
 
+/* Waiting for a connection: the deadline is carried by the pool's I/O loop. Two waiters with
+ * different deadlines each return at their own (a shorter one does not cut the longer one,
+ * the longer one does not delay the shorter); a pool whose first attempts have all failed
+ * answers at once when asked so; a reachable pool answers when its connection is up. */
+struct waiter {
+    struct pawl_pgpool *p;
+    int ms, rc;
+    int64_t took_ns;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    int64_t t0 = pawl_now_ns();
+    w->rc = pawl_pgpool_wait_ready(w->p, w->ms, 0);
+    w->took_ns = pawl_now_ns() - t0;
+    return NULL;
+}
+
+static void test_wait_ready(void **state)
+{
+    (void)state;
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.connections = 1;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 50;
+    o.io_backend = pawl_test_io_backend();
+    struct pawl_pgpool *p = NULL;
+    char err[512];
+    assert_int_equal(
+        pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y", &o, 0, err, sizeof err),
+        0);
+    struct waiter w[2] = {{p, 300, -1, 0}, {p, 900, -1, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].rc, PAWL_ETIMEDOUT);
+        assert_true(w[i].took_ns >= (int64_t)w[i].ms * 1000000);
+        assert_true(w[i].took_ns < (int64_t)w[i].ms * 1000000 + 400000000);
+        print_message("waited %d ms: returned after %.1f ms\n", w[i].ms, w[i].took_ns / 1e6);
+    }
+    int64_t t0 = pawl_now_ns();
+    assert_int_equal(pawl_pgpool_wait_ready(p, 5000, 1), PAWL_ECONN); /* first attempt failed */
+    assert_true(pawl_now_ns() - t0 < 1000000000);
+    pawl_pgpool_free(p);
+
+    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
+    assert_int_equal(pawl_pgpool_wait_ready(p, 10000, 1), 0);
+    assert_true(pawl_pgpool_ready(p) > 0);
+    pawl_pgpool_free(p);
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("pgconn");
@@ -280,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_basic),          cmocka_unit_test(test_pinned_transaction),
         cmocka_unit_test(test_many_in_flight), cmocka_unit_test(test_killed_backend),
         cmocka_unit_test(test_bad_dsn),        cmocka_unit_test(test_commit_failure),
+        cmocka_unit_test(test_wait_ready),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

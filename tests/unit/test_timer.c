@@ -441,6 +441,60 @@ static void test_timed_wait(void **state)
     pthread_mutex_unlock(&mu);
 }
 
+/* A wait woken by someone else at about its deadline: once pawl_timed_wait has returned, the
+ * timer's callback never touches the mutex or the condition again, so the caller may destroy
+ * and free them at once (ASan reports a use after free otherwise; the race is aimed at by
+ * kicking at the deadline itself). */
+struct mc {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t kick_at;
+};
+
+static void *kick_at_main(void *arg)
+{
+    struct mc *m = arg;
+    while (pawl_now_ns() < m->kick_at)
+        ;
+    pthread_mutex_lock(&m->mu);
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static void test_timed_wait_then_destroy(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < 2; bi++) {
+        struct pawl_timers_opts o;
+        pawl_timers_opts_defaults(&o);
+        o.backend = bi ? PAWL_TIMER_BACKEND_EPOLL : PAWL_TIMER_BACKEND_IO_URING;
+        struct pawl_timers *tm = NULL;
+        int rc = pawl_timers_new(&tm, NULL, &o);
+        if (rc == PAWL_ENOTSUP)
+            continue;
+        assert_int_equal(rc, 0);
+        for (int i = 0; i < 400; i++) {
+            struct mc *m = malloc(sizeof *m);
+            assert_non_null(m);
+            pthread_mutex_init(&m->mu, NULL);
+            pthread_cond_init(&m->cv, NULL);
+            int64_t d_ns = 50000 + (i % 8) * 25000;
+            pthread_mutex_lock(&m->mu);
+            m->kick_at = pawl_now_ns() + d_ns;
+            pthread_t th;
+            assert_int_equal(pthread_create(&th, NULL, kick_at_main, m), 0);
+            pawl_timed_wait(tm, &m->mu, &m->cv, CLOCK_REALTIME, d_ns);
+            pthread_mutex_unlock(&m->mu);
+            pthread_join(th, NULL);
+            pthread_cond_destroy(&m->cv);
+            pthread_mutex_destroy(&m->mu);
+            free(m);
+        }
+        pawl_timers_free(tm);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -454,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_thousands),
         cmocka_unit_test(test_free_with_pending),
         cmocka_unit_test(test_timed_wait),
+        cmocka_unit_test(test_timed_wait_then_destroy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
