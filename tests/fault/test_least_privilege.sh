@@ -61,12 +61,12 @@ expect_rc "appender: pawl append --generate" 0 $?
 timeout -s KILL 20 "$PAWL" run --processor pa --handler count >/dev/null 2>"$tmp/err"
 rc=$?; [ $rc -ne 0 ]; check "appender: pawl run refused (exit $rc)" $?
 [ "$(q "SELECT count(*) FROM pawl.tokens")" -eq 0 ]; check "appender: no token row written" $?
-as $app "UPDATE pawl.tokens SET token = 0" | grep >/dev/null 'permission denied'
+grep >/dev/null 'permission denied' <<<"$(as $app "UPDATE pawl.tokens SET token = 0")"
 check "appender: UPDATE pawl.tokens denied" $?
-as $app "SELECT pawl.store_token('p', 0, 'me', 5)" | grep >/dev/null 'permission denied'
+grep >/dev/null 'permission denied' <<<"$(as $app "SELECT pawl.store_token('p', 0, 'me', 5)")"
 check "appender: store_token denied" $?
-as $app "DELETE FROM pawl.events" | grep >/dev/null 'permission denied'; check "appender: DELETE events denied" $?
-as $app "UPDATE pawl.events SET type = 'x'" | grep >/dev/null 'permission denied'; check "appender: UPDATE events denied" $?
+grep >/dev/null 'permission denied' <<<"$(as $app "DELETE FROM pawl.events")"; check "appender: DELETE events denied" $?
+grep >/dev/null 'permission denied' <<<"$(as $app "UPDATE pawl.events SET type = 'x'")"; check "appender: UPDATE events denied" $?
 "$PAWL" init >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -ne 0 ]; check "appender: pawl init refused (exit $rc)" $?
 
@@ -94,9 +94,9 @@ grep -q '42501\|permission denied' "$tmp/err"; check "processor: the message say
 [ "$(q 'SELECT count(*) FROM pawl.events')" -eq "$before" ]; check "processor: nothing appended" $?
 as $proc "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload) VALUES (pg_current_xact_id(), 1, 0, 1, 'x', 'T', '')" |
     grep -q 'permission denied'; check "processor: INSERT events denied" $?
-as $proc "DELETE FROM pawl.events" | grep >/dev/null 'permission denied'; check "processor: DELETE events denied" $?
-as $proc "UPDATE pawl.tokens SET token = 0" | grep >/dev/null 'permission denied'; check "processor: no direct UPDATE on pawl.tokens (functions only)" $?
-as $proc "SELECT pawl.tokens_init('not_granted', 4, 0)" | grep >/dev/null 'may not use processor not_granted'
+grep >/dev/null 'permission denied' <<<"$(as $proc "DELETE FROM pawl.events")"; check "processor: DELETE events denied" $?
+grep >/dev/null 'permission denied' <<<"$(as $proc "UPDATE pawl.tokens SET token = 0")"; check "processor: no direct UPDATE on pawl.tokens (functions only)" $?
+grep >/dev/null 'may not use processor not_granted' <<<"$(as $proc "SELECT pawl.tokens_init('not_granted', 4, 0)")"
 check "processor: a processor not granted is refused" $?
 [ "$(q "SELECT count(*) FROM pawl.tokens WHERE processor = 'not_granted'")" -eq 0 ]; check "processor: nothing created for it" $?
 "$PAWL" init >/dev/null 2>&1; rc=$?; [ $rc -ne 0 ]; check "processor: pawl init refused (exit $rc)" $?
@@ -109,8 +109,8 @@ grep -q '42501\|permission denied' "$tmp/err"; check "other: the append's messag
 "$PAWL" status pp >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ]; check "other: pawl status refused (exit $rc, want 1)" $?
 grep -q '42501\|permission denied' "$tmp/err"; check "other: the status message says permission denied" $?
-as $other "SELECT pawl.finalize(10)" | grep >/dev/null 'permission denied'; check "other: finalize denied" $?
-as $other "SELECT count(*) FROM pawl.tokens" | grep >/dev/null 'permission denied'; check "other: tokens unreadable" $?
+grep >/dev/null 'permission denied' <<<"$(as $other "SELECT pawl.finalize(10)")"; check "other: finalize denied" $?
+grep >/dev/null 'permission denied' <<<"$(as $other "SELECT count(*) FROM pawl.tokens")"; check "other: tokens unreadable" $?
 [ "$(q 'SELECT count(*) FROM pawl.events')" -eq "$before" ]; check "other: nothing appended" $?
 
 echo "$fails failure(s)"

@@ -35,7 +35,7 @@ fails=0
 check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
 q() { psql "$OWNER" -qAtc "$1"; }
 as() { local who=$1; shift; psql "$OWNER user=$who" -qAt -v ON_ERROR_STOP=1 -c "$1" 2>&1 || true; }
-denied() { as "$1" "$2" | grep >/dev/null 'permission denied'; check "$3" $?; }
+denied() { grep >/dev/null 'permission denied' <<<"$(as "$1" "$2")"; check "$3" $?; }
 xacts() { q "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$db'"; }
 unfinalized() {
     q "SELECT (SELECT count(*) FROM pawl.events) - (SELECT count(*) FROM pawl_api.events)
@@ -81,7 +81,7 @@ EOF
 )
 set -- $out
 [ $# -eq 3 ] && [ "$1" = "$2" ] && [ "$3" = 1 ]; check "appender: the row carries its own xid, k, n and ticket ($out)" $?
-as $app "SELECT pawl_api.append('s1', 'T', 'p')" | grep -x >/dev/null 2; check "appender: pawl_api.append gives sequence 2" $?
+grep -x >/dev/null 2 <<<"$(as $app "SELECT pawl_api.append('s1', 'T', 'p')")"; check "appender: pawl_api.append gives sequence 2" $?
 as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[1, 3], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)" |
     grep -q 'ranks 1..count'; check "appender: a forged rank (a gap) is refused" $?
 as $app "SELECT * FROM pawl.finalize()" >/dev/null

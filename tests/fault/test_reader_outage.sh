@@ -37,9 +37,9 @@ q() { psql "$PAWL_DSN" -qAtX -c "$1" 2>/dev/null; }
 # runtime must come first in the process, before stdbuf's preload). Without it, its output is
 # complete once it has stopped, and the checks below look at it then.
 linebuf=(env)
-# (grep reads all of ldd's output: with -q it could stop early, ldd would die of SIGPIPE and
-# pipefail would call ASan absent.)
-if command -v stdbuf >/dev/null && ! ldd "$PAWL" 2>/dev/null | grep libasan >/dev/null; then
+# (ldd's output is taken whole, not piped: grep stops at its first match when writing to
+# /dev/null, ldd could die of SIGPIPE and pipefail would call ASan absent.)
+if command -v stdbuf >/dev/null && ! grep libasan >/dev/null <<<"$(ldd "$PAWL" 2>/dev/null)"; then
     linebuf=(stdbuf -oL)
 fi
 fails=0

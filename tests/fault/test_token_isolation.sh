@@ -39,7 +39,7 @@ as() { local who=$1; shift; psql "$OWNER user=$who" -qAt -v ON_ERROR_STOP=1 -c "
 refused() {
     local what=$1 sql=$2 out
     out=$(as $ra "$sql")
-    echo "$out" | grep >/dev/null 'permission denied\|may not use processor\|must be\|violates check'
+    grep >/dev/null <<<"$out" 'permission denied\|may not use processor\|must be\|violates check'
     check "A: $what refused ($(echo "$out" | head -n 1 | cut -c1-90))" $?
 }
 # B's rows and nodes, as text: any change shows.
@@ -56,11 +56,11 @@ psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $ra LOGIN PASSWORD '$PG
 check "two processor logins" $?
 q "SELECT pawl.grant_processor('pa', '$ra'), pawl.grant_processor('pb', '$rb')" >/dev/null
 check "pa granted to A, pb to B" $?
-as $ra "SELECT pawl.grant_processor('pb', '$ra')" | grep >/dev/null 'permission denied'
+grep >/dev/null 'permission denied' <<<"$(as $ra "SELECT pawl.grant_processor('pb', '$ra')")"
 check "A cannot grant itself pb" $?
-as $ra "INSERT INTO pawl.processor_grants (processor, role) VALUES ('pb', '$ra')" | grep >/dev/null 'permission denied'
+grep >/dev/null 'permission denied' <<<"$(as $ra "INSERT INTO pawl.processor_grants (processor, role) VALUES ('pb', '$ra')")"
 check "A cannot insert a grant" $?
-qe "SELECT pawl.grant_processor('pa', 'no_such_role_$$')" | grep >/dev/null 'does not exist'
+grep >/dev/null 'does not exist' <<<"$(qe "SELECT pawl.grant_processor('pa', 'no_such_role_$$')")"
 check "a grant to a missing role is refused" $?
 
 # B's state: 4 segments at 50, segment 1 claimed by B's node, B's node registered.
@@ -102,7 +102,7 @@ refused "revoke_processor of B's grant" "SELECT pawl.revoke_processor('pb', '$rb
 park="'b-node/1', 'orders-1', 77, 5, 1, 'T', '\\x00'::bytea, NULL, 0, 1, NULL, 'e', 'e', 0)"
 out=$(as $rb "SELECT pawl.dead_letters_park('pb', 1, $park")
 [ "$out" = 1 ]; check "B parks a letter in the segment it holds ($out)" $?
-as $rb "SELECT pawl.dead_letters_park('pb', 0, $park" | grep >/dev/null 'no longer claimed'
+grep >/dev/null 'no longer claimed' <<<"$(as $rb "SELECT pawl.dead_letters_park('pb', 0, $park")"
 check "B cannot park in a segment it does not hold" $?
 [ "$(as $rb "SELECT count(*) FROM pawl.dead_letters_list('pb')")" = 1 ]
 check "B lists its own dead letters" $?
@@ -137,7 +137,7 @@ timeout -s KILL 20 "$PAWL" run --processor pb --handler count >"$tmp/out" 2>&1; 
 [ $rc -ne 0 ]; check "A: pawl run --processor pb refused (exit $rc)" $?
 [ "$(q "SELECT count(*) FROM pawl.tokens WHERE processor = 'pc'")" -eq 0 ]; check "nothing created for pc" $?
 [ "$(snap)" = "$before" ]; check "B's tokens, claims and nodes are untouched" $?
-as $rb "SELECT pawl.store_token('pa', 0, 'x', 5)" | grep >/dev/null 'may not use processor pa'
+grep >/dev/null 'may not use processor pa' <<<"$(as $rb "SELECT pawl.store_token('pa', 0, 'x', 5)")"
 check "B is refused A's processor the same way" $?
 
 # ---- the server's clock only: claims and node times in the future are refused ------------------
@@ -174,7 +174,7 @@ check "A: the print handler printed each of the 300 events once" $?
 
 # ---- revoking takes effect at once ------------------------------------------------------------
 q "SELECT pawl.revoke_processor('pa', '$ra')" >/dev/null
-as $ra "SELECT * FROM pawl.tokens_list('pa')" | grep >/dev/null 'may not use processor pa'
+grep >/dev/null 'may not use processor pa' <<<"$(as $ra "SELECT * FROM pawl.tokens_list('pa')")"
 check "A loses pa once revoked" $?
 
 echo "$fails failure(s)"

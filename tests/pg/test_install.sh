@@ -38,7 +38,7 @@ run_embed() {
         grep -q '^\[embed INFO\] embed: configured' <<<"$out"
 }
 run_embed "$tmp/embed" || { echo "the embed example does not run without LD_LIBRARY_PATH"; exit 1; }
-readelf -d "$tmp/embed" | grep >/dev/null 'NEEDED.*libpawl\.so' || { echo "embed is not linked to libpawl.so"; exit 1; }
+grep >/dev/null 'NEEDED.*libpawl\.so' <<<"$(readelf -d "$tmp/embed")" || { echo "embed is not linked to libpawl.so"; exit 1; }
 
 # `pkg-config --static --libs pawl` names only libraries the linker finds (Debian's libpq.pc
 # lists -lpgcommon -lpgport, which it does not ship, so libpq is named directly).
@@ -54,7 +54,7 @@ done
 ${CC:-cc} -std=c11 -O1 $extra $(pkg-config --cflags pawl) -o "$tmp/embed-static" \
     "$src/examples/embed/embed.c" -Wl,-Bstatic -lpawl -Wl,-Bdynamic -Wl,--as-needed \
     $(pkg-config --static --libs pawl) $extra
-readelf -d "$tmp/embed-static" | grep >/dev/null 'NEEDED.*libpawl' &&
+grep >/dev/null 'NEEDED.*libpawl' <<<"$(readelf -d "$tmp/embed-static")" &&
     { echo "the static link still needs libpawl.so"; exit 1; }
 run_embed "$tmp/embed-static" || { echo "the statically linked embed example does not run"; exit 1; }
 # The installed tool runs too.

@@ -72,11 +72,11 @@ out_of() { # the output of the first command matching $1
     cat "$tmp/out.${k:-0}" 2>/dev/null
 }
 
-out_of "| pawl append" | grep >/dev/null 'order-17#2'; check "append echoes order-17#2" $?
+grep >/dev/null 'order-17#2' <<<"$(out_of "| pawl append")"; check "append echoes order-17#2" $?
 [ "$(out_of "pawl tail --from 0" | grep -c 'order-17')" -eq 2 ]
 check "tail --from 0 prints the two events" $?
-out_of "pawl run" | grep >/dev/null 'OrderPaid'; check "the print handler printed the events" $?
-out_of "pawl status orders" | grep >/dev/null '2'; check "status shows the processor's token" $?
+grep >/dev/null 'OrderPaid' <<<"$(out_of "pawl run")"; check "the print handler printed the events" $?
+grep >/dev/null '2' <<<"$(out_of "pawl status orders")"; check "status shows the processor's token" $?
 [ "$(psql "$PAWL_DSN" -qAtc "SELECT min(token) FROM pawl.tokens WHERE processor = 'orders'")" = 2 ]
 check "the reset preview changed no token" $?
 [ ! -e "$tmp/work/old.jsonl" ]; check "the retention preview wrote no archive" $?

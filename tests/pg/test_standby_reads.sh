@@ -66,9 +66,9 @@ check() { # check NAME STATUS
 }
 
 linebuf=(env)
-# (grep reads all of ldd's output: with -q it could stop early, ldd would die of SIGPIPE and
-# pipefail would call ASan absent.)
-if command -v stdbuf >/dev/null && ! ldd "$PAWL" 2>/dev/null | grep libasan >/dev/null; then
+# (ldd's output is taken whole, not piped: grep stops at its first match when writing to
+# /dev/null, ldd could die of SIGPIPE and pipefail would call ASan absent.)
+if command -v stdbuf >/dev/null && ! grep libasan >/dev/null <<<"$(ldd "$PAWL" 2>/dev/null)"; then
     linebuf=(stdbuf -oL)
 fi
 run_proc() { # run_proc NAME FLAGS...

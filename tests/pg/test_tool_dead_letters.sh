@@ -51,7 +51,7 @@ check "retry preview changed nothing" $?
 "$PAWL" dead-letters p retry --stream orders-7 --execute >"$tmp/out" 2>&1; expect_rc "retry" 0 $?
 [ "$(q "SELECT count(*) FROM pawl.dead_letters WHERE retry_requested_at IS NOT NULL")" = 3 ]
 check "retry --execute requests the retry" $?
-"$PAWL" dead-letters p | grep >/dev/null 'retry pending'; check "list shows the pending retry" $?
+grep >/dev/null 'retry pending' <<<"$("$PAWL" dead-letters p)"; check "list shows the pending retry" $?
 
 "$PAWL" dead-letters p drop --stream orders-7 --to 20 >"$tmp/out" 2>&1; expect_rc "drop preview" 0 $?
 grep -q 'would drop 2 letters' "$tmp/out"; check "drop --to previews 2 letters" $?

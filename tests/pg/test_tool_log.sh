@@ -119,7 +119,7 @@ scrape() {
 ok=1
 for _ in $(seq 1 30); do sleep 0.3; scrape 2>/dev/null && grep -q 'pawl_appends_total [1-9]' "$tmp/metrics.http" && { ok=0; break; }; done
 check "metrics endpoint answers with appends counted" $ok
-head -1 "$tmp/metrics.http" | grep >/dev/null '200 OK' && grep -qi '^content-type: text/plain; version=0.0.4' "$tmp/metrics.http"
+grep >/dev/null '200 OK' <<<"$(head -1 "$tmp/metrics.http")" && grep -qi '^content-type: text/plain; version=0.0.4' "$tmp/metrics.http"
 check "HTTP 200, Prometheus content type" $?
 # Parse: every sample line is `name{labels} number`; histogram buckets are cumulative and end
 # at +Inf == _count.
@@ -184,7 +184,7 @@ grep -q 'pawl demo summary' "$tmp/demo.out" && grep -q 'end-to-end lag' "$tmp/de
 "$PAWL" bench --duration 1s --events-per-append 10 --appenders 1 --csv "$tmp/bench.csv" \
     --progress off >"$tmp/bench.out" 2>/dev/null
 expect_rc "bench" 0 $?
-[ "$(wc -l <"$tmp/bench.csv")" -eq 2 ] && head -1 "$tmp/bench.csv" | grep >/dev/null '^events_per_append,appenders,' &&
+[ "$(wc -l <"$tmp/bench.csv")" -eq 2 ] && grep >/dev/null '^events_per_append,appenders,' <<<"$(head -1 "$tmp/bench.csv")" &&
     awk -F, 'NR == 2 && $1 == 10 && $2 == 1 && $5 > 0 { ok = 1 } END { exit !ok }' "$tmp/bench.csv"
 check "bench writes one CSV row per cell" $?
 

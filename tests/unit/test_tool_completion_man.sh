@@ -23,11 +23,11 @@ complete_words() { # words of the line...; prints the candidates for the last wo
     bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _pawl; printf "%s\n" "${COMPREPLY[@]}"' _ "$comp" "$@"
 }
 [ "$(complete_words pawl sta)" = status ]; check "completes a command" $?
-complete_words pawl reset --exe | grep -x >/dev/null -- --execute; check "completes a flag of the command" $?
-! complete_words pawl status --exe | grep >/dev/null -- --execute; check "does not offer a flag the command does not take" $?
+grep -x >/dev/null -- --execute <<<"$(complete_words pawl reset --exe)"; check "completes a flag of the command" $?
+! grep >/dev/null -- --execute <<<"$(complete_words pawl status --exe)"; check "does not offer a flag the command does not take" $?
 [ "$(complete_words pawl --log-format js)" = json ] || [ "$(complete_words pawl status --log-format js)" = json ]
 check "completes an enum value" $?
-complete_words pawl --dsn x st | grep -x >/dev/null status; check "completes the command after a global flag" $?
+grep -x >/dev/null status <<<"$(complete_words pawl --dsn x st)"; check "completes the command after a global flag" $?
 
 if command -v groff >/dev/null; then
     groff -man -Tutf8 "$man" 2>"$tmp/man.err" | sed "s/.\x08//g" >"$tmp/man.txt"

@@ -38,9 +38,9 @@ for d in "${dsns[@]}"; do
 done
 for i in 1 2 3 4 5 6 8 9; do
     [ "$(grep -c 'password in --dsn' "$tmp/out.$i")" -eq 1 ] &&
-        grep 'password in --dsn' "$tmp/out.$i" | grep >/dev/null 'PGPASSWORD' &&
-        grep 'password in --dsn' "$tmp/out.$i" | grep >/dev/null 'PGPASSFILE' &&
-        grep 'password in --dsn' "$tmp/out.$i" | grep >/dev/null 'passfile='
+        grep >/dev/null 'PGPASSWORD' <<<"$(grep 'password in --dsn' "$tmp/out.$i")" &&
+        grep >/dev/null 'PGPASSFILE' <<<"$(grep 'password in --dsn' "$tmp/out.$i")" &&
+        grep >/dev/null 'passfile=' <<<"$(grep 'password in --dsn' "$tmp/out.$i")"
     check "case $i: one warning about the password in argv, naming PGPASSWORD, PGPASSFILE, passfile=" $?
     ! grep -q 'password in --dsn' "$tmp/env.$i"; check "case $i: no argv warning for PAWL_DSN" $?
 done
