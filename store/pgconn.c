@@ -107,10 +107,11 @@ struct pawl_pgpool {
     struct pawl_pgreq *q_head, *q_tail; /* shared queue */
     char last_error[512];
     int attempts_done; /* connection attempts finished (ok or failed), for pawl_pgpool_new */
-    /* Under mu: the earliest deadline of a pawl_pgpool_wait_ready caller, 0 none. The I/O
-     * thread's loop carries it (io_uring timeout or epoll timeout: no timed condition wait)
-     * and broadcasts cond when it passes; waiters re-check their own deadlines. */
-    int64_t wake_at_ns;
+    /* The earliest deadline of a pawl_pgpool_wait_ready caller, 0 none; written under mu, read
+     * by the I/O thread's every pass without it. The loop carries it (io_uring timeout or epoll
+     * timeout: no timed condition wait) and broadcasts cond when it passes; waiters re-check
+     * their own deadlines. */
+    _Atomic int64_t wake_at_ns;
     int io_exited; /* under mu: the I/O thread has left its loop; nothing times waits any more */
 
     /* Prepared statements: entries are immutable once published through nprepared. */
@@ -943,9 +944,8 @@ static void *io_main(void *arg)
         if (p->o.queue_timeout_ms > 0 &&
             atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
             next = PAWL_MIN(next, now + 50000000LL);
-        pthread_mutex_lock(&p->mu);
-        int64_t wake_at = p->wake_at_ns;
-        pthread_mutex_unlock(&p->mu);
+        /* relaxed: a waiter that moves it earlier wakes the loop after storing it. */
+        int64_t wake_at = atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed);
         if (wake_at > 0)
             next = PAWL_MIN(next, wake_at);
         if (p->self_kick) {
@@ -972,8 +972,9 @@ static void *io_main(void *arg)
         expire_queue(p, now);
         if (wake_at > 0 && now >= wake_at) {
             pthread_mutex_lock(&p->mu);
-            if (p->wake_at_ns <= now) {
-                p->wake_at_ns = 0; /* waiters still short of their deadline set it again */
+            if (atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed) <= now) {
+                /* waiters still short of their deadline set it again */
+                atomic_store_explicit(&p->wake_at_ns, 0, memory_order_relaxed);
                 pthread_cond_broadcast(&p->cond);
             }
             pthread_mutex_unlock(&p->mu);
@@ -982,7 +983,7 @@ static void *io_main(void *arg)
     /* Nothing times waits from here on: release the waiters. */
     pthread_mutex_lock(&p->mu);
     p->io_exited = 1;
-    p->wake_at_ns = 0;
+    atomic_store_explicit(&p->wake_at_ns, 0, memory_order_relaxed);
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->mu);
 
@@ -1277,8 +1278,9 @@ int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempt
         }
         /* The I/O thread times the wait: it broadcasts cond at the earliest waiter's deadline
          * (and on every connection's state change). */
-        if (p->wake_at_ns == 0 || until < p->wake_at_ns) {
-            p->wake_at_ns = until;
+        int64_t at = atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed);
+        if (at == 0 || until < at) {
+            atomic_store_explicit(&p->wake_at_ns, until, memory_order_relaxed);
             pawl_ioloop_wake(p->loop);
         }
         pthread_cond_wait(&p->cond, &p->mu);
