@@ -276,7 +276,9 @@ PAWL_API int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *
  * Block the calling thread until f is done or timeout_ms passes (< 0: no limit). For threads
  * outside the pool (tests, tools, an embedder's own threads): a pool worker must never block on a
  * future, so from a worker this returns PAWL_EINVAL at once. 0 when done (read it with
- * pawl_future_poll), PAWL_ETIMEDOUT otherwise.
+ * pawl_future_poll), PAWL_ETIMEDOUT otherwise. The wait is a futex with the timeout as its
+ * kernel deadline, in the caller's thread: the library itself never calls it (its own timed
+ * waits run on a timers object), so it needs none.
  */
 PAWL_API int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms);
 
