@@ -107,7 +107,8 @@ pa=$!; pids+=($pa)
 ip netns exec "$NSB" "$BIN/chaos_proc" "$TCP_B" sql "$work" node-b 2>"$work/b.log" &
 pb=$!; pids+=($pb)
 wait_until 60 '[ "$(owned_by node-a)" -ge 1 ] && [ "$(owned_by node-b)" -ge 1 ]'
-check "both nodes hold segments (A: $(owned_by node-a), B: $(owned_by node-b))" $?
+rc=$? # before the message's own command substitutions, which would set $?
+check "both nodes hold segments (A: $(owned_by node-a), B: $(owned_by node-b))" $rc
 sleep 2
 
 # ---- the partition ----------------------------------------------------------------------------
@@ -152,7 +153,8 @@ check "the projection equals the log ($total events; $bad streams differ): A com
 [ "$(sql "SELECT count(*) FROM audit WHERE new_token < old_token")" -eq 0 ]; check "no token write went backwards" $?
 missing=$(psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE TEMP TABLE acks (id text)" -c "\\copy acks FROM '$work/ack-1'" \
     -c "SELECT count(*) FROM acks a WHERE NOT EXISTS (SELECT 1 FROM pawl_api.events e WHERE e.metadata->>'u' = a.id)")
-[ "$missing" = 0 ]; check "every acknowledged append is in the log ($(wc -l <"$work/ack-1") acknowledged)" $?
+[ "$missing" = 0 ]; rc=$?
+check "every acknowledged append is in the log ($(wc -l <"$work/ack-1") acknowledged)" $rc
 dups=$(sql "SELECT count(*) FROM (SELECT metadata->>'u' FROM pawl_api.events GROUP BY 1 HAVING count(*) > 1) d")
 [ "$dups" = 0 ]; check "no event twice" $?
 grep -q 'claim taken over\|claims lost [1-9]' "$work/a.log"

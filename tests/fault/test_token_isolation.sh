@@ -40,7 +40,8 @@ refused() {
     local what=$1 sql=$2 out
     out=$(as $ra "$sql")
     grep >/dev/null <<<"$out" 'permission denied\|may not use processor\|must be\|violates check'
-    check "A: $what refused ($(echo "$out" | head -n 1 | cut -c1-90))" $?
+    local rc=$? # taken before the message: its command substitution would set $?
+    check "A: $what refused ($(head -n 1 <<<"$out" | cut -c1-90))" $rc
 }
 # B's rows and nodes, as text: any change shows.
 snap() { q "SELECT coalesce(string_agg(t::text, ';' ORDER BY segment_id), '') FROM pawl.tokens t WHERE processor = 'pb'"

@@ -213,12 +213,14 @@ printf '{"stream":"order-2","type":"A"}\n{"stream":"order-2","type":"B"}\n{"stre
 "$PAWL" tail --json >"$tmp/all.jsonl"
 want=$(jq -r 'select(.stream == "order-2" or .stream == "order-3") | "\(.stream)#\(.seq)  index \(.index)"' "$tmp/all.jsonl")
 got=$(sed -E 's/^line [0-9]+  //' "$tmp/out")
-[ "$got" = "$want" ] && [ "$(wc -l <"$tmp/out")" -eq 3 ]; check "--wait prints each event's final index and sequence (got: $(echo $got))" $?
+[ "$got" = "$want" ] && [ "$(wc -l <"$tmp/out")" -eq 3 ]; rc=$?
+check "--wait prints each event's final index and sequence (got: $(echo $got))" $rc
 
 # One transaction over three streams, each at "next position": every line's number is printed.
 printf '{"stream":"order-2","type":"C"}\n{"stream":"order-4","type":"A"}\n{"stream":"order-3","type":"B"}\n{"stream":"order-4","type":"B"}\n' |
     "$PAWL" append --events-per-append 4 >"$tmp/out" 2>"$tmp/err"; expect_rc "mixed append" 0 $?
 printf 'line 1  order-2#3\nline 2  order-4#1\nline 3  order-3#2\nline 4  order-4#2\n' >"$tmp/want"
-cmp -s "$tmp/out" "$tmp/want"; check "a mixed append echoes every stream's number (got: $(tr '\n' ';' <"$tmp/out"))" $?
+cmp -s "$tmp/out" "$tmp/want"; rc=$?
+check "a mixed append echoes every stream's number (got: $(tr '\n' ';' <"$tmp/out"))" $rc
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }

@@ -99,7 +99,8 @@ code=$(head -1 "$tmp/ready2")
 # It either took its fair share (ready) or holds nothing with every segment held elsewhere (503).
 { [ "$code" = 200 ] && grep -q '^ready: holds [1-9]' "$tmp/ready2"; } ||
     { [ "$code" = 503 ] && grep -q 'holds no segment' "$tmp/ready2"; }
-check "run: a second node's /readyz is consistent ($code: $(sed -n 2p "$tmp/ready2"))" $?
+rc=$?
+check "run: a second node's /readyz is consistent ($code: $(sed -n 2p "$tmp/ready2"))" $rc
 kill -INT $bg2; wait $bg2
 stop_bg; [ $? -eq 130 ]; check "run stops cleanly (exit 130 after Ctrl-C)" $?
 
