@@ -81,6 +81,15 @@ const char pawl_log_append_sql[] =
     " $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool)";
 
 /*
+ * A group's statement: pawl.append_group (sql/010_group_append.sql), every append's arrays
+ * concatenated, with $3 each stream slot's append (1-based) and $4 each event's slot counted
+ * across the group. One row per append, in order, as pawl.append's.
+ */
+static const char APPEND_GROUP_SQL[] =
+    "SELECT appended, txid, heads FROM pawl.append_group($1::text[], $2::int8[], $3::int4[],"
+    " $4::int4[], $5::int4[], $6::text[], $7::bytea[], $8::jsonb[], $9::bool)";
+
+/*
  * The outcome of an in-doubt append: pg_xact_status of its transaction, waiting a little
  * server-side while the dying session's transaction is still "in progress". A "committed"
  * status alone does not prove the append committed: after an immediate shutdown (a crash), a
@@ -221,7 +230,7 @@ struct pawl_store {
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
     struct pawl_timers *timers; /* every timed wait's deadline (pawl_timed_wait); no pool */
-    int stmt_append, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
+    int stmt_append, stmt_append_group, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
     struct pawl_standby *sb; /* read_dsn: where reads go (standby.c); NULL: the main pool */
     int stmt_read_sb;        /* READ_SQL on the standby's pool */
     char fin_batch_text[16];
@@ -913,16 +922,17 @@ static void enc_all_seqs(struct append_enc *en, const char *h)
     en->seqs_ok = 1;
 }
 
-/* pawl.append's row (text format): appended, txid, heads ("{h1,h2,...}"). */
-static void enc_result(struct append_enc *en, const PGresult *res)
+/* pawl.append's row (text format), or row `row` of pawl.append_group's: appended, txid, heads
+ * ("{h1,h2,...}"). */
+static void enc_result_row(struct append_enc *en, const PGresult *res, int row)
 {
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+    if (PQgetisnull(res, row, 0))
         return;
-    en->rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    if (!PQgetisnull(res, 0, 1))
-        snprintf(en->xid, sizeof en->xid, "%s", PQgetvalue(res, 0, 1));
-    if (!PQgetisnull(res, 0, 2)) {
-        const char *h = PQgetvalue(res, 0, 2);
+    en->rows = strtoll(PQgetvalue(res, row, 0), NULL, 10);
+    if (!PQgetisnull(res, row, 1))
+        snprintf(en->xid, sizeof en->xid, "%s", PQgetvalue(res, row, 1));
+    if (!PQgetisnull(res, row, 2)) {
+        const char *h = PQgetvalue(res, row, 2);
         if (*h == '{')
             en->head1 = strtoll(h + 1, NULL, 10);
         if (en->rows == (int64_t)en->n)
@@ -933,7 +943,8 @@ static void enc_result(struct append_enc *en, const PGresult *res)
 static void on_insert_result(void *ud, const PGresult *res)
 {
     struct append_op *op = ud;
-    enc_result(&op->en, res);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        enc_result_row(&op->en, res, 0);
 }
 
 /* The stream sequence numbers of events[0]'s stream that a successful append was given. */
@@ -1223,16 +1234,20 @@ static void op_done(struct pawl_pgreq *req, int rc)
  * session holds the lock it returns at once (docs/design.md has the cost model).
  */
 static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
-                        struct pawl_pgstmt *st, struct fin_out *fin, const char **fin_vals,
-                        long long *acked_at_submit)
+                        const struct pawl_pgstmt *one, struct pawl_pgstmt *st,
+                        struct fin_out *fin, const char **fin_vals, long long *acked_at_submit)
 {
     int k = 0;
+    if (one != NULL)
+        st[k++] = *one; /* a group's one pawl.append_group statement, instead of these */
     for (size_t i = 0; i < n; i++) {
         struct append_op *op = ops[i];
         op->en.rows = -1;
         op->en.head1 = -1;
         op->en.xid[0] = '\0';
         op->en.seqs_ok = 0;
+        if (one != NULL)
+            continue;
         st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
                                        .nparams = 8,
                                        .values = op->en.values,
@@ -1275,10 +1290,12 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
      */
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
-    k += append_stmts(s, &op, 1, op->stmt + k, &op->fin, op->fin_vals, &op->acked_at_submit);
+    k += append_stmts(s, &op, 1, NULL, op->stmt + k, &op->fin, op->fin_vals,
+                      &op->acked_at_submit);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
     op->req.nstmts = k;
+    op->req.flags = PAWL_PGREQ_IMPLICIT;
     op->req.on_done = op_done;
     op->req.ud = op;
     return conn < 0 ? pawl_pgpool_submit(s->main, &op->req)
@@ -1325,7 +1342,21 @@ struct append_group {
     struct append_group *next_free;
     struct pawl_pgstmt *stmts; /* [append_group_max + 1] */
     struct append_op **ops;    /* [append_group_max], in queue (submission) order */
+    /* The one-statement form (group_encode): pawl.append_group's $1..$9, in buf. */
+    int one;
+    char notify;
+    char *buf;
+    size_t cap;
+    const char *values[9];
+    int lengths[9];
+    int formats[9];
 };
+
+static void group_free(struct append_group *g)
+{
+    pawl_free(g->buf);
+    pawl_free(g);
+}
 
 static struct append_group *group_new(struct pawl_store *s)
 {
@@ -1426,19 +1457,122 @@ static void group_sort(struct append_group *g)
 
 static int group_send(struct append_group *g);
 
+/* Bytes 12..15 of an encoded one-dimensional array: its element count. */
+static uint32_t array_count(const char *a)
+{
+    return get32(a + 12);
+}
+
+/*
+ * The group's appends as pawl.append_group's parameters: each op's encoded arrays (pawl.append's
+ * $1..$7) concatenated in group order, element bodies copied as they are, except $3 (each
+ * event's stream, which becomes its slot across the group: offset by the slots of the ops
+ * before it); sa, each slot's op (1-based), is new. 0, or an error code (then the group is
+ * sent as one pawl.append statement per op).
+ */
+static int group_encode(struct append_group *g)
+{
+    /* Out parameter i comes from the ops' parameter from[i] (-1: sa, -2: notify). */
+    static const int from[8] = {0, 1, -1, 2, 3, 4, 5, 6};
+    static const uint32_t oid[8] = {OID_TEXT, OID_INT8, OID_INT4,  OID_INT4,
+                                    OID_INT4, OID_TEXT, OID_BYTEA, OID_JSONB};
+    size_t slots = 0, events = 0, total = 8 * 20;
+    int mnull = 0;
+    g->notify = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        const struct append_enc *en = &g->ops[i]->en;
+        for (int p = 0; p < 7; p++)
+            total += (size_t)en->lengths[p] - 20;
+        slots += array_count(en->values[0]);
+        events += en->n;
+        mnull |= get32(en->values[6] + 4) != 0;
+        g->notify |= en->notify;
+    }
+    total += slots * 8;
+    if (total > INT32_MAX || slots > INT32_MAX || events > INT32_MAX)
+        return PAWL_ETOOBIG;
+    if (g->cap < total) {
+        char *nb = pawl_malloc(total);
+        if (nb == NULL)
+            return PAWL_ENOMEM;
+        pawl_free(g->buf);
+        g->buf = nb;
+        g->cap = total;
+    }
+    char *p = g->buf;
+    for (int out = 0; out < 8; out++) {
+        int src = from[out];
+        int slot_array = out <= 2;
+        char *start = p;
+        p = array_header(p, out == 7 ? mnull : 0, oid[out], slot_array ? slots : events);
+        uint32_t base = 0; /* slots of the ops before this one */
+        for (size_t i = 0; i < g->n; i++) {
+            const struct append_enc *en = &g->ops[i]->en;
+            uint32_t m = array_count(en->values[0]);
+            if (src == -1) {
+                for (uint32_t j = 0; j < m; j++) {
+                    p = put32(p, 4);
+                    p = put32(p, (uint32_t)(i + 1));
+                }
+            } else if (out == 3) {
+                const char *e = en->values[2] + 20;
+                for (size_t j = 0; j < en->n; j++, e += 8) {
+                    p = put32(p, 4);
+                    p = put32(p, base + get32(e + 4));
+                }
+            } else {
+                size_t len = (size_t)en->lengths[src] - 20;
+                memcpy(p, en->values[src] + 20, len);
+                p += len;
+            }
+            base += m;
+        }
+        g->values[out] = start;
+        g->lengths[out] = (int)(p - start);
+        g->formats[out] = 1;
+    }
+    g->values[8] = &g->notify;
+    g->lengths[8] = 1;
+    g->formats[8] = 1;
+    return 0;
+}
+
+/* pawl.append_group's rows: one per op, in group order. */
+static void on_group_result(void *ud, const PGresult *res)
+{
+    struct append_group *g = ud;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != (int)g->n)
+        return;
+    for (size_t i = 0; i < g->n; i++)
+        enc_result_row(&g->ops[i]->en, res, (int)i);
+}
+
 static void group_start(struct pawl_store *s, struct append_group *g)
 {
     (void)s;
     group_sort(g);
+    /* A group of one is the append alone; otherwise one statement, unless it cannot be
+     * encoded (too big for one message, out of memory): then a statement per append. */
+    g->one = g->n > 1 && group_encode(g) == 0;
 }
 
 static int group_send(struct append_group *g)
 {
     struct pawl_store *s = g->s;
-    int k = append_stmts(s, g->ops, g->n, g->stmts, &g->fin, g->fin_vals, &g->acked_at_submit);
+    struct pawl_pgstmt one = {.prepared = s->stmt_append_group,
+                              .nparams = 9,
+                              .values = g->values,
+                              .lengths = g->lengths,
+                              .formats = g->formats,
+                              .on_result = on_group_result,
+                              .ud = g,
+                              .flush_after = 1};
+    int k = append_stmts(s, g->ops, g->n, g->one ? &one : NULL, g->stmts, &g->fin, g->fin_vals,
+                         &g->acked_at_submit);
     memset(&g->req, 0, sizeof g->req);
     g->req.stmts = g->stmts;
     g->req.nstmts = k;
+    g->req.flags = PAWL_PGREQ_IMPLICIT;
     g->req.on_done = group_done;
     g->req.ud = g;
     return pawl_pgpool_submit(s->main, &g->req);
@@ -1962,7 +2096,8 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
         PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths, en.formats, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
-        enc_result(&en, r);
+        if (PQntuples(r) == 1)
+            enc_result_row(&en, r, 0);
         PQclear(r);
         pawl_free(en.buf);
         if (en.rows == (int64_t)n) {
@@ -3128,6 +3263,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
                                         OID_JSONB_ARRAY, OID_BOOL};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
     s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 8, append_types);
+    static const Oid group_types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY,  OID_INT4_ARRAY,
+                                       OID_INT4_ARRAY,  OID_INT4_ARRAY,  OID_TEXT_ARRAY,
+                                       OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL};
+    s->stmt_append_group = pawl_pgpool_prepare(s->main, APPEND_GROUP_SQL, 9, group_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
@@ -3136,7 +3275,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->stmt_fin_main = pawl_pgpool_prepare(s->main, FINALIZE_SQL, 1, NULL);
     snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
-    if (s->stmt_append < 0 || s->stmt_read < 0 || s->stmt_last < 0 || s->fin_stmt < 0 ||
+    if (s->stmt_append < 0 || s->stmt_append_group < 0 || s->stmt_read < 0 ||
+        s->stmt_last < 0 || s->fin_stmt < 0 ||
         s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
@@ -3185,7 +3325,7 @@ fail:
     while (s->grp_free) {
         struct append_group *g = s->grp_free;
         s->grp_free = g->next_free;
-        pawl_free(g);
+        group_free(g);
     }
     pthread_mutex_destroy(&s->grp_mu);
     pthread_cond_destroy(&s->retry_cond);
@@ -3239,7 +3379,7 @@ void pawl_store_free(struct pawl_store *s)
     while (s->grp_free) {
         struct append_group *g = s->grp_free;
         s->grp_free = g->next_free;
-        pawl_free(g);
+        group_free(g);
     }
     pthread_mutex_destroy(&s->grp_mu);
     pthread_cond_destroy(&s->retry_cond);

@@ -81,6 +81,12 @@ struct pawl_pgstmt {
 enum pawl_pgreq_flags {
     PAWL_PGREQ_NOSYNC = 1u << 0,   /* do not end the transaction; needs a pinned connection */
     PAWL_PGREQ_READONLY = 1u << 1, /* never "in doubt": a lost connection gives PAWL_ECONN */
+    /*
+     * The request's transaction is the one its Sync commits (no COMMIT statement): when the
+     * server ends the session (SQLSTATE class 57) with an error for one of its statements, that
+     * statement had not completed, so the commit was never reached: PAWL_ECONN, not in doubt.
+     */
+    PAWL_PGREQ_IMPLICIT = 1u << 2,
 };
 
 struct pawl_pgreq;

@@ -94,6 +94,16 @@ REVOKE EXECUTE ON FUNCTION pawl_api.append(text, text, bytea, jsonb, int8),
 -- Appenders: append, finalize.
 GRANT EXECUTE ON FUNCTION pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[],
                                       boolean) TO pawl_appender;
+DO $group$
+BEGIN
+    IF to_regprocedure('pawl.append_group(text[], int8[], int4[], int4[], int4[], text[], '
+                       'bytea[], jsonb[], boolean)') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION pawl.append_group(text[], int8[], int4[], int4[], int4[],
+                                                    text[], bytea[], jsonb[], boolean)
+            TO pawl_appender;
+    END IF;
+END
+$group$;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 
 -- Processors: the token functions (which check the processor grants) and nothing on the token

@@ -82,8 +82,21 @@ EOF
 set -- $out
 [ $# -eq 3 ] && [ "$1" = "$2" ] && [ "$3" = 1 ]; check "appender: the row carries its own xid, k, n and ticket ($out)" $?
 grep -x >/dev/null 2 <<<"$(as $app "SELECT pawl_api.append('s1', 'T', 'p')")"; check "appender: pawl_api.append gives sequence 2" $?
-as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[1, 3], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)" |
-    grep -q 'ranks 1..count'; check "appender: a forged rank (a gap) is refused" $?
+grep -q 'ranks 1..count' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[1, 3], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
+check "appender: a forged rank (a gap) is refused" $?
+# Ranks out of event order would give a stream's second event the lower index (schema 10).
+grep -q 'ranks 1..count, in order' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[2, 1], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
+check "appender: ranks out of event order are refused" $?
+# The group statement: the appender may call it, with the same checks; the processor may not.
+group="SELECT appended FROM pawl.append_group(ARRAY['g1', 'g2', 'g1'], ARRAY[0, 5, 0]::int8[], ARRAY[1, 2, 3], ARRAY[1, 2, 3], ARRAY[1, 1, 1], ARRAY['T', 'T', 'T'], ARRAY['a', 'b', 'c']::bytea[], NULL, false)"
+[ "$(as $app "$group" | tr '\n' ' ')" = "1 0 1 " ]; check "appender: a group appends, its conflict fails alone" $?
+[ "$(q "SELECT string_agg(stream_seq::text || convert_from(payload, 'UTF8'), ',' ORDER BY k) FROM pawl.events WHERE stream_id = 'g1'")" = "1a,2c" ]
+check "appender: the group's appends to one stream keep their order" $?
+denied $proc "$group" "processor: the group append function denied"
+grep -q 'ranks 1..count, in order' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['g3'], ARRAY[0::int8], ARRAY[1], ARRAY[1, 1], ARRAY[2, 1], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
+check "appender: a group's ranks out of event order are refused" $?
+grep -q 'follow the previous append' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['g4', 'g5'], ARRAY[0, 0]::int8[], ARRAY[1, 2], ARRAY[2, 1], ARRAY[1, 1], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
+check "appender: a group's events out of append order are refused" $?
 as $app "SELECT * FROM pawl.finalize()" >/dev/null
 [ "$(unfinalized)" = 0 ]; check "appender: finalize orders them" $?
 

@@ -12,6 +12,9 @@
  *   - server kills mid-group: connections terminated while groups are in flight: no
  *     duplicate, no partial append, every caller told (committed, not committed, or unknown
  *     outcome), and the store appends again afterwards;
+ *   - shapes: one group statement carries appends of one to four events over one to three
+ *     streams, with and without metadata: every event lands with the sequence number its caller
+ *     was told, its own type, payload and metadata;
  *   - linger: with --append-group-linger-us an append waits for company, bounded.
  */
 #include "pawl_test.h"
@@ -119,6 +122,88 @@ static void test_group_order(void **state)
     assert_int_equal(q("SELECT count(*) FROM pawl_api.events"), total);
     assert_int_equal(q("SELECT max(global_index) - min(global_index) + 1 FROM pawl_api.events"),
                      total);
+    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_seq, lag(stream_seq) OVER "
+                       "(PARTITION BY stream_id ORDER BY global_index) AS p FROM "
+                       "pawl_api.events) x WHERE p IS NOT NULL AND stream_seq <> p + 1"),
+                     0);
+    pawl_store_free(s);
+}
+
+#define N_SH 240
+#define SH_MAX 4
+
+static struct sh_out {
+    atomic_int done;
+    int rc;
+    int n;
+    int64_t seqs[SH_MAX];
+} sh_out[N_SH];
+
+static void sh_done(void *ud, const struct pawl_append_result *r)
+{
+    struct sh_out *o = ud;
+    o->rc = r->rc;
+    for (int k = 0; k < o->n && r->rc == 0; k++)
+        o->seqs[k] = r->seqs != NULL ? r->seqs[k] : -1;
+    atomic_store_explicit(&o->done, 1, memory_order_release);
+}
+
+static void test_group_shapes(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(1);
+    static char sid[N_SH][SH_MAX][16], pay[N_SH][SH_MAX][24], meta[N_SH][SH_MAX][40];
+    for (int i = 0; i < N_SH; i++) {
+        struct pawl_event ev[SH_MAX];
+        int n = 1 + i % SH_MAX, streams = 1 + (i / SH_MAX) % 3;
+        for (int k = 0; k < n; k++) {
+            /* Streams interleaved within the append: event k writes stream k % streams. */
+            snprintf(sid[i][k], sizeof sid[i][k], "sh-%d", (i + k % streams) % 7);
+            snprintf(pay[i][k], sizeof pay[i][k], "p%d-%d", i, k);
+            snprintf(meta[i][k], sizeof meta[i][k], "{\"i\": %d, \"k\": %d}", i, k);
+            ev[k] = (struct pawl_event){.stream_id = sid[i][k],
+                                        .type = (i + k) % 2 ? "odd" : "even",
+                                        .payload = pay[i][k],
+                                        .payload_len = strlen(pay[i][k]),
+                                        .metadata = (i + k) % 3 == 0 ? NULL : meta[i][k]};
+        }
+        sh_out[i].n = n;
+        assert_int_equal(pawl_append_async(s, ev, (size_t)n, sh_done, &sh_out[i]), 0);
+    }
+    pawl_store_drain(s);
+    PGconn *c = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    for (int i = 0; i < N_SH; i++) {
+        assert_int_equal(atomic_load_explicit(&sh_out[i].done, memory_order_acquire), 1);
+        assert_int_equal(sh_out[i].rc, 0);
+        for (int k = 0; k < sh_out[i].n; k++) {
+            char seq[24];
+            snprintf(seq, sizeof seq, "%lld", (long long)sh_out[i].seqs[k]);
+            const char *vals[2] = {sid[i][k], seq};
+            PGresult *r = PQexecParams(c,
+                                       "SELECT type, convert_from(payload, 'UTF8'), "
+                                       "coalesce(metadata::text, 'none') FROM pawl.events "
+                                       "WHERE stream_id = $1 AND stream_seq = $2::int8",
+                                       2, NULL, vals, NULL, NULL, 0);
+            assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+            assert_int_equal(PQntuples(r), 1);
+            assert_string_equal(PQgetvalue(r, 0, 0), (i + k) % 2 ? "odd" : "even");
+            assert_string_equal(PQgetvalue(r, 0, 1), pay[i][k]);
+            assert_string_equal(PQgetvalue(r, 0, 2), (i + k) % 3 == 0 ? "none" : meta[i][k]);
+            PQclear(r);
+        }
+    }
+    PQfinish(c);
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    print_message("shapes: %lld appends in %lld groups\n",
+                  (long long)st.append_groups_appends, (long long)st.append_groups);
+    assert_true(st.append_groups < st.append_groups_appends / 2);
+    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id "
+                       "LIKE 'sh-%' GROUP BY stream_id HAVING count(*) <> max(stream_seq)) x"),
+                     0);
+    int64_t total = q("SELECT count(*) FROM pawl.events");
+    assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);
     assert_int_equal(q("SELECT count(*) FROM (SELECT stream_seq, lag(stream_seq) OVER "
                        "(PARTITION BY stream_id ORDER BY global_index) AS p FROM "
                        "pawl_api.events) x WHERE p IS NOT NULL AND stream_seq <> p + 1"),
@@ -408,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_group_order),
         cmocka_unit_test(test_group_concurrent_conflicts),
         cmocka_unit_test(test_group_server_kill),
+        cmocka_unit_test(test_group_shapes),
         cmocka_unit_test(test_group_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
