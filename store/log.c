@@ -1234,8 +1234,8 @@ static void op_done(struct pawl_pgreq *req, int rc)
  * session holds the lock it returns at once (docs/design.md has the cost model).
  */
 static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
-                        const struct pawl_pgstmt *one, struct pawl_pgstmt *st,
-                        struct fin_out *fin, const char **fin_vals, long long *acked_at_submit)
+                        const struct pawl_pgstmt *one, struct pawl_pgstmt *st, struct fin_out *fin,
+                        const char **fin_vals, long long *acked_at_submit)
 {
     int k = 0;
     if (one != NULL)
@@ -1290,8 +1290,7 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
      */
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
-    k += append_stmts(s, &op, 1, NULL, op->stmt + k, &op->fin, op->fin_vals,
-                      &op->acked_at_submit);
+    k += append_stmts(s, &op, 1, NULL, op->stmt + k, &op->fin, op->fin_vals, &op->acked_at_submit);
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
     op->req.nstmts = k;
@@ -1476,7 +1475,7 @@ static int group_encode(struct append_group *g)
     static const int from[8] = {0, 1, -1, 2, 3, 4, 5, 6};
     static const uint32_t oid[8] = {OID_TEXT, OID_INT8, OID_INT4,  OID_INT4,
                                     OID_INT4, OID_TEXT, OID_BYTEA, OID_JSONB};
-    size_t slots = 0, events = 0, total = 8 * 20;
+    size_t slots = 0, events = 0, total = (size_t)8 * 20;
     int mnull = 0;
     g->notify = 0;
     for (size_t i = 0; i < g->n; i++) {
@@ -3275,9 +3274,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->stmt_fin_main = pawl_pgpool_prepare(s->main, FINALIZE_SQL, 1, NULL);
     snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
-    if (s->stmt_append < 0 || s->stmt_append_group < 0 || s->stmt_read < 0 ||
-        s->stmt_last < 0 || s->fin_stmt < 0 ||
-        s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
+    if (s->stmt_append < 0 || s->stmt_append_group < 0 || s->stmt_read < 0 || s->stmt_last < 0 ||
+        s->fin_stmt < 0 || s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }

@@ -323,8 +323,7 @@ static void conn_break(struct conn *c, const char *why_in)
         int rc;
         int session_ended = r->failed_stmt >= 0 && (strncmp(r->sqlstate, "57", 2) == 0 ||
                                                     strncmp(r->sqlstate, "08", 2) == 0);
-        if (session_ended && (r->flags & PAWL_PGREQ_IMPLICIT) &&
-            strncmp(r->sqlstate, "57", 2) == 0)
+        if (session_ended && (r->flags & PAWL_PGREQ_IMPLICIT) && strncmp(r->sqlstate, "57", 2) == 0)
             rc = PAWL_ECONN; /* ended mid-statement: the Sync's commit never ran */
         else if (session_ended && r->_sync_sent && !(r->flags & PAWL_PGREQ_READONLY) &&
                  r->failed_stmt == r->nstmts - 1)

@@ -196,8 +196,8 @@ static void test_group_shapes(void **state)
     PQfinish(c);
     struct pawl_log_stats st;
     pawl_store_stats(s, &st, 0);
-    print_message("shapes: %lld appends in %lld groups\n",
-                  (long long)st.append_groups_appends, (long long)st.append_groups);
+    print_message("shapes: %lld appends in %lld groups\n", (long long)st.append_groups_appends,
+                  (long long)st.append_groups);
     assert_true(st.append_groups < st.append_groups_appends / 2);
     assert_int_equal(q("SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id "
                        "LIKE 'sh-%' GROUP BY stream_id HAVING count(*) <> max(stream_seq)) x"),
@@ -490,10 +490,8 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_group_order),
-        cmocka_unit_test(test_group_concurrent_conflicts),
-        cmocka_unit_test(test_group_server_kill),
-        cmocka_unit_test(test_group_shapes),
+        cmocka_unit_test(test_group_order),       cmocka_unit_test(test_group_concurrent_conflicts),
+        cmocka_unit_test(test_group_server_kill), cmocka_unit_test(test_group_shapes),
         cmocka_unit_test(test_group_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
