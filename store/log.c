@@ -1304,16 +1304,15 @@ static int submit_op_on(struct pawl_store *s, struct append_op *op, int conn)
 /* ---- group append -------------------------------------------------------------------------- */
 
 /*
- * A group: the appends that queued while earlier groups were in flight, sent as one request: one
- * pawl.append statement per append, back to back, in one implicit transaction (one commit, one
- * WAL flush). Each statement is exactly the append it would be alone, in a transaction that has
- * appended already: it continues the transaction's k and updates its k = 0 row (event count and
- * ticket). That is sql/006's "several appends in one transaction" case, whose events are one
- * unit with contiguous indexes in the order appended; the finalizer and readers see nothing
- * new. A statement whose stream is not at its expected version writes nothing and returns 0,
- * and the statements after it go on: a conflict fails that append alone. The statements run in
- * queue order and each head lookup sees the earlier statements' rows (its own transaction), so
- * appends to one stream in a group get their numbers in submission order.
+ * A group: the appends that queued while earlier groups were in flight, sent as one request in
+ * one implicit transaction (one commit, one WAL flush): one pawl.append_group statement with
+ * every append's arrays concatenated (group_encode). It does what one pawl.append per append
+ * did, back to back (sql/010_group_append.sql): the appends are taken in queue order, an append
+ * whose stream is not at its expected version writes nothing and is reported with 0 while the
+ * others go on (a conflict fails that append alone), appends to one stream get their numbers in
+ * submission order, and the group's events are one unit with contiguous indexes in the order
+ * appended; the finalizer and readers see nothing new. A group of one is a plain pawl.append;
+ * a group that cannot be encoded as one message is sent as one pawl.append per append.
  *
  * At most grp_limit (= connections) groups are in flight. An append that finds a group free
  * goes at once, alone (no added latency at low load); appends that arrive while every group is
