@@ -129,6 +129,26 @@ static void test_group_order(void **state)
     pawl_store_free(s);
 }
 
+/* Every stream named LIKE pattern is gap-free from 1; once everything appended is final, per
+ * stream index order = sequence order, and the log's indexes are contiguous. */
+static void assert_streams_final(struct pawl_store *s, const char *pattern)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id LIKE '%s' "
+             "GROUP BY stream_id HAVING count(*) <> max(stream_seq) OR min(stream_seq) <> 1) x",
+             pattern);
+    assert_int_equal(q(sql), 0);
+    int64_t total = q("SELECT count(*) FROM pawl.events");
+    assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);
+    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_seq, lag(stream_seq) OVER "
+                       "(PARTITION BY stream_id ORDER BY global_index) AS p FROM "
+                       "pawl_api.events) x WHERE p IS NOT NULL AND stream_seq <> p + 1"),
+                     0);
+    assert_int_equal(q("SELECT max(global_index) - min(global_index) + 1 FROM pawl_api.events"),
+                     total);
+}
+
 #define N_SH 240
 #define SH_MAX 4
 
@@ -199,15 +219,7 @@ static void test_group_shapes(void **state)
     print_message("shapes: %lld appends in %lld groups\n", (long long)st.append_groups_appends,
                   (long long)st.append_groups);
     assert_true(st.append_groups < st.append_groups_appends / 2);
-    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id "
-                       "LIKE 'sh-%' GROUP BY stream_id HAVING count(*) <> max(stream_seq)) x"),
-                     0);
-    int64_t total = q("SELECT count(*) FROM pawl.events");
-    assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);
-    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_seq, lag(stream_seq) OVER "
-                       "(PARTITION BY stream_id ORDER BY global_index) AS p FROM "
-                       "pawl_api.events) x WHERE p IS NOT NULL AND stream_seq <> p + 1"),
-                     0);
+    assert_streams_final(s, "sh-%");
     pawl_store_free(s);
 }
 
@@ -312,19 +324,7 @@ static void test_group_concurrent_conflicts(void **state)
     assert_true(ok > CC_THREADS * CC_EACH / 4);
     assert_true(conflicts > 0);
     assert_true(st.append_groups < st.append_groups_appends); /* some were grouped */
-    /* Streams gap-free; after finalization, per stream index order = sequence order. */
-    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_id FROM pawl.events WHERE stream_id "
-                       "LIKE 'cc-%' GROUP BY stream_id HAVING count(*) <> max(stream_seq) OR "
-                       "min(stream_seq) <> 1) x"),
-                     0);
-    int64_t total = q("SELECT count(*) FROM pawl.events");
-    assert_int_equal(pawl_store_wait(cc_store, total - 1, 10000), 0);
-    assert_int_equal(q("SELECT count(*) FROM (SELECT stream_seq, lag(stream_seq) OVER "
-                       "(PARTITION BY stream_id ORDER BY global_index) AS p FROM "
-                       "pawl_api.events) x WHERE p IS NOT NULL AND stream_seq <> p + 1"),
-                     0);
-    assert_int_equal(q("SELECT max(global_index) - min(global_index) + 1 FROM pawl_api.events"),
-                     total);
+    assert_streams_final(cc_store, "cc-%");
     pawl_store_free(cc_store);
 }
 

@@ -171,6 +171,20 @@ static void test_many_in_flight(void **state)
     free(r);
 }
 
+/* Terminate backend pid while its request runs (it was just submitted), then wait (10 s at
+ * most) for the request to be done. */
+static void terminate_while(int64_t pid, atomic_int *done)
+{
+    usleep(300000);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
+    pawl_test_exec(dsn, sql);
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(done) == 0 && pawl_test_now_ms() - t0 < 10000)
+        usleep(1000);
+    assert_int_equal(atomic_load(done), 1);
+}
+
 static void test_killed_backend(void **state)
 {
     (void)state;
@@ -184,19 +198,49 @@ static void test_killed_backend(void **state)
     r.on_done = many_done;
     r.ud = &m;
     assert_int_equal(pawl_pgpool_submit(p, &r), 0);
-    usleep(200000);
-    char sql[128];
-    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
-    pawl_test_exec(dsn, sql);
-    double t0 = pawl_test_now_ms();
-    while (atomic_load(&m.done) == 0 && pawl_test_now_ms() - t0 < 10000)
-        usleep(1000);
-    assert_int_equal(atomic_load(&m.done), 1);
+    terminate_while(pid, &m.done);
     assert_int_equal(atomic_load(&m.ok), 0);
     /* The pool reconnects by itself. */
     int64_t pid2 = 0;
     assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid2), 0);
     assert_true(pid2 != 0 && pid2 != pid);
+    pawl_pgpool_free(p);
+}
+
+/*
+ * A write whose backend is terminated while its only statement runs: with PAWL_PGREQ_IMPLICIT
+ * (its transaction is the one the Sync commits) the statement had not completed, so nothing was
+ * committed: PAWL_ECONN. Without the flag the last statement could have been a COMMIT, so the
+ * pool cannot tell: PAWL_EINDOUBT. Nothing of either request is in the table.
+ */
+static int killed_write(struct pawl_pgpool *p, unsigned flags)
+{
+    int64_t pid = 0;
+    assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid), 0);
+    struct pawl_pgstmt s = {.sql = "INSERT INTO pkw SELECT 1 FROM pg_sleep(5)"};
+    struct {
+        struct pawl_pgreq r;
+        atomic_int done, rc;
+    } w;
+    memset(&w, 0, sizeof w);
+    w.r = (struct pawl_pgreq){
+        .stmts = &s, .nstmts = 1, .flags = flags, .on_done = done_store, .ud = &w};
+    assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
+    terminate_while(pid, &w.done);
+    return atomic_load(&w.rc);
+}
+
+static void test_killed_mid_statement(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(1);
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkw(x int)", NULL), 0);
+    assert_int_equal(exec1(p, "TRUNCATE pkw", NULL), 0);
+    assert_int_equal(killed_write(p, PAWL_PGREQ_IMPLICIT), PAWL_ECONN);
+    assert_int_equal(killed_write(p, 0), PAWL_EINDOUBT);
+    int64_t n = -1;
+    assert_int_equal(exec1(p, "SELECT count(*) FROM pkw", &n), 0);
+    assert_int_equal(n, 0);
     pawl_pgpool_free(p);
 }
 
@@ -332,9 +376,13 @@ int main(void)
 {
     dsn = pawl_test_db_create("pgconn");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),          cmocka_unit_test(test_pinned_transaction),
-        cmocka_unit_test(test_many_in_flight), cmocka_unit_test(test_killed_backend),
-        cmocka_unit_test(test_bad_dsn),        cmocka_unit_test(test_commit_failure),
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_pinned_transaction),
+        cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_killed_backend),
+        cmocka_unit_test(test_killed_mid_statement),
+        cmocka_unit_test(test_bad_dsn),
+        cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,7 +44,12 @@ run_p_until() {
     for _ in $(seq 1 300); do [ "$(tokens p)" = "0:$1,1:$1,2:$1,3:$1" ] && break; sleep 0.1; done
     kill -INT "$bg"
     for _ in $(seq 1 150); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$bg" 2>/dev/null
+    if kill -0 "$bg" 2>/dev/null; then
+        # Say what the node was doing: a node that ignores Ctrl-C for 15 s is a bug to chase.
+        echo "run_p_until $1: the node did not stop within 15 s of SIGINT; tokens $(tokens p); its log:"
+        tail -n 30 "$2"
+        kill -9 "$bg" 2>/dev/null
+    fi
     wait "$bg"; bg=
     for _ in $(seq 1 50); do [ "$(sql "SELECT count(owner) FROM pawl.tokens WHERE processor = 'p'")" = 0 ] && break; sleep 0.1; done
 }
@@ -122,7 +127,9 @@ bg=$!
 for _ in $(seq 1 100); do [ "$(sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'q' AND owner IS NOT NULL")" = 2 ] && break; sleep 0.1; done
 "$PAWL" status >"$tmp/list.txt" 2>"$tmp/err"; expect_rc "status without a name" 0 $?
 head=$(sql "SELECT pawl_api.last_index()")
-grep -Eq "^p +4 +0 +100 +$head +$((head - 100)) +-\$" "$tmp/list.txt"; check "lists p: 4 segments, none claimed, token 100, lag head - 100" $?
+grep -Eq "^p +4 +0 +100 +$head +$((head - 100)) +-\$" "$tmp/list.txt"; rc=$?
+check "lists p: 4 segments, none claimed, token 100, lag head - 100" $rc
+[ $rc = 0 ] || { echo "head $head; the listing:"; cat "$tmp/list.txt"; }
 grep -Eq '^q +2 +2 ' "$tmp/list.txt"; check "lists q with its 2 claimed segments" $?
 "$PAWL" status --json >"$tmp/list.json"; expect_rc "status --json without a name" 0 $?
 [ "$(jq -c '[.processors[] | {processor, segments}]' "$tmp/list.json")" = '[{"processor":"p","segments":4},{"processor":"q","segments":2}]' ] &&
