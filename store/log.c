@@ -1398,6 +1398,13 @@ static struct append_group *group_take_locked(struct pawl_store *s)
 /* Give g back and take the next group from what queued meanwhile (NULL: none). */
 static struct append_group *group_release(struct pawl_store *s, struct append_group *g)
 {
+    /* Keep a small statement buffer for reuse; a large one goes back to the allocator (as
+     * op_put does), so one burst of big appends does not pin its memory. */
+    if (g->cap > (1u << 20)) {
+        pawl_free(g->buf);
+        g->buf = NULL;
+        g->cap = 0;
+    }
     pthread_mutex_lock(&s->grp_mu);
     assert(s->grp_inflight > 0);
     g->next_free = s->grp_free;
