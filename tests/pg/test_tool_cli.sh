@@ -48,6 +48,11 @@ run_p_until() {
         # Say what the node was doing: a node that ignores Ctrl-C for 15 s is a bug to chase.
         echo "run_p_until $1: the node did not stop within 15 s of SIGINT; tokens $(tokens p); its log:"
         tail -n 30 "$2"
+        # Whether SIGINT is pending, blocked, ignored or caught, and where each thread waits.
+        grep -E '^(State|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt)' "/proc/$bg/status"
+        for t in /proc/"$bg"/task/*; do
+            echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null) $(grep -E '^(State|SigBlk)' "$t/status" 2>/dev/null | tr '\n\t' '  ') wchan $(cat "$t/wchan" 2>/dev/null)"
+        done
         kill -9 "$bg" 2>/dev/null
     fi
     wait "$bg"; bg=
