@@ -41,7 +41,13 @@ run_p_until() {
     PAWL_LOG_LEVEL=info "$PAWL" run --processor p --segments 4 --claim-poll 100ms --progress off \
         >/dev/null 2>"$2" &
     bg=$!
-    for _ in $(seq 1 300); do [ "$(tokens p)" = "0:$1,1:$1,2:$1,3:$1" ] && break; sleep 0.1; done
+    # Ctrl-C only once the node says it is running: before main() installs its handler, a
+    # background job of a non-interactive shell ignores SIGINT (on a second run the tokens are
+    # already at $1, so the token wait alone would interrupt the node while it starts).
+    for _ in $(seq 1 300); do
+        [ "$(tokens p)" = "0:$1,1:$1,2:$1,3:$1" ] && grep -q 'Ctrl-C stops' "$2" && break
+        sleep 0.1
+    done
     kill -INT "$bg"
     for _ in $(seq 1 150); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$bg" 2>/dev/null; then
