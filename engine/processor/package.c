@@ -590,11 +590,23 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
     }
 }
 
-/* The end of a checkpoint cycle: store what the units agreed on (if anything) and commit. */
+static int token_due(const struct pkg *k, size_t n);
+
+/* The end of a checkpoint cycle: store what the units agreed on (if anything) and commit. With
+ * lazy (auto mode, a batch that wrote nothing and no explicit request), an agreed position that
+ * is not yet due is left unstored: the transaction would commit the token alone, a round trip
+ * and a WAL flush per batch. The units have confirmed it, so it bounds only redelivery, as an
+ * unstored position does in plain mode; the next due cycle (a batch, an idle cycle after
+ * claim_poll_ms, the release) stores what the units agree on then. */
 static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, int64_t end, size_t n,
-                       size_t handled)
+                       size_t handled, int lazy)
 {
     int rc = 0;
+    if (lazy && to_store != PAWL_RECONCILE_NOTHING && to_store > k->token && !token_due(k, n)) {
+        txn->ops->rollback(txn);
+        batch_done(k, end, k->token, n, handled);
+        return 0;
+    }
     if (to_store != PAWL_RECONCILE_NOTHING && to_store > k->token)
         rc = txn->ops->store(txn, to_store);
     if (rc) {
@@ -640,14 +652,18 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         return 0;
     }
     if (p->mode == PAWL_CKPT_PLAIN)
-        return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled);
+        return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled,
+                           0);
     int64_t req = PAWL_RECONCILE_NOTHING, pending;
-    if (pawl_trigger_take(k->trigger, end, &pending))
+    int asked = pawl_trigger_take(k->trigger, end, &pending);
+    if (asked)
         req = pending;
     if (p->mode == PAWL_CKPT_AUTO && end > req)
         req = end;
+    /* Auto mode's own per-batch request need not be stored at once; an explicit one is. */
+    int lazy = p->mode == PAWL_CKPT_AUTO && stmts == 0 && !asked;
     if (req == PAWL_RECONCILE_NOTHING || req <= k->token)
-        return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled);
+        return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled, 0);
     int64_t to_store = PAWL_RECONCILE_NOTHING;
     k->ckpt_start_ns = pawl_now_ns();
     int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
@@ -660,6 +676,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         k->pend = end;
         k->pn = n;
         k->phandled = handled;
+        k->plazy = lazy;
         return PAWL_EAGAIN;
     }
     if (rc) {
@@ -668,7 +685,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         txn->ops->rollback(txn);
         return PAWL_ECHECKPOINT;
     }
-    return ckpt_commit(k, txn, to_store, end, n, handled);
+    return ckpt_commit(k, txn, to_store, end, n, handled, lazy);
 }
 
 /* Store `token` while the claim is held (release, idle advance in plain mode). */
@@ -681,7 +698,7 @@ static int store_now(struct pkg *k, int64_t token)
     int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
     if (rc)
         return rc;
-    return ckpt_commit(k, txn, token, token, 0, 0);
+    return ckpt_commit(k, txn, token, token, 0, 0, 0);
 }
 
 /* The last part of a release: store what the units confirmed, then free the claim. */
@@ -1024,7 +1041,7 @@ static void pkg_resume(struct pkg *k)
         txn->ops->rollback(txn);
         rc = PAWL_ECHECKPOINT;
     } else {
-        rc = ckpt_commit(k, txn, to_store, k->pend, k->pn, k->phandled);
+        rc = ckpt_commit(k, txn, to_store, k->pend, k->pn, k->phandled, k->plazy);
     }
     if (rc) {
         if (pkg_fail(k, rc) == PAWL_EAGAIN)

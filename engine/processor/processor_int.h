@@ -55,6 +55,7 @@ struct pkg {
     size_t pn;              /* PH_CKPT: events of the parked batch (to move past on success) */
     size_t phandled;        /* PH_CKPT: of which handled (not skipped) */
     int64_t pend;           /* PH_CKPT: the parked batch's end */
+    int plazy;              /* PH_CKPT: the agreed position may wait until due (see ckpt_commit) */
     int prc;                /* PH_RELEASE: the result to finish with */
     int64_t batch_start_ns; /* the current batch's first handler call */
     int64_t ckpt_start_ns;  /* the current checkpoint cycle's start */

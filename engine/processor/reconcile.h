@@ -49,6 +49,8 @@
  *            EAGAIN: park with the transaction open (the step ends; wake schedules a step that
  *            calls pawl_reconcile_resume, and so on); 0: if to_store != NOTHING
  *            store(to_store); commit; ECHECKPOINT: roll back, abort (release, back-off).
+ *            AUTO without an explicit request, for a batch that wrote nothing: to_store is
+ *            stored only when due (as plain mode's token), else the transaction is rolled back.
  *   idle     the wake step: if pawl_trigger_take(...) open a transaction and run the cycle as
  *            above with no events (deferred mode's request while idle).
  *   release  pawl_trigger_invalidate(t) first (no more requests); rc =

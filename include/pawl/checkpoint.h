@@ -23,7 +23,11 @@
  * the highest report; every unit that reported less is asked again with `agreed`, until all
  * cover it. Then `agreed` is stored (a value at or behind the stored token is ignored: the stored
  * token never moves backwards) and the batch transaction commits. No pool thread ever blocks on
- * a future: a segment waiting for its units is parked state.
+ * a future: a segment waiting for its units is parked state. In auto mode, a batch whose
+ * handlers queued no statement and that answers no explicit request writes `agreed` as plain
+ * mode writes its token: only when due (after read_batch of the segment's events or
+ * claim_poll_ms, and at release). The units have confirmed it, so the stored token lagging it
+ * only means that a crash redelivers those events; the batches skip a commit each.
  *
  * A checkpoint fails when a future completes with an error or reports a token that does not
  * cover what it was asked. Then nothing is stored, the batch transaction rolls back (undoing the
@@ -180,7 +184,8 @@ struct pawl_checkpointing {
  * last consumed token). Any thread; never blocks; requests merge to the highest one pending. An
  * idle segment wakes up and runs a commit cycle on its own; a busy one runs it after its current
  * batch. A request beyond what the segment has consumed waits until the segment gets there.
- * In auto mode every batch checkpoints anyway; a request can only make it reach further.
+ * In auto mode every batch asks the units anyway; a request makes the agreed token be stored at
+ * once (not only when due) and can make it reach further.
  *
  * Returns 0, PAWL_ERANGE for a negative token, or PAWL_ESHUTDOWN when the trigger is inert (its
  * segment was released or its worker aborted): the request is ignored. A new claim of the same

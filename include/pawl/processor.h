@@ -103,7 +103,8 @@ struct pawl_txn;           /* a batch transaction; see the token store below */
  * stored with every batch whose handlers queued a statement (a batch that queued none writes
  * the token only when due: after read_batch of the segment's events or claim_poll_ms, and at
  * release, so a crash redelivers at most that much); every handler a unit -> fully deferred; a
- * mix -> auto. The processor
+ * mix -> auto (every batch asks the units; the agreed token is stored by the same rule). The
+ * processor
  * waits for the units' futures without a time-out: a future that never completes stalls its
  * segment only, and keeps that batch's transaction open. (The PostgreSQL store buffers a
  * batch's statements and sends them with the token write at commit, so an open batch holds no

@@ -229,8 +229,9 @@ static void world_init(struct world *w, int events, int streams)
     snprintf(w->name, sizeof w->name, "ckpt-test");
 }
 
-static void world_start(struct world *w, const struct pawl_handler *hs, size_t n, uint32_t segs,
-                        uint32_t batch)
+/* claim_poll_ms also bounds how long an unstored token may wait (the time rule of "due"). */
+static void world_start_poll(struct world *w, const struct pawl_handler *hs, size_t n,
+                             uint32_t segs, uint32_t batch, uint32_t claim_poll_ms)
 {
     struct pawl_processor_opts o;
     pawl_processor_opts_defaults(&o);
@@ -238,12 +239,18 @@ static void world_start(struct world *w, const struct pawl_handler *hs, size_t n
     o.segments = segs;
     o.batch_size = batch;
     o.threads = 2;
-    o.claim_poll_ms = 20;
+    o.claim_poll_ms = claim_poll_ms;
     o.backoff_min_ms = 100;
     o.backoff_max_ms = 400;
     o.idle_wait_ms = 20;
     assert_int_equal(pawl_processor_new(&w->p, &o, w->src, w->tokens, hs, n), 0);
     assert_int_equal(pawl_processor_start(w->p), 0);
+}
+
+static void world_start(struct world *w, const struct pawl_handler *hs, size_t n, uint32_t segs,
+                        uint32_t batch)
+{
+    world_start_poll(w, hs, n, segs, batch, 20);
 }
 
 /* A never-completed future keeps its continuations alive: world_fini settles what the units
@@ -329,6 +336,58 @@ static void test_auto_mode_checkpoints_every_batch(void **state)
     struct pawl_processor_stats st;
     pawl_processor_stats(w.p, &st);
     assert_int_equal(st.mode, PAWL_CKPT_AUTO);
+    world_fini(&w);
+    unit_free(u);
+}
+
+/* Auto mode asks the units at every batch, but a batch that wrote nothing (no statement, no
+ * explicit request) commits no token on its own: like plain mode, the confirmed position is
+ * stored when due (read_batch events, claim_poll_ms) or at release. A batch whose ordinary
+ * handler queued a statement stores it with that statement; an explicit request is stored at
+ * once. */
+static void test_auto_mode_stores_when_due(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 100, 4);
+    struct unit *u = unit_new(B_COVER);
+    struct pawl_handler quiet[2] = {{"plain", NULL, noop_handle, NULL},
+                                    {"unit", u, u_handle, &unit_ckpt}};
+    world_start_poll(&w, quiet, 2, 1, 10, 60000); /* read_batch 1000: never due while running */
+    WAIT_UNTIL(unit_handled(u) == 100, 20000);
+    WAIT_UNTIL(unit_get(u, &u->nasked) >= 10, 20000);
+    pthread_mutex_lock(&u->mu);
+    int64_t last = u->asked[u->nasked - 1];
+    pthread_mutex_unlock(&u->mu);
+    assert_int_equal(last, 100); /* every batch asked, up to the last event */
+    usleep(100000);
+    assert_int_equal(stored(&w, 0, NULL), 0); /* confirmed, not yet due: nothing committed */
+    struct pawl_processor_stats st;
+    pawl_processor_stats(w.p, &st);
+    assert_int_equal(st.mode, PAWL_CKPT_AUTO);
+    assert_true(st.batches >= 10);
+
+    /* An explicit request is stored at once, batch or no batch. */
+    struct pawl_trigger *t = unit_trigger(u, 0);
+    assert_non_null(t);
+    assert_int_equal(pawl_trigger_request(t, 60), 0);
+    WAIT_UNTIL(stored(&w, 0, NULL) >= 60, 20000);
+    pawl_trigger_unref(t);
+    pawl_processor_free(w.p); /* release: what the units confirm is stored */
+    assert_int_equal(stored(&w, 0, NULL), 100);
+    pawl_tokens_free(w.tokens);
+    pawl_source_free(w.src);
+    unit_free(u); /* B_COVER holds no future: nothing to settle */
+
+    /* A batch whose ordinary handler queued a statement commits the agreed token with it. */
+    world_init(&w, 100, 4);
+    u = unit_new(B_COVER);
+    struct pawl_handler writing[2] = {{"ordinary", NULL, ordinary_handle, NULL},
+                                      {"unit", u, u_handle, &unit_ckpt}};
+    world_start_poll(&w, writing, 2, 1, 10, 60000);
+    WAIT_UNTIL(stored(&w, 0, NULL) == 100, 20000);
+    for (int i = 1; i <= 100; i++)
+        assert_int_equal(atomic_load(&applied[i]), 1);
     world_fini(&w);
     unit_free(u);
 }
@@ -636,6 +695,7 @@ int main(void)
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_mode_checkpoints_every_batch),
+        cmocka_unit_test(test_auto_mode_stores_when_due),
         cmocka_unit_test(test_plain_mode_stores_every_batch),
         cmocka_unit_test(test_deferred_stores_nothing_without_request_then_exactly_agreed),
         cmocka_unit_test(test_latest_resolves_to_last_consumed_token),
