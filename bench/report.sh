@@ -87,6 +87,10 @@ plot "$tmp/gr.dat" using 1:2 with linespoints lw 2 title "append events/s", \
      "$tmp/gr.dat" using 1:4 axes x1y2 with linespoints lw 2 title "finalize delay p99 (ms)"
 GP
     fi
+    if has bench_group; then
+        "$here/plot_group.sh" "$out/bench_group.csv" "$out/bench_group.png" >/dev/null ||
+            echo "report.sh: the group-append plot failed" >&2
+    fi
     plots=()
     for f in peers baselines pawl_peerfmt; do has $f && plots+=("$out/$f.csv"); done
     if [ ${#plots[@]} -gt 0 ] && [ -x "$here/peers/plot.sh" ]; then
