@@ -109,6 +109,9 @@ struct secrets {
 
 static void add_secret(struct secrets *S, const char *p, size_t len)
 {
+    /* A percent-decoded "%00" puts a NUL inside: a message (a C string) can only hold what
+     * comes before it, and an empty secret would match everywhere. */
+    len = strnlen(p, len);
     if (len == 0 || S->n >= MAX_SECRETS)
         return;
     for (int i = 0; i < S->n; i++)
@@ -259,6 +262,8 @@ static void replace_all(char **buf, const char *secret)
 {
     size_t sl = strlen(secret);
     size_t count = 0;
+    if (sl == 0)
+        return; /* matches at every position: nothing to hide, and no end to the loops */
     for (const char *p = strstr(*buf, secret); p; p = strstr(p + sl, secret))
         count++;
     if (count == 0)

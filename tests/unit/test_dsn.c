@@ -91,6 +91,31 @@ static void test_scrub(void **state)
     assert_string_equal(out, "plain message");
 }
 
+/* A percent-encoded NUL in a password (libpq refuses "%00") decodes to a secret that ends at
+ * its first byte as a C string. Found by the DSN fuzzer: an empty secret made the scrubber
+ * loop forever, so a mistyped DSN hung the check that reports it. Each of these must come
+ * back, refused, with the rest of the password hidden. */
+static void test_nul_in_password(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "postgresql://u:%00Zq9SecretPw@h/db",
+        "postgres://u:%00@h/db",
+        "postgresql://u:Zq9Secret%00Pw@h/db",
+        "postgresql://u@h/db?password=%00Zq9SecretPw",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[1024] = "";
+        assert_int_equal(pawl_dsn_check(bad[i], err, sizeof err), PAWL_EINVAL);
+        assert_true(err[0] != '\0');
+        if (strstr(err, "Zq9Secret") != NULL || strstr(err, "SecretPw") != NULL)
+            fail_msg("case %zu: the password shows in \"%s\"", i, err);
+    }
+    char out[128];
+    pawl_dsn_scrub("postgres://u:%00@h/db", "message with %00 in it", out, sizeof out);
+    assert_string_equal(out, "message with *** in it");
+}
+
 /* The library's own connection errors (a server that is not there) name the DSN redacted. */
 static void test_store_error_has_no_password(void **state)
 {
@@ -122,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_check_never_echoes_password),
         cmocka_unit_test(test_scrub),
+        cmocka_unit_test(test_nul_in_password),
         cmocka_unit_test(test_store_error_has_no_password),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
