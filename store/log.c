@@ -63,6 +63,9 @@
 #define PG_EPOCH_OFFSET_US 946684800000000LL /* 2000-01-01 - 1970-01-01 in µs */
 #define ANY_RETRIES 16
 #define ACK_RING 65536
+/* A statement buffer larger than this goes back to the allocator when its append or group is
+ * recycled, so that one burst of big appends does not pin its memory. */
+#define BUF_KEEP_MAX (1u << 20)
 
 /*
  * The append statement: pawl.append (sql/006_log_guarantees.sql), the one append path of every
@@ -722,7 +725,7 @@ static struct append_op *op_get(struct pawl_store *s)
 static void op_put(struct pawl_store *s, struct append_op *op)
 {
     /* Keep small buffers for reuse; large ones go back to the allocator. */
-    if (op->en.cap > (1u << 20)) {
+    if (op->en.cap > BUF_KEEP_MAX) {
         pawl_free(op->en.buf);
         op->en.buf = NULL;
         op->en.cap = 0;
@@ -1398,9 +1401,7 @@ static struct append_group *group_take_locked(struct pawl_store *s)
 /* Give g back and take the next group from what queued meanwhile (NULL: none). */
 static struct append_group *group_release(struct pawl_store *s, struct append_group *g)
 {
-    /* Keep a small statement buffer for reuse; a large one goes back to the allocator (as
-     * op_put does), so one burst of big appends does not pin its memory. */
-    if (g->cap > (1u << 20)) {
+    if (g->cap > BUF_KEEP_MAX) { /* as op_put does */
         pawl_free(g->buf);
         g->buf = NULL;
         g->cap = 0;

@@ -590,14 +590,25 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
     }
 }
 
-static int token_due(const struct pkg *k, size_t n);
+/* Whether a token that is all a transaction would commit should be written now, after a batch
+ * of n events (0: none, an idle step) that wrote nothing else: once read_batch of this
+ * segment's events have passed since the last write, or claim_poll_ms (and on release). Events,
+ * not index distance: with S segments the index moves about S times faster than one segment's
+ * events, and counting it made every segment write (a synchronous commit on a worker) S times as
+ * often as documented. */
+static int token_due(const struct pkg *k, size_t n)
+{
+    const struct pawl_processor *p = k->p;
+    return k->unstored + n >= p->o.read_batch ||
+           pawl_now_ns() - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000;
+}
 
 /* The end of a checkpoint cycle: store what the units agreed on (if anything) and commit. With
- * lazy (auto mode, a batch that wrote nothing and no explicit request), an agreed position that
- * is not yet due is left unstored: the transaction would commit the token alone, a round trip
- * and a WAL flush per batch. The units have confirmed it, so it bounds only redelivery, as an
- * unstored position does in plain mode; the next due cycle (a batch, an idle cycle after
- * claim_poll_ms, the release) stores what the units agree on then. */
+ * lazy (a batch that wrote nothing, and in auto mode no explicit request either), a position
+ * that is not yet due is left unstored: the transaction would commit the token alone, a round
+ * trip and a WAL flush per batch, for a position that only bounds redelivery (the handlers
+ * queued nothing; the units confirmed it). A crash in between redelivers at most that much;
+ * the next due cycle (a batch, an idle cycle after claim_poll_ms, the release) stores it. */
 static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, int64_t end, size_t n,
                        size_t handled, int lazy)
 {
@@ -626,34 +637,13 @@ static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, in
  * the token). Returns 0 (committed), PAWL_EAGAIN (parked: the cycle waits for futures, the
  * transaction stays open), or an error (rolled back).
  */
-/* Plain mode (and idle segments in auto mode): whether the token should be written now although
- * the batch of n events (0: none, an idle step) wrote nothing else: once read_batch of this
- * segment's events have passed since the last write, or claim_poll_ms (and on release). Events,
- * not index distance: with S segments the index moves about S times faster than one segment's
- * events, and counting it made every segment write (a synchronous commit on a worker) S times as
- * often as documented. */
-static int token_due(const struct pkg *k, size_t n)
-{
-    const struct pawl_processor *p = k->p;
-    return k->unstored + n >= p->o.read_batch ||
-           pawl_now_ns() - k->last_store_ns >= (int64_t)p->o.claim_poll_ms * 1000000;
-}
-
 static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t n, size_t handled,
                         size_t stmts)
 {
     struct pawl_processor *p = k->p;
-    if (p->mode == PAWL_CKPT_PLAIN && stmts == 0 && end > k->token && !token_due(k, n)) {
-        /* The handlers queued nothing, so the token is all this transaction would commit: a
-         * round trip and a WAL flush per batch, for a position that only bounds redelivery.
-         * It is written when due instead; a crash in between redelivers at most that much. */
-        txn->ops->rollback(txn);
-        batch_done(k, end, k->token, n, handled);
-        return 0;
-    }
     if (p->mode == PAWL_CKPT_PLAIN)
         return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled,
-                           0);
+                           stmts == 0);
     int64_t req = PAWL_RECONCILE_NOTHING, pending;
     int asked = pawl_trigger_take(k->trigger, end, &pending);
     if (asked)

@@ -253,9 +253,11 @@ static void world_start(struct world *w, const struct pawl_handler *hs, size_t n
     world_start_poll(w, hs, n, segs, batch, 20);
 }
 
-/* A never-completed future keeps its continuations alive: world_fini settles what the units
- * still hold while the processor (and its pool) runs, as a unit that gives up would. */
-static void world_fini(struct world *w)
+/* Stop the processor (its segments are released, their tokens stored); the store stays for
+ * inspection. A never-completed future keeps its continuations alive: what the units still
+ * hold is settled first, while the processor (and its pool) runs, as a unit that gives up
+ * would. */
+static void world_stop(struct world *w)
 {
     for (int i = 0; i < 4; i++) {
         struct unit *u = live_units[i];
@@ -268,6 +270,13 @@ static void world_fini(struct world *w)
         live_units[i] = NULL;
     }
     pawl_processor_free(w->p);
+    w->p = NULL;
+}
+
+static void world_fini(struct world *w)
+{
+    if (w->p)
+        world_stop(w);
     pawl_tokens_free(w->tokens);
     pawl_source_free(w->src);
 }
@@ -373,11 +382,10 @@ static void test_auto_mode_stores_when_due(void **state)
     assert_int_equal(pawl_trigger_request(t, 60), 0);
     WAIT_UNTIL(stored(&w, 0, NULL) >= 60, 20000);
     pawl_trigger_unref(t);
-    pawl_processor_free(w.p); /* release: what the units confirm is stored */
+    world_stop(&w); /* release: what the units confirm is stored */
     assert_int_equal(stored(&w, 0, NULL), 100);
-    pawl_tokens_free(w.tokens);
-    pawl_source_free(w.src);
-    unit_free(u); /* B_COVER holds no future: nothing to settle */
+    world_fini(&w);
+    unit_free(u);
 
     /* A batch whose ordinary handler queued a statement commits the agreed token with it. */
     world_init(&w, 100, 4);
