@@ -3230,11 +3230,14 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * stuck stream does not stall the appends queued behind it to other streams. */
     snprintf(s->lock_sql, sizeof s->lock_sql, "SET lock_timeout = %d", o->append_lock_timeout_ms);
     {
+        /* Appends keep the database's synchronous_commit (the user's durability choice), unless
+         * they carry piggybacked finalization runs: pawl.finalize refuses a non-durable commit. */
         const char *ms[] = {"SET application_name = 'pawl'",
                             "SET plan_cache_mode = force_generic_plan",
                             "SET default_transaction_isolation = 'read committed'",
                             "SET default_transaction_read_only = off",
                             s->lock_sql,
+                            o->append_finalizes ? fin_sync_sql : NULL,
                             NULL};
         memcpy(s->main_session, ms, sizeof ms);
     }

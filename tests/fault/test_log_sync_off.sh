@@ -2,7 +2,9 @@
 # test_log_sync_off.sh — a run that readers saw survives a crash even when the database's
 # default synchronous_commit is off: the finalizer pins synchronous_commit = on for its session
 # (a run is flushed before anyone can read it), so after immediate shutdowns (crash recovery)
-# no index ever read with one event later holds another, and none disappears.
+# no index ever read with one event later holds another, and none disappears. A session of its
+# own that calls pawl.finalize at off (the database's default here) or local is refused, naming
+# the setting: its run could be read and then lost in a crash.
 #
 # It runs its own PostgreSQL cluster (pawl-pg keyed by a temporary directory), because it
 # restarts the server; the cluster is removed at the end.
@@ -36,6 +38,19 @@ psql "$DSN" -qAt -c "ALTER SYSTEM SET wal_writer_delay = '10s'" \
 fails=0
 check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
 
+# A manual run at a non-durable setting is refused (nothing is written); at on it goes.
+psql "$DSN" -qAtc "SELECT pawl.append(ARRAY['m'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'],
+                   ARRAY['p'::bytea], NULL, false)" >/dev/null || exit 1
+for level in off local; do
+    out=$(psql "$DSN" -qAt -c "SET synchronous_commit = $level" -c "SELECT appends FROM pawl.finalize()" 2>&1)
+    grep -q "must run with synchronous_commit on or stronger, not $level" <<<"$out"
+    check "a manual pawl.finalize at synchronous_commit = $level is refused" $?
+done
+[ "$(psql "$DSN" -qAtc "SELECT count(*) FROM pawl.runs WHERE first_index > 0")" = 0 ]
+check "the refused runs wrote nothing" $?
+[ "$(psql "$DSN" -qAt -c "SET synchronous_commit = on" -c "SELECT appends FROM pawl.finalize()")" = 1 ]
+check "at synchronous_commit = on it finalizes" $?
+
 # Appenders: short runs in a loop, so that a restart only costs the current one.
 (
     end=$((SECONDS + 24))
@@ -68,7 +83,7 @@ done
 wait "$reader"
 wait
 # What is there now (a last run finalizes what the appenders left).
-psql "$DSN" -qAtc "SELECT appends FROM pawl.finalize()" >/dev/null
+psql "$DSN" -qAt -c "SET synchronous_commit = on" -c "SELECT appends FROM pawl.finalize()" >/dev/null
 psql "$DSN" -qAt -F ' ' -c "SELECT global_index, stream_id, stream_seq FROM pawl_api.events
                            ORDER BY global_index" >"$tmp/final"
 seen=$(sort -u "$tmp/seen" | wc -l)

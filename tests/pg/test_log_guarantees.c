@@ -488,6 +488,48 @@ static void test_isolation_serializable(void **state)
     isolation_case("t_log_guar_ser", "serializable");
 }
 
+/*
+ * A database whose default is synchronous_commit = off: a manual pawl.finalize is refused (its
+ * run could be read and then lost in a crash), and a store whose appends carry piggybacked runs
+ * (append_finalizes) pins the setting on its append sessions, so its appends still commit and
+ * their runs are durable.
+ */
+static void test_sync_off_piggyback(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_guar_sync", NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    pawl_test_exec(pawl_test_dsn(), "ALTER DATABASE t_log_guar_sync SET synchronous_commit = off");
+    PGconn *c = raw(d);
+    PGresult *r = PQexec(c, "SELECT * FROM pawl.finalize()");
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "25000");
+    assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), "synchronous_commit"));
+    PQclear(r);
+    PQfinish(c);
+
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.append_finalizes = 1;
+    o.finalizer = 0; /* only the appends' own runs */
+    struct pawl_store *s = NULL;
+    assert_int_equal(pawl_store_new(&s, d, &o, err, sizeof err), 0);
+    for (int i = 1; i <= 50; i++) {
+        struct pawl_event e = ev1("sync", i, "t", "x");
+        struct pawl_append_result res;
+        assert_int_equal(pawl_append(s, &e, 1, &res), 0);
+        assert_int_equal(res.first_seq, i);
+    }
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    assert_true(st.finalize_piggybacked > 0);
+    finalize_all(s, d);
+    assert_int_equal(check_log(d), 50);
+    pawl_store_free(s);
+    pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_sync");
+}
+
 /* ---- upgrade from schema 5 --------------------------------------------------------------------
  */
 
@@ -669,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_outbox_race),
         cmocka_unit_test(test_isolation_repeatable_read),
         cmocka_unit_test(test_isolation_serializable),
+        cmocka_unit_test(test_sync_off_piggyback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
