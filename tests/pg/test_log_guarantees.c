@@ -454,6 +454,18 @@ static void test_backlog(void **state)
 
 /* ---- database defaults: isolation and synchronous_commit ------------------------------------ */
 
+/* A session of the database's defaults calling pawl.finalize is refused (25000), naming why. */
+static void assert_finalize_refused(const char *d, const char *why)
+{
+    PGconn *c = raw(d);
+    PGresult *r = PQexec(c, "SELECT * FROM pawl.finalize()");
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "25000");
+    assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), why));
+    PQclear(r);
+    PQfinish(c);
+}
+
 static void isolation_case(const char *name, const char *level)
 {
     char d[1024], err[512], q[256];
@@ -465,13 +477,7 @@ static void isolation_case(const char *name, const char *level)
     snprintf(q, sizeof q, "ALTER DATABASE %s SET synchronous_commit = off", name);
     pawl_test_exec(pawl_test_dsn(), q);
     /* Finalizing in a transaction of that level is refused with a clear error. */
-    PGconn *c = raw(d);
-    PGresult *r = PQexec(c, "SELECT * FROM pawl.finalize()");
-    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
-    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "25000");
-    assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), "READ COMMITTED"));
-    PQclear(r);
-    PQfinish(c);
+    assert_finalize_refused(d, "READ COMMITTED");
     run_race(d, 2);
     pawl_test_db_drop(pawl_test_dsn(), name);
 }
@@ -501,13 +507,7 @@ static void test_sync_off_piggyback(void **state)
     pawl_test_db_make(pawl_test_dsn(), "t_log_guar_sync", NULL, d, sizeof d);
     assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
     pawl_test_exec(pawl_test_dsn(), "ALTER DATABASE t_log_guar_sync SET synchronous_commit = off");
-    PGconn *c = raw(d);
-    PGresult *r = PQexec(c, "SELECT * FROM pawl.finalize()");
-    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
-    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "25000");
-    assert_non_null(strstr(PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY), "synchronous_commit"));
-    PQclear(r);
-    PQfinish(c);
+    assert_finalize_refused(d, "synchronous_commit");
 
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
