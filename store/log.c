@@ -251,7 +251,7 @@ struct pawl_store {
     pthread_t retry_thread;
     int retry_started;
     atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
-    const char *main_session[7];
+    const char *main_session[8];
     char lock_sql[48];
 
     /* Group append: ops waiting for a group (FIFO through next_q), the groups not in flight,
@@ -3206,8 +3206,11 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
      * (finalize's snapshot must follow its lock; appends retry their own conflicts), writable
      * sessions, and for the finalizer a durable commit (a run is flushed, or replicated when
      * so configured, before any reader can see it: a stronger setting stays) and no timeouts
-     * (its work is bounded by the backlog). LISTEN pawl_pending: appends made in other
-     * processes' own transactions (pawl_api.append, pawl_append_in).
+     * (its work is bounded by the backlog). The append and read sessions pin no statement
+     * timeout either: their lock waits are bounded by lock_timeout below, a read by its batch
+     * size, and a default meant for applications' queries would fail them at random. LISTEN
+     * pawl_pending: appends made in other processes' own transactions (pawl_api.append,
+     * pawl_append_in).
      */
     static const char fin_sync_sql[] =
         "SELECT set_config('synchronous_commit', 'on', false)"
@@ -3236,6 +3239,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
                             "SET plan_cache_mode = force_generic_plan",
                             "SET default_transaction_isolation = 'read committed'",
                             "SET default_transaction_read_only = off",
+                            "SET statement_timeout = 0",
                             s->lock_sql,
                             o->append_finalizes ? fin_sync_sql : NULL,
                             NULL};

@@ -398,9 +398,13 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
     pawl_cond_init_monotonic(&sb->cond);
     pawl_dsn_redact(o->read_dsn, sb->where, sizeof sb->where);
 
-    static const char *const session[] = {"SET application_name = 'pawl standby reader'",
-                                          "SET plan_cache_mode = force_generic_plan",
-                                          "SET default_transaction_read_only = on", NULL};
+    static const char *const session[] = {
+        "SET application_name = 'pawl standby reader'",
+        "SET plan_cache_mode = force_generic_plan",
+        "SET default_transaction_read_only = on",
+        "SET statement_timeout = 0",
+        NULL,
+    };
     struct pawl_pgpool_opts po;
     pawl_pgpool_opts_defaults(&po);
     po.name = "standby";

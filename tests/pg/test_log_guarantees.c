@@ -530,6 +530,75 @@ static void test_sync_off_piggyback(void **state)
     pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_sync");
 }
 
+/*
+ * A database whose default statement_timeout (30 ms) is shorter than a lock wait pawl bounds
+ * itself: an append that waits 150 ms for its stream (held by an open outbox append) and a
+ * read that waits 150 ms for the log's lock (as behind `pawl retention`) both succeed. The
+ * store's sessions pin no statement timeout: lock waits are bounded by append_lock_timeout_ms
+ * and its retries, a read by its batch size, and a default meant for applications' queries
+ * would fail them at random (a read that always takes longer, every time).
+ */
+static struct pawl_store *timeout_store;
+static int timeout_rc;
+
+static void *timeout_appender(void *arg)
+{
+    (void)arg;
+    struct pawl_event e = ev1("stmt", PAWL_SEQ_ANY, "t", "waits");
+    timeout_rc = pawl_append(timeout_store, &e, 1, NULL);
+    return NULL;
+}
+
+static void *timeout_reader(void *arg)
+{
+    struct pawl_read_batch *b = arg;
+    timeout_rc = pawl_read(timeout_store, 0, 100, b);
+    return NULL;
+}
+
+static void test_statement_timeout_default(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_guar_stmt", NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    pawl_test_exec(pawl_test_dsn(), "ALTER DATABASE t_log_guar_stmt SET statement_timeout = 30");
+    if (pawl_store_new(&timeout_store, d, NULL, err, sizeof err) != 0)
+        fail_msg("store: %s", err);
+    PGconn *c = raw(d);
+    assert_true(ok_cmd(c, "SET statement_timeout = 0"));
+    assert_true(ok_cmd(c, "BEGIN"));
+    assert_true(ok_cmd(c, "SELECT pawl_api.append('stmt', 't', 'holds')"));
+    pthread_t th;
+    pthread_create(&th, NULL, timeout_appender, NULL);
+    usleep(150000);
+    assert_true(ok_cmd(c, "COMMIT"));
+    pthread_join(th, NULL);
+    if (timeout_rc != 0)
+        fail_msg("append: %s: %s", pawl_strerror(timeout_rc),
+                 pawl_store_errmsg(timeout_store, err, sizeof err));
+    assert_int_equal(pawl_store_wait(timeout_store, 1, 10000), 0);
+
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
+    assert_true(ok_cmd(c, "BEGIN"));
+    assert_true(ok_cmd(c, "LOCK TABLE pawl.runs IN ACCESS EXCLUSIVE MODE"));
+    pthread_create(&th, NULL, timeout_reader, &b);
+    usleep(150000);
+    assert_true(ok_cmd(c, "COMMIT"));
+    pthread_join(th, NULL);
+    if (timeout_rc != 0)
+        fail_msg("read: %s: %s", pawl_strerror(timeout_rc),
+                 pawl_store_errmsg(timeout_store, err, sizeof err));
+    assert_int_equal(b.count, 2);
+    pawl_read_batch_fini(&b);
+    PQfinish(c);
+    pawl_store_free(timeout_store);
+    pawl_test_exec(pawl_test_dsn(), "ALTER DATABASE t_log_guar_stmt RESET statement_timeout");
+    assert_int_equal(check_log(d), 2);
+    pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_stmt");
+}
+
 /* ---- upgrade from schema 5 --------------------------------------------------------------------
  */
 
@@ -712,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_isolation_repeatable_read),
         cmocka_unit_test(test_isolation_serializable),
         cmocka_unit_test(test_sync_off_piggyback),
+        cmocka_unit_test(test_statement_timeout_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
