@@ -962,7 +962,12 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
     pawl_pgpool_opts_defaults(&o);
     o.name = "tokens";
     o.connections = 1;
-    static const char *const session[] = {"SET jit = off", NULL};
+    /* Claims, batches and tokens write whatever the database's default says (as the log's
+     * sessions do): a default of read-only transactions would fail every claim, for ever. The
+     * isolation level and the timeouts stay the database's: batches run the handlers' own
+     * statements, and claims retry serialization failures. */
+    static const char *const session[] = {"SET jit = off",
+                                          "SET default_transaction_read_only = off", NULL};
     o.session_sql = session;
     char err[256];
     /* Claims get a connection of their own, so an extension never queues behind batch

@@ -162,4 +162,17 @@ n=$(wc -l <"$tmp/watch.jsonl")
 [ "$n" -ge 2 ] && jq -e -s 'all(.[]; .processor == "p")' "$tmp/watch.jsonl" >/dev/null
 check "status --watch --json refreshes ($n documents)" $?
 
+# ---- a database whose transactions are read-only by default ---------------------------------
+# pawl's sessions pin read-write: appends did already; claims, batches and tokens do too.
+psql "$BASE_DSN" -qAtc "ALTER DATABASE $db SET default_transaction_read_only = on" || exit 1
+echo '{"stream":"ro","type":"New"}' | "$PAWL" append 2>/dev/null
+expect_rc "append with read-only transactions by default" 0 $?
+"$PAWL" run --processor p --claim-poll 100ms --progress off >/dev/null 2>"$tmp/ro.err" &
+bg=$!
+wait_status 30 '.lag_events == 0 and .head == 302 and all(.segments[]; .token == 302)'
+check "a node claims, handles and stores its tokens there" $?
+stop_bg
+! grep -q '25006' "$tmp/ro.err"; check "no read-only transaction errors" $?
+psql "$BASE_DSN" -qAtc "ALTER DATABASE $db RESET default_transaction_read_only"
+
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
