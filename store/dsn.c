@@ -321,3 +321,11 @@ char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
     free_secrets(&S);
     return out;
 }
+
+struct pg_conn *pawl_pq_connect(const char *dsn, int start)
+{
+    /* expand_dbname: dsn is parsed in place of dbname; a later keyword overrides what it set. */
+    static const char *const keys[] = {"dbname", "client_encoding", NULL};
+    const char *const vals[] = {dsn ? dsn : "", "UTF8", NULL};
+    return start ? PQconnectStartParams(keys, vals, 1) : PQconnectdbParams(keys, vals, 1);
+}

@@ -38,4 +38,14 @@ char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
 /* 1 when dsn carries a password (password= or sslpassword=, a URI's userinfo or query), else 0. */
 int pawl_dsn_has_password(const char *dsn);
 
+/*
+ * Open a libpq connection to dsn with the settings every pawl connection fixes, whatever the DSN,
+ * libpq's environment or the database's defaults say: client_encoding UTF8. Stream ids, types and
+ * metadata are UTF-8 text; under another client encoding (PGCLIENTENCODING=LATIN1, say) the
+ * server converts them, so a stream appended by pawl and the same stream appended in SQL would
+ * be two streams, and text read back would not be UTF-8. start: begin a non-blocking connection
+ * (PQconnectStartParams) instead of connecting (PQconnectdbParams). NULL only when out of memory.
+ */
+struct pg_conn *pawl_pq_connect(const char *dsn, int start);
+
 #endif

@@ -119,7 +119,7 @@ static int pg_wait(struct pawl_source *src, int64_t after, int64_t timeout_ms)
 
 static int admin_i64(struct source_pg *s, const char *sql, const char *param, int64_t *out)
 {
-    PGconn *c = PQconnectdb(s->dsn);
+    PGconn *c = pawl_pq_connect(s->dsn, 0);
     int rc = 0;
     if (PQstatus(c) != CONNECTION_OK) {
         char m[512];

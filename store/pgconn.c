@@ -382,7 +382,7 @@ static void conn_break(struct conn *c, const char *why_in)
 static void start_connect(struct conn *c)
 {
     struct pawl_pgpool *p = c->pool;
-    c->pg = PQconnectStart(p->dsn);
+    c->pg = pawl_pq_connect(p->dsn, 1);
     if (c->pg == NULL) {
         conn_break(c, "out of memory");
         return;

@@ -51,7 +51,7 @@ static int open_conn(const char *dsn, PGconn **out, char *err, size_t errlen)
         put_err(err, errlen, "invalid DSN: %s", e);
         return PAWL_EINVAL;
     }
-    PGconn *c = PQconnectdb(dsn);
+    PGconn *c = pawl_pq_connect(dsn, 0);
     if (PQstatus(c) != CONNECTION_OK) {
         char d[256], m[512];
         put_err(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),

@@ -3,13 +3,15 @@
  */
 #include "pgq.h"
 
+#include "dsn.h"
+
 #include <libpq-fe.h>
 #include <stdlib.h>
 #include <string.h>
 
 static PGconn *connect_db(const char *dsn, char *err, size_t errlen)
 {
-    PGconn *c = PQconnectdb(dsn);
+    PGconn *c = pawl_pq_connect(dsn, 0);
     if (c == NULL || PQstatus(c) != CONNECTION_OK) {
         snprintf(err, errlen, "cannot connect: %s", c ? PQerrorMessage(c) : "out of memory");
         PQfinish(c);

@@ -3,6 +3,8 @@
  */
 #include "status.h"
 
+#include "dsn.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -193,7 +195,7 @@ static const char FIN_LOCK_SQL[] =
 void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out)
 {
     memset(out, 0, sizeof *out);
-    PGconn *c = PQconnectdb(dsn);
+    PGconn *c = pawl_pq_connect(dsn, 0);
     if (PQstatus(c) != CONNECTION_OK) {
         out->known = -1;
         snprintf(out->why, sizeof out->why, "%s", PQerrorMessage(c));

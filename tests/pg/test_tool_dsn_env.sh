@@ -62,6 +62,24 @@ check "PAWL_DSN wins over libpq's variables" $?
 PGHOST=/nonexistent-pawl PGDATABASE=nope "$PAWL" tail --from 0 --count 1 --dsn "$BASE_DSN dbname=$db" >/dev/null 2>&1
 check "--dsn wins over libpq's variables" $?
 
+# ---- the client encoding: always UTF-8 -----------------------------------------------------------
+# PGCLIENTENCODING, client_encoding in the DSN and the database's default would make the server
+# convert pawl's UTF-8 text: a stream appended by the tool and the same stream appended in SQL
+# were two streams ("café" stored as "cafÃ©"), and text read back was not UTF-8.
+psql "$BASE_DSN" -qAtc "ALTER DATABASE $db SET client_encoding = 'LATIN1'" || exit 1
+psql "$BASE_DSN dbname=$db client_encoding=UTF8" -qAtc "SELECT pawl_api.append('café', 'Née', '{}')" >/dev/null
+check "an SQL append to café" $?
+printf '%s\n' '{"stream":"café","type":"Née","payload":{"n":"ü"}}' |
+    PGCLIENTENCODING=LATIN1 "$PAWL" append --dsn "$BASE_DSN dbname=$db client_encoding=LATIN1" >/dev/null 2>&1
+check "pawl append under PGCLIENTENCODING=LATIN1 and client_encoding=LATIN1" $?
+[ "$(psql "$BASE_DSN dbname=$db client_encoding=UTF8" -qAtc "SELECT string_agg(stream_seq::text, ',' ORDER BY stream_seq)
+      FROM pawl.events WHERE stream_id = 'café' AND type = 'Née'")" = 1,2 ]
+check "one stream café, sequences 1 and 2" $?
+out=$(PGCLIENTENCODING=LATIN1 "$PAWL" tail --dsn "$BASE_DSN dbname=$db" --from 0 --count 20 --json 2>/dev/null |
+    jq -r 'select(.stream == "café") | .type + " " + (.payload.n // "-")' | tr '\n' ' ')
+[ "$out" = "Née - Née ü " ]; check "pawl tail reads UTF-8 back ($out)" $?
+psql "$BASE_DSN" -qAtc "ALTER DATABASE $db RESET client_encoding"
+
 # ---- the private cluster: one place whatever the working folder ---------------------------------
 where() { (cd "$1" && env -u PAWL_PG_KEY "$PAWL" config 2>/dev/null | sed -n 's/^  from: //p'); }
 top=$(where "$SRC") sub=$(where "$SRC/tests/pg") other=$(where "$tmp")
