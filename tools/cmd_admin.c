@@ -182,11 +182,10 @@ static int status_list(struct tool_config *cfg)
         int rc = tool_pgq_processors(dsn, cfg->lib.processor.claim_timeout_ms, &rows, &n, err,
                                      sizeof err);
         if (rc != 0) {
+            /* By SQLSTATE, not by message text: a server's lc_messages may not be English. */
             tool_err("status: cannot list the processors: %s%s", err,
-                     strstr(err, "does not exist") ? " (run `pawl init` first)" : "");
-            return rc == PAWL_ECONN                ? TOOL_NODB
-                   : strstr(err, "does not exist") ? TOOL_NOTFOUND
-                                                   : TOOL_FAILED;
+                     rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+            return rc == PAWL_ECONN ? TOOL_NODB : rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : TOOL_FAILED;
         }
         if (cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json)
             fputs("\033[H\033[2J", stdout);

@@ -38,6 +38,16 @@ static PGresult *query(PGconn *c, const char *sql, int n, const char *const *v, 
     return r;
 }
 
+static PGresult *query_st(PGconn *c, const char *sql, int n, const char *const *v, char *state,
+                          char *err, size_t errlen);
+
+/* The SQLSTATEs of a database without pawl's schema: no such schema, table or function. */
+static int schema_missing(const char *state)
+{
+    return strcmp(state, "3F000") == 0 || strcmp(state, "42P01") == 0 ||
+           strcmp(state, "42883") == 0;
+}
+
 static int64_t int_at(const PGresult *r, int row, int col)
 {
     return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
@@ -54,19 +64,20 @@ int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_p
     char ms[24];
     snprintf(ms, sizeof ms, "%lld", (long long)claim_timeout_ms);
     const char *v[1] = {ms};
+    char state[6];
     PGresult *r =
-        query(c,
-              "WITH t AS (SELECT processor, token, owner, owner IS NOT NULL AND claimed_at > "
-              "  now() - make_interval(secs => $1::int8 / 1000.0) AS live FROM pawl.tokens) "
-              "SELECT processor, count(*), count(*) FILTER (WHERE live), "
-              "  count(*) FILTER (WHERE owner IS NOT NULL AND NOT live), "
-              "  coalesce(string_agg(DISTINCT owner, ', ') FILTER (WHERE live), ''), min(token), "
-              "  (SELECT pawl_api.last_index()) "
-              "FROM t GROUP BY processor ORDER BY processor",
-              1, v, err, errlen);
+        query_st(c,
+                 "WITH t AS (SELECT processor, token, owner, owner IS NOT NULL AND claimed_at > "
+                 "  now() - make_interval(secs => $1::int8 / 1000.0) AS live FROM pawl.tokens) "
+                 "SELECT processor, count(*), count(*) FILTER (WHERE live), "
+                 "  count(*) FILTER (WHERE owner IS NOT NULL AND NOT live), "
+                 "  coalesce(string_agg(DISTINCT owner, ', ') FILTER (WHERE live), ''), "
+                 "  min(token), (SELECT pawl_api.last_index()) "
+                 "FROM t GROUP BY processor ORDER BY processor",
+                 1, v, state, err, errlen);
     int rc = 0;
     if (r == NULL) {
-        rc = PAWL_ESQL;
+        rc = schema_missing(state) ? PAWL_ESCHEMA : PAWL_ESQL;
     } else {
         int nt = PQntuples(r);
         *rows = calloc(nt > 0 ? (size_t)nt : 1, sizeof **rows);

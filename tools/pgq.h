@@ -24,7 +24,7 @@ struct tool_proc_row {
 };
 
 /* Every processor in pawl.tokens, by name; *rows is malloc'ed (free it). PAWL_* code, with the
- * server's message in err. */
+ * server's message in err: PAWL_ESCHEMA when the database has no pawl schema (by SQLSTATE). */
 int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_proc_row **rows,
                         size_t *n, char *err, size_t errlen);
 

@@ -45,6 +45,8 @@ stop_bg() { # interrupt the background node and wait for its clean exit (bounded
 
 timeout 30 "$PAWL" run --processor p 2>"$tmp/err"; expect_rc "run before init: no schema" 5 $?
 grep -q 'pawl init' "$tmp/err"; check "hint to run pawl init" $?
+"$PAWL" status 2>"$tmp/err"; expect_rc "status before init: no schema" 5 $?
+grep -q 'run `pawl init` first' "$tmp/err"; check "status: hint to run pawl init" $?
 "$PAWL" init >/dev/null 2>&1; expect_rc "init" 0 $?
 "$PAWL" append --generate --count 300 --duration 0 --rate 0 --streams 50 --progress off 2>/dev/null
 expect_rc "append 300 events" 0 $?
