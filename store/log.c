@@ -3160,6 +3160,11 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         }
         return PAWL_ESCHEMA;
     }
+    if (o->finalizer) {
+        rc = pawl_schema_check_primary(dsn, "finalization (the store's finalizer)", err, errlen);
+        if (rc != 0)
+            return rc;
+    }
 
     struct pawl_store *s = pawl_calloc(1, sizeof *s);
     if (s == NULL)

@@ -952,6 +952,13 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         return PAWL_EINVAL;
     if (connections < 1 || connections > 64)
         return PAWL_ERANGE;
+    char why[512];
+    int rc0 =
+        pawl_schema_check_primary(dsn, "the token store (claims and tokens)", why, sizeof why);
+    if (rc0 == PAWL_EINVAL) {
+        PAWL_ERROR("tokens", "%s", why);
+        return rc0;
+    }
     struct tokens_pg *t = pawl_calloc(1, sizeof *t);
     if (t == NULL)
         return PAWL_ENOMEM;

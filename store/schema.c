@@ -81,6 +81,39 @@ static int run(PGconn *c, const char *sql, PGresult **keep, char *err, size_t er
     return 0;
 }
 
+/* 0 when c's server takes writes, else PAWL_EINVAL with err saying so. */
+static int check_primary(PGconn *c, const char *dsn, const char *what, char *err, size_t errlen)
+{
+    PGresult *r = NULL;
+    int rc = run(c, "SELECT pg_is_in_recovery()", &r, err, errlen);
+    if (rc != 0)
+        return rc;
+    int standby = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!standby)
+        return 0;
+    char d[256];
+    put_err(err, errlen,
+            "%s needs the primary, and the database at %s is a standby (in recovery): give the "
+            "primary as the DSN, and a standby as the read DSN (read_dsn, --read-dsn) to read "
+            "from it",
+            what, pawl_dsn_redact(dsn, d, sizeof d));
+    return PAWL_EINVAL;
+}
+
+int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    PGconn *c = NULL;
+    int rc = open_conn(dsn, &c, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = check_primary(c, dsn, what, err, errlen);
+    PQfinish(c);
+    return rc;
+}
+
 /* The database's version, 0 when pawl.schema_version does not exist. */
 static int db_version(PGconn *c, int *v, char *err, size_t errlen)
 {
@@ -134,6 +167,9 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
     int rc = open_conn(dsn, &c, err, errlen);
     if (rc != 0)
         return rc;
+    rc = check_primary(c, dsn, "creating or upgrading the schema", err, errlen);
+    if (rc != 0)
+        goto out;
     /* Quiet NOTICEs from IF NOT EXISTS. */
     PQclear(PQexec(c, "SET client_min_messages = warning"));
     rc = run(c, MIGRATE_LOCK, NULL, err, errlen);

@@ -28,4 +28,12 @@ int pawl_schema_lib_version(void);
  * upgrades). A database already past target is left as it is. */
 int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen);
 
+/*
+ * 0 when the database at dsn takes writes; PAWL_EINVAL, with err saying that `what` needs the
+ * primary and that this is a standby (in recovery), when it does not; PAWL_ECONN/PAWL_ESQL when
+ * it cannot tell. For what cannot work on a standby (migrations, finalization, claims and
+ * tokens), so that a DSN naming a standby by mistake is refused at once, plainly.
+ */
+int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen);
+
 #endif

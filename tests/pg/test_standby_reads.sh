@@ -158,6 +158,23 @@ grep -q "is readable again after" "$tmp/pa.err"
 check "pa logged its return to the standby" $?
 grep -q "waiting for it (read-fallback wait)" "$tmp/pb.err"
 check "pb logged that it waits for the standby" $?
+# A standby given where the primary is needed (appends, init, a processor) is refused at once,
+# saying it is a standby; reading from it with the finalizer off still works.
+printf '{"stream":"x","type":"t","payload":1}\n' | PAWL_DSN="$SB" "$PAWL" append >/dev/null 2>"$tmp/sb.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "is a standby (in recovery)" "$tmp/sb.err"
+check "append with the standby as --dsn: refused, naming it a standby (exit $rc)" $?
+PAWL_DSN="$SB" "$PAWL" init >/dev/null 2>"$tmp/sb.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "is a standby (in recovery)" "$tmp/sb.err"
+check "init with the standby as --dsn: refused, naming it a standby (exit $rc)" $?
+PAWL_DSN="$SB" timeout 20 "$PAWL" run --processor psb >/dev/null 2>"$tmp/sb.err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "is a standby (in recovery)" "$tmp/sb.err"
+check "run with the standby as --dsn: refused at once, naming it a standby (exit $rc)" $?
+[ "$(PAWL_DSN="$SB" "$PAWL" tail --from 0 --count 3 --no-finalizer 2>/dev/null | wc -l)" -eq 3 ]
+check "tail with the standby as --dsn and no finalizer reads" $?
+
 # Promotion: a standby that leaves recovery is never read from. Only a standby this test made
 # is promoted (it is removed afterwards).
 if [ "$started_standby" = 1 ]; then
