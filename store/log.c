@@ -3141,8 +3141,9 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         if (rc != 0)
             return rc;
     }
-    int dbv = 0, libv = 0;
-    rc = pawl_schema_version(dsn, &dbv, &libv, err, errlen);
+    /* One connection for the version and, when this store finalizes, whether it is a standby. */
+    int dbv = 0, libv = pawl_schema_lib_version(), standby = 0;
+    rc = pawl_schema_probe(dsn, &dbv, o->finalizer ? &standby : NULL, err, errlen);
     if (rc != 0)
         return rc;
     if (dbv != libv) {
@@ -3160,11 +3161,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         }
         return PAWL_ESCHEMA;
     }
-    if (o->finalizer) {
-        rc = pawl_schema_check_primary(dsn, "finalization (the store's finalizer)", err, errlen);
-        if (rc != 0)
-            return rc;
-    }
+    if (standby)
+        return pawl_schema_standby_error(dsn, "finalization (the store's finalizer)", err, errlen);
 
     struct pawl_store *s = pawl_calloc(1, sizeof *s);
     if (s == NULL)

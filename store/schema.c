@@ -81,17 +81,30 @@ static int run(PGconn *c, const char *sql, PGresult **keep, char *err, size_t er
     return 0;
 }
 
-/* 0 when c's server takes writes, else PAWL_EINVAL with err saying so. */
-static int check_primary(PGconn *c, const char *dsn, const char *what, char *err, size_t errlen)
+/* The first value of sql's first row, copied into out. */
+static int first_value(PGconn *c, const char *sql, char *out, size_t outlen, char *err,
+                       size_t errlen)
 {
     PGresult *r = NULL;
-    int rc = run(c, "SELECT pg_is_in_recovery()", &r, err, errlen);
+    int rc = run(c, sql, &r, err, errlen);
     if (rc != 0)
         return rc;
-    int standby = PQgetvalue(r, 0, 0)[0] == 't';
+    snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
-    if (!standby)
-        return 0;
+    return 0;
+}
+
+/* 1 in *standby when c's server is in recovery. */
+static int in_recovery(PGconn *c, int *standby, char *err, size_t errlen)
+{
+    char v[8];
+    int rc = first_value(c, "SELECT pg_is_in_recovery()", v, sizeof v, err, errlen);
+    *standby = rc == 0 && v[0] == 't';
+    return rc;
+}
+
+int pawl_schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen)
+{
     char d[256];
     put_err(err, errlen,
             "%s needs the primary, and the database at %s is a standby (in recovery): give the "
@@ -101,7 +114,25 @@ static int check_primary(PGconn *c, const char *dsn, const char *what, char *err
     return PAWL_EINVAL;
 }
 
-int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen)
+/* The database's version, 0 when pawl.schema_version does not exist. */
+static int db_version(PGconn *c, int *v, char *err, size_t errlen)
+{
+    char out[24];
+    int rc = first_value(c, "SELECT to_regclass('pawl.schema_version') IS NOT NULL", out,
+                         sizeof out, err, errlen);
+    if (rc != 0)
+        return rc;
+    *v = 0;
+    if (out[0] != 't')
+        return 0;
+    rc = first_value(c, "SELECT coalesce(max(version), 0) FROM pawl.schema_version", out,
+                     sizeof out, err, errlen);
+    if (rc == 0)
+        *v = (int)strtol(out, NULL, 10);
+    return rc;
+}
+
+int pawl_schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -109,42 +140,27 @@ int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size
     int rc = open_conn(dsn, &c, err, errlen);
     if (rc != 0)
         return rc;
-    rc = check_primary(c, dsn, what, err, errlen);
+    if (dbv)
+        rc = db_version(c, dbv, err, errlen);
+    if (rc == 0 && standby)
+        rc = in_recovery(c, standby, err, errlen);
     PQfinish(c);
     return rc;
 }
 
-/* The database's version, 0 when pawl.schema_version does not exist. */
-static int db_version(PGconn *c, int *v, char *err, size_t errlen)
+int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen)
 {
-    PGresult *r = NULL;
-    int rc = run(c, "SELECT to_regclass('pawl.schema_version') IS NOT NULL", &r, err, errlen);
-    if (rc != 0)
-        return rc;
-    int exists = PQgetvalue(r, 0, 0)[0] == 't';
-    PQclear(r);
-    *v = 0;
-    if (!exists)
-        return 0;
-    rc = run(c, "SELECT coalesce(max(version), 0) FROM pawl.schema_version", &r, err, errlen);
-    if (rc != 0)
-        return rc;
-    *v = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    return 0;
+    int standby = 0;
+    int rc = pawl_schema_probe(dsn, NULL, &standby, err, errlen);
+    if (rc == 0 && standby)
+        rc = pawl_schema_standby_error(dsn, what, err, errlen);
+    return rc;
 }
 
 int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t errlen)
 {
-    if (err && errlen)
-        err[0] = '\0';
-    PGconn *c = NULL;
-    int rc = open_conn(dsn, &c, err, errlen);
-    if (rc != 0)
-        return rc;
     int v = 0;
-    rc = db_version(c, &v, err, errlen);
-    PQfinish(c);
+    int rc = pawl_schema_probe(dsn, &v, NULL, err, errlen);
     if (rc == 0) {
         if (dbv)
             *dbv = v;
@@ -167,7 +183,10 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
     int rc = open_conn(dsn, &c, err, errlen);
     if (rc != 0)
         return rc;
-    rc = check_primary(c, dsn, "creating or upgrading the schema", err, errlen);
+    int standby = 0;
+    rc = in_recovery(c, &standby, err, errlen);
+    if (rc == 0 && standby)
+        rc = pawl_schema_standby_error(dsn, "creating or upgrading the schema", err, errlen);
     if (rc != 0)
         goto out;
     /* Quiet NOTICEs from IF NOT EXISTS. */

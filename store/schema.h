@@ -29,10 +29,20 @@ int pawl_schema_lib_version(void);
 int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen);
 
 /*
- * 0 when the database at dsn takes writes; PAWL_EINVAL, with err saying that `what` needs the
- * primary and that this is a standby (in recovery), when it does not; PAWL_ECONN/PAWL_ESQL when
- * it cannot tell. For what cannot work on a standby (migrations, finalization, claims and
- * tokens), so that a DSN naming a standby by mistake is refused at once, plainly.
+ * One connection to dsn: the database's schema version into *dbv and whether it is a standby
+ * (in recovery) into *standby, each only when its pointer is not NULL. PAWL_ECONN/PAWL_ESQL
+ * when it cannot tell.
+ */
+int pawl_schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen);
+
+/* Write into err that `what` needs the primary and dsn names a standby; returns PAWL_EINVAL. */
+int pawl_schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen);
+
+/*
+ * 0 when the database at dsn takes writes; pawl_schema_standby_error's PAWL_EINVAL when it is a
+ * standby; PAWL_ECONN/PAWL_ESQL when it cannot tell. For what cannot work on a standby
+ * (migrations, finalization, claims and tokens), so that a DSN naming a standby by mistake is
+ * refused at once, plainly.
  */
 int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen);
 
