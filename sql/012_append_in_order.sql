@@ -17,6 +17,10 @@
 -- event order (stream sequence numbers and k ascending). A one-stream append checks its ranks
 -- by comparing arrays instead of a window over the events. Inputs, checks, errors and results
 -- are those of schema 10.
+--
+-- Indexes that grew under earlier schemas keep their empty space; REINDEX INDEX CONCURRENTLY on
+-- a partition's index (pawl.events_NNNN_pkey, pawl.events_NNNN_stream_key) gives it back
+-- without blocking appends.
 
 CREATE OR REPLACE FUNCTION pawl.append(streams text[], expected int8[], si int4[], rank int4[],
                                        types text[], payloads bytea[], metas jsonb[],
