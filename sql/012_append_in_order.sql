@@ -16,7 +16,8 @@
 -- ticket proof of docs/design.md is unchanged), then one insert from one scan of the arrays in
 -- event order (stream sequence numbers and k ascending). A one-stream append checks its ranks
 -- by comparing arrays instead of a window over the events. Inputs, checks, errors and results
--- are those of schema 10.
+-- are those of schema 10, except that arrays must now be one-dimensional and start at index 1
+-- (the function reads them by subscript; the library and pawl_api always sent such arrays).
 --
 -- Indexes that grew under earlier schemas keep their empty space; REINDEX INDEX CONCURRENTLY on
 -- a partition's index (pawl.events_NNNN_pkey, pawl.events_NNNN_stream_key) gives it back
@@ -48,6 +49,15 @@ BEGIN
        OR cardinality(payloads) IS DISTINCT FROM v_n
        OR (metas IS NOT NULL AND cardinality(metas) <> v_n) THEN
         RAISE EXCEPTION 'pawl.append: array lengths do not match (% events, % streams)', v_n, v_m
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The arrays are read by subscript below: each must be one-dimensional and start at 1.
+    IF array_ndims(streams) <> 1 OR array_lower(streams, 1) <> 1
+       OR array_ndims(expected) <> 1 OR array_lower(expected, 1) <> 1
+       OR array_ndims(si) <> 1 OR array_lower(si, 1) <> 1
+       OR array_ndims(rank) <> 1 OR array_lower(rank, 1) <> 1
+       OR array_ndims(metas) <> 1 OR array_lower(metas, 1) <> 1 THEN
+        RAISE EXCEPTION 'pawl.append: arrays must be one-dimensional, starting at index 1'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF array_position(expected, NULL) IS NOT NULL OR 0 > ANY (expected) THEN

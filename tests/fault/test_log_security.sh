@@ -87,6 +87,11 @@ check "appender: a forged rank (a gap) is refused" $?
 # Ranks out of event order would give a stream's second event the lower index (schema 10).
 grep -q 'ranks 1..count, in order' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['s9'], ARRAY[0::int8], ARRAY[1, 1], ARRAY[2, 1], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
 check "appender: ranks out of event order are refused" $?
+# Arrays are read by subscript (schema 12): an expected version at index 2 must not be ignored.
+grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['s1'], '[2:2]={7}'::int8[], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p']::bytea[], NULL, false)")"
+check "appender: an expected version not at index 1 is refused" $?
+grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl.append('{{s1}}'::text[], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p']::bytea[], NULL, false)")"
+check "appender: a two-dimensional stream array is refused" $?
 # The group statement: the appender may call it, with the same checks; the processor may not.
 group="SELECT appended FROM pawl.append_group(ARRAY['g1', 'g2', 'g1'], ARRAY[0, 5, 0]::int8[], ARRAY[1, 2, 3], ARRAY[1, 2, 3], ARRAY[1, 1, 1], ARRAY['T', 'T', 'T'], ARRAY['a', 'b', 'c']::bytea[], NULL, false)"
 [ "$(as $app "$group" | tr '\n' ' ')" = "1 0 1 " ]; check "appender: a group appends, its conflict fails alone" $?
