@@ -10,7 +10,9 @@
 #   - both readers are still running and deliver every final event exactly once, in index
 #     order, contiguous (the processor's replays after a failed batch are marked and left out);
 #   - tail logged the outage ("read: lost the connection") and its summary counts the retries;
-#     the processor never saw a read fail (the store retried it).
+#     the processor never saw a read fail (the store retried it). Besides the blind kills, reads
+#     are ended while they run (a loop in the server watching pg_stat_activity), so that this
+#     does not depend on a kill landing in a read's millisecond.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 PG=${PAWL_PG:?run through ctest}
@@ -87,6 +89,24 @@ for round in $(seq 1 40); do
     if [ "$round" -eq 30 ]; then
         PAWL_PG_STOP_MODE=immediate "$PG" restart >/dev/null 2>&1 || echo "immediate restart failed"
     fi
+done
+# Kills land mid-read only by chance (a read takes a millisecond or two, ~20 a second): also
+# end readers' sessions while a read is running. A loop inside the server looks at
+# pg_stat_activity every millisecond and ends the session of one running pawl_api.read (either
+# reader's: tail must log it, the processor's store must retry it unseen); again until tail has
+# logged one, for at most 20 reads.
+for i in $(seq 1 20); do
+    grep -q 'read: lost the connection' "$work/tail.err" && break
+    q "DO \$\$ DECLARE n int := 0; t0 timestamptz := clock_timestamp(); BEGIN
+         WHILE n < 1 AND clock_timestamp() < t0 + interval '5 s' LOOP
+           PERFORM pg_stat_clear_snapshot();
+           n := n + (SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                      WHERE application_name = 'pawl' AND state = 'active'
+                        AND query LIKE '%pawl_api.read(%' AND pid <> pg_backend_pid());
+           PERFORM pg_sleep(0.001);
+         END LOOP;
+       END \$\$" >/dev/null
+    sleep 0.3
 done
 touch "$work/stop"
 sleep 1
