@@ -316,6 +316,7 @@ struct pawl_store {
     /* Cadence under load: append latency moving average (ns; written by whichever thread
      * finishes an append, a lost update only drops a sample) and the interval in force. */
     atomic_llong lat_avg_ns, fin_interval_ns;
+    atomic_llong run_avg_ns; /* wall time of runs that finalized something: a moving average */
     struct hist delay, run, append_lat;
 };
 
@@ -2180,6 +2181,12 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
         return PAWL_ESQL;
     }
     int64_t run_ns = pawl_now_ns() - t0;
+    if (out->appends > 0) {
+        /* relaxed: a statistic for the cadence (see fin_interval_ns); one writer at a time in
+         * practice, and a lost update only delays the average by a run. */
+        long long avg = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
+        atomic_store_explicit(&s->run_avg_ns, avg + (run_ns - avg) / 8, memory_order_relaxed);
+    }
     hist_add(&s->run, run_ns / 1000);
     pawl_metric_hist_record(PAWL_H_FINALIZE_RUN, run_ns);
     if (out->last > 0) {
@@ -2231,7 +2238,8 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 
 /*
  * The interval between finalization run starts: finalizer_min_interval_us, stretched under load
- * to finalizer_latency_share_pct of the append latency average, up to finalizer_max_interval_us.
+ * to finalizer_latency_share_pct of the append latency average and to the recent runs' duration
+ * times 100 / finalizer_busy_share_pct, up to finalizer_max_interval_us.
  */
 static int64_t fin_interval_ns(struct pawl_store *s)
 {
@@ -2241,6 +2249,13 @@ static int64_t fin_interval_ns(struct pawl_store *s)
         /* relaxed: see lat_avg_ns. */
         int64_t lat = atomic_load_explicit(&s->lat_avg_ns, memory_order_relaxed);
         int64_t want = lat / 100 * s->o.finalizer_latency_share_pct;
+        if (want > iv)
+            iv = want < cap ? want : cap;
+    }
+    if (s->o.finalizer_busy_share_pct > 0 && cap > iv) {
+        /* relaxed: see run_avg_ns. */
+        int64_t run = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
+        int64_t want = run / s->o.finalizer_busy_share_pct * 100;
         if (want > iv)
             iv = want < cap ? want : cap;
     }
@@ -2994,6 +3009,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     hist_read(&s->append_lat, &c, &st->append_p50_ms, &st->append_p99_ms, &st->append_max_ms,
               reset);
     st->finalizer_interval_ms = (double)LD(fin_interval_ns) / 1e6;
+    st->finalizer_run_avg_ms = (double)LD(run_avg_ns) / 1e6;
     st->append_latency_avg_ms = (double)LD(lat_avg_ns) / 1e6;
     st->read_retries = LD(rd_retries);
     st->read_reconnects = LD(rd_reconnects);

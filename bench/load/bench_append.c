@@ -21,15 +21,17 @@
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
- *                     [--stream-space N] [--latency-share PCT] [--rate-only]
+ *                     [--stream-space N] [--latency-share PCT] [--busy-share PCT] [--rate-only]
  * (--quick: only the 4-connection cells; --rate-only: only the rate-limited cell;
  * --min-interval-us: the finalizer cadence; --streams: how many streams one append's events go
  * to, 0 = a random one per event, the default; --stream-space: how many streams they are picked
- * from, default 100 000; --latency-share: the finalizer's finalizer_latency_share_pct.)
+ * from, default 100 000; --latency-share, --busy-share: the finalizer's
+ * finalizer_latency_share_pct, finalizer_busy_share_pct.)
  */
 #include "pawl.h"
 
 #include "common.h"
+#include "flags.h"
 #include "log_int.h"
 #include "pgconn.h"
 
@@ -54,6 +56,7 @@ static int inflight_per_conn = 64;
 static int baseline;
 static int min_interval_us = -1;
 static int latency_share = -1; /* --latency-share: the store's default when < 0 */
+static int busy_share = -1;    /* --busy-share: the store's default when < 0 */
 static int rounds = 3;
 static int rate_batch = 10;
 static int piggyback = -1;
@@ -459,6 +462,8 @@ static void run_store_cell(struct cell *c)
         o.finalizer_min_interval_us = min_interval_us;
     if (latency_share >= 0)
         o.finalizer_latency_share_pct = latency_share;
+    if (busy_share >= 0)
+        o.finalizer_busy_share_pct = busy_share;
     if (piggyback >= 0)
         o.append_finalizes = c->finalizer ? piggyback : 0;
     else if (!c->finalizer)
@@ -788,20 +793,6 @@ static void setup_baseline(void)
     PQfinish(c);
 }
 
-/* A whole decimal number in [lo, hi] for flag `name`, or a message and -1. */
-static int int_arg(const char *name, const char *arg, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (end == arg || *end != '\0' || errno != 0 || v < lo || v > hi) {
-        fprintf(stderr, "%s must be a whole number from %ld to %ld, not '%s'\n", name, lo, hi, arg);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
@@ -822,9 +813,10 @@ int main(int argc, char **argv)
                                        {"rate-only", no_argument, 0, 'O'},
                                        {"stream-space", required_argument, 0, 'N'},
                                        {"latency-share", required_argument, 0, 'L'},
+                                       {"busy-share", required_argument, 0, 'U'},
                                        {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:ON:L:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:r:i:c:bqm:R:B:P:S:ON:L:U:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -871,6 +863,10 @@ int main(int argc, char **argv)
             break;
         case 'L':
             if (int_arg("--latency-share", optarg, 0, 100, &latency_share) != 0)
+                return 2;
+            break;
+        case 'U':
+            if (int_arg("--busy-share", optarg, 0, 100, &busy_share) != 0)
                 return 2;
             break;
         case 'N': {

@@ -25,11 +25,14 @@
  * --rounds with the min..max of the per-round ratios.
  *
  * Usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] [--cells a,b,...]
+ *                    [--latency-share PCT] [--min-interval-us N] [--busy-share PCT]
+ *                    (the finalizer's cadence: the store options of those names)
  * DSN names a scratch database whose log is empty: every cell starts with both tables empty.
  */
 #include "pawl.h"
 
 #include "common.h"
+#include "flags.h"
 
 #include <getopt.h>
 #include <libpq-fe.h>
@@ -46,6 +49,9 @@ static const char *dsn;
 static int seconds = 5;
 static int warmup_ms = 1000;
 static int rounds = 3;
+static int latency_share = -1;   /* --latency-share: finalizer_latency_share_pct (< 0: default) */
+static int min_interval_us = -1; /* --min-interval-us: finalizer_min_interval_us (< 0: default) */
+static int busy_share = -1;      /* --busy-share: finalizer_busy_share_pct (< 0: default) */
 
 static const char PAYLOAD[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
 
@@ -301,6 +307,12 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     o.finalizer = finalizer;
     o.listen = 0;
     o.append_group_max = group_max;
+    if (latency_share >= 0)
+        o.finalizer_latency_share_pct = latency_share;
+    if (min_interval_us >= 0)
+        o.finalizer_min_interval_us = min_interval_us;
+    if (busy_share >= 0)
+        o.finalizer_busy_share_pct = busy_share;
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0) {
@@ -382,13 +394,18 @@ static void report(int round, const char *cell, const char *variant, const struc
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"dsn", required_argument, 0, 'd'},    {"seconds", required_argument, 0, 's'},
-        {"rounds", required_argument, 0, 'R'}, {"csv", required_argument, 0, 'c'},
-        {"cells", required_argument, 0, 'C'},  {0, 0, 0, 0}};
+    static const struct option lo[] = {{"dsn", required_argument, 0, 'd'},
+                                       {"seconds", required_argument, 0, 's'},
+                                       {"rounds", required_argument, 0, 'R'},
+                                       {"csv", required_argument, 0, 'c'},
+                                       {"cells", required_argument, 0, 'C'},
+                                       {"latency-share", required_argument, 0, 'L'},
+                                       {"min-interval-us", required_argument, 0, 'I'},
+                                       {"busy-share", required_argument, 0, 'B'},
+                                       {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -405,9 +422,22 @@ int main(int argc, char **argv)
         case 'C':
             cells = optarg;
             break;
+        case 'L':
+            if (int_arg("--latency-share", optarg, 0, 100, &latency_share) != 0)
+                return 2;
+            break;
+        case 'I':
+            if (int_arg("--min-interval-us", optarg, 0, 1000000, &min_interval_us) != 0)
+                return 2;
+            break;
+        case 'B':
+            if (int_arg("--busy-share", optarg, 0, 100, &busy_share) != 0)
+                return 2;
+            break;
         default:
             fprintf(stderr, "usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] "
-                            "[--cells one64,one1,ten64,hundred,half]\n");
+                            "[--cells one64,one1,ten64,hundred,half] [--latency-share PCT] "
+                            "[--min-interval-us N] [--busy-share PCT]\n");
             return 2;
         }
     }

@@ -83,9 +83,17 @@ struct pawl_store_opts {
      * writer already waits for its acknowledgment. Unloaded, append latency is about a
      * commit and the minimum interval rules. 0 turns it off. */
     int finalizer_latency_share_pct;
-    /* The longest interval the latency share may stretch the cadence to (never below
-     * finalizer_min_interval_us). */
+    /* The longest interval the latency share and the busy share may stretch the cadence to
+     * (never below finalizer_min_interval_us). */
     int finalizer_max_interval_us;
+    /* Under load the cadence also stretches so that runs take at most this share of the
+     * finalizer's time: a run starts no sooner than its recent runs' duration (a moving
+     * average of the wall time of runs that finalized something) times 100 / this share after
+     * the previous one started, up to finalizer_max_interval_us. A run's wall time is about
+     * its server work on an idle server and grows when the server's CPUs are saturated, which
+     * is when fewer, larger runs cost the appends least. It trades finalize delay for CPU;
+     * 0 (the default) turns it off. */
+    int finalizer_busy_share_pct;
     /* Experimental. 1: each append's transaction also runs a finalization (after its
      * insert, under the same try-lock) for what others committed before it, so that run's
      * commit shares the append's WAL flush; the background finalizer then mostly finds the
@@ -200,7 +208,11 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
       "fixed cadence)",                                                                            \
       NULL)                                                                                        \
     X(INT, finalizer_max_interval_us, "finalizer-max-interval-us", 20000, 0, 1000000, "us",        \
-      "Longest interval the latency share may space finalizer runs by", NULL)                      \
+      "Longest interval the latency and busy shares may space finalizer runs by", NULL)            \
+    X(INT, finalizer_busy_share_pct, "finalizer-busy-share", 0, 0, 100, "%",                       \
+      "Under load, space finalizer runs so that they take at most this share of the time "         \
+      "(0: off)",                                                                                  \
+      NULL)                                                                                        \
     X(BOOL_NOFLAG, append_finalizes, "append-finalizes", 0, 0, 1, NULL,                            \
       "Each append's transaction also finalizes what others committed (experimental)", NULL)       \
     X(DURATION, append_lock_timeout_ms, "append-lock-timeout", 100, 0, 600000, NULL,               \
@@ -510,9 +522,9 @@ struct pawl_store_stats {
     double run_p50_ms, run_p99_ms, run_max_ms;
     /* Append latency (submit to acknowledged commit), since the last reset. */
     double append_p50_ms, append_p99_ms, append_max_ms;
-    /* The finalizer's current cadence (interval between run starts) and the append latency
-     * moving average it derives from, in ms. */
-    double finalizer_interval_ms, append_latency_avg_ms;
+    /* The finalizer's current cadence (interval between run starts) and the moving averages it
+     * derives from: append latency and the wall time of runs that finalized something, in ms. */
+    double finalizer_interval_ms, append_latency_avg_ms, finalizer_run_avg_ms;
     /* Readers: reads run again after a lost connection, the outages they went through, and
      * episodes where the known highest index was ahead of what the log returned (gaps). */
     int64_t read_retries, read_reconnects, read_gaps;

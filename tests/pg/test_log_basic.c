@@ -773,12 +773,46 @@ static void test_adaptive_cadence(void **state)
     assert_true(loaded.append_latency_avg_ms > 30.0);
     assert_true(loaded.finalizer_interval_ms > 0.999 && loaded.finalizer_interval_ms < 1.001);
 
+    /* The busy share: runs spaced by their own recent wall time x 100 / share (here 10: ten
+     * times it), whatever the append latency; off, the minimum interval rules. */
+    for (int share = 10; share >= 0; share -= 10) {
+        struct pawl_store_opts bo;
+        pawl_store_opts_defaults(&bo);
+        bo.finalizer_min_interval_us = 100;
+        bo.finalizer_latency_share_pct = 0;
+        bo.finalizer_busy_share_pct = share;
+        bo.finalizer_max_interval_us = 200000;
+        struct pawl_store *bs = open_store_with(&bo);
+        for (int i = 0; i < 200; i++) {
+            struct pawl_event e = ev("cadence-busy", 0, "busy", "x");
+            assert_int_equal(pawl_append(bs, &e, 1, NULL), 0);
+        }
+        usleep(30000);
+        struct pawl_store_stats bst;
+        pawl_store_stats(bs, &bst, 0);
+        print_message("busy share %d%%: runs %.2f ms on average -> interval %.2f ms\n", share,
+                      bst.finalizer_run_avg_ms, bst.finalizer_interval_ms);
+        assert_true(bst.finalizer_run_avg_ms > 0.0);
+        if (share > 0) {
+            double want = bst.finalizer_run_avg_ms * 100 / share;
+            assert_true(bst.finalizer_interval_ms > want * 0.5 &&
+                        bst.finalizer_interval_ms < want * 1.5 + 0.001);
+        } else {
+            assert_true(bst.finalizer_interval_ms > 0.099 && bst.finalizer_interval_ms < 0.101);
+        }
+        pawl_store_free(bs);
+    }
+
     /* Out of range: refused, naming the option. */
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);
-    o.finalizer_latency_share_pct = 101;
+    o.finalizer_busy_share_pct = -1;
     struct pawl_store *s = NULL;
     char err[512];
+    assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
+    assert_non_null(strstr(err, "finalizer_busy_share_pct"));
+    pawl_store_opts_defaults(&o);
+    o.finalizer_latency_share_pct = 101;
     assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), PAWL_ERANGE);
     assert_non_null(strstr(err, "finalizer_latency_share_pct"));
     pawl_store_opts_defaults(&o);
