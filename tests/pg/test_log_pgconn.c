@@ -175,8 +175,20 @@ static void test_many_in_flight(void **state)
  * most) for the request to be done. */
 static void terminate_while(int64_t pid, atomic_int *done)
 {
-    usleep(300000);
-    char sql[128];
+    /* Until the backend runs the statement (a fixed 300 ms was sometimes too short under ASan
+     * on a loaded machine: the kill then came before the statement started, and the outcome
+     * was not the one a kill mid-statement gives). */
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND state = 'active' AND "
+             "query LIKE '%%pg_sleep%%'",
+             (long long)pid);
+    double t_wait = pawl_test_now_ms();
+    while (pawl_test_query_i64(dsn, sql) == 0) {
+        assert_true(pawl_test_now_ms() - t_wait < 10000);
+        usleep(2000);
+    }
+    usleep(20000);
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
     pawl_test_exec(dsn, sql);
     double t0 = pawl_test_now_ms();
