@@ -2245,20 +2245,16 @@ static int64_t fin_interval_ns(struct pawl_store *s)
 {
     int64_t iv = (int64_t)s->o.finalizer_min_interval_us * 1000;
     int64_t cap = (int64_t)s->o.finalizer_max_interval_us * 1000;
-    if (s->o.finalizer_latency_share_pct > 0 && cap > iv) {
-        /* relaxed: see lat_avg_ns. */
-        int64_t lat = atomic_load_explicit(&s->lat_avg_ns, memory_order_relaxed);
-        int64_t want = lat / 100 * s->o.finalizer_latency_share_pct;
-        if (want > iv)
-            iv = want < cap ? want : cap;
-    }
-    if (s->o.finalizer_busy_share_pct > 0 && cap > iv) {
-        /* relaxed: see run_avg_ns. */
-        int64_t run = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
-        int64_t want = run / s->o.finalizer_busy_share_pct * 100;
-        if (want > iv)
-            iv = want < cap ? want : cap;
-    }
+    /* relaxed: see lat_avg_ns and run_avg_ns. */
+    int64_t lat = atomic_load_explicit(&s->lat_avg_ns, memory_order_relaxed);
+    int64_t run = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
+    int64_t want = iv;
+    if (s->o.finalizer_latency_share_pct > 0)
+        want = PAWL_MAX(want, lat / 100 * s->o.finalizer_latency_share_pct);
+    if (s->o.finalizer_busy_share_pct > 0)
+        want = PAWL_MAX(want, run / s->o.finalizer_busy_share_pct * 100);
+    if (want > iv && cap > iv)
+        iv = PAWL_MIN(want, cap);
     atomic_store_explicit(&s->fin_interval_ns, iv, memory_order_relaxed); /* statistic */
     return iv;
 }
