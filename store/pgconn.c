@@ -835,10 +835,6 @@ static void on_io(struct conn *c, uint32_t ev)
     }
     if (c->state != C_READY && c->state != C_SETUP)
         return;
-    if (ev & PAWL_IO_ERR) {
-        /* Read what is left first: the server's last error message explains the hang-up. */
-        PQconsumeInput(c->pg);
-    }
     if (ev & PAWL_IO_OUT) {
         int f = PQflush(c->pg);
         if (f < 0) {
@@ -847,6 +843,13 @@ static void on_io(struct conn *c, uint32_t ev)
         }
         c->want_write = f == 1;
     }
+    /*
+     * One read per wakeup, then the results it completed. A hang-up often arrives with the
+     * server's last message (a FATAL error saying why the session ends, and so whether the
+     * statement in flight had completed): libpq hands back that data from this read and reports
+     * the end of the stream only on the next one, so the message is parsed before the
+     * connection is dropped. The loop is level-triggered; the hang-up wakes it again.
+     */
     if (ev & (PAWL_IO_IN | PAWL_IO_ERR)) {
         if (!PQconsumeInput(c->pg)) {
             char msg[512];

@@ -256,6 +256,102 @@ static void test_killed_mid_statement(void **state)
     pawl_pgpool_free(p);
 }
 
+/* A request whose completion holds the pool's I/O thread until released. */
+struct stall {
+    struct pawl_pgreq r;
+    atomic_int entered, release;
+};
+
+static void stall_done(struct pawl_pgreq *req, int rc)
+{
+    (void)rc;
+    struct stall *s = req->ud;
+    atomic_store(&s->entered, 1);
+    double t0 = pawl_test_now_ms();
+    while (atomic_load(&s->release) == 0 && pawl_test_now_ms() - t0 < 20000)
+        usleep(1000);
+}
+
+/*
+ * The server's last words and its hang-up reach the socket together: the backend running an
+ * implicit-transaction write is terminated while the pool's I/O thread is busy elsewhere, so
+ * when the thread looks again the socket holds the FATAL error (57P01) and the end of the
+ * stream in one wakeup (readable and hung up). The error must still be read before the
+ * connection is dropped: it is what shows the statement had not completed (PAWL_ECONN, not
+ * committed). Dropping the connection on the hang-up alone gave PAWL_EINDOUBT (CI's ASan
+ * stage, where the I/O thread is slow enough to see both at once, failed
+ * test_killed_mid_statement this way).
+ */
+static void test_killed_while_loop_busy(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(2);
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkb(x int)", NULL), 0);
+    assert_int_equal(exec1(p, "TRUNCATE pkb", NULL), 0);
+    int64_t pid = 0;
+    struct pawl_pgstmt pq = {.sql = "SELECT pg_backend_pid()", .on_result = grab_i64, .ud = &pid};
+    struct pawl_pgreq pr = {.stmts = &pq, .nstmts = 1};
+    assert_int_equal(pawl_pgpool_exec(p, 0, &pr), 0);
+
+    struct pawl_pgstmt ws = {.sql = "INSERT INTO pkb SELECT 1 FROM pg_sleep(5)"};
+    struct {
+        struct pawl_pgreq r;
+        atomic_int done, rc;
+    } w;
+    memset(&w, 0, sizeof w);
+    w.r = (struct pawl_pgreq){
+        .stmts = &ws, .nstmts = 1, .flags = PAWL_PGREQ_IMPLICIT, .on_done = done_store, .ud = &w};
+    assert_int_equal(pawl_pgpool_submit_on(p, 0, &w.r), 0);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND state = 'active' AND "
+             "query LIKE '%%pg_sleep%%'",
+             (long long)pid);
+    double t0 = pawl_test_now_ms();
+    while (pawl_test_query_i64(dsn, sql) == 0) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(2000);
+    }
+
+    /* Hold the I/O thread in a completion on the other connection. */
+    struct pawl_pgstmt ss = {.sql = "SELECT 1"};
+    struct stall st;
+    memset(&st, 0, sizeof st);
+    st.r = (struct pawl_pgreq){.stmts = &ss, .nstmts = 1, .on_done = stall_done, .ud = &st};
+    assert_int_equal(pawl_pgpool_submit_on(p, 1, &st.r), 0);
+    t0 = pawl_test_now_ms();
+    while (atomic_load(&st.entered) == 0) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(1000);
+    }
+
+    /* Terminate the backend and wait until it has exited (its socket then holds the FATAL
+     * message and the hang-up). */
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
+    pawl_test_exec(dsn, sql);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld",
+             (long long)pid);
+    t0 = pawl_test_now_ms();
+    while (pawl_test_query_i64(dsn, sql) != 0) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(2000);
+    }
+    usleep(100000);
+    assert_int_equal(atomic_load(&w.done), 0);
+    atomic_store(&st.release, 1);
+
+    t0 = pawl_test_now_ms();
+    while (atomic_load(&w.done) == 0 && pawl_test_now_ms() - t0 < 10000)
+        usleep(1000);
+    assert_int_equal(atomic_load(&w.done), 1);
+    assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
+    assert_non_null(strstr(w.r.message, "connection lost"));
+    int64_t n = -1;
+    assert_int_equal(exec1(p, "SELECT count(*) FROM pkb", &n), 0);
+    assert_int_equal(n, 0);
+    pawl_pgpool_free(p);
+}
+
 /*
  * A transaction that fails at its implicit COMMIT (here a deferred trigger raising a
  * serialization failure, as a serializable transaction or a deadlock can at commit) is a
@@ -393,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_killed_backend),
         cmocka_unit_test(test_killed_mid_statement),
+        cmocka_unit_test(test_killed_while_loop_busy),
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
