@@ -102,6 +102,16 @@ grep -q 'ranks 1..count, in order' <<<"$(as $app "SELECT * FROM pawl.append_grou
 check "appender: a group's ranks out of event order are refused" $?
 grep -q 'follow the previous append' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['g4', 'g5'], ARRAY[0, 0]::int8[], ARRAY[1, 2], ARRAY[2, 1], ARRAY[1, 1], ARRAY['T', 'T'], ARRAY['p', 'q']::bytea[], NULL, false)")"
 check "appender: a group's events out of append order are refused" $?
+# The group statement reads its arrays by subscript too (schema 13): g1 is at version 2, so an
+# expected version 7 at index 2 must be refused, not ignored and appended.
+grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['g1'], '[2:2]={7}'::int8[], ARRAY[1], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['x']::bytea[], NULL, false)")"
+check "appender: a group's expected version not at index 1 is refused" $?
+grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['g1'], '{{7}}'::int8[], ARRAY[1], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['x']::bytea[], NULL, false)")"
+check "appender: a group's two-dimensional expected versions are refused" $?
+grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl.append_group('[0:0]={g1}'::text[], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['x']::bytea[], NULL, false)")"
+check "appender: a group's stream array from index 0 is refused" $?
+[ "$(q "SELECT count(*) FROM pawl.events WHERE stream_id = 'g1'")" = 2 ]
+check "appender: nothing of the refused groups was written" $?
 as $app "SELECT * FROM pawl.finalize()" >/dev/null
 [ "$(unfinalized)" = 0 ]; check "appender: finalize orders them" $?
 
