@@ -20,7 +20,8 @@ command -v gnuplot >/dev/null || { echo "plot_group.sh: gnuplot is not installed
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# One line per cell: mean, min and max ratio of grouped, ungrouped and grouped_fin_off, then
+# One line per cell: mean, min and max ratio of grouped, ungrouped, grouped_fin_off and async
+# (0 where a cell has no such variant: async runs in one64 and ten64 only), then
 # the target (the issue's table: ≥ 5x, ≥ 0.8x, ≥ 2x, ≥ 0.9x). No header line: a histogram
 # counts one as a row.
 awk -F, '
@@ -42,8 +43,8 @@ awk -F, '
             c = order[i]
             if (!(c in seen)) continue
             line = label[c]
-            split("grouped ungrouped grouped_fin_off", vs, " ")
-            for (j = 1; j <= 3; j++) {
+            split("grouped ungrouped grouped_fin_off async", vs, " ")
+            for (j = 1; j <= 4; j++) {
                 k = c SUBSEP vs[j]
                 if (k in n) line = line sprintf("\t%.3f\t%.3f\t%.3f", s[k] / n[k], lo[k], hi[k])
                 else line = line "\t0\t0\t0"
@@ -64,6 +65,7 @@ set key top right
 plot "$tmp/g.dat" using 2:3:4:xtic(1) title "grouped (default)", \
      "" using 5:6:7 title "ungrouped", \
      "" using 8:9:10 title "grouped, finalizer off", \
-     "" using 0:11 with points pt 7 ps 1.6 lc rgb "black" title "target"
+     "" using 11:12:13 title "async (one thread, as many in flight)", \
+     "" using 0:14 with points pt 7 ps 1.6 lc rgb "black" title "target"
 GP
 echo "plot_group.sh: wrote $png"

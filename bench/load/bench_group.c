@@ -5,7 +5,10 @@
  * table of pawl.events' row shape and indexes, bench_ceiling.events, one INSERT per
  * transaction with a client-chosen sequence, one blocking client per connection), pawl with
  * group append (the default), pawl without it (append_group_max 1), and pawl grouped with its
- * finalizer off. pawl's callers are blocking pawl_append calls, one thread each.
+ * finalizer off. pawl's callers are blocking pawl_append calls, one thread each. In one64 and
+ * ten64 a fifth variant, "async", keeps as many appends in flight from one thread with
+ * pawl_append_async (grouped, finalizer on): what the appends cost without a thread per caller,
+ * as an event-loop service submits them; its client CPU is the library's own.
  *
  *   one64    1-event appends, random streams of 100 000, 64 callers, 4 connections
  *            | ceiling: 1-row INSERT, 4 clients
@@ -298,7 +301,73 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-static void run_pawl(const struct cell_def *d, int group_max, int finalizer, double rate,
+/* The async variant: one thread keeps up to `window` appends in flight. */
+struct async_arg {
+    struct pawl_store *s;
+    int batch, window;
+    atomic_int *stop;
+    atomic_llong *events;
+    atomic_llong *errors;
+    atomic_int *measuring;
+    atomic_int inflight;
+    atomic_int waiting;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void async_done(void *ud, const struct pawl_append_result *res)
+{
+    struct async_arg *a = ud;
+    if (res->rc == 0) {
+        if (atomic_load(a->measuring))
+            atomic_fetch_add(a->events, a->batch);
+    } else {
+        atomic_fetch_add(a->errors, 1);
+    }
+    /* The submitter, once the window is full, waits for a quarter of it to free up (one
+     * wake-up per few groups rather than one per append). */
+    if (atomic_fetch_sub(&a->inflight, 1) - 1 == a->window * 3 / 4 && atomic_load(&a->waiting)) {
+        pthread_mutex_lock(&a->mu);
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
+}
+
+static void *async_main(void *arg)
+{
+    struct async_arg *a = arg;
+    unsigned seed = 40503u;
+    struct pawl_event ev[100];
+    char sid[48];
+    while (!atomic_load(a->stop)) {
+        if (atomic_load(&a->inflight) >= a->window) {
+            pthread_mutex_lock(&a->mu);
+            atomic_store(&a->waiting, 1);
+            while (atomic_load(&a->inflight) > a->window * 3 / 4 && !atomic_load(a->stop))
+                pthread_cond_wait(&a->cv, &a->mu);
+            atomic_store(&a->waiting, 0);
+            pthread_mutex_unlock(&a->mu);
+            continue;
+        }
+        snprintf(sid, sizeof sid, "s-%u", (unsigned)rand_r(&seed) % 100000u);
+        for (int k = 0; k < a->batch; k++)
+            ev[k] = (struct pawl_event){.stream_id = sid,
+                                        .type = "OrderPlaced",
+                                        .payload = PAYLOAD,
+                                        .payload_len = sizeof PAYLOAD - 1};
+        atomic_fetch_add(&a->inflight, 1);
+        int rc = pawl_append_async(a->s, ev, (size_t)a->batch, async_done, a);
+        if (rc != 0) {
+            atomic_fetch_sub(&a->inflight, 1);
+            atomic_fetch_add(a->errors, 1);
+            usleep(1000);
+        }
+    }
+    pawl_store_drain(a->s);
+    return NULL;
+}
+
+static void run_pawl(const struct cell_def *d, int group_max, int finalizer, double rate, int async,
                      struct result *res)
 {
     struct pawl_store_opts o;
@@ -323,8 +392,21 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     atomic_llong events = 0, errors = 0;
     pthread_t th[64];
     struct caller_arg args[64];
+    struct async_arg aa = {.s = s,
+                           .batch = d->batch,
+                           .window = d->callers,
+                           .stop = &stop,
+                           .events = &events,
+                           .errors = &errors,
+                           .measuring = &measuring};
+    int nthreads = async ? 1 : d->callers;
     int64_t pace = rate > 0 ? (int64_t)(1e9 * d->callers * d->batch / rate) : 0;
-    for (int i = 0; i < d->callers; i++) {
+    if (async) {
+        pthread_mutex_init(&aa.mu, NULL);
+        pthread_cond_init(&aa.cv, NULL);
+        pthread_create(&th[0], NULL, async_main, &aa);
+    }
+    for (int i = 0; i < nthreads && !async; i++) {
         args[i] = (struct caller_arg){s,     i,       d->batch, d->explicit_v, pace,
                                       &stop, &events, &errors,  &measuring};
         pthread_create(&th[i], NULL, caller_main, &args[i]);
@@ -345,9 +427,18 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     double w1 = wal_syncs();
     pawl_store_stats(s, &st1, 0);
     atomic_store(&stop, 1);
-    for (int i = 0; i < d->callers; i++)
+    if (async) {
+        pthread_mutex_lock(&aa.mu);
+        pthread_cond_broadcast(&aa.cv);
+        pthread_mutex_unlock(&aa.mu);
+    }
+    for (int i = 0; i < nthreads; i++)
         pthread_join(th[i], NULL);
     pawl_store_free(s);
+    if (async) {
+        pthread_mutex_destroy(&aa.mu);
+        pthread_cond_destroy(&aa.cv);
+    }
     memset(res, 0, sizeof *res);
     double ev = (double)atomic_load(&events);
     res->ev_s = ev / ((double)(t1 - t0) / 1e9);
@@ -478,7 +569,7 @@ int main(int argc, char **argv)
             report(round, d->name, "ceiling", &ceil, ceil.ev_s);
             settle();
             reset_log();
-            run_pawl(d, 256, 1, 0, &r);
+            run_pawl(d, 256, 1, 0, 0, &r);
             report(round, d->name, "grouped", &r, ceil.ev_s);
             if (i == 0) {
                 one64_grouped = r.ev_s;
@@ -486,18 +577,24 @@ int main(int argc, char **argv)
             }
             settle();
             reset_log();
-            run_pawl(d, 1, 1, 0, &r);
+            run_pawl(d, 1, 1, 0, 0, &r);
             report(round, d->name, "ungrouped", &r, ceil.ev_s);
             settle();
             reset_log();
-            run_pawl(d, 256, 0, 0, &r);
+            run_pawl(d, 256, 0, 0, 0, &r);
             report(round, d->name, "grouped_fin_off", &r, ceil.ev_s);
             settle();
+            if (d->callers > 1 && d->batch < 100) {
+                reset_log();
+                run_pawl(d, 256, 1, 0, 1, &r);
+                report(round, d->name, "async", &r, ceil.ev_s);
+                settle();
+            }
         }
         if (strstr(cells, "half") && one64_grouped > 0) {
             struct result r;
             reset_log();
-            run_pawl(&CELLS[0], 256, 1, one64_grouped / 2, &r);
+            run_pawl(&CELLS[0], 256, 1, one64_grouped / 2, 0, &r);
             report(round, "half", "grouped", &r, one64_ceiling);
             settle();
         }
