@@ -53,14 +53,25 @@ static int exec1(struct pawl_pgpool *p, const char *sql, int64_t *out)
     return pawl_pgpool_exec(p, -1, &r);
 }
 
+/* A request whose outcome the test waits for. */
+struct wreq {
+    struct pawl_pgreq r;
+    atomic_int done, rc;
+};
+
 static void done_store(struct pawl_pgreq *req, int rc)
 {
-    struct {
-        struct pawl_pgreq r;
-        atomic_int done, rc;
-    } *w = req->ud;
+    struct wreq *w = req->ud;
     atomic_store(&w->rc, rc);
     atomic_store(&w->done, 1);
+}
+
+/* A write whose completion stores its outcome in w. */
+static void wreq_init(struct wreq *w, struct pawl_pgstmt *s, unsigned flags)
+{
+    memset(w, 0, sizeof *w);
+    w->r = (struct pawl_pgreq){
+        .stmts = s, .nstmts = 1, .flags = flags, .on_done = done_store, .ud = w};
 }
 
 static void test_basic(void **state)
@@ -173,28 +184,46 @@ static void test_many_in_flight(void **state)
 
 /* Terminate backend pid while its request runs (it was just submitted), then wait (10 s at
  * most) for the request to be done. */
-static void terminate_while(int64_t pid, atomic_int *done)
+/* Wait (10 s at most) until backend pid runs a statement calling pg_sleep. */
+static void wait_sleeping(int64_t pid)
 {
-    /* Until the backend runs the statement (a fixed 300 ms was sometimes too short under ASan
-     * on a loaded machine: the kill then came before the statement started, and the outcome
-     * was not the one a kill mid-statement gives). */
     char sql[256];
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND state = 'active' AND "
              "query LIKE '%%pg_sleep%%'",
              (long long)pid);
-    double t_wait = pawl_test_now_ms();
+    double t0 = pawl_test_now_ms();
     while (pawl_test_query_i64(dsn, sql) == 0) {
-        assert_true(pawl_test_now_ms() - t_wait < 10000);
+        assert_true(pawl_test_now_ms() - t0 < 10000);
         usleep(2000);
     }
-    usleep(20000);
+}
+
+static void terminate(int64_t pid)
+{
+    char sql[64];
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
     pawl_test_exec(dsn, sql);
+}
+
+/* Wait (10 s at most) for *done. */
+static void wait_done(atomic_int *done)
+{
     double t0 = pawl_test_now_ms();
     while (atomic_load(done) == 0 && pawl_test_now_ms() - t0 < 10000)
         usleep(1000);
     assert_int_equal(atomic_load(done), 1);
+}
+
+static void terminate_while(int64_t pid, atomic_int *done)
+{
+    /* Until the backend runs the statement (a fixed 300 ms was sometimes too short under ASan
+     * on a loaded machine: the kill then came before the statement started, and the outcome
+     * was not the one a kill mid-statement gives). */
+    wait_sleeping(pid);
+    usleep(20000);
+    terminate(pid);
+    wait_done(done);
 }
 
 static void test_killed_backend(void **state)
@@ -230,13 +259,8 @@ static int killed_write(struct pawl_pgpool *p, unsigned flags)
     int64_t pid = 0;
     assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid), 0);
     struct pawl_pgstmt s = {.sql = "INSERT INTO pkw SELECT 1 FROM pg_sleep(5)"};
-    struct {
-        struct pawl_pgreq r;
-        atomic_int done, rc;
-    } w;
-    memset(&w, 0, sizeof w);
-    w.r = (struct pawl_pgreq){
-        .stmts = &s, .nstmts = 1, .flags = flags, .on_done = done_store, .ud = &w};
+    struct wreq w;
+    wreq_init(&w, &s, flags);
     assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
     terminate_while(pid, &w.done);
     return atomic_load(&w.rc);
@@ -294,24 +318,10 @@ static void test_killed_while_loop_busy(void **state)
     assert_int_equal(pawl_pgpool_exec(p, 0, &pr), 0);
 
     struct pawl_pgstmt ws = {.sql = "INSERT INTO pkb SELECT 1 FROM pg_sleep(5)"};
-    struct {
-        struct pawl_pgreq r;
-        atomic_int done, rc;
-    } w;
-    memset(&w, 0, sizeof w);
-    w.r = (struct pawl_pgreq){
-        .stmts = &ws, .nstmts = 1, .flags = PAWL_PGREQ_IMPLICIT, .on_done = done_store, .ud = &w};
+    struct wreq w;
+    wreq_init(&w, &ws, PAWL_PGREQ_IMPLICIT);
     assert_int_equal(pawl_pgpool_submit_on(p, 0, &w.r), 0);
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND state = 'active' AND "
-             "query LIKE '%%pg_sleep%%'",
-             (long long)pid);
-    double t0 = pawl_test_now_ms();
-    while (pawl_test_query_i64(dsn, sql) == 0) {
-        assert_true(pawl_test_now_ms() - t0 < 10000);
-        usleep(2000);
-    }
+    wait_sleeping(pid);
 
     /* Hold the I/O thread in a completion on the other connection. */
     struct pawl_pgstmt ss = {.sql = "SELECT 1"};
@@ -319,19 +329,15 @@ static void test_killed_while_loop_busy(void **state)
     memset(&st, 0, sizeof st);
     st.r = (struct pawl_pgreq){.stmts = &ss, .nstmts = 1, .on_done = stall_done, .ud = &st};
     assert_int_equal(pawl_pgpool_submit_on(p, 1, &st.r), 0);
-    t0 = pawl_test_now_ms();
-    while (atomic_load(&st.entered) == 0) {
-        assert_true(pawl_test_now_ms() - t0 < 10000);
-        usleep(1000);
-    }
+    wait_done(&st.entered);
 
     /* Terminate the backend and wait until it has exited (its socket then holds the FATAL
      * message and the hang-up). */
-    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%lld)", (long long)pid);
-    pawl_test_exec(dsn, sql);
+    terminate(pid);
+    char sql[128];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld",
              (long long)pid);
-    t0 = pawl_test_now_ms();
+    double t0 = pawl_test_now_ms();
     while (pawl_test_query_i64(dsn, sql) != 0) {
         assert_true(pawl_test_now_ms() - t0 < 10000);
         usleep(2000);
@@ -340,10 +346,7 @@ static void test_killed_while_loop_busy(void **state)
     assert_int_equal(atomic_load(&w.done), 0);
     atomic_store(&st.release, 1);
 
-    t0 = pawl_test_now_ms();
-    while (atomic_load(&w.done) == 0 && pawl_test_now_ms() - t0 < 10000)
-        usleep(1000);
-    assert_int_equal(atomic_load(&w.done), 1);
+    wait_done(&w.done);
     assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
     assert_non_null(strstr(w.r.message, "connection lost"));
     int64_t n = -1;
