@@ -330,6 +330,8 @@ static void conn_break(struct conn *c, const char *why_in)
             rc = PAWL_EINDOUBT; /* the session ended around the final statement (a COMMIT?) */
         else if (session_ended)
             rc = PAWL_ECONN; /* the server ended the session mid-transaction: not committed */
+        else if (r->_skipped && r->_ok_upto == 0)
+            rc = PAWL_ECONN; /* never run: what preceded it failed (the session ending, say) */
         else if (r->failed_stmt >= 0)
             rc = PAWL_ESQL; /* the server already refused it: nothing committed */
         else if ((r->flags & PAWL_PGREQ_READONLY) || !r->_sync_sent)
@@ -486,6 +488,7 @@ static int send_req(struct conn *c, struct pawl_pgreq *r)
     r->_nrecv = 0;
     r->_sync_sent = 0;
     r->_ok_upto = 0;
+    r->_skipped = 0;
     for (int i = 0; i < r->nstmts; i++) {
         const struct pawl_pgstmt *s = &r->stmts[i];
         int ok;
@@ -700,6 +703,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
             r->_ok_upto = e->arg + 1;
         } else if (st == PGRES_PIPELINE_ABORTED) {
             if (r->failed_stmt < 0) {
+                r->_skipped = 1;
                 r->failed_stmt = e->arg;
                 snprintf(r->sqlstate, sizeof r->sqlstate, "25P02");
                 snprintf(r->message, sizeof r->message,

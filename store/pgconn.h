@@ -113,6 +113,7 @@ struct pawl_pgreq {
     int _nrecv;
     int _sync_sent;
     int _ok_upto; /* statements 0.._ok_upto-1 returned a success result */
+    int _skipped; /* its failure is the pipeline's abort: something before it failed */
     int _pinned;
     int64_t _queued_ns;
 };

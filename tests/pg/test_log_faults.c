@@ -155,7 +155,7 @@ static void test_server_goes_away(void **state)
                 printf("in doubt (present: %d): %s\n", (int)present, outcomes[i].msg);
         } else {
             other++;
-            fprintf(stderr, "append %d: %s\n", i, pawl_errname(rc));
+            fprintf(stderr, "append %d: %s (%s)\n", i, pawl_errname(rc), outcomes[i].msg);
         }
     }
     printf("after the connections dropped: %d committed, %d not committed, %d in doubt\n", ok, lost,

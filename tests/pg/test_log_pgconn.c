@@ -356,6 +356,62 @@ static void test_killed_while_loop_busy(void **state)
 }
 
 /*
+ * The session ends while the connection prepares a statement (its Parse waits for a lock, and
+ * the backend is terminated there): the FATAL error answers the Parse, and libpq reports the
+ * request's own statement, queued behind it, as skipped by the pipeline's abort. The request
+ * never ran, so the pool says not committed (PAWL_ECONN), not "the server refused it"
+ * (PAWL_ESQL, SQLSTATE 25P02), which is what it said before (pg_test_log_faults saw one such
+ * append among 2,000 when it dropped a store's connections mid-stream).
+ */
+static void test_killed_in_prepare(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(1);
+    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkp(x int)", NULL), 0);
+    assert_int_equal(exec1(p, "TRUNCATE pkp", NULL), 0);
+    int64_t pid = 0;
+    assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid), 0);
+    /* Another session holds the table: parsing a statement on it waits for the lock. */
+    PGconn *holder = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(holder), CONNECTION_OK);
+    PQclear(PQexec(holder, "BEGIN"));
+    PGresult *lr = PQexec(holder, "LOCK TABLE pkp IN ACCESS EXCLUSIVE MODE");
+    assert_int_equal(PQresultStatus(lr), PGRES_COMMAND_OK);
+    PQclear(lr);
+
+    int id = pawl_pgpool_prepare(p, "INSERT INTO pkp VALUES (1)", 0, NULL);
+    assert_true(id >= 0);
+    struct pawl_pgstmt ws = {.prepared = id};
+    struct wreq w;
+    wreq_init(&w, &ws, PAWL_PGREQ_IMPLICIT);
+    assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND wait_event_type = 'Lock'",
+             (long long)pid);
+    double t0 = pawl_test_now_ms();
+    while (pawl_test_query_i64(dsn, sql) == 0) {
+        assert_true(pawl_test_now_ms() - t0 < 10000);
+        usleep(2000);
+    }
+    terminate(pid);
+    wait_done(&w.done);
+    assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
+    PQclear(PQexec(holder, "ROLLBACK"));
+    PQfinish(holder);
+    /* Prepared again on the new connection, it runs. */
+    struct wreq w2;
+    wreq_init(&w2, &ws, PAWL_PGREQ_IMPLICIT);
+    assert_int_equal(pawl_pgpool_submit(p, &w2.r), 0);
+    wait_done(&w2.done);
+    assert_int_equal(atomic_load(&w2.rc), 0);
+    int64_t n = -1;
+    assert_int_equal(exec1(p, "SELECT count(*) FROM pkp", &n), 0);
+    assert_int_equal(n, 1);
+    pawl_pgpool_free(p);
+}
+
+/*
  * A transaction that fails at its implicit COMMIT (here a deferred trigger raising a
  * serialization failure, as a serializable transaction or a deadlock can at commit) is a
  * definite rollback of that request only: PAWL_ESQL with SQLSTATE 40001, never in doubt; the
@@ -493,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_killed_backend),
         cmocka_unit_test(test_killed_mid_statement),
         cmocka_unit_test(test_killed_while_loop_busy),
+        cmocka_unit_test(test_killed_in_prepare),
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
