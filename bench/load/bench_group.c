@@ -3,12 +3,16 @@
  *
  * Cells. Each round runs, next to each other: the ceiling (a plain
  * table of pawl.events' row shape and indexes, bench_ceiling.events, one INSERT per
- * transaction with a client-chosen sequence, one blocking client per connection), pawl with
+ * transaction with a client-chosen sequence, the rows' types and payloads sent as binary
+ * arrays as pawl sends its events, one blocking client per connection), pawl with
  * group append (the default), pawl without it (append_group_max 1), and pawl grouped with its
  * finalizer off. pawl's callers are blocking pawl_append calls, one thread each. In one64 and
  * ten64 a fifth variant, "async", keeps as many appends in flight from one thread with
  * pawl_append_async (grouped, finalizer on): what the appends cost without a thread per caller,
- * as an event-loop service submits them; its client CPU is the library's own.
+ * as an event-loop service submits them; its client CPU is the library's own. Cells of more
+ * than one event per append also report "ceiling_server_rows": the same INSERT sending one
+ * payload and making its rows in the server (generate_series), which no client with distinct
+ * rows can do; until 2026-12-03 it was the ceiling.
  *
  *   one64    1-event appends, random streams of 100 000, 64 callers, 4 connections
  *            | ceiling: 1-row INSERT, 4 clients
@@ -37,6 +41,7 @@
 #include "common.h"
 #include "flags.h"
 
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -173,23 +178,57 @@ static const struct cell_def CELLS[] = {
 
 struct ceil_arg {
     int id, batch;
+    int server_rows; /* 1: one payload sent, the rows made in the server (generate_series) */
     atomic_int *stop;
     atomic_llong *events;
     atomic_int *measuring;
 };
 
+/* A one-dimensional binary array (PostgreSQL's array_send format) of n copies of v. */
+static size_t binary_array(char *out, uint32_t elem_oid, int n, const char *v, size_t len)
+{
+    uint32_t hdr[5] = {htonl(1), htonl(0), htonl(elem_oid), htonl((uint32_t)n), htonl(1)};
+    memcpy(out, hdr, sizeof hdr);
+    size_t off = sizeof hdr;
+    for (int i = 0; i < n; i++) {
+        uint32_t l = htonl((uint32_t)len);
+        memcpy(out + off, &l, 4);
+        memcpy(out + off + 4, v, len);
+        off += 4 + len;
+    }
+    return off;
+}
+
 static void *ceil_main(void *arg)
 {
     struct ceil_arg *a = arg;
     PGconn *c = connect_or_die();
-    /* The row shape of pawl.events, a client-chosen sequence; n rows of one stream. */
-    PGresult *r = PQprepare(c, "ins",
-                            "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
-                            " type, payload) SELECT pg_current_xact_id(), $1::int8 + g, g::int4,"
-                            " $2::int4, $3, 'OrderPlaced', $4::bytea"
-                            " FROM generate_series(0, $2::int4 - 1) g",
-                            4, NULL);
+    /*
+     * The row shape of pawl.events, a client-chosen sequence; n rows of one stream. As a client
+     * inserting rows sends them, the types and payloads go as binary arrays (as pawl sends its
+     * events), one element per row. The server_rows form sends one payload and makes the rows
+     * in the server: less than any client with distinct rows can do, reported for reference.
+     */
+    PGresult *r =
+        a->server_rows
+            ? PQprepare(c, "ins",
+                        "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
+                        " type, payload) SELECT pg_current_xact_id(), $1::int8 + g, g::int4,"
+                        " $2::int4, $3, 'OrderPlaced', $4::bytea"
+                        " FROM generate_series(0, $2::int4 - 1) g",
+                        4, NULL)
+            : PQprepare(c, "ins",
+                        "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
+                        " type, payload) SELECT pg_current_xact_id(), $1::int8 + u.o - 1,"
+                        " (u.o - 1)::int4, $2::int4, $3, u.t, u.p"
+                        " FROM unnest($4::text[], $5::bytea[]) WITH ORDINALITY AS u(t, p, o)",
+                        5, NULL);
     PQclear(r);
+    static const char TYPE[] = "OrderPlaced";
+    size_t cap = 20 + (size_t)a->batch * (4 + sizeof PAYLOAD);
+    char *types = malloc(cap), *payloads = malloc(cap);
+    int types_len = (int)binary_array(types, 25, a->batch, TYPE, sizeof TYPE - 1);
+    int payloads_len = (int)binary_array(payloads, 17, a->batch, PAYLOAD, sizeof PAYLOAD - 1);
     char sid[48], seq[24], n[16];
     snprintf(n, sizeof n, "%d", a->batch);
     int64_t next = 1;
@@ -202,8 +241,15 @@ static void *ceil_main(void *arg)
             next = 1;
         }
         snprintf(seq, sizeof seq, "%lld", (long long)next);
-        const char *vals[4] = {seq, n, sid, PAYLOAD};
-        r = PQexecPrepared(c, "ins", 4, vals, NULL, NULL, 0);
+        if (a->server_rows) {
+            const char *vals[4] = {seq, n, sid, PAYLOAD};
+            r = PQexecPrepared(c, "ins", 4, vals, NULL, NULL, 0);
+        } else {
+            const char *vals[5] = {seq, n, sid, types, payloads};
+            int lens[5] = {0, 0, 0, types_len, payloads_len};
+            int fmts[5] = {0, 0, 0, 1, 1};
+            r = PQexecPrepared(c, "ins", 5, vals, lens, fmts, 0);
+        }
         if (PQresultStatus(r) != PGRES_COMMAND_OK) {
             fprintf(stderr, "ceiling insert: %s", PQerrorMessage(c));
             exit(1);
@@ -213,6 +259,8 @@ static void *ceil_main(void *arg)
         if (atomic_load(a->measuring))
             atomic_fetch_add(a->events, a->batch);
     }
+    free(types);
+    free(payloads);
     PQfinish(c);
     return NULL;
 }
@@ -221,14 +269,14 @@ struct result {
     double ev_s, p50, p99, flushes_ev, group_size, cpu_us_ev, csw_ev;
 };
 
-static void run_ceiling(const struct cell_def *d, struct result *res)
+static void run_ceiling(const struct cell_def *d, int server_rows, struct result *res)
 {
     atomic_int stop = 0, measuring = 0;
     atomic_llong events = 0;
     pthread_t th[64];
     struct ceil_arg args[64];
     for (int i = 0; i < d->ceil_clients; i++) {
-        args[i] = (struct ceil_arg){i, d->batch, &stop, &events, &measuring};
+        args[i] = (struct ceil_arg){i, d->batch, server_rows, &stop, &events, &measuring};
         pthread_create(&th[i], NULL, ceil_main, &args[i]);
     }
     usleep((useconds_t)warmup_ms * 1000);
@@ -565,8 +613,13 @@ int main(int argc, char **argv)
                 continue;
             struct result ceil, r;
             reset_tables();
-            run_ceiling(d, &ceil);
+            run_ceiling(d, 0, &ceil);
             report(round, d->name, "ceiling", &ceil, ceil.ev_s);
+            if (d->batch > 1) {
+                reset_tables();
+                run_ceiling(d, 1, &r);
+                report(round, d->name, "ceiling_server_rows", &r, ceil.ev_s);
+            }
             settle();
             reset_log();
             run_pawl(d, 256, 1, 0, 0, &r);
