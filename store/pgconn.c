@@ -79,6 +79,10 @@ struct conn {
      * that got no result at all was never executed. */
     int fatal_idle;
     int sync_error; /* a commit error result was taken for the front Sync */
+    /* A Parse this segment sent failed: the request whose statement it prepared is told why
+     * (its statement comes back only as skipped by the pipeline's abort). */
+    char prep_sqlstate[6];
+    char prep_message[256];
 };
 
 struct prepared_stmt {
@@ -310,6 +314,7 @@ static void conn_break(struct conn *c, const char *why_in)
     c->fatal_req = NULL;
     c->fatal_idle = 0;
     c->sync_error = 0;
+    c->prep_sqlstate[0] = '\0';
     c->inflight_head = c->inflight_tail = NULL;
     c->ninflight = 0;
     c->exp_len = 0;
@@ -677,8 +682,14 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     case E_PREPARE:
         if (st != PGRES_COMMAND_OK) {
             c->prepared[e->arg] = 0; /* failed or skipped: prepare again next time */
-            if (st == PGRES_FATAL_ERROR)
+            if (st == PGRES_FATAL_ERROR) {
                 c->aborted = 1;
+                const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+                const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+                snprintf(c->prep_sqlstate, sizeof c->prep_sqlstate, "%s", ss ? ss : "");
+                snprintf(c->prep_message, sizeof c->prep_message, "preparing the statement: %s",
+                         msg ? msg : "failed");
+            }
         }
         return 0;
     case E_STMT: {
@@ -702,13 +713,21 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE) {
             r->_ok_upto = e->arg + 1;
         } else if (st == PGRES_PIPELINE_ABORTED) {
-            if (r->failed_stmt < 0) {
+            if (r->failed_stmt < 0 && c->prep_sqlstate[0] != '\0' &&
+                strncmp(c->prep_sqlstate, "57", 2) != 0 &&
+                strncmp(c->prep_sqlstate, "08", 2) != 0) {
+                /* Its own statement could not be prepared: the server refused it. */
+                r->failed_stmt = e->arg;
+                snprintf(r->sqlstate, sizeof r->sqlstate, "%s", c->prep_sqlstate);
+                snprintf(r->message, sizeof r->message, "%s", c->prep_message);
+            } else if (r->failed_stmt < 0) {
                 r->_skipped = 1;
                 r->failed_stmt = e->arg;
                 snprintf(r->sqlstate, sizeof r->sqlstate, "25P02");
                 snprintf(r->message, sizeof r->message,
                          "not run: an earlier statement in this transaction failed");
             }
+            c->prep_sqlstate[0] = '\0';
         }
         if (r->stmts[e->arg].on_result) {
             r->stmts[e->arg].on_result(r->stmts[e->arg].ud, res);
@@ -740,6 +759,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         }
         c->aborted = 0;
         c->sync_error = 0;
+        c->prep_sqlstate[0] = '\0';
         return 1;
     }
     return 0;

@@ -701,6 +701,12 @@ static void *held_appender(void *arg)
     return NULL;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int64_t measure(struct pawl_store *s, int ms)
 {
     atomic_llong count = 0;
@@ -736,18 +742,26 @@ static void test_held_stream(void **state)
      * Rounds of 1 s alone, then 1 s while an outbox append to "held", not committed, holds the
      * stream's next number and a library append to "held" waits for it; then the holder
      * commits and the waiting append goes through. Alternating the windows keeps the machine's
-     * own drift (a shared, busy machine) out of the comparison.
+     * own drift out of the comparison, and the median of the rounds' ratios keeps out a round
+     * that something else on a shared machine slowed in one window only (make test runs two
+     * tests at once: CI's ASan stage once saw 0.78 over the sum of three rounds, against
+     * 0.96-1.03 in every run here alone).
      */
+    enum { ROUNDS = 5 };
     PGconn *c = raw(d);
     int64_t alone = 0, during = 0;
-    for (int round = 1; round <= 3; round++) {
-        alone += measure(s, 1000);
+    double ratio[ROUNDS];
+    for (int round = 1; round <= ROUNDS; round++) {
+        int64_t a = measure(s, 1000);
+        alone += a;
         assert_true(ok_cmd(c, "BEGIN"));
         assert_true(ok_cmd(c, "SELECT pawl_api.append('held', 't', 'outbox')"));
         pthread_t th;
         pthread_create(&th, NULL, held_appender, s);
         usleep(200000);
-        during += measure(s, 1000);
+        int64_t b = measure(s, 1000);
+        during += b;
+        ratio[round - 1] = a > 0 ? (double)b / (double)a : 0;
         assert_int_equal(atomic_load(&thread_bad), 0);
         assert_true(ok_cmd(c, "COMMIT"));
         pthread_join(th, NULL);
@@ -755,9 +769,12 @@ static void test_held_stream(void **state)
         /* "held": 1 first, then per round the outbox append and the one that waited. */
         assert_int_equal(held_res.first_seq, 1 + 2 * round);
     }
-    print_message("free-stream appends in 3 x 1 s: %lld alone, %lld with a held stream\n",
-                  (long long)alone, (long long)during);
-    assert_true(during * 100 >= alone * 80);
+    qsort(ratio, ROUNDS, sizeof ratio[0], cmp_double);
+    print_message("free-stream appends in %d x 1 s: %lld alone, %lld with a held stream; "
+                  "per-round ratios %.2f..%.2f, median %.2f\n",
+                  ROUNDS, (long long)alone, (long long)during, ratio[0], ratio[ROUNDS - 1],
+                  ratio[ROUNDS / 2]);
+    assert_true(ratio[ROUNDS / 2] >= 0.80);
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_true(st.append_lock_timeouts > 0);
@@ -793,5 +810,7 @@ int main(void)
         cmocka_unit_test(test_sync_off_piggyback),
         cmocka_unit_test(test_statement_timeout_default),
     };
+    if (getenv("PAWL_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("PAWL_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

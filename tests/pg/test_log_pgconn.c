@@ -59,6 +59,25 @@ struct wreq {
     atomic_int done, rc;
 };
 
+/* An empty table `name (x int)`. */
+static void fresh_table(struct pawl_pgpool *p, const char *name)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "CREATE TABLE IF NOT EXISTS %s(x int)", name);
+    assert_int_equal(exec1(p, sql, NULL), 0);
+    snprintf(sql, sizeof sql, "TRUNCATE %s", name);
+    assert_int_equal(exec1(p, sql, NULL), 0);
+}
+
+static int64_t rows_in(struct pawl_pgpool *p, const char *table)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
+    int64_t n = -1;
+    assert_int_equal(exec1(p, sql, &n), 0);
+    return n;
+}
+
 static void done_store(struct pawl_pgreq *req, int rc)
 {
     struct wreq *w = req->ud;
@@ -270,13 +289,10 @@ static void test_killed_mid_statement(void **state)
 {
     (void)state;
     struct pawl_pgpool *p = new_pool(1);
-    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkw(x int)", NULL), 0);
-    assert_int_equal(exec1(p, "TRUNCATE pkw", NULL), 0);
+    fresh_table(p, "pkw");
     assert_int_equal(killed_write(p, PAWL_PGREQ_IMPLICIT), PAWL_ECONN);
     assert_int_equal(killed_write(p, 0), PAWL_EINDOUBT);
-    int64_t n = -1;
-    assert_int_equal(exec1(p, "SELECT count(*) FROM pkw", &n), 0);
-    assert_int_equal(n, 0);
+    assert_int_equal(rows_in(p, "pkw"), 0);
     pawl_pgpool_free(p);
 }
 
@@ -310,8 +326,7 @@ static void test_killed_while_loop_busy(void **state)
 {
     (void)state;
     struct pawl_pgpool *p = new_pool(2);
-    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkb(x int)", NULL), 0);
-    assert_int_equal(exec1(p, "TRUNCATE pkb", NULL), 0);
+    fresh_table(p, "pkb");
     int64_t pid = 0;
     struct pawl_pgstmt pq = {.sql = "SELECT pg_backend_pid()", .on_result = grab_i64, .ud = &pid};
     struct pawl_pgreq pr = {.stmts = &pq, .nstmts = 1};
@@ -349,9 +364,7 @@ static void test_killed_while_loop_busy(void **state)
     wait_done(&w.done);
     assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
     assert_non_null(strstr(w.r.message, "connection lost"));
-    int64_t n = -1;
-    assert_int_equal(exec1(p, "SELECT count(*) FROM pkb", &n), 0);
-    assert_int_equal(n, 0);
+    assert_int_equal(rows_in(p, "pkb"), 0);
     pawl_pgpool_free(p);
 }
 
@@ -367,8 +380,7 @@ static void test_killed_in_prepare(void **state)
 {
     (void)state;
     struct pawl_pgpool *p = new_pool(1);
-    assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pkp(x int)", NULL), 0);
-    assert_int_equal(exec1(p, "TRUNCATE pkp", NULL), 0);
+    fresh_table(p, "pkp");
     int64_t pid = 0;
     assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid), 0);
     /* Another session holds the table: parsing a statement on it waits for the lock. */
@@ -405,9 +417,34 @@ static void test_killed_in_prepare(void **state)
     assert_int_equal(pawl_pgpool_submit(p, &w2.r), 0);
     wait_done(&w2.done);
     assert_int_equal(atomic_load(&w2.rc), 0);
-    int64_t n = -1;
-    assert_int_equal(exec1(p, "SELECT count(*) FROM pkp", &n), 0);
-    assert_int_equal(n, 1);
+    assert_int_equal(rows_in(p, "pkp"), 1);
+    pawl_pgpool_free(p);
+}
+
+/*
+ * A statement that cannot be prepared (its table does not exist): the request fails with the
+ * Parse's own error, SQLSTATE and message, not as "skipped" (25P02). The requests behind it
+ * run, and once the table exists the same prepared statement works on the same connection.
+ */
+static void test_prepare_fails(void **state)
+{
+    (void)state;
+    struct pawl_pgpool *p = new_pool(1);
+    assert_int_equal(exec1(p, "DROP TABLE IF EXISTS pnp_missing", NULL), 0);
+    int id = pawl_pgpool_prepare(p, "INSERT INTO pnp_missing VALUES (1)", 0, NULL);
+    assert_true(id >= 0);
+    struct pawl_pgstmt s = {.prepared = id};
+    struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
+    assert_int_equal(pawl_pgpool_exec(p, -1, &r), PAWL_ESQL);
+    assert_string_equal(r.sqlstate, "42P01");
+    assert_non_null(strstr(r.message, "pnp_missing"));
+    int64_t v = 0;
+    assert_int_equal(exec1(p, "SELECT 5", &v), 0);
+    assert_int_equal(v, 5);
+    assert_int_equal(exec1(p, "CREATE TABLE pnp_missing(x int)", NULL), 0);
+    struct pawl_pgreq r2 = {.stmts = &s, .nstmts = 1};
+    assert_int_equal(pawl_pgpool_exec(p, -1, &r2), 0);
+    assert_int_equal(rows_in(p, "pnp_missing"), 1);
     pawl_pgpool_free(p);
 }
 
@@ -550,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_killed_mid_statement),
         cmocka_unit_test(test_killed_while_loop_busy),
         cmocka_unit_test(test_killed_in_prepare),
+        cmocka_unit_test(test_prepare_fails),
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
