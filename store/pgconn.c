@@ -180,6 +180,13 @@ static void copy_trimmed(char *dst, size_t len, const char *src)
 }
 
 /* Complete a request: runs its callback on the I/O thread. */
+/* SQLSTATE classes 57 (operator intervention) and 08 (connection exception): the server is
+ * ending the session. */
+static int ends_session(const char *sqlstate)
+{
+    return sqlstate && (strncmp(sqlstate, "57", 2) == 0 || strncmp(sqlstate, "08", 2) == 0);
+}
+
 static void complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
 {
     /* relaxed: a statistic; completion order is carried by the callback itself. */
@@ -326,8 +333,7 @@ static void conn_break(struct conn *c, const char *why_in)
     while (r) {
         struct pawl_pgreq *next = r->_next;
         int rc;
-        int session_ended = r->failed_stmt >= 0 && (strncmp(r->sqlstate, "57", 2) == 0 ||
-                                                    strncmp(r->sqlstate, "08", 2) == 0);
+        int session_ended = r->failed_stmt >= 0 && ends_session(r->sqlstate);
         if (session_ended && (r->flags & PAWL_PGREQ_IMPLICIT) && strncmp(r->sqlstate, "57", 2) == 0)
             rc = PAWL_ECONN; /* ended mid-statement: the Sync's commit never ran */
         else if (session_ended && r->_sync_sent && !(r->flags & PAWL_PGREQ_READONLY) &&
@@ -416,8 +422,7 @@ static void notice_rx(void *arg, const PGresult *res)
     struct conn *c = arg;
     const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
     const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (sev && strcmp(sev, "FATAL") == 0 && ss &&
-        (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+    if (sev && strcmp(sev, "FATAL") == 0 && ends_session(ss))
         c->fatal_idle = 1;
     PAWL_DEBUG("pgconn", "%s[%d]: server says: %s", c->pool->name, c->index,
                PQresultErrorMessage(res));
@@ -628,15 +633,21 @@ static void dispatch(struct pawl_pgpool *p)
 
 /* ---- receiving --------------------------------------------------------------------------- */
 
-static void req_error(struct pawl_pgreq *r, int stmt, const PGresult *res, const char *fallback)
+/* The request's first failure: statement stmt, with SQLSTATE and message. Later ones keep it. */
+static void fail_req(struct pawl_pgreq *r, int stmt, const char *sqlstate, const char *message)
 {
     if (r->failed_stmt >= 0)
         return;
     r->failed_stmt = stmt;
+    snprintf(r->sqlstate, sizeof r->sqlstate, "%s", sqlstate);
+    copy_trimmed(r->message, sizeof r->message, message);
+}
+
+static void req_error(struct pawl_pgreq *r, int stmt, const PGresult *res, const char *fallback)
+{
     const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    snprintf(r->sqlstate, sizeof r->sqlstate, "%s", st ? st : "");
-    copy_trimmed(r->message, sizeof r->message, msg ? msg : fallback);
+    fail_req(r, stmt, st ? st : "", msg ? msg : fallback);
 }
 
 static void remove_inflight(struct conn *c, struct pawl_pgreq *r)
@@ -668,7 +679,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_FATAL_ERROR && e->kind != E_STMT) {
         const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0))
+        if (ends_session(ss))
             c->fatal_idle = 1; /* the server is ending the session */
     }
     switch (e->kind) {
@@ -696,7 +707,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         struct pawl_pgreq *r = e->req;
         if (st == PGRES_FATAL_ERROR) {
             const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0)) {
+            if (ends_session(ss)) {
                 c->fatal_req = r;
                 c->fatal_idle = 1;
             }
@@ -713,18 +724,12 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
         } else if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_SINGLE_TUPLE) {
             r->_ok_upto = e->arg + 1;
         } else if (st == PGRES_PIPELINE_ABORTED) {
-            if (r->failed_stmt < 0 && c->prep_sqlstate[0] != '\0' &&
-                strncmp(c->prep_sqlstate, "57", 2) != 0 &&
-                strncmp(c->prep_sqlstate, "08", 2) != 0) {
+            if (c->prep_sqlstate[0] != '\0' && !ends_session(c->prep_sqlstate)) {
                 /* Its own statement could not be prepared: the server refused it. */
-                r->failed_stmt = e->arg;
-                snprintf(r->sqlstate, sizeof r->sqlstate, "%s", c->prep_sqlstate);
-                snprintf(r->message, sizeof r->message, "%s", c->prep_message);
+                fail_req(r, e->arg, c->prep_sqlstate, c->prep_message);
             } else if (r->failed_stmt < 0) {
                 r->_skipped = 1;
-                r->failed_stmt = e->arg;
-                snprintf(r->sqlstate, sizeof r->sqlstate, "25P02");
-                snprintf(r->message, sizeof r->message,
+                fail_req(r, e->arg, "25P02",
                          "not run: an earlier statement in this transaction failed");
             }
             c->prep_sqlstate[0] = '\0';
@@ -739,7 +744,7 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     case E_SYNC:
         if (st == PGRES_FATAL_ERROR && e->req) {
             const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            if (ss && (strncmp(ss, "57", 2) == 0 || strncmp(ss, "08", 2) == 0)) {
+            if (ends_session(ss)) {
                 c->fatal_req = e->req;
             } else if (ss) {
                 /*

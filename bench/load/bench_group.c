@@ -449,15 +449,16 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
                            .measuring = &measuring};
     int nthreads = async ? 1 : d->callers;
     int64_t pace = rate > 0 ? (int64_t)(1e9 * d->callers * d->batch / rate) : 0;
+    pthread_mutex_init(&aa.mu, NULL);
+    pthread_cond_init(&aa.cv, NULL);
     if (async) {
-        pthread_mutex_init(&aa.mu, NULL);
-        pthread_cond_init(&aa.cv, NULL);
         pthread_create(&th[0], NULL, async_main, &aa);
-    }
-    for (int i = 0; i < nthreads && !async; i++) {
-        args[i] = (struct caller_arg){s,     i,       d->batch, d->explicit_v, pace,
-                                      &stop, &events, &errors,  &measuring};
-        pthread_create(&th[i], NULL, caller_main, &args[i]);
+    } else {
+        for (int i = 0; i < nthreads; i++) {
+            args[i] = (struct caller_arg){s,     i,       d->batch, d->explicit_v, pace,
+                                          &stop, &events, &errors,  &measuring};
+            pthread_create(&th[i], NULL, caller_main, &args[i]);
+        }
     }
     usleep((useconds_t)warmup_ms * 1000);
     struct pawl_log_stats st0, st1;
@@ -475,18 +476,14 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     double w1 = wal_syncs();
     pawl_store_stats(s, &st1, 0);
     atomic_store(&stop, 1);
-    if (async) {
-        pthread_mutex_lock(&aa.mu);
-        pthread_cond_broadcast(&aa.cv);
-        pthread_mutex_unlock(&aa.mu);
-    }
+    pthread_mutex_lock(&aa.mu);
+    pthread_cond_broadcast(&aa.cv); /* a waiting async submitter sees stop */
+    pthread_mutex_unlock(&aa.mu);
     for (int i = 0; i < nthreads; i++)
         pthread_join(th[i], NULL);
     pawl_store_free(s);
-    if (async) {
-        pthread_mutex_destroy(&aa.mu);
-        pthread_cond_destroy(&aa.cv);
-    }
+    pthread_mutex_destroy(&aa.mu);
+    pthread_cond_destroy(&aa.cv);
     memset(res, 0, sizeof *res);
     double ev = (double)atomic_load(&events);
     res->ev_s = ev / ((double)(t1 - t0) / 1e9);

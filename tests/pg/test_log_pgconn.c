@@ -201,21 +201,24 @@ static void test_many_in_flight(void **state)
     free(r);
 }
 
-/* Terminate backend pid while its request runs (it was just submitted), then wait (10 s at
- * most) for the request to be done. */
-/* Wait (10 s at most) until backend pid runs a statement calling pg_sleep. */
-static void wait_sleeping(int64_t pid)
+/* Wait (10 s at most) until backend pid shows in pg_stat_activity with condition cond (NULL:
+ * until it no longer shows there at all, i.e. it has exited). */
+static void wait_backend(int64_t pid, const char *cond)
 {
     char sql[256];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND state = 'active' AND "
-             "query LIKE '%%pg_sleep%%'",
-             (long long)pid);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND %s",
+             (long long)pid, cond ? cond : "true");
     double t0 = pawl_test_now_ms();
-    while (pawl_test_query_i64(dsn, sql) == 0) {
+    while ((pawl_test_query_i64(dsn, sql) == 0) == (cond != NULL)) {
         assert_true(pawl_test_now_ms() - t0 < 10000);
         usleep(2000);
     }
+}
+
+/* Wait until backend pid runs a statement calling pg_sleep. */
+static void wait_sleeping(int64_t pid)
+{
+    wait_backend(pid, "state = 'active' AND query LIKE '%pg_sleep%'");
 }
 
 static void terminate(int64_t pid)
@@ -234,6 +237,8 @@ static void wait_done(atomic_int *done)
     assert_int_equal(atomic_load(done), 1);
 }
 
+/* Terminate backend pid while its request runs (it was just submitted), then wait (10 s at
+ * most) for the request to be done. */
 static void terminate_while(int64_t pid, atomic_int *done)
 {
     /* Until the backend runs the statement (a fixed 300 ms was sometimes too short under ASan
@@ -349,14 +354,7 @@ static void test_killed_while_loop_busy(void **state)
     /* Terminate the backend and wait until it has exited (its socket then holds the FATAL
      * message and the hang-up). */
     terminate(pid);
-    char sql[128];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld",
-             (long long)pid);
-    double t0 = pawl_test_now_ms();
-    while (pawl_test_query_i64(dsn, sql) != 0) {
-        assert_true(pawl_test_now_ms() - t0 < 10000);
-        usleep(2000);
-    }
+    wait_backend(pid, NULL);
     usleep(100000);
     assert_int_equal(atomic_load(&w.done), 0);
     atomic_store(&st.release, 1);
@@ -397,15 +395,7 @@ static void test_killed_in_prepare(void **state)
     struct wreq w;
     wreq_init(&w, &ws, PAWL_PGREQ_IMPLICIT);
     assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
-    char sql[160];
-    snprintf(sql, sizeof sql,
-             "SELECT count(*) FROM pg_stat_activity WHERE pid = %lld AND wait_event_type = 'Lock'",
-             (long long)pid);
-    double t0 = pawl_test_now_ms();
-    while (pawl_test_query_i64(dsn, sql) == 0) {
-        assert_true(pawl_test_now_ms() - t0 < 10000);
-        usleep(2000);
-    }
+    wait_backend(pid, "wait_event_type = 'Lock'");
     terminate(pid);
     wait_done(&w.done);
     assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
