@@ -7,7 +7,8 @@
  *     thread runs append completions and user callbacks. Every append is one call of
  *     pawl.append (the one append path: it stamps xid, k, n and the append ticket), in its own
  *     implicit transaction; pawl_append_in runs the same statement on the caller's connection.
- *   - finalizer pool (1 connection, LISTEN pawl_pending) and the finalizer thread: waits for a
+ *   - finalizer pool (1 connection, LISTEN pawl_pending) and the finalizer, a state machine
+ *     on that pool's I/O thread (struct fin_sm; no thread of its own): waits for a
  *     signal (set by every committed append of this process, and by pawl_pending from appends
  *     made in callers' own transactions anywhere), drains all signals, runs pawl.finalize once
  *     for everything completed (runs are never cut), goes again at once for signals that came
@@ -226,6 +227,51 @@ struct ack_slot {
     atomic_llong t_ns;
 };
 
+struct fin_out {
+    int64_t appends, events, last;
+};
+
+/* What a holder query (pawl_api.finalizer_holder) is for: a warning, or the last word on stop. */
+struct fin_holder {
+    struct pawl_pgreq req;
+    struct pawl_pgstmt st;
+    char who[256];
+    int64_t held_ns; /* how long the lock has been busy when it was asked */
+};
+
+/*
+ * The finalizer: a state machine that lives on the finalizer pool's I/O thread (fin_loop is the
+ * pool's on_loop hook; fin_run_done and fin_holder_done are completions on the same thread), so
+ * a run costs no hand-off between threads: a signal wakes the loop, which sends pawl.finalize on
+ * its one connection and takes the result when the socket says so. Every field is that thread's
+ * alone.
+ */
+enum fin_state {
+    FIN_IDLE,   /* waiting: a signal, the cadence, a back-off or the safety interval */
+    FIN_RUN,    /* a run is in flight */
+    FIN_NAMING, /* stopping past the deadline: asking who holds the lock, for the last word */
+    FIN_DONE    /* stopped (fin_done is set) */
+};
+
+struct fin_sm {
+    enum fin_state state;
+    int rerun;           /* run again without waiting for a signal (back-off, stop, error) */
+    int foreign;         /* the run in flight drained a pawl_pending signal */
+    long long acked;     /* this process's acks counted before the run in flight was sent */
+    int64_t next_safety; /* run by then whatever happens */
+    int64_t last_start;  /* the cadence: runs start at least fin_interval_ns apart */
+    int64_t not_before;  /* back-off after an error or a busy lock: nothing before it */
+    int64_t stop_deadline;
+    int64_t busy_since; /* the lock has been busy since (0: it is not) */
+    int err_backoff_ms, busy_ms;
+    int holder_named; /* the holder was named in this busy episode */
+    struct fin_out out;
+    const char *vals[1];
+    struct pawl_pgstmt st;
+    struct pawl_pgreq req;
+    struct fin_holder warn, last; /* separate: a warning may be in flight when stop asks */
+};
+
 struct pawl_store {
     struct pawl_store_opts o;
     char *dsn;
@@ -279,16 +325,18 @@ struct pawl_store {
     int waiters;  /* followers inside pawl_store_wait, under idx_mu */
     pthread_cond_t waiters_cond;
 
-    /* Finalizer. */
-    pthread_t fin_thread;
-    int fin_started;
-    pthread_mutex_t fin_mu;
-    pthread_cond_t fin_cond;
+    /* Finalizer (struct fin_sm). */
+    int fin_started;        /* this store runs a finalizer (the state machine is on) */
+    atomic_int fin_on;      /* fin_loop may act: the store is built (release/acquire) */
     atomic_int fin_signal;  /* set by each committed append */
     atomic_int fin_foreign; /* pawl_pending arrived (an append of a process without finalizer)
                              * or the finalizer's connection was re-established */
-    atomic_int fin_waiting; /* the finalizer is (about to be) asleep on fin_cond */
+    atomic_int fin_waiting; /* fin_loop sleeps until a signal: the first signal wakes the loop */
     atomic_int fin_stop;
+    pthread_mutex_t fin_mu;
+    pthread_cond_t fin_cond; /* fin_done became 1 */
+    int fin_done;            /* under fin_mu: the state machine has stopped */
+    struct fin_sm fm;
     struct pawl_pgreq listen_req;
     struct pawl_pgstmt listen_stmt;
     atomic_int listen_req_busy;
@@ -647,10 +695,6 @@ static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
 
 /* ---- append operations --------------------------------------------------------------------- */
 
-struct fin_out {
-    int64_t appends, events, last;
-};
-
 /*
  * An append's encoded parameters (pawl_log_append_sql's $1..$8, then the event count as int4
  * for the in-doubt check) and, once its result arrived, what the server assigned.
@@ -970,14 +1014,13 @@ static void on_resolve_result(void *ud, const PGresult *res)
 
 static void signal_finalizer(struct pawl_store *s)
 {
-    /* seq_cst pair with fin_waiting (Dekker): either we see the finalizer waiting and wake
-     * it, or it sees our signal before it sleeps. */
+    /* seq_cst pair with fin_waiting (Dekker, see fin_loop): either we see the finalizer
+     * waiting and wake its loop (the first signaller only), or it sees our signal before it
+     * sleeps. A finalizer busy with a run or spacing runs needs no wake-up: it looks at the
+     * signal when the run completes or the interval ends. */
     atomic_store(&s->fin_signal, 1);
-    if (atomic_load(&s->fin_waiting)) {
-        pthread_mutex_lock(&s->fin_mu);
-        pthread_cond_signal(&s->fin_cond);
-        pthread_mutex_unlock(&s->fin_mu);
-    }
+    if (atomic_load(&s->fin_waiting) && atomic_exchange(&s->fin_waiting, 0))
+        pawl_pgpool_wake(s->fin);
 }
 
 static void record_ack(struct pawl_store *s, int64_t now)
@@ -2158,6 +2201,24 @@ static void on_fin_result(void *ud, const PGresult *res)
     }
 }
 
+/* A run's result: its duration in the cadence's average and the histograms, the index it
+ * reached raised. Any thread (pawl_finalize_now's caller or the finalizer's loop). */
+static void fin_account(struct pawl_store *s, const struct fin_out *out, int64_t run_ns)
+{
+    if (out->appends > 0) {
+        /* relaxed: a statistic for the cadence (see fin_interval_ns); one writer at a time in
+         * practice, and a lost update only delays the average by a run. */
+        long long avg = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
+        atomic_store_explicit(&s->run_avg_ns, avg + (run_ns - avg) / 8, memory_order_relaxed);
+    }
+    hist_add(&s->run, run_ns / 1000);
+    pawl_metric_hist_record(PAWL_H_FINALIZE_RUN, run_ns);
+    if (out->last > 0) {
+        raise_index(s, out->last);
+        pawl_metric_gauge_max(PAWL_G_LAST_FINALIZED_INDEX, out->last);
+    }
+}
+
 static int finalize_once(struct pawl_store *s, struct fin_out *out)
 {
     char lim[16];
@@ -2180,19 +2241,7 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
         set_err(s, NULL, "pawl.finalize returned no row");
         return PAWL_ESQL;
     }
-    int64_t run_ns = pawl_now_ns() - t0;
-    if (out->appends > 0) {
-        /* relaxed: a statistic for the cadence (see fin_interval_ns); one writer at a time in
-         * practice, and a lost update only delays the average by a run. */
-        long long avg = atomic_load_explicit(&s->run_avg_ns, memory_order_relaxed);
-        atomic_store_explicit(&s->run_avg_ns, avg + (run_ns - avg) / 8, memory_order_relaxed);
-    }
-    hist_add(&s->run, run_ns / 1000);
-    pawl_metric_hist_record(PAWL_H_FINALIZE_RUN, run_ns);
-    if (out->last > 0) {
-        raise_index(s, out->last);
-        pawl_metric_gauge_max(PAWL_G_LAST_FINALIZED_INDEX, out->last);
-    }
+    fin_account(s, out, pawl_now_ns() - t0);
     return 0;
 }
 
@@ -2213,7 +2262,8 @@ int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, i
 
 /*
  * Acks (covered, upto] are final as of t_end: record their finalize delays and advance
- * covered. Called by the finalizer thread and, for piggybacked runs, the I/O thread.
+ * covered. Called by the finalizer (on its pool's I/O thread) and, for piggybacked runs, the
+ * main pool's I/O thread.
  */
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 {
@@ -2259,30 +2309,6 @@ static int64_t fin_interval_ns(struct pawl_store *s)
     return iv;
 }
 
-/* Sleep up to ns on fin_cond, returning early on stop. */
-static void fin_sleep_ns(struct pawl_store *s, int64_t ns)
-{
-    pthread_mutex_lock(&s->fin_mu);
-    if (!atomic_load(&s->fin_stop))
-        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, ns);
-    pthread_mutex_unlock(&s->fin_mu);
-}
-
-static void fin_sleep(struct pawl_store *s, int64_t ms)
-{
-    fin_sleep_ns(s, ms * 1000000);
-}
-
-/* Sleep ns whatever happens meanwhile (back-off while stopping: never a busy loop). */
-static void sleep_ns(struct pawl_store *s, int64_t ns)
-{
-    int64_t until = pawl_now_ns() + ns, left;
-    pthread_mutex_lock(&s->fin_mu);
-    while ((left = until - pawl_now_ns()) > 0)
-        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
-    pthread_mutex_unlock(&s->fin_mu);
-}
-
 static void on_text_result(void *ud, const PGresult *res)
 {
     char *out = ud; /* 256 bytes */
@@ -2290,152 +2316,204 @@ static void on_text_result(void *ud, const PGresult *res)
         snprintf(out, 256, "%s", PQgetvalue(res, 0, 0));
 }
 
-/* Who holds the finalizer's lock, as text for a log line ("unknown" when it cannot tell). */
-static void holder_text(struct pawl_store *s, char *out)
+/*
+ * The finalizer: fin_loop runs on every pass of the finalizer pool's I/O loop. It sleeps until
+ * an append of this process commits (fin_signal), a pawl_pending notification arrives
+ * (fin_foreign: another process's append in its own transaction) or the safety interval
+ * passes; then sends pawl.finalize, which finalizes everything completed at its snapshot (no
+ * truncation). Signals that arrive during a run make the next run start at once (after the
+ * cadence interval). When another session holds the lock it retries with a doubling back-off
+ * (finalizer_retry_ms up to 8x), never faster, until a run of its own succeeds; after
+ * HOLDER_WARN_NS of that it names the holder in the log, once per episode. On stop it keeps
+ * going until every append of this process is covered, for at most STOP_DEADLINE_NS, then says
+ * what is left and who holds the lock.
+ */
+static void fin_finish(struct pawl_store *s)
 {
-    snprintf(out, 256, "unknown (no session holds it now, or it cannot be seen)");
-    struct pawl_pgstmt st = {.sql = HOLDER_SQL, .on_result = on_text_result, .ud = out};
-    struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
-    (void)pawl_pgpool_exec(s->fin, 0, &req);
+    s->fm.state = FIN_DONE;
+    pthread_mutex_lock(&s->fin_mu);
+    s->fin_done = 1;
+    pthread_cond_broadcast(&s->fin_cond);
+    pthread_mutex_unlock(&s->fin_mu);
 }
 
-/*
- * The finalizer thread. It sleeps until an append of this process commits (fin_signal), a
- * pawl_pending notification arrives (fin_foreign: another process's append in its own
- * transaction) or the safety interval passes; then runs pawl.finalize, which finalizes
- * everything completed at its snapshot (no truncation). Signals that arrive during a run make
- * the next run start at once (after the cadence interval). When another session holds the lock
- * it retries with a doubling back-off (finalizer_retry_ms up to 8x), never faster, until a run
- * of its own succeeds; after HOLDER_WARN_NS of that it names the holder in the log, once per
- * episode. On stop it keeps going until every append of this process is covered, for at most
- * STOP_DEADLINE_NS, then says what is left and who holds the lock.
- */
-static void *fin_main(void *arg)
+static void fin_holder_done(struct pawl_pgreq *req, int rc)
 {
-    struct pawl_store *s = arg;
-    int64_t safety_ns = (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
-    int64_t next_safety = pawl_now_ns() + safety_ns;
-    int rerun = 1;
-    int err_backoff_ms = 10;
-    int64_t last_start = 0;
-    int busy_ms = s->o.finalizer_retry_ms;
-    int64_t busy_since = 0, stop_deadline = 0;
-    int holder_named = 0;
+    struct pawl_store *s = req->ud;
+    struct fin_sm *m = &s->fm;
+    (void)rc; /* who stays "unknown" when the query failed */
+    if (req == &m->warn.req) {
+        PAWL_WARN("finalizer", "the finalizer's lock has been held elsewhere for %lld s: %s",
+                  (long long)(m->warn.held_ns / 1000000000), m->warn.who);
+        return;
+    }
+    PAWL_WARN("finalizer",
+              "stopping with %lld append(s) of this process not yet finalized (another "
+              "finalizer will order them); the finalizer's lock is held by %s",
+              /* relaxed: statistics */
+              atomic_load_explicit(&s->acked, memory_order_relaxed) -
+                  atomic_load_explicit(&s->covered, memory_order_relaxed),
+              m->last.who);
+    fin_finish(s);
+}
+
+/* Ask who holds the finalizer's lock; fin_holder_done logs the answer. 0, or submit's error. */
+static int fin_ask_holder(struct pawl_store *s, struct fin_holder *h, int64_t held_ns)
+{
+    snprintf(h->who, sizeof h->who, "unknown (no session holds it now, or it cannot be seen)");
+    h->held_ns = held_ns;
+    h->st = (struct pawl_pgstmt){.sql = HOLDER_SQL, .on_result = on_text_result, .ud = h->who};
+    h->req = (struct pawl_pgreq){.stmts = &h->st,
+                                 .nstmts = 1,
+                                 .flags = PAWL_PGREQ_READONLY,
+                                 .on_done = fin_holder_done,
+                                 .ud = s};
+    return pawl_pgpool_submit(s->fin, &h->req);
+}
+
+/* A run failed (rc, with the reason): back off (10 ms doubling to 1 s), then run again. */
+static void fin_run_failed(struct pawl_store *s, int rc, const char *sqlstate, const char *why,
+                           int64_t now)
+{
+    struct fin_sm *m = &s->fm;
+    atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
+    set_err(s, sqlstate, why);
+    PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms", pawl_strerror(rc),
+              why, m->err_backoff_ms);
+    m->not_before = now + (int64_t)m->err_backoff_ms * 1000000;
+    m->err_backoff_ms = PAWL_MIN(m->err_backoff_ms * 2, 1000);
+    if (m->foreign) /* seq_cst: what the run drained, again (a newer signal stays set) */
+        atomic_store(&s->fin_foreign, 1);
+    m->rerun = 1;
+}
+
+static void fin_run_done(struct pawl_pgreq *req, int rc)
+{
+    struct pawl_store *s = req->ud;
+    struct fin_sm *m = &s->fm;
+    int64_t now = pawl_now_ns();
+    m->state = FIN_IDLE;
+    m->next_safety = now + (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
+    if (rc == 0 && m->out.appends == -2) {
+        rc = PAWL_ESQL;
+        snprintf(req->message, sizeof req->message, "pawl.finalize returned no row");
+    }
+    if (rc != 0) {
+        fin_run_failed(s, rc, req->sqlstate, req->message, now);
+        return;
+    }
+    m->err_backoff_ms = 10;
+    fin_account(s, &m->out, now - m->last_start);
+    if (m->out.appends < 0) {
+        /* Another session holds the lock; its run may have started before our rows
+         * committed, so only a run of our own proves ours are final. Retry with back-off
+         * (never faster than finalizer_retry_ms, up to 8x that), not woken by new signals:
+         * they cannot make the lock free sooner. */
+        atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
+        pawl_metric_inc(PAWL_M_FINALIZE_LOCK_BUSY);
+        if (m->busy_since == 0)
+            m->busy_since = now;
+        if (!m->holder_named && now - m->busy_since >= HOLDER_WARN_NS)
+            m->holder_named = fin_ask_holder(s, &m->warn, now - m->busy_since) == 0;
+        m->not_before = now + (int64_t)m->busy_ms * 1000000;
+        m->busy_ms = PAWL_MIN(m->busy_ms * 2, s->o.finalizer_retry_ms * 8);
+        if (m->foreign)
+            atomic_store(&s->fin_foreign, 1);
+        m->rerun = 1;
+        return;
+    }
+    m->busy_ms = s->o.finalizer_retry_ms;
+    if (m->holder_named)
+        PAWL_INFO("finalizer", "the finalizer's lock is free again");
+    m->busy_since = 0;
+    m->holder_named = 0;
+    /* relaxed: statistics. */
+    if (m->out.appends == 0) {
+        atomic_fetch_add_explicit(&s->fin_idle, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&s->fin_runs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->fin_appends, m->out.appends, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->fin_events, m->out.events, memory_order_relaxed);
+        pawl_metric_inc(PAWL_M_FINALIZE_RUNS);
+        pawl_metric_add(PAWL_M_EVENTS_FINALIZED, (uint64_t)m->out.events);
+    }
+    record_delays(s, m->acked, now);
+    if (atomic_load(&s->fin_stop))
+        m->rerun = 1; /* fin_loop ends it once everything is covered */
+}
+
+/* The pool's on_loop hook: decide, send, or say when to look again (0: when woken). */
+static int64_t fin_loop(void *ud, int64_t now)
+{
+    struct pawl_store *s = ud;
+    struct fin_sm *m = &s->fm;
+    /* acquire: pairs with the release in pawl_store_new (the statements and options). */
+    if (!atomic_load_explicit(&s->fin_on, memory_order_acquire) || m->state != FIN_IDLE)
+        return 0; /* a run or a query in flight: its completion comes with a pass */
     for (;;) {
-        if (!rerun) {
-            pthread_mutex_lock(&s->fin_mu);
-            /* seq_cst: see signal_finalizer. */
-            atomic_store(&s->fin_waiting, 1);
-            while (!atomic_load(&s->fin_stop) && !atomic_load(&s->fin_signal)) {
-                int64_t left = next_safety - pawl_now_ns();
-                if (left <= 0)
-                    break;
-                pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
+        int stopping = atomic_load(&s->fin_stop);
+        if (stopping && m->stop_deadline == 0)
+            m->stop_deadline = now + STOP_DEADLINE_NS;
+        if (now < m->not_before)
+            return m->not_before; /* back-off: whatever arrives meanwhile */
+        if (!m->rerun && !stopping && now < m->next_safety) {
+            /* seq_cst pair with signal_finalizer (Dekker): set waiting, then look for a signal;
+             * a signaller that came after the look sees waiting and wakes the loop. */
+            if (!atomic_load(&s->fin_signal)) {
+                atomic_store(&s->fin_waiting, 1);
+                if (!atomic_load(&s->fin_signal))
+                    return m->next_safety;
             }
             atomic_store(&s->fin_waiting, 0);
-            pthread_mutex_unlock(&s->fin_mu);
         }
-        int stopping = atomic_load(&s->fin_stop);
-        if (stopping && stop_deadline == 0)
-            stop_deadline = pawl_now_ns() + STOP_DEADLINE_NS;
         /* Cadence: one run per interval at most, so that under load one run (one commit, one
-         * WAL flush) covers many appends (see fin_interval_ns). */
-        int64_t interval_ns = fin_interval_ns(s);
-        if (!stopping && interval_ns > 0) {
-            int64_t wait = last_start + interval_ns - pawl_now_ns();
-            if (wait > 0)
-                fin_sleep_ns(s, wait);
-        }
+         * WAL flush) covers many appends (see fin_interval_ns). Signals meanwhile wake nobody. */
+        int64_t interval_ns = stopping ? 0 : fin_interval_ns(s);
+        if (interval_ns > 0 && now < m->last_start + interval_ns)
+            return m->last_start + interval_ns;
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
         int foreign = atomic_exchange(&s->fin_foreign, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
         int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
-        if (stopping && all_covered)
-            break;
-        if (stopping && pawl_now_ns() >= stop_deadline) {
-            char who[256];
-            holder_text(s, who);
-            PAWL_WARN("finalizer",
-                      "stopping with %lld append(s) of this process not yet finalized (another "
-                      "finalizer will order them); the finalizer's lock is held by %s",
-                      acked - atomic_load_explicit(&s->covered, memory_order_relaxed), who);
-            break;
+        if (stopping && all_covered) {
+            fin_finish(s);
+            return 0;
         }
-        if (!stopping && all_covered && !foreign && pawl_now_ns() < next_safety) {
+        if (stopping && now >= m->stop_deadline) {
+            if (fin_ask_holder(s, &m->last, 0) == 0)
+                m->state = FIN_NAMING;
+            else
+                fin_holder_done(&m->last.req, PAWL_ESHUTDOWN);
+            return 0;
+        }
+        if (!stopping && all_covered && !foreign && now < m->next_safety) {
             /* Later appends' piggybacked runs finalized ours already: no run needed. */
             atomic_fetch_add_explicit(&s->fin_skipped, 1, memory_order_relaxed); /* stat */
-            rerun = 0;
+            m->rerun = 0;
             continue;
         }
-        rerun = 0;
-        struct fin_out o;
-        last_start = pawl_now_ns();
-        int rc = finalize_once(s, &o);
-        int64_t now = pawl_now_ns();
-        next_safety = now + safety_ns;
-        if (rc != 0) {
-            atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
-            char e[512];
-            pawl_store_errmsg(s, e, sizeof e);
-            PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms",
-                      pawl_strerror(rc), e, err_backoff_ms);
-            if (stopping)
-                sleep_ns(s, (int64_t)err_backoff_ms * 1000000);
-            else
-                fin_sleep(s, err_backoff_ms);
-            err_backoff_ms = PAWL_MIN(err_backoff_ms * 2, 1000);
-            atomic_store(&s->fin_foreign, foreign);
-            rerun = 1;
-            continue;
+        m->rerun = 0;
+        m->foreign = foreign;
+        m->acked = acked;
+        m->last_start = now;
+        m->out.appends = m->out.events = m->out.last = -2;
+        m->vals[0] = s->fin_batch_text;
+        m->st = (struct pawl_pgstmt){.prepared = s->fin_stmt,
+                                     .nparams = 1,
+                                     .values = m->vals,
+                                     .on_result = on_fin_result,
+                                     .ud = &m->out};
+        m->req =
+            (struct pawl_pgreq){.stmts = &m->st, .nstmts = 1, .on_done = fin_run_done, .ud = s};
+        int rc = pawl_pgpool_submit_on(s->fin, 0, &m->req);
+        if (rc == 0) {
+            m->state = FIN_RUN;
+            return 0;
         }
-        err_backoff_ms = 10;
-        if (o.appends < 0) {
-            /* Another session holds the lock; its run may have started before our rows
-             * committed, so only a run of our own proves ours are final. Retry with back-off
-             * (never faster than finalizer_retry_ms, up to 8x that). */
-            atomic_fetch_add_explicit(&s->fin_busy, 1, memory_order_relaxed); /* statistic */
-            pawl_metric_inc(PAWL_M_FINALIZE_LOCK_BUSY);
-            if (busy_since == 0)
-                busy_since = now;
-            if (!holder_named && now - busy_since >= HOLDER_WARN_NS) {
-                char who[256];
-                holder_text(s, who);
-                PAWL_WARN("finalizer",
-                          "the finalizer's lock has been held elsewhere for %lld s: %s",
-                          (long long)((now - busy_since) / 1000000000), who);
-                holder_named = 1;
-            }
-            /* Not woken by new signals: they cannot make the lock free sooner. */
-            sleep_ns(s, (int64_t)busy_ms * 1000000);
-            busy_ms = PAWL_MIN(busy_ms * 2, s->o.finalizer_retry_ms * 8);
-            atomic_store(&s->fin_foreign, foreign);
-            rerun = 1;
-            continue;
-        }
-        busy_ms = s->o.finalizer_retry_ms;
-        if (holder_named)
-            PAWL_INFO("finalizer", "the finalizer's lock is free again");
-        busy_since = 0;
-        holder_named = 0;
-        /* relaxed: statistics. */
-        if (o.appends == 0) {
-            atomic_fetch_add_explicit(&s->fin_idle, 1, memory_order_relaxed);
-        } else {
-            atomic_fetch_add_explicit(&s->fin_runs, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->fin_appends, o.appends, memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->fin_events, o.events, memory_order_relaxed);
-            pawl_metric_inc(PAWL_M_FINALIZE_RUNS);
-            pawl_metric_add(PAWL_M_EVENTS_FINALIZED, (uint64_t)o.events);
-        }
-        record_delays(s, acked, now);
-        /* Signals that arrived during the run: go again at once (the wait above returns
-         * immediately on fin_signal; the cadence interval still applies). */
-        if (stopping)
-            rerun = 1; /* the loop's top ends it once everything is covered */
+        fin_run_failed(s, rc, NULL, "the finalizer's pool refused the run", now);
     }
-    return NULL;
 }
 
 /* A pawl_pending notification (or a re-established connection) on the finalizer's connection:
@@ -3105,6 +3183,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     } else if (hooks == 2) {
         po.on_notify = on_fin_notify;
         po.on_connect = on_fin_connect;
+        po.on_loop = s->o.finalizer ? fin_loop : NULL;
         po.hook_ud = s;
     }
     return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
@@ -3328,12 +3407,16 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     pthread_setname_np(s->retry_thread, "pawl-retry");
     s->retry_started = 1;
     if (o->finalizer) {
-        if (pthread_create(&s->fin_thread, NULL, fin_main, s) != 0) {
-            rc = PAWL_ESYS;
-            goto fail;
-        }
-        pthread_setname_np(s->fin_thread, "pawl-finalizer");
+        struct fin_sm *m = &s->fm;
+        m->state = FIN_IDLE;
+        m->rerun = 1; /* a first run at once: appends committed while no finalizer ran */
+        m->next_safety = pawl_now_ns() + (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
+        m->err_backoff_ms = 10;
+        m->busy_ms = s->o.finalizer_retry_ms;
         s->fin_started = 1;
+        /* release: the loop's thread sees the state machine and the statements whole. */
+        atomic_store_explicit(&s->fin_on, 1, memory_order_release);
+        pawl_pgpool_wake(s->fin);
     }
     *out = s;
     return 0;
@@ -3375,11 +3458,22 @@ void pawl_store_free(struct pawl_store *s)
     pawl_store_drain(s);
     stop_retry(s);
     if (s->fin_started) {
+        atomic_store(&s->fin_stop, 1); /* seq_cst: read by fin_loop after the wake-up */
+        pawl_pgpool_wake(s->fin);
+        /* The state machine ends by itself within STOP_DEADLINE_NS plus one holder query (which
+         * waits for a connection at most queue_timeout_ms); past that its loop is gone or the
+         * server hangs, and the pool's shutdown fails what is in flight. */
+        int64_t bound = STOP_DEADLINE_NS + (int64_t)s->o.queue_timeout_ms * 1000000 +
+                        (int64_t)s->o.connect_timeout_ms * 1000000 + 5000000000LL;
+        int64_t until = pawl_now_ns() + bound, left;
         pthread_mutex_lock(&s->fin_mu);
-        atomic_store(&s->fin_stop, 1); /* seq_cst: read by the finalizer under fin_mu */
-        pthread_cond_signal(&s->fin_cond);
+        while (!s->fin_done && (left = until - pawl_now_ns()) > 0)
+            pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
+        int done = s->fin_done;
         pthread_mutex_unlock(&s->fin_mu);
-        pthread_join(s->fin_thread, NULL);
+        if (!done)
+            PAWL_WARN("finalizer", "the finalizer did not stop within %lld s; closing anyway",
+                      (long long)(bound / 1000000000));
     }
     pthread_mutex_lock(&s->idx_mu);
     s->shutdown = 1;

@@ -102,6 +102,7 @@ struct pawl_pgpool {
     pthread_t thread;
     struct pawl_ioloop *loop; /* sockets, deadlines and wake-ups; owned by the I/O thread */
     int self_kick;            /* I/O thread only: its callbacks queued requests */
+    int64_t loop_due_ns;      /* I/O thread only: when on_loop asked to be called again; 0 */
     atomic_int stop;          /* set by free(); read by the I/O thread after each wakeup */
     atomic_int nready;        /* connections READY; relaxed, informational */
     atomic_llong pending;     /* requests submitted and not completed */
@@ -982,6 +983,8 @@ static void *io_main(void *arg)
         int64_t wake_at = atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed);
         if (wake_at > 0)
             next = PAWL_MIN(next, wake_at);
+        if (p->loop_due_ns > 0)
+            next = PAWL_MIN(next, p->loop_due_ns);
         if (p->self_kick) {
             p->self_kick = 0;
             next = now; /* poll only: what our callbacks queued goes out in this pass */
@@ -1002,6 +1005,13 @@ static void *io_main(void *arg)
                 conn_break(c, "connect timeout");
         }
         p->self_kick = 0; /* what callbacks queued so far goes out now */
+        if (p->o.on_loop) {
+            int64_t want = p->o.on_loop(p->o.hook_ud, now);
+            if (want > 0)
+                p->loop_due_ns = want;
+            else
+                p->loop_due_ns = 0;
+        }
         dispatch(p);
         expire_queue(p, now);
         if (wake_at > 0 && now >= wake_at) {
@@ -1276,6 +1286,11 @@ int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgr
     if (conn_index < 0)
         return PAWL_EINVAL;
     return submit(p, conn_index, req);
+}
+
+void pawl_pgpool_wake(struct pawl_pgpool *p)
+{
+    wake(p);
 }
 
 const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p)

@@ -141,6 +141,15 @@ struct pawl_pgpool_opts {
     /* Called on the I/O thread for each NOTIFY received on any connection, with the server
      * process id of the session that sent it (set by the server: it cannot be forged). */
     void (*on_notify)(void *ud, const char *channel, const char *payload, int sender_pid);
+    /*
+     * Called on the I/O thread on every pass of its loop (after the socket events, completions
+     * and hooks of the pass, before the pass's requests are sent), with the loop's clock
+     * (pawl_now_ns). Returns the time by which it must be called again, or 0 for "only when
+     * something happens" (a wake-up, a socket event, another deadline). It may submit requests
+     * to this pool: they go out in the same pass. A state machine that lives on the loop (the
+     * store's finalizer) is woken from other threads by pawl_pgpool_wake.
+     */
+    int64_t (*on_loop)(void *ud, int64_t now_ns);
     void *hook_ud;
     /*
      * The I/O loop's backend: an enum pawl_timer_backend. AUTO (default) uses io_uring unless
@@ -200,6 +209,13 @@ void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop
  * by a timed condition wait. Any thread but the pool's own.
  */
 int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only);
+
+/*
+ * Make the I/O thread run a pass of its loop (and so call on_loop) soon: at once from another
+ * thread (coalesced while one is outstanding), after the current pass from one of the pool's
+ * own callbacks. Any thread.
+ */
+void pawl_pgpool_wake(struct pawl_pgpool *p);
 
 /* Number of connections; the number currently READY. */
 int pawl_pgpool_size(const struct pawl_pgpool *p);

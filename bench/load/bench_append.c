@@ -273,7 +273,8 @@ static void prepare_server(void)
         fprintf(stderr, "the server is not on this machine: no CPU figures\n");
 }
 
-/* A thread's ticks if it is one of the store's finalizer threads (by the names it gives them). */
+/* A thread's ticks if it is the store's finalizer thread (by its name: the finalizer runs on its
+ * connection's I/O thread, pg-finalizer; older builds also had pawl-finalizer). */
 static int64_t finalizer_thread_ticks(const char *path)
 {
     char file[340], comm[32] = "";
@@ -292,7 +293,7 @@ static int64_t finalizer_thread_ticks(const char *path)
 
 /*
  * The finalizer's own CPU, to tell what it costs directly (its backend's statements and commits,
- * the store's finalizer thread and the I/O thread of its connection) from what it costs the
+ * the I/O thread of its connection, which runs it) from what it costs the
  * appends around it. backend: the finalizer connection's server process (0: none).
  */
 static int64_t fin_cpu_ns_now(pid_t backend)

@@ -267,6 +267,7 @@ static void *ceil_main(void *arg)
 
 struct result {
     double ev_s, p50, p99, flushes_ev, group_size, cpu_us_ev, csw_ev;
+    double runs_s, run_ms; /* the finalizer's runs per second and their mean wall time */
 };
 
 static void run_ceiling(const struct cell_def *d, int server_rows, struct result *res)
@@ -495,6 +496,8 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
         g > 0 ? (double)(st1.append_groups_appends - st0.append_groups_appends) / g : 1.0;
     res->cpu_us_ev = ev > 0 ? (double)(c1 - c0) / 1000.0 / ev : 0;
     res->csw_ev = ev > 0 ? (double)(x1 - x0) / ev : 0;
+    res->runs_s = (double)(st1.finalize_runs - st0.finalize_runs) / ((double)(t1 - t0) / 1e9);
+    res->run_ms = st1.finalizer_run_avg_ms;
     if (atomic_load(&errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&errors));
 }
@@ -520,9 +523,9 @@ static void report(int round, const char *cell, const char *variant, const struc
     double ratio = ceiling > 0 ? r->ev_s / ceiling : 0;
     fprintf(stderr,
             "  %-8s %-14s %9.0f ev/s  %5.2fx ceiling  p50 %6.2f ms p99 %6.2f ms  %.3f flushes/ev"
-            "  group %.1f  client CPU %.2f us/ev  %.2f csw/ev\n",
+            "  group %.1f  client CPU %.2f us/ev  %.2f csw/ev  runs %.0f/s of %.2f ms\n",
             cell, variant, r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size,
-            r->cpu_us_ev, r->csw_ev);
+            r->cpu_us_ev, r->csw_ev, r->runs_s, r->run_ms);
     fprintf(csv, "%d,%s,%s,%.1f,%.4f,%.3f,%.3f,%.4f,%.2f,%.3f,%.2f\n", round, cell, variant,
             r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size, r->cpu_us_ev, r->csw_ev);
     fflush(csv);
