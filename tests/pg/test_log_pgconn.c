@@ -566,6 +566,96 @@ static void test_wait_ready(void **state)
     pawl_pgpool_free(p);
 }
 
+/*
+ * The on_loop hook: called on the I/O thread after a pawl_pgpool_wake from another thread, at the
+ * deadline it returned (not much later, not before), and a request it submits goes out and
+ * completes (the store's finalizer is built on exactly this).
+ */
+struct hook_state {
+    struct pawl_pgpool *_Atomic p; /* set once the pool exists (the hook ignores calls before) */
+    atomic_llong calls;
+    atomic_llong due_ns;     /* the test asks: return this deadline once (0: none) */
+    atomic_llong fired_ns;   /* first call at or after due_ns */
+    atomic_int want_request; /* the test asks: submit `req` from the hook */
+    int64_t armed;           /* I/O thread only: the deadline returned last */
+    int64_t value;
+    struct pawl_pgstmt st;
+    struct wreq req;
+};
+
+static int64_t hook_loop(void *ud, int64_t now)
+{
+    struct hook_state *h = ud;
+    atomic_fetch_add(&h->calls, 1);
+    if (atomic_load(&h->p) == NULL)
+        return 0;
+    int64_t due = atomic_load(&h->due_ns);
+    if (due > 0 && now >= due && atomic_load(&h->fired_ns) == 0)
+        atomic_store(&h->fired_ns, now);
+    if (atomic_exchange(&h->want_request, 0)) {
+        h->st = (struct pawl_pgstmt){.sql = "SELECT 42", .on_result = grab_i64, .ud = &h->value};
+        wreq_init(&h->req, &h->st, 0);
+        assert_int_equal(pawl_pgpool_submit(h->p, &h->req.r), 0);
+    }
+    h->armed = due > 0 && atomic_load(&h->fired_ns) == 0 ? due : 0;
+    return h->armed;
+}
+
+static void test_on_loop(void **state)
+{
+    (void)state;
+    static struct hook_state h;
+    memset(&h, 0, sizeof h);
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.name = "hook";
+    o.connections = 1;
+    o.io_backend = pawl_test_io_backend();
+    o.on_loop = hook_loop;
+    o.hook_ud = &h;
+    struct pawl_pgpool *p = NULL;
+    char err[256];
+    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 10000, err, sizeof err), 0);
+    atomic_store(&h.p, p);
+
+    /* A wake-up from this thread makes a pass at once. */
+    for (int i = 0; i < 5; i++) {
+        long long c0 = atomic_load(&h.calls);
+        int64_t t0 = pawl_now_ns();
+        pawl_pgpool_wake(p);
+        while (atomic_load(&h.calls) == c0 && pawl_now_ns() - t0 < 2000000000LL)
+            usleep(100);
+        assert_true(atomic_load(&h.calls) > c0);
+        assert_true(pawl_now_ns() - t0 < 200000000LL); /* not the loop's 1 s idle pass */
+    }
+
+    /* The deadline it returns: called at it, not before, and not long after. */
+    for (int ms = 30; ms <= 300; ms *= 10) {
+        atomic_store(&h.fired_ns, 0);
+        int64_t due = pawl_now_ns() + (int64_t)ms * 1000000;
+        atomic_store(&h.due_ns, due);
+        pawl_pgpool_wake(p); /* so that the hook returns the deadline */
+        while (atomic_load(&h.fired_ns) == 0 && pawl_now_ns() < due + 2000000000LL)
+            usleep(1000);
+        int64_t fired = atomic_load(&h.fired_ns);
+        assert_true(fired >= due);
+        print_message("deadline in %d ms: called %.2f ms after it\n", ms, (fired - due) / 1e6);
+        assert_true(fired - due < 100000000LL);
+        atomic_store(&h.due_ns, 0);
+    }
+
+    /* A request submitted from the hook goes out and completes. */
+    atomic_store(&h.want_request, 1);
+    pawl_pgpool_wake(p);
+    int64_t t0 = pawl_now_ns();
+    while (!atomic_load(&h.req.done) && pawl_now_ns() - t0 < 5000000000LL)
+        usleep(1000);
+    assert_int_equal(atomic_load(&h.req.done), 1);
+    assert_int_equal(atomic_load(&h.req.rc), 0);
+    assert_int_equal(h.value, 42);
+    pawl_pgpool_free(p);
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("pgconn");
@@ -581,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_bad_dsn),
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
+        cmocka_unit_test(test_on_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
