@@ -71,6 +71,7 @@ static int per_append = 10;
 static double warmup_s = 1.5;
 static int split_latency;    /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
+static int lat_share = -1;   /* --latency-share: the finalizer's latency share (-1: default) */
 static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
 static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */
 
@@ -386,6 +387,8 @@ static struct pawl_store *open_store(int nconn, int finalizer, int listen)
     o.finalizer = finalizer;
     o.listen = listen;
     o.max_inflight_appends = 100000;
+    if (lat_share >= 0)
+        o.finalizer_latency_share_pct = lat_share;
     if (!finalizer && read_dsn) {
         o.read_dsn = read_dsn;
         o.read_wake = read_wake;
@@ -949,7 +952,8 @@ static void usage(void)
                     "  latency: [--threads N] (the processor's workers; default: its default)\n"
                     "  latency: [--read-dsn STANDBY] [--read-wake listen|poll] (read from a "
                     "standby)\n"
-                    "  append: --workers = writer counts, --rates = events per append\n");
+                    "  append: --workers = writer counts, --rates = events per append\n"
+                    "  [--latency-share PCT] (the appending store's finalizer cadence)\n");
     exit(2);
 }
 
@@ -958,15 +962,23 @@ int main(int argc, char **argv)
     if (argc < 2)
         usage();
     const char *cmd = argv[1];
-    static const struct option opts[] = {
-        {"dsn", required_argument, NULL, 'd'},        {"csv", required_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'},    {"to", required_argument, NULL, 't'},
-        {"conns", required_argument, NULL, 'n'},      {"rates", required_argument, NULL, 'r'},
-        {"segments", required_argument, NULL, 'g'},   {"workers", required_argument, NULL, 'w'},
-        {"per-append", required_argument, NULL, 'p'}, {"batches", required_argument, NULL, 'b'},
-        {"warmup", required_argument, NULL, 'u'},     {"split", no_argument, NULL, 'S'},
-        {"threads", required_argument, NULL, 'T'},    {"read-dsn", required_argument, NULL, 'R'},
-        {"read-wake", required_argument, NULL, 'W'},  {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"dsn", required_argument, NULL, 'd'},
+                                         {"csv", required_argument, NULL, 'c'},
+                                         {"seconds", required_argument, NULL, 's'},
+                                         {"to", required_argument, NULL, 't'},
+                                         {"conns", required_argument, NULL, 'n'},
+                                         {"rates", required_argument, NULL, 'r'},
+                                         {"segments", required_argument, NULL, 'g'},
+                                         {"workers", required_argument, NULL, 'w'},
+                                         {"per-append", required_argument, NULL, 'p'},
+                                         {"batches", required_argument, NULL, 'b'},
+                                         {"warmup", required_argument, NULL, 'u'},
+                                         {"split", no_argument, NULL, 'S'},
+                                         {"threads", required_argument, NULL, 'T'},
+                                         {"read-dsn", required_argument, NULL, 'R'},
+                                         {"read-wake", required_argument, NULL, 'W'},
+                                         {"latency-share", required_argument, NULL, 'L'},
+                                         {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -1007,6 +1019,13 @@ int main(int argc, char **argv)
                 exit(2);
             }
             read_wake = strcmp(optarg, "poll") == 0 ? PAWL_READ_WAKE_POLL : PAWL_READ_WAKE_LISTEN;
+            break;
+        case 'L':
+            lat_share = atoi(optarg);
+            if (lat_share < 0 || lat_share > 100) {
+                fprintf(stderr, "--latency-share must be 0 to 100\n");
+                exit(2);
+            }
             break;
         case 'T':
             lat_threads = atoi(optarg);
