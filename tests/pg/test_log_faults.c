@@ -6,11 +6,15 @@
  *   - the server drops the store's connections while appends are in flight: each append
  *     reports success, PAWL_ECONN (did not commit) or PAWL_EINDOUBT, and the log holds exactly
  *     the committed ones (every success present, no PAWL_ECONN one present); the store
- *     reconnects and appends again.
+ *     reconnects and appends again;
+ *   - the store's own finalizer session is terminated again and again while appends flow (in a
+ *     run, between runs): the finalizer reports the failures, reconnects, and within a safety
+ *     interval of the last kill every committed append is final; none is lost or doubled.
  */
 #include "pawl_test.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -174,6 +178,65 @@ static void test_server_goes_away(void **state)
     pawl_store_free(s);
 }
 
+static atomic_int fk_stop;
+
+static void *fk_appender(void *arg)
+{
+    struct pawl_store *s = arg;
+    long n = 0;
+    while (!atomic_load(&fk_stop)) {
+        char sid[32];
+        snprintf(sid, sizeof sid, "fk-%ld", n % 11);
+        struct pawl_event e = {.stream_id = sid, .type = "t", .payload = "z", .payload_len = 1};
+        int rc = pawl_append(s, &e, 1, NULL);
+        /* Only the finalizer's session is killed: every append commits. */
+        if (rc != 0)
+            fail_msg("append %ld: %s", n, pawl_errname(rc));
+        n++;
+    }
+    return (void *)n;
+}
+
+static void test_finalizer_session_killed(void **state)
+{
+    (void)state;
+    struct pawl_store *s = open_store(1, 300);
+    int64_t before = pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events");
+    atomic_store(&fk_stop, 0);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, fk_appender, s), 0);
+    int64_t kills = 0;
+    for (int k = 0; k < 25; k++) {
+        usleep(40000 + (useconds_t)(k % 5) * 15000);
+        kills += pawl_test_query_i64(dsn, "SELECT count(pg_terminate_backend(pid)) FROM "
+                                          "pg_stat_activity WHERE application_name = "
+                                          "'pawl finalizer' AND datname = current_database()");
+    }
+    atomic_store(&fk_stop, 1);
+    long appended = 0;
+    for (int i = 0; i < 3; i++) {
+        void *n;
+        pthread_join(th[i], &n);
+        appended += (long)n;
+    }
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    printf("%ld appends, %lld finalizer sessions terminated, %lld failed runs, %lld runs\n",
+           appended, (long long)kills, (long long)st.finalize_errors, (long long)st.finalize_runs);
+    assert_true(kills >= 10);
+    assert_true(appended > 0);
+    /* Within a few safety intervals of the last kill, everything is final, exactly once. */
+    int64_t total = pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events");
+    assert_int_equal(total - before, appended);
+    assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0); /* an index above total - 1 */
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl_api.events"), total);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT pawl_api.last_index()"), total);
+    pawl_store_stats(s, &st, 0);
+    assert_int_equal(st.appends_pending, 0);
+    pawl_store_free(s);
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("log_faults");
@@ -185,6 +248,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_killed_appender),
         cmocka_unit_test(test_server_goes_away),
+        cmocka_unit_test(test_finalizer_session_killed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
