@@ -2464,8 +2464,11 @@ static int64_t fin_loop(void *ud, int64_t now)
                 if (!atomic_load(&s->fin_signal))
                     return m->next_safety;
             }
-            atomic_store(&s->fin_waiting, 0);
         }
+        /* Not asleep any more (a signal, the safety interval or a rerun): signallers need not
+         * wake the loop until the next wait. relaxed load: only this thread sets it to 1. */
+        if (atomic_load_explicit(&s->fin_waiting, memory_order_relaxed))
+            atomic_store(&s->fin_waiting, 0);
         /* Cadence: one run per interval at most, so that under load one run (one commit, one
          * WAL flush) covers many appends (see fin_interval_ns). Signals meanwhile wake nobody. */
         int64_t interval_ns = stopping ? 0 : fin_interval_ns(s);
