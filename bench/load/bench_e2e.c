@@ -72,6 +72,7 @@ static double warmup_s = 1.5;
 static int split_latency;    /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
 static int lat_share = -1;   /* --latency-share: the finalizer's latency share (-1: default) */
+static int min_iv_us = -1; /* --min-interval-us: the finalizer's run spacing floor (-1: default) */
 static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
 static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */
 
@@ -389,6 +390,8 @@ static struct pawl_store *open_store(int nconn, int finalizer, int listen)
     o.max_inflight_appends = 100000;
     if (lat_share >= 0)
         o.finalizer_latency_share_pct = lat_share;
+    if (min_iv_us >= 0)
+        o.finalizer_min_interval_us = min_iv_us;
     if (!finalizer && read_dsn) {
         o.read_dsn = read_dsn;
         o.read_wake = read_wake;
@@ -946,14 +949,16 @@ static void cmd_append(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_e2e fill|latency|catchup|growth --dsn DSN [--csv FILE]\n"
-                    "  [--seconds S] [--to N] [--conns N] [--rates a,b] [--segments a,b]\n"
-                    "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S] [--split]\n"
-                    "  latency: [--threads N] (the processor's workers; default: its default)\n"
-                    "  latency: [--read-dsn STANDBY] [--read-wake listen|poll] (read from a "
-                    "standby)\n"
-                    "  append: --workers = writer counts, --rates = events per append\n"
-                    "  [--latency-share PCT] (the appending store's finalizer cadence)\n");
+    fprintf(stderr,
+            "usage: bench_e2e fill|latency|catchup|growth --dsn DSN [--csv FILE]\n"
+            "  [--seconds S] [--to N] [--conns N] [--rates a,b] [--segments a,b]\n"
+            "  [--workers a,b] [--per-append N] [--batches a,b] [--warmup S] [--split]\n"
+            "  latency: [--threads N] (the processor's workers; default: its default)\n"
+            "  latency: [--read-dsn STANDBY] [--read-wake listen|poll] (read from a "
+            "standby)\n"
+            "  append: --workers = writer counts, --rates = events per append\n"
+            "  [--latency-share PCT] [--min-interval-us N] (the appending store's finalizer "
+            "cadence)\n");
     exit(2);
 }
 
@@ -978,6 +983,7 @@ int main(int argc, char **argv)
                                          {"read-dsn", required_argument, NULL, 'R'},
                                          {"read-wake", required_argument, NULL, 'W'},
                                          {"latency-share", required_argument, NULL, 'L'},
+                                         {"min-interval-us", required_argument, NULL, 'I'},
                                          {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
@@ -1024,6 +1030,13 @@ int main(int argc, char **argv)
             lat_share = atoi(optarg);
             if (lat_share < 0 || lat_share > 100) {
                 fprintf(stderr, "--latency-share must be 0 to 100\n");
+                exit(2);
+            }
+            break;
+        case 'I':
+            min_iv_us = atoi(optarg);
+            if (min_iv_us < 0 || min_iv_us > 1000000) {
+                fprintf(stderr, "--min-interval-us must be 0 to 1000000\n");
                 exit(2);
             }
             break;
