@@ -135,6 +135,8 @@ static const char HOLDER_SQL[] =
  * long pawl_store_free tries to finalize this process's appends. */
 #define HOLDER_WARN_NS (5 * 1000000000LL)
 #define STOP_DEADLINE_NS (5 * 1000000000LL)
+/* While the finalizer's runs keep failing, how often it says so at warn level. */
+#define FAIL_WARN_NS (10 * 1000000000LL)
 
 /* ---- latency histogram (log-linear, µs) ------------------------------------------------- */
 
@@ -264,7 +266,9 @@ struct fin_sm {
     int64_t stop_deadline;
     int64_t busy_since; /* the lock has been busy since (0: it is not) */
     int err_backoff_ms, busy_ms;
-    int holder_named; /* the holder was named in this busy episode */
+    int holder_named;                /* the holder was named in this busy episode */
+    int failures;                    /* failed runs since the last one that succeeded */
+    int64_t fail_since, fail_warned; /* the first failure of the episode; its last warning */
     struct fin_out out;
     const char *vals[1];
     struct pawl_pgstmt st;
@@ -2378,8 +2382,24 @@ static void fin_run_failed(struct pawl_store *s, int rc, const char *sqlstate, c
     struct fin_sm *m = &s->fm;
     atomic_fetch_add_explicit(&s->fin_errors, 1, memory_order_relaxed); /* statistic */
     set_err(s, sqlstate, why);
-    PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms", pawl_strerror(rc),
-              why, m->err_backoff_ms);
+    /* One warning when an episode starts, then one every FAIL_WARN_NS while it lasts (the
+     * back-off tops out at a retry a second: an outage would otherwise log a line a second). */
+    if (m->failures++ == 0)
+        m->fail_since = m->fail_warned = now;
+    if (m->failures == 1) {
+        PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms", pawl_strerror(rc),
+                  why, m->err_backoff_ms);
+    } else if (now - m->fail_warned >= FAIL_WARN_NS) {
+        m->fail_warned = now;
+        PAWL_WARN("finalizer",
+                  "finalization still failing: %d attempts over %lld s, the last (%s): %s; "
+                  "retrying in %d ms",
+                  m->failures, (long long)((now - m->fail_since) / 1000000000), pawl_strerror(rc),
+                  why, m->err_backoff_ms);
+    } else {
+        PAWL_DEBUG("finalizer", "finalization failed again (%s): %s; retrying in %d ms",
+                   pawl_strerror(rc), why, m->err_backoff_ms);
+    }
     m->not_before = now + (int64_t)m->err_backoff_ms * 1000000;
     m->err_backoff_ms = PAWL_MIN(m->err_backoff_ms * 2, 1000);
     if (m->foreign) /* seq_cst: what the run drained, again (a newer signal stays set) */
@@ -2403,6 +2423,11 @@ static void fin_run_done(struct pawl_pgreq *req, int rc)
         return;
     }
     m->err_backoff_ms = 10;
+    if (m->failures > 0) {
+        PAWL_INFO("finalizer", "finalization works again, after %d failed attempt(s) over %.1f s",
+                  m->failures, (double)(now - m->fail_since) / 1e9);
+        m->failures = 0;
+    }
     fin_account(s, &m->out, now - m->last_start);
     if (m->out.appends < 0) {
         /* Another session holds the lock; its run may have started before our rows

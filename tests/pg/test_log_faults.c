@@ -9,7 +9,9 @@
  *     reconnects and appends again;
  *   - the store's own finalizer session is terminated again and again while appends flow (in a
  *     run, between runs): the finalizer reports the failures, reconnects, and within a safety
- *     interval of the last kill every committed append is final; none is lost or doubled.
+ *     interval of the last kill every committed append is final; none is lost or doubled;
+ *   - the finalizer cannot reach the server for 3 s (the database refuses connections): one
+ *     warning when it starts failing, not one per retry, and one line when it works again.
  */
 #include "pawl_test.h"
 
@@ -237,6 +239,76 @@ static void test_finalizer_session_killed(void **state)
     pawl_store_free(s);
 }
 
+static atomic_int fin_warns, fin_again;
+
+static void count_sink(void *ud, enum pawl_log_level level, const char *module, const char *msg)
+{
+    (void)ud;
+    fprintf(stderr, "log %d %s: %s\n", (int)level, module, msg);
+    if (strcmp(module, "finalizer") == 0 && level == PAWL_LOG_WARN)
+        atomic_fetch_add(&fin_warns, 1);
+    if (strcmp(module, "finalizer") == 0 && strstr(msg, "works again"))
+        atomic_fetch_add(&fin_again, 1);
+}
+
+static void ctl_exec(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+static void test_finalizer_outage_logged_once(void **state)
+{
+    (void)state;
+    /* The control session sits in another database: the test's own will refuse connections. */
+    PGconn *ctl = PQconnectdb(getenv("PAWL_TEST_DSN"));
+    assert_int_equal(PQstatus(ctl), CONNECTION_OK);
+    PGconn *own = PQconnectdb(dsn);
+    PGresult *r = PQexec(own, "SELECT current_database()");
+    char db[128];
+    snprintf(db, sizeof db, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(own);
+    char sql[512];
+
+    struct pawl_store *s = open_store(1, 300);
+    atomic_store(&fin_warns, 0);
+    atomic_store(&fin_again, 0);
+    pawl_log_set_sink(count_sink, NULL);
+    snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false", db);
+    ctl_exec(ctl, sql);
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+             "'pawl finalizer' AND datname = '%s'",
+             db);
+    ctl_exec(ctl, sql);
+    /* Appends go on over the log's connections, which stay up; each signals the finalizer. */
+    for (int i = 0; i < 30; i++) {
+        struct pawl_event e = {
+            .stream_id = "outage", .type = "t", .payload = "o", .payload_len = 1};
+        assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
+        usleep(100000);
+    }
+    struct pawl_log_stats st;
+    pawl_store_stats(s, &st, 0);
+    int warns = atomic_load(&fin_warns);
+    printf("3 s without a finalizer connection: %lld failed runs, %d warning(s)\n",
+           (long long)st.finalize_errors, warns);
+    assert_true(st.finalize_errors >= 4);
+    assert_int_equal(warns, 1);
+    snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true", db);
+    ctl_exec(ctl, sql);
+    PQfinish(ctl);
+    int64_t total = pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events");
+    assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);
+    assert_int_equal(atomic_load(&fin_again), 1);
+    assert_int_equal(atomic_load(&fin_warns), 1);
+    pawl_log_set_sink(NULL, NULL);
+    pawl_store_free(s);
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("log_faults");
@@ -246,9 +318,9 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_killed_appender),
-        cmocka_unit_test(test_server_goes_away),
+        cmocka_unit_test(test_killed_appender), cmocka_unit_test(test_server_goes_away),
         cmocka_unit_test(test_finalizer_session_killed),
+        cmocka_unit_test(test_finalizer_outage_logged_once), /* last: it closes the database */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
