@@ -157,7 +157,7 @@ missing=$(psql "$DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE TEMP TABLE acks (id tex
 check "every acknowledged append is in the log ($(wc -l <"$work/ack-1") acknowledged)" $rc
 dups=$(sql "SELECT count(*) FROM (SELECT metadata->>'u' FROM pawl_api.events GROUP BY 1 HAVING count(*) > 1) d")
 [ "$dups" = 0 ]; check "no event twice" $?
-grep -q 'claim taken over\|claims lost [1-9]' "$work/a.log"
+grep -Eq 'claim taken over|[1-9][0-9]* claims lost' "$work/a.log"
 check "A found out on reconnect that its claims were taken over (and rolled its batch back)" $?
 echo "node A: $(tail -n 1 "$work/a.log")"
 echo "node B: $(tail -n 1 "$work/b.log")"
