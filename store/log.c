@@ -724,6 +724,18 @@ struct append_enc {
 };
 
 static void on_fin_result(void *ud, const PGresult *res);
+
+/* The statement pawl.finalize(finalize_batch_max), prepared as `prepared` on its pool, whose row
+ * goes to *out (reset to -2: no row yet). vals is the caller's one-element parameter array and
+ * must live until the request completes. */
+static struct pawl_pgstmt fin_stmt(struct pawl_store *s, int prepared, const char **vals,
+                                   struct fin_out *out)
+{
+    vals[0] = s->fin_batch_text;
+    out->appends = out->events = out->last = -2;
+    return (struct pawl_pgstmt){
+        .prepared = prepared, .nparams = 1, .values = vals, .on_result = on_fin_result, .ud = out};
+}
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end);
 
 struct append_op {
@@ -1308,14 +1320,9 @@ static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size
                                        .ud = op,
                                        .flush_after = i == 0 || i + 1 == n};
     }
-    fin->appends = fin->events = fin->last = -2;
-    fin_vals[0] = s->fin_batch_text;
+    struct pawl_pgstmt fs = fin_stmt(s, s->stmt_fin_main, fin_vals, fin); /* resets fin too */
     if (s->o.append_finalizes)
-        st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_fin_main,
-                                       .nparams = 1,
-                                       .values = fin_vals,
-                                       .on_result = on_fin_result,
-                                       .ud = fin};
+        st[k++] = fs;
     /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
     *acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
     return k;
@@ -2225,15 +2232,8 @@ static void fin_account(struct pawl_store *s, const struct fin_out *out, int64_t
 
 static int finalize_once(struct pawl_store *s, struct fin_out *out)
 {
-    char lim[16];
-    snprintf(lim, sizeof lim, "%d", s->o.finalize_batch_max);
-    const char *vals[1] = {lim};
-    out->appends = out->events = out->last = -2;
-    struct pawl_pgstmt st = {.prepared = s->fin_stmt,
-                             .nparams = 1,
-                             .values = vals,
-                             .on_result = on_fin_result,
-                             .ud = out};
+    const char *vals[1];
+    struct pawl_pgstmt st = fin_stmt(s, s->fin_stmt, vals, out);
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
     int64_t t0 = pawl_now_ns();
     int rc = pawl_pgpool_exec(s->fin, 0, &req);
@@ -2375,6 +2375,17 @@ static int fin_ask_holder(struct pawl_store *s, struct fin_holder *h, int64_t he
     return pawl_pgpool_submit(s->fin, &h->req);
 }
 
+/* Run again, not before `ms` from now whatever arrives meanwhile, with the pawl_pending signal
+ * the last run drained set again (seq_cst; a newer signal stays set). */
+static void fin_retry_in(struct pawl_store *s, int ms, int64_t now)
+{
+    struct fin_sm *m = &s->fm;
+    m->not_before = now + (int64_t)ms * 1000000;
+    if (m->foreign)
+        atomic_store(&s->fin_foreign, 1);
+    m->rerun = 1;
+}
+
 /* A run failed (rc, with the reason): back off (10 ms doubling to 1 s), then run again. */
 static void fin_run_failed(struct pawl_store *s, int rc, const char *sqlstate, const char *why,
                            int64_t now)
@@ -2384,9 +2395,8 @@ static void fin_run_failed(struct pawl_store *s, int rc, const char *sqlstate, c
     set_err(s, sqlstate, why);
     /* One warning when an episode starts, then one every FAIL_WARN_NS while it lasts (the
      * back-off tops out at a retry a second: an outage would otherwise log a line a second). */
-    if (m->failures++ == 0)
+    if (m->failures++ == 0) {
         m->fail_since = m->fail_warned = now;
-    if (m->failures == 1) {
         PAWL_WARN("finalizer", "finalization failed (%s): %s; retrying in %d ms", pawl_strerror(rc),
                   why, m->err_backoff_ms);
     } else if (now - m->fail_warned >= FAIL_WARN_NS) {
@@ -2400,11 +2410,8 @@ static void fin_run_failed(struct pawl_store *s, int rc, const char *sqlstate, c
         PAWL_DEBUG("finalizer", "finalization failed again (%s): %s; retrying in %d ms",
                    pawl_strerror(rc), why, m->err_backoff_ms);
     }
-    m->not_before = now + (int64_t)m->err_backoff_ms * 1000000;
+    fin_retry_in(s, m->err_backoff_ms, now);
     m->err_backoff_ms = PAWL_MIN(m->err_backoff_ms * 2, 1000);
-    if (m->foreign) /* seq_cst: what the run drained, again (a newer signal stays set) */
-        atomic_store(&s->fin_foreign, 1);
-    m->rerun = 1;
 }
 
 static void fin_run_done(struct pawl_pgreq *req, int rc)
@@ -2440,11 +2447,8 @@ static void fin_run_done(struct pawl_pgreq *req, int rc)
             m->busy_since = now;
         if (!m->holder_named && now - m->busy_since >= HOLDER_WARN_NS)
             m->holder_named = fin_ask_holder(s, &m->warn, now - m->busy_since) == 0;
-        m->not_before = now + (int64_t)m->busy_ms * 1000000;
+        fin_retry_in(s, m->busy_ms, now);
         m->busy_ms = PAWL_MIN(m->busy_ms * 2, s->o.finalizer_retry_ms * 8);
-        if (m->foreign)
-            atomic_store(&s->fin_foreign, 1);
-        m->rerun = 1;
         return;
     }
     m->busy_ms = s->o.finalizer_retry_ms;
@@ -2526,13 +2530,7 @@ static int64_t fin_loop(void *ud, int64_t now)
         m->foreign = foreign;
         m->acked = acked;
         m->last_start = now;
-        m->out.appends = m->out.events = m->out.last = -2;
-        m->vals[0] = s->fin_batch_text;
-        m->st = (struct pawl_pgstmt){.prepared = s->fin_stmt,
-                                     .nparams = 1,
-                                     .values = m->vals,
-                                     .on_result = on_fin_result,
-                                     .ud = &m->out};
+        m->st = fin_stmt(s, s->fin_stmt, m->vals, &m->out);
         m->req =
             (struct pawl_pgreq){.stmts = &m->st, .nstmts = 1, .on_done = fin_run_done, .ud = s};
         int rc = pawl_pgpool_submit_on(s->fin, 0, &m->req);

@@ -1007,10 +1007,7 @@ static void *io_main(void *arg)
         p->self_kick = 0; /* what callbacks queued so far goes out now */
         if (p->o.on_loop) {
             int64_t want = p->o.on_loop(p->o.hook_ud, now);
-            if (want > 0)
-                p->loop_due_ns = want;
-            else
-                p->loop_due_ns = 0;
+            p->loop_due_ns = want > 0 ? want : 0;
         }
         dispatch(p);
         expire_queue(p, now);

@@ -962,6 +962,17 @@ static void usage(void)
     exit(2);
 }
 
+/* optarg as an integer in [lo, hi], or exit 2 saying "FLAG must be LOW to hi". */
+static int int_arg(const char *flag, const char *low, int lo, int hi)
+{
+    int v = atoi(optarg);
+    if (v < lo || v > hi) {
+        fprintf(stderr, "%s must be %s to %d\n", flag, low, hi);
+        exit(2);
+    }
+    return v;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -1027,25 +1038,13 @@ int main(int argc, char **argv)
             read_wake = strcmp(optarg, "poll") == 0 ? PAWL_READ_WAKE_POLL : PAWL_READ_WAKE_LISTEN;
             break;
         case 'L':
-            lat_share = atoi(optarg);
-            if (lat_share < 0 || lat_share > 100) {
-                fprintf(stderr, "--latency-share must be 0 to 100\n");
-                exit(2);
-            }
+            lat_share = int_arg("--latency-share", "0", 0, 100);
             break;
         case 'I':
-            min_iv_us = atoi(optarg);
-            if (min_iv_us < 0 || min_iv_us > 1000000) {
-                fprintf(stderr, "--min-interval-us must be 0 to 1000000\n");
-                exit(2);
-            }
+            min_iv_us = int_arg("--min-interval-us", "0", 0, 1000000);
             break;
         case 'T':
-            lat_threads = atoi(optarg);
-            if (lat_threads < 0 || lat_threads > 256) {
-                fprintf(stderr, "--threads must be 0 (one per CPU) to 256\n");
-                exit(2);
-            }
+            lat_threads = int_arg("--threads", "0 (one per CPU)", 0, 256);
             break;
         case 'p':
             per_append = atoi(optarg);
