@@ -42,6 +42,8 @@
 
 #define MAX_PREPARED 128
 #define MAX_CONNS 64
+/* While connection attempts keep failing, a warning this often (each retry is at debug). */
+#define CONNECT_WARN_NS (10 * 1000000000LL)
 
 enum cstate { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_BACKOFF };
 
@@ -63,6 +65,10 @@ struct conn {
     PostgresPollingStatusType poll;
     int64_t deadline_ns; /* connect timeout or end of back-off */
     int backoff_ms;
+    /* A run of failed connection attempts: how many, since when, when last reported (one
+     * warning when it starts, one every CONNECT_WARN_NS while it lasts). */
+    int connect_fails;
+    int64_t fail_since, fail_warned;
     int want_write; /* PQflush() returned 1: wait for PAWL_IO_OUT before writing more */
     int open_txn;   /* last request sent was NOSYNC: only pinned requests may follow */
     int ninflight;  /* requests handed to libpq, not completed */
@@ -303,11 +309,27 @@ static void conn_break(struct conn *c, const char *why_in)
         if (*q == '\n' || *q == '\t')
             *q = ' ';
     int was_ready = c->state == C_READY || c->state == C_SETUP;
-    if (was_ready)
+    if (was_ready) {
         PAWL_WARN("pgconn", "%s[%d]: connection lost: %s", p->name, c->index, why);
-    else
-        PAWL_WARN("pgconn", "%s[%d]: cannot connect to %s: %s", p->name, c->index,
-                  pawl_dsn_redact(p->dsn, dsnbuf, sizeof dsnbuf), why);
+    } else {
+        /* An outage retries every reconnect_max_ms per connection: one warning when the
+         * attempts start failing, then one every CONNECT_WARN_NS, each retry at debug. */
+        int64_t now = pawl_now_ns();
+        if (c->connect_fails++ == 0) {
+            c->fail_since = c->fail_warned = now;
+            PAWL_WARN("pgconn", "%s[%d]: cannot connect to %s: %s", p->name, c->index,
+                      pawl_dsn_redact(p->dsn, dsnbuf, sizeof dsnbuf), why);
+        } else if (now - c->fail_warned >= CONNECT_WARN_NS) {
+            c->fail_warned = now;
+            PAWL_WARN("pgconn",
+                      "%s[%d]: still cannot connect to %s: %d attempts over %lld s, the last: %s",
+                      p->name, c->index, pawl_dsn_redact(p->dsn, dsnbuf, sizeof dsnbuf),
+                      c->connect_fails, (long long)((now - c->fail_since) / 1000000000), why);
+        } else {
+            PAWL_DEBUG("pgconn", "%s[%d]: cannot connect (attempt %d): %s", p->name, c->index,
+                       c->connect_fails, why);
+        }
+    }
     set_error(p, "%s", why);
 
     unreg(c);
@@ -818,6 +840,13 @@ static int pump_recv(struct conn *c)
                 /* The session setup finished. */
                 if (c->state == C_SETUP) {
                     c->backoff_ms = 0;
+                    if (c->connect_fails > 0) {
+                        PAWL_INFO("pgconn",
+                                  "%s[%d]: connected again, after %d failed attempt(s) over %.1f s",
+                                  p->name, c->index, c->connect_fails,
+                                  (double)(pawl_now_ns() - c->fail_since) / 1e9);
+                        c->connect_fails = 0;
+                    }
                     set_state(c, C_READY);
                     pthread_mutex_lock(&p->mu);
                     p->attempts_done++;

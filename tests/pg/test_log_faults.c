@@ -240,6 +240,9 @@ static void test_finalizer_session_killed(void **state)
 }
 
 static atomic_int fin_warns, fin_again;
+/* The finalizer connection's attempts to reconnect (pool "finalizer"): warnings, retries at
+ * debug, and the line when it is back. */
+static atomic_int conn_warns, conn_retries, conn_again;
 
 static void count_sink(void *ud, enum pawl_log_level level, const char *module, const char *msg)
 {
@@ -249,6 +252,14 @@ static void count_sink(void *ud, enum pawl_log_level level, const char *module, 
         atomic_fetch_add(&fin_warns, 1);
     if (strcmp(module, "finalizer") == 0 && strstr(msg, "works again"))
         atomic_fetch_add(&fin_again, 1);
+    if (strcmp(module, "pgconn") == 0 && strncmp(msg, "finalizer[", 10) == 0) {
+        if (level == PAWL_LOG_WARN && strstr(msg, "cannot connect"))
+            atomic_fetch_add(&conn_warns, 1);
+        if (level == PAWL_LOG_DEBUG && strstr(msg, "cannot connect"))
+            atomic_fetch_add(&conn_retries, 1);
+        if (strstr(msg, "connected again"))
+            atomic_fetch_add(&conn_again, 1);
+    }
 }
 
 static void ctl_exec(PGconn *c, const char *sql)
@@ -276,6 +287,8 @@ static void test_finalizer_outage_logged_once(void **state)
     struct pawl_store *s = open_store(1, 300);
     atomic_store(&fin_warns, 0);
     atomic_store(&fin_again, 0);
+    enum pawl_log_level level = pawl_log_get_level();
+    pawl_log_set_level(PAWL_LOG_DEBUG);
     pawl_log_set_sink(count_sink, NULL);
     snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false", db);
     ctl_exec(ctl, sql);
@@ -298,6 +311,12 @@ static void test_finalizer_outage_logged_once(void **state)
            (long long)st.finalize_errors, warns);
     assert_true(st.finalize_errors >= 4);
     assert_int_equal(warns, 1);
+    /* Its connection: one warning when reconnecting starts failing, each retry after it at
+     * debug (the back-off, 100 ms doubling, makes about four in 3 s). */
+    printf("its connection: %d warning(s), %d more failed attempt(s) at debug\n",
+           atomic_load(&conn_warns), atomic_load(&conn_retries));
+    assert_int_equal(atomic_load(&conn_warns), 1);
+    assert_true(atomic_load(&conn_retries) >= 2);
     snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true", db);
     ctl_exec(ctl, sql);
     PQfinish(ctl);
@@ -305,7 +324,10 @@ static void test_finalizer_outage_logged_once(void **state)
     assert_int_equal(pawl_store_wait(s, total - 1, 10000), 0);
     assert_int_equal(atomic_load(&fin_again), 1);
     assert_int_equal(atomic_load(&fin_warns), 1);
+    assert_int_equal(atomic_load(&conn_again), 1);
+    assert_int_equal(atomic_load(&conn_warns), 1);
     pawl_log_set_sink(NULL, NULL);
+    pawl_log_set_level(level);
     pawl_store_free(s);
 }
 
