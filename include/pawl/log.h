@@ -79,9 +79,9 @@ struct pawl_store_opts {
      * recent append latency (submit to acknowledged commit, a moving average over this
      * process's appends) after the previous one, up to finalizer_max_interval_us. When
      * appends queue, their latency grows, and one run then covers many more of them: the
-     * finalizer's cost per event falls, and the delay it adds stays a small part of what a
-     * writer already waits for its acknowledgment. Unloaded, append latency is about a
-     * commit and the minimum interval rules. 0 turns it off. */
+     * finalizer's cost per event falls, and the delay it adds stays within what a writer
+     * already waits for its acknowledgment (at the default, 100). Unloaded, append latency is
+     * about a commit and the minimum interval rules. 0 turns it off. */
     int finalizer_latency_share_pct;
     /* The longest interval the latency share and the busy share may stretch the cadence to
      * (never below finalizer_min_interval_us). */
@@ -203,7 +203,7 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
       "Finalizer cadence: a run starts at least this long after the previous one, so one "         \
       "run covers many appends under load",                                                        \
       NULL)                                                                                        \
-    X(INT, finalizer_latency_share_pct, "finalizer-latency-share", 25, 0, 100, "%",                \
+    X(INT, finalizer_latency_share_pct, "finalizer-latency-share", 100, 0, 100, "%",               \
       "Under load, space finalizer runs by this share of the recent append latency (0: "           \
       "fixed cadence)",                                                                            \
       NULL)                                                                                        \
