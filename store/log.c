@@ -3260,7 +3260,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     }
     /* One connection for the version and, when this store finalizes, whether it is a standby. */
     int dbv = 0, libv = pawl_schema_lib_version(), standby = 0;
-    rc = pawl_schema_probe(dsn, &dbv, o->finalizer ? &standby : NULL, err, errlen);
+    rc = pawl_schema_probe(dsn, &dbv, &standby, err, errlen);
     if (rc != 0)
         return rc;
     if (dbv != libv) {
@@ -3278,7 +3278,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         }
         return PAWL_ESCHEMA;
     }
-    if (standby)
+    if (standby && o->finalizer)
         return pawl_schema_standby_error(dsn, "finalization (the store's finalizer)", err, errlen);
 
     struct pawl_store *s = pawl_calloc(1, sizeof *s);
@@ -3342,8 +3342,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         fin_sync_sql,
         "SET statement_timeout = 0",
         "SET idle_in_transaction_session_timeout = 0",
-        "LISTEN pawl_pending",
+        "LISTEN pawl_pending", /* only a store that finalizes: the last one, cut off below */
         NULL};
+    const char *fin_sess[PAWL_ARRAY_LEN(fin_session)];
+    memcpy(fin_sess, fin_session, sizeof fin_sess);
+    if (!o->finalizer)
+        fin_sess[PAWL_ARRAY_LEN(fin_session) - 2] = NULL;
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
      * the default plan_cache_mode PostgreSQL re-plans the append on every call (docs/log.md
      * has the cost); the generic plan is the custom one (a hash join of the arrays, one index
@@ -3370,7 +3374,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     rc = new_pool(s, &s->main, "log", o->connections, s->main_session, 0, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_sess, 2, err, errlen);
     if (rc != 0)
         goto fail;
     s->o.read_dsn = NULL; /* the caller's: the standby's pool keeps its own copy */
@@ -3386,7 +3390,18 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         }
     }
     /* Followers wake by LISTEN on the primary, unless the standby is polled instead. */
-    if (o->listen && !(s->sb && o->read_wake == PAWL_READ_WAKE_POLL)) {
+    /* A standby refuses LISTEN (and NOTIFY is not replicated): a store opened on one (it
+     * does not finalize) has no listener, and its followers find new events when they read
+     * again (pawl_follow at its timeout). */
+    if (o->listen && standby) {
+        char d[256];
+        PAWL_INFO("log",
+                  "the database at %s is a standby (in recovery), which cannot LISTEN: followers "
+                  "see new events when they look again, not at once (to be woken, give the "
+                  "primary as the DSN and the standby as the read DSN)",
+                  pawl_dsn_redact(dsn, d, sizeof d));
+    }
+    if (o->listen && !standby && !(s->sb && o->read_wake == PAWL_READ_WAKE_POLL)) {
         rc = new_pool(s, &s->listen, "listener", 1, listen_session, 1, err, errlen);
         if (rc != 0)
             goto fail;

@@ -85,6 +85,8 @@ struct conn {
      * that got no result at all was never executed. */
     int fatal_idle;
     int sync_error; /* a commit error result was taken for the front Sync */
+    /* A session statement failed: the setup fails with this, instead of going READY. */
+    char setup_error[384];
     /* A Parse this segment sent failed: the request whose statement it prepared is told why
      * (its statement comes back only as skipped by the pipeline's abort). */
     char prep_sqlstate[6];
@@ -308,7 +310,9 @@ static void conn_break(struct conn *c, const char *why_in)
     for (char *q = why; *q; q++)
         if (*q == '\n' || *q == '\t')
             *q = ' ';
-    int was_ready = c->state == C_READY || c->state == C_SETUP;
+    /* A session that was serving requests is lost; one still being set up counts as a failed
+     * attempt to connect (an outage or a setup that keeps failing reports like one). */
+    int was_ready = c->state == C_READY;
     if (was_ready) {
         PAWL_WARN("pgconn", "%s[%d]: connection lost: %s", p->name, c->index, why);
     } else {
@@ -345,6 +349,7 @@ static void conn_break(struct conn *c, const char *why_in)
     c->fatal_idle = 0;
     c->sync_error = 0;
     c->prep_sqlstate[0] = '\0';
+    c->setup_error[0] = '\0';
     c->inflight_head = c->inflight_tail = NULL;
     c->ninflight = 0;
     c->exp_len = 0;
@@ -708,8 +713,17 @@ static int on_result(struct conn *c, struct expect *e, PGresult *res)
     switch (e->kind) {
     case E_SETUP:
         if (st == PGRES_FATAL_ERROR) {
-            PAWL_WARN("pgconn", "%s[%d]: session statement \"%s\" failed: %s", p->name, c->index,
-                      e->arg >= 0 ? p->session_sql[e->arg] : "ROLLBACK", PQresultErrorMessage(res));
+            const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+            if (e->arg >= 0 && c->setup_error[0] == '\0') {
+                /* What the session relies on is not in place: the setup fails (reported, and
+                 * retried after back-off, by conn_break). Statements after it are skipped. */
+                snprintf(c->setup_error, sizeof c->setup_error,
+                         "session statement \"%.120s\" failed: %.200s", p->session_sql[e->arg],
+                         msg ? msg : "error");
+            } else if (e->arg < 0) {
+                PAWL_WARN("pgconn", "%s[%d]: ROLLBACK of a failed transaction block failed: %s",
+                          p->name, c->index, msg ? msg : "error");
+            }
             c->aborted = 1;
         }
         return 0;
@@ -838,6 +852,12 @@ static int pump_recv(struct conn *c)
             exp_pop(c);
             if (done.req == NULL) {
                 /* The session setup finished. */
+                if (c->state == C_SETUP && c->setup_error[0]) {
+                    char why[sizeof c->setup_error];
+                    memcpy(why, c->setup_error, sizeof why);
+                    conn_break(c, why);
+                    return -1;
+                }
                 if (c->state == C_SETUP) {
                     c->backoff_ms = 0;
                     if (c->connect_fails > 0) {

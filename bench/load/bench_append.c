@@ -274,7 +274,7 @@ static void prepare_server(void)
 }
 
 /* A thread's ticks if it is the store's finalizer thread (by its name: the finalizer runs on its
- * connection's I/O thread, pg-finalizer; older builds also had pawl-finalizer). */
+ * connection's I/O thread, pg-finalizer). */
 static int64_t finalizer_thread_ticks(const char *path)
 {
     char file[340], comm[32] = "";
@@ -282,8 +282,7 @@ static int64_t finalizer_thread_ticks(const char *path)
     FILE *f = fopen(file, "r");
     if (f == NULL)
         return 0;
-    int named = fgets(comm, sizeof comm, f) != NULL &&
-                (strcmp(comm, "pawl-finalizer\n") == 0 || strcmp(comm, "pg-finalizer\n") == 0);
+    int named = fgets(comm, sizeof comm, f) != NULL && strcmp(comm, "pg-finalizer\n") == 0;
     fclose(f);
     snprintf(file, sizeof file, "%s/stat", path);
     pid_t pp;

@@ -656,6 +656,68 @@ static void test_on_loop(void **state)
     pawl_pgpool_free(p);
 }
 
+/*
+ * A session statement that fails: the connection does not go into service without what the
+ * pool's sessions rely on. Each attempt fails its setup and is retried after back-off, reported
+ * like an outage (one warning, then the retries at debug level); a request waiting for a
+ * connection times out naming the statement; a pool created with a wait fails at once with it.
+ */
+static atomic_int setup_warns, setup_retries;
+
+static void setup_sink(void *ud, enum pawl_log_level level, const char *module, const char *msg)
+{
+    (void)ud;
+    if (strcmp(module, "pgconn") != 0 || strncmp(msg, "badsetup[", 9) != 0)
+        return;
+    print_message("log %d: %s\n", (int)level, msg);
+    if (level == PAWL_LOG_WARN)
+        atomic_fetch_add(&setup_warns, 1);
+    if (level == PAWL_LOG_DEBUG && strstr(msg, "cannot connect (attempt") &&
+        strstr(msg, "lock_timeout"))
+        atomic_fetch_add(&setup_retries, 1);
+}
+
+static void test_session_statement_fails(void **state)
+{
+    (void)state;
+    static const char *const session[] = {"SET application_name = 'pawl test setup'",
+                                          "SET lock_timeout = 'soon'", "SET jit = off", NULL};
+    struct pawl_pgpool_opts o;
+    pawl_pgpool_opts_defaults(&o);
+    o.name = "badsetup";
+    o.connections = 1;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    o.queue_timeout_ms = 1500;
+    o.session_sql = session;
+    o.io_backend = pawl_test_io_backend();
+    struct pawl_pgpool *p = NULL;
+    char err[512];
+    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 3000, err, sizeof err), PAWL_ECONN);
+    print_message("created with a wait: %s\n", err);
+    assert_non_null(strstr(err, "session statement \"SET lock_timeout = 'soon'\" failed"));
+
+    atomic_store(&setup_warns, 0);
+    atomic_store(&setup_retries, 0);
+    enum pawl_log_level level = pawl_log_get_level();
+    pawl_log_set_level(PAWL_LOG_DEBUG);
+    pawl_log_set_sink(setup_sink, NULL);
+    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
+    int64_t v = 0;
+    assert_int_equal(exec1(p, "SELECT 1", &v), PAWL_ECONN);
+    assert_int_equal(v, 0);
+    assert_int_equal(pawl_pgpool_ready(p), 0);
+    pawl_pgpool_last_error(p, err, sizeof err);
+    assert_non_null(strstr(err, "invalid value for parameter \"lock_timeout\""));
+    pawl_pgpool_free(p);
+    pawl_log_set_sink(NULL, NULL);
+    pawl_log_set_level(level);
+    print_message("1.5 s of failing setups: %d warning(s), %d retries at debug\n",
+                  atomic_load(&setup_warns), atomic_load(&setup_retries));
+    assert_int_equal(atomic_load(&setup_warns), 1);
+    assert_true(atomic_load(&setup_retries) >= 3);
+}
+
 int main(void)
 {
     dsn = pawl_test_db_create("pgconn");
@@ -672,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
         cmocka_unit_test(test_on_loop),
+        cmocka_unit_test(test_session_statement_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

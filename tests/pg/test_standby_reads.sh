@@ -174,6 +174,19 @@ rc=$?
 check "run with the standby as --dsn: refused at once, naming it a standby (exit $rc)" $?
 [ "$(PAWL_DSN="$SB" "$PAWL" tail --from 0 --count 3 --no-finalizer 2>/dev/null | wc -l)" -eq 3 ]
 check "tail with the standby as --dsn and no finalizer reads" $?
+# A standby cannot LISTEN: a store opened on it has no listener (it says so) and a follower
+# finds new events when it looks again, instead of failing to open or waiting for ever.
+PAWL_DSN="$SB" timeout 20 "$PAWL" tail --from "$last" --follow --count 1 --no-finalizer --json \
+    >"$tmp/sbf.out" 2>"$tmp/sbf.err" &
+fpid=$!
+sleep 1
+printf '{"stream":"after-follow","type":"t","payload":1}\n' | "$PAWL" append --wait >/dev/null 2>&1
+wait "$fpid"
+rc=$?
+last=$((last + 1))
+[ $rc -eq 0 ] && [ "$(jq -r .index "$tmp/sbf.out")" = "$last" ] &&
+    grep -q "is a standby (in recovery), which cannot LISTEN" "$tmp/sbf.err"
+check "tail --follow with the standby as --dsn: no listener (says why), sees a later event (exit $rc)" $?
 
 # Promotion: a standby that leaves recovery is never read from. Only a standby this test made
 # is promoted (it is removed afterwards).
