@@ -3335,19 +3335,14 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     static const char fin_sync_sql[] =
         "SELECT set_config('synchronous_commit', 'on', false)"
         " WHERE current_setting('synchronous_commit') IN ('off', 'local')";
-    static const char *const fin_session[] = {
-        "SET application_name = 'pawl finalizer'",
-        "SET default_transaction_isolation = 'read committed'",
-        "SET default_transaction_read_only = off",
-        fin_sync_sql,
-        "SET statement_timeout = 0",
-        "SET idle_in_transaction_session_timeout = 0",
-        "LISTEN pawl_pending", /* only a store that finalizes: the last one, cut off below */
-        NULL};
-    const char *fin_sess[PAWL_ARRAY_LEN(fin_session)];
-    memcpy(fin_sess, fin_session, sizeof fin_sess);
-    if (!o->finalizer)
-        fin_sess[PAWL_ARRAY_LEN(fin_session) - 2] = NULL;
+    const char *const fin_session[] = {"SET application_name = 'pawl finalizer'",
+                                       "SET default_transaction_isolation = 'read committed'",
+                                       "SET default_transaction_read_only = off",
+                                       fin_sync_sql,
+                                       "SET statement_timeout = 0",
+                                       "SET idle_in_transaction_session_timeout = 0",
+                                       o->finalizer ? "LISTEN pawl_pending" : NULL,
+                                       NULL};
     /* Generic plans for the append statement (and the rest: reads, in-doubt checks): with
      * the default plan_cache_mode PostgreSQL re-plans the append on every call (docs/log.md
      * has the cost); the generic plan is the custom one (a hash join of the arrays, one index
@@ -3374,7 +3369,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     rc = new_pool(s, &s->main, "log", o->connections, s->main_session, 0, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = new_pool(s, &s->fin, "finalizer", 1, fin_sess, 2, err, errlen);
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
     if (rc != 0)
         goto fail;
     s->o.read_dsn = NULL; /* the caller's: the standby's pool keeps its own copy */
@@ -3389,10 +3384,10 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
             goto fail;
         }
     }
-    /* Followers wake by LISTEN on the primary, unless the standby is polled instead. */
-    /* A standby refuses LISTEN (and NOTIFY is not replicated): a store opened on one (it
-     * does not finalize) has no listener, and its followers find new events when they read
-     * again (pawl_follow at its timeout). */
+    /* Followers wake by LISTEN on the primary, unless the standby is polled instead. A
+     * standby refuses LISTEN (and NOTIFY is not replicated): a store opened on one (it does
+     * not finalize) has no listener, and its followers find new events when they read again
+     * (pawl_follow at its timeout). */
     if (o->listen && standby) {
         char d[256];
         PAWL_INFO("log",

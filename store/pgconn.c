@@ -853,9 +853,7 @@ static int pump_recv(struct conn *c)
             if (done.req == NULL) {
                 /* The session setup finished. */
                 if (c->state == C_SETUP && c->setup_error[0]) {
-                    char why[sizeof c->setup_error];
-                    memcpy(why, c->setup_error, sizeof why);
-                    conn_break(c, why);
+                    conn_break(c, c->setup_error); /* copied before it clears it */
                     return -1;
                 }
                 if (c->state == C_SETUP) {
