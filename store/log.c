@@ -1292,7 +1292,7 @@ static void op_done(struct pawl_pgreq *req, int rc)
  * mid-group still leaves the xid to check.
  *
  * Piggybacked finalization: in the same transaction, after the inserts, finalize what others
- * committed before (not these appends: their own xid is still running in its snapshot). Its
+ * committed before (not these appends: a run never covers its caller's own transaction). Its
  * commit then shares the appends' WAL flush instead of costing one of its own; when another
  * session holds the lock it returns at once (docs/design.md has the cost model).
  */

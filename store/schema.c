@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MIGRATE_LOCK "SELECT pg_advisory_lock(1885435756, 2)"
 #define MIGRATE_UNLOCK "SELECT pg_advisory_unlock(1885435756, 2)"
@@ -170,6 +171,74 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
     return rc;
 }
 
+/*
+ * A migration's DDL needs strong locks on tables that appends, reads and runs use. Waiting for
+ * one behind a long transaction would queue all of those behind the wait, so each try waits at
+ * most MIGRATE_LOCK_TRY for a lock, rolls back and pauses for a second (the queued sessions go on
+ * meanwhile), for up to MIGRATE_LOCK_BUDGET_S; the first refusal is logged with the sessions
+ * holding locks on pawl's tables.
+ */
+#define MIGRATE_LOCK_TRY "'500ms'"
+#define MIGRATE_LOCK_BUDGET_S 60
+
+static void lock_holders(PGconn *c, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    PGresult *r = PQexec(
+        c, "SELECT string_agg(DISTINCT format('pid %s (user %s, application %s, %s for %s s)', "
+           "a.pid, a.usename, coalesce(nullif(a.application_name, ''), '-'), a.state, "
+           "floor(extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.query_start)))), "
+           "'; ') FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+           "JOIN pg_catalog.pg_class k ON k.oid = l.relation "
+           "WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' "
+           "AND k.relnamespace IN (SELECT n.oid FROM pg_catalog.pg_namespace n "
+           "WHERE n.nspname IN ('pawl', 'pawl_api', 'pawl_locks'))");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/*
+ * BEGIN, then the migration's SQL, with the bounded lock wait above. Returns 0 with the
+ * transaction open, 1 when the locks could not be had in time (err names the holders; nothing
+ * applied), or PAWL_ESQL / PAWL_ECONN (err set; the transaction rolled back).
+ */
+static int migrate_one_locking(PGconn *c, const struct pawl_migration *m, char *err, size_t errlen)
+{
+    char holders[1024] = "";
+    PQclear(PQexec(c, "SET lock_timeout = " MIGRATE_LOCK_TRY));
+    for (int tries = 0;; tries++) {
+        int rc = run(c, "BEGIN", NULL, err, errlen);
+        if (rc != 0)
+            return rc;
+        rc = run(c, m->sql, NULL, err, errlen);
+        if (rc == 0 || strncmp(err, "55P03", 5) != 0) {
+            if (rc != 0)
+                PQclear(PQexec(c, "ROLLBACK"));
+            PQclear(PQexec(c, "RESET lock_timeout"));
+            return rc;
+        }
+        PQclear(PQexec(c, "ROLLBACK"));
+        lock_holders(c, holders, sizeof holders);
+        if (tries == 0)
+            PAWL_WARN("schema",
+                      "migration %s waits for locks on pawl's tables, held by %s; appends and "
+                      "reads go on meanwhile (trying for up to %d s)",
+                      m->name, holders[0] ? holders : "a session that has ended",
+                      MIGRATE_LOCK_BUDGET_S);
+        if (tries >= MIGRATE_LOCK_BUDGET_S) {
+            PQclear(PQexec(c, "RESET lock_timeout"));
+            put_err(err, errlen,
+                    "could not take its locks within %d s: held by %s (end or commit those "
+                    "transactions, then run it again)",
+                    MIGRATE_LOCK_BUDGET_S, holders[0] ? holders : "sessions that have ended");
+            return 1;
+        }
+        struct timespec ts = {0, 500 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
 {
     return pawl_schema_migrate_to(dsn, pawl_schema_lib_version(), err, errlen);
@@ -219,10 +288,13 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
         const struct pawl_migration *m = &pawl_migrations[i];
         if (m->version <= v || m->version > target)
             continue;
-        if ((rc = run(c, "BEGIN", NULL, err, errlen)) != 0)
-            goto unlock;
         char e[512];
-        rc = run(c, m->sql, NULL, e, sizeof e);
+        rc = migrate_one_locking(c, m, e, sizeof e);
+        if (rc == 1) {
+            put_err(err, errlen, "migration %s failed: %s", m->name, e);
+            rc = PAWL_EBUSY;
+            goto unlock;
+        }
         if (rc == 0) {
             const char *vals[2];
             char vb[16];

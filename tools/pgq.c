@@ -6,8 +6,10 @@
 #include "dsn.h"
 
 #include <libpq-fe.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static PGconn *connect_db(const char *dsn, char *err, size_t errlen)
 {
@@ -302,6 +304,67 @@ out:
     return rc;
 }
 
+/*
+ * Rotation and drops take an ACCESS EXCLUSIVE lock on pawl.events. Waiting for it queues every
+ * append, read and run behind the wait, so a reader's open transaction would stall the log for
+ * as long as it stays open. Instead each try waits at most LOCK_TRY_MS for the lock, then backs
+ * off for LOCK_PAUSE_MS (the queued sessions go on meanwhile), for up to LOCK_BUDGET_S seconds,
+ * and the first refusal names the sessions holding locks on the log.
+ */
+#define LOCK_TRY_MS "200ms"
+#define LOCK_PAUSE_MS 800
+#define LOCK_BUDGET_S 30
+
+/* The sessions other than ours holding locks on pawl.events or its partitions, described. */
+static void log_holders(PGconn *c, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    PGresult *r = PQexec(
+        c,
+        "SELECT string_agg(DISTINCT format('pid %s (user %s, application %s, %s for %s s)', "
+        "a.pid, a.usename, coalesce(nullif(a.application_name, ''), '-'), a.state, "
+        "floor(extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.query_start)))), "
+        "'; ') FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.granted AND l.pid <> pg_backend_pid() AND l.locktype = 'relation' "
+        "AND l.relation IN (SELECT 'pawl.events'::regclass UNION ALL "
+        "SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = 'pawl.events'::regclass)");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
+/*
+ * Run sql (which locks the log) with the bounded lock wait above. Returns the result, or NULL
+ * with err (and state) set; a lock never had in time fails with state 55P03 and a message that
+ * names the holders.
+ */
+static PGresult *query_locking(PGconn *c, const char *what, const char *sql, int n,
+                               const char *const *v, char *state, char *err, size_t errlen)
+{
+    char holders[1024] = "";
+    PQclear(PQexec(c, "SET lock_timeout = '" LOCK_TRY_MS "'"));
+    for (int waited_ms = 0;; waited_ms += LOCK_PAUSE_MS + 200) {
+        PGresult *r = query_st(c, sql, n, v, state, err, errlen);
+        if (r != NULL || strcmp(state, "55P03") != 0)
+            return r;
+        log_holders(c, holders, sizeof holders);
+        if (waited_ms == 0)
+            fprintf(stderr,
+                    "pawl: %s waits for the log's lock, held by %s; appends and reads go on "
+                    "meanwhile (trying for up to %d s)\n",
+                    what, holders[0] ? holders : "a session that has ended", LOCK_BUDGET_S);
+        if (waited_ms >= LOCK_BUDGET_S * 1000) {
+            snprintf(err, errlen,
+                     "could not take the log's lock within %d s: held by %s (end or commit "
+                     "those transactions, then run it again)",
+                     LOCK_BUDGET_S, holders[0] ? holders : "sessions that have ended");
+            return NULL;
+        }
+        struct timespec ts = {0, LOCK_PAUSE_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size_t errlen)
 {
     part[0] = '\0';
@@ -309,11 +372,15 @@ int tool_pgq_rotate(const char *dsn, char *part, size_t partlen, char *err, size
     if (c == NULL)
         return PAWL_ECONN;
     int rc = PAWL_ESQL;
-    PGresult *r = query(c, "SELECT coalesce(pawl.rotate(), '')", 0, NULL, err, errlen);
+    char state[6];
+    PGresult *r = query_locking(c, "rotation", "SELECT coalesce(pawl.rotate(), '')", 0, NULL, state,
+                                err, errlen);
     if (r) {
         snprintf(part, partlen, "%s", PQgetvalue(r, 0, 0));
         PQclear(r);
         rc = 0;
+    } else if (strcmp(state, "55P03") == 0) {
+        rc = PAWL_EBUSY;
     }
     PQfinish(c);
     return rc;
@@ -331,10 +398,10 @@ int tool_pgq_retention_drop(const char *dsn, int64_t w, int force, int64_t *part
     snprintf(ws, sizeof ws, "%lld", (long long)w);
     const char *v[2] = {ws, force ? "true" : "false"};
     int rc = PAWL_ESQL;
-    PGresult *r = query_st(c,
-                           "SELECT count(*), coalesce(sum(bytes), 0) "
-                           "FROM pawl.retention_drop($1::int8, $2::boolean)",
-                           2, v, state, err, errlen);
+    PGresult *r = query_locking(c, "the drop",
+                                "SELECT count(*), coalesce(sum(bytes), 0) "
+                                "FROM pawl.retention_drop($1::int8, $2::boolean)",
+                                2, v, state, err, errlen);
     if (r) {
         *parts = int_at(r, 0, 0);
         *bytes = int_at(r, 0, 1);

@@ -84,8 +84,21 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pawl_api TO pawl_appender, pawl_process
 -- versions of this file granted INSERT; take it back).
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON pawl.events, pawl.runs
     FROM pawl_appender, pawl_processor, pawl_reader;
-REVOKE ALL ON pawl.finalizer_gate, pawl.append_ticket
-    FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+REVOKE ALL ON pawl.append_ticket FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+-- The gates of pawl's own functions: no role may even name them (schema 14; before it, the
+-- finalizer's gate was pawl.finalizer_gate).
+DO $gates$
+BEGIN
+    IF to_regnamespace('pawl_locks') IS NOT NULL THEN
+        REVOKE ALL ON SCHEMA pawl_locks FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+        REVOKE ALL ON ALL TABLES IN SCHEMA pawl_locks
+            FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+    END IF;
+    IF to_regclass('pawl.finalizer_gate') IS NOT NULL THEN
+        REVOKE ALL ON pawl.finalizer_gate FROM PUBLIC, pawl_appender, pawl_processor, pawl_reader;
+    END IF;
+END
+$gates$;
 -- Appending is for appenders only (the grant on every pawl_api function above included it).
 REVOKE EXECUTE ON FUNCTION pawl_api.append(text, text, bytea, jsonb, int8),
                            pawl_api.append_batch(text[], text[], bytea[], jsonb[], int8[])

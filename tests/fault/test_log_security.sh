@@ -9,7 +9,16 @@
 #   - a pawl role that calls pawl.finalize in a transaction it keeps open is named by
 #     pawl_api.finalizer_holder(); an exiting `pawl append` meanwhile leaves within its deadline
 #     with a message naming the holder, without spinning (its transaction rate stays low);
-#   - an exiting `pawl append` with no other finalizer anywhere leaves nothing unfinalized.
+#   - an exiting `pawl append` with no other finalizer anywhere leaves nothing unfinalized;
+#   - (schema 14) a run never covers its caller's own transaction: "append, finalize, append,
+#     commit" through pawl_api leaves no index twice, and `pawl tail` reads the whole log;
+#   - (schema 14) the gates live in pawl_locks, which no login can name: a pawl_reader's
+#     parse-time lock (FOR UPDATE with a slow IMMUTABLE function of its own) is refused at once
+#     and finalization goes on; a session left idle in a transaction holding the finalizer's gate
+#     is ended within 5 s; any login's advisory key on a processor's name does not keep
+#     `tokens_init` (a processor's start) waiting;
+#   - a pawl_reader login reads the SQL face and is refused append, finalize, token and
+#     dead-letter functions.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -18,12 +27,12 @@ command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
 
 tmp=$(mktemp -d)
 db=t_log_sec_$$
-app=ls_app_$$ proc=ls_proc_$$ other=ls_other_$$
+app=ls_app_$$ proc=ls_proc_$$ other=ls_other_$$ rd=ls_rd_$$
 bgs=()
 cleanup() {
     for p in "${bgs[@]}"; do kill -9 "$p" 2>/dev/null; done
     psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-    for r in $app $proc $other; do psql "$BASE_DSN" -qAtc "DROP ROLE IF EXISTS $r" >/dev/null 2>&1; done
+    for r in $app $proc $other $rd; do psql "$BASE_DSN" -qAtc "DROP ROLE IF EXISTS $r" >/dev/null 2>&1; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -50,6 +59,7 @@ check "role setup" $?
 export PGPASSWORD=pawl-test-secret
 psql "$BASE_DSN" -qAt -v ON_ERROR_STOP=1 -c "CREATE ROLE $app LOGIN PASSWORD '$PGPASSWORD' IN ROLE pawl_appender" \
     -c "CREATE ROLE $proc LOGIN PASSWORD '$PGPASSWORD' IN ROLE pawl_processor" \
+    -c "CREATE ROLE $rd LOGIN PASSWORD '$PGPASSWORD' IN ROLE pawl_reader" \
     -c "CREATE ROLE $other LOGIN PASSWORD '$PGPASSWORD'" >/dev/null
 check "login roles" $?
 
@@ -116,9 +126,78 @@ as $app "SELECT * FROM pawl.finalize()" >/dev/null
 [ "$(unfinalized)" = 0 ]; check "appender: finalize orders them" $?
 
 # ---- outsiders cannot take the finalizer's lock ----------------------------------------------------
-denied $other "BEGIN; LOCK TABLE pawl.finalizer_gate IN EXCLUSIVE MODE; COMMIT" "other: LOCK TABLE the gate denied"
-denied $app "BEGIN; LOCK TABLE pawl.finalizer_gate IN EXCLUSIVE MODE; COMMIT" "appender: LOCK TABLE the gate denied"
-denied $app "BEGIN; LOCK TABLE pawl.finalizer_gate IN ACCESS SHARE MODE; COMMIT" "appender: not even ACCESS SHARE on the gate"
+denied $other "BEGIN; LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE; COMMIT" "other: LOCK TABLE the gate denied"
+denied $app "BEGIN; LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE; COMMIT" "appender: LOCK TABLE the gate denied"
+denied $app "BEGIN; LOCK TABLE pawl_locks.finalizer IN ACCESS SHARE MODE; COMMIT" "appender: not even ACCESS SHARE on the gate"
+[ "$(q "SELECT to_regclass('pawl.finalizer_gate') IS NULL")" = t ]; check "the old gate is gone" $?
+
+# ---- a reader cannot hold the gate with a parse-time lock (schema 14) ------------------------------
+hold="CREATE FUNCTION pg_temp.hold() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT pg_sleep(6) IS NOT NULL';"
+t0=$(date +%s.%N)
+out=$(as $rd "$hold SELECT 1 FROM pawl_locks.finalizer WHERE pg_temp.hold() FOR UPDATE")
+t1=$(date +%s.%N)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+grep -q 'permission denied for schema pawl_locks' <<<"$out"; check "reader: FOR UPDATE on the gate refused ($out)" $?
+awk -v s="$secs" 'BEGIN { exit !(s < 3) }'; check "reader: refused before any lock was held ($secs s)" $?
+psql "$OWNER user=$rd" -qAt -c "$hold SELECT 1 FROM pawl_locks.tokens_init WHERE pg_temp.hold() FOR UPDATE" >/dev/null 2>&1 &
+bgs+=($!)
+as $app "SELECT pawl_api.append('gate-probe', 'T', 'p')" >/dev/null
+[ "$(as $app "SELECT appends FROM pawl.finalize()")" -ge 1 ] 2>/dev/null
+check "appender: finalize runs while a reader tries the gates" $?
+
+# ---- a pawl_reader reads the SQL face and nothing more ---------------------------------------------
+[ "$(as $rd "SELECT count(*) > 0 FROM pawl_api.read(0, 10)")" = t ]; check "reader: pawl_api.read" $?
+[ "$(as $rd "SELECT count(*) > 0 FROM pawl_api.events")" = t ]; check "reader: pawl_api.events" $?
+denied $rd "SELECT pawl_api.append('s1', 'T', 'p')" "reader: pawl_api.append denied"
+denied $rd "$call" "reader: pawl.append denied"
+denied $rd "SELECT * FROM pawl.finalize()" "reader: pawl.finalize denied"
+denied $rd "SELECT pawl.tokens_init('rdp', 1, 0)" "reader: tokens_init denied"
+denied $rd "SELECT * FROM pawl.tokens_list('rdp')" "reader: tokens_list denied"
+denied $rd "SELECT * FROM pawl.dead_letters_list('rdp')" "reader: dead_letters_list denied"
+denied $rd "SELECT * FROM pawl.tokens" "reader: the token table denied"
+
+# ---- a run never covers its caller's own transaction (schema 14) -----------------------------------
+psql "$OWNER user=$app" -qAt -v ON_ERROR_STOP=1 >"$tmp/own" 2>&1 <<EOF
+BEGIN;
+SELECT pawl_api.append('ph', 'T', 'first');
+\! psql "$OWNER user=$app" -qAtc "SELECT pawl_api.append('other', 'T', 'o1')" >/dev/null
+SELECT appends FROM pawl.finalize();
+SELECT pawl_api.append('ph', 'T', 'second');
+COMMIT;
+EOF
+check "appender: append, finalize, append, commit in one transaction" $?
+as $app "SELECT * FROM pawl.finalize()" >/dev/null
+[ "$(q "SELECT count(*) - count(DISTINCT global_index) FROM pawl_api.events")" = 0 ]
+check "no index holds two events" $?
+[ "$(unfinalized)" = 0 ]; check "both of ph's events are final" $?
+[ "$(q "SELECT string_agg(convert_from(payload, 'UTF8'), ',' ORDER BY global_index) FROM pawl_api.events WHERE stream_id = 'ph'")" = first,second ]
+check "ph's events in order" $?
+n=$(q "SELECT count(*) FROM pawl_api.events")
+got=$(PAWL_DSN="$OWNER user=$rd" PAWL_LOG_LEVEL=error timeout 20 "$PAWL" tail --from 0 --count "$n" --json 2>"$tmp/tail_err" | wc -l)
+[ "$got" = "$n" ]; check "pawl tail reads all $n events ($got; $(head -c 200 "$tmp/tail_err"))" $?
+
+# ---- a session idle in a transaction that holds the gate is ended ----------------------------------
+(echo "BEGIN;"; echo "SELECT appends FROM pawl.finalize();"; sleep 15) |
+    psql "$OWNER user=$app application_name=idle-holder" -qAt >/dev/null 2>&1 &
+bgs+=($!)
+for _ in $(seq 1 50); do [ -n "$(q "SELECT pid FROM pawl_api.finalizer_holder()")" ] && break; sleep 0.1; done
+[ "$(q "SELECT application_name FROM pawl_api.finalizer_holder()")" = idle-holder ]
+check "the idle holder is named" $?
+gone=1
+for _ in $(seq 1 80); do [ -z "$(q "SELECT pid FROM pawl_api.finalizer_holder()")" ] && { gone=0; break; }; sleep 0.1; done
+check "the idle holder is ended within 8 s" $gone
+[ "$(as $app "SELECT appends FROM pawl.finalize()")" -ge 0 ] 2>/dev/null; check "finalize runs again" $?
+
+# ---- an advisory key on a processor's name does not block its start --------------------------------
+psql "$OWNER user=$other" -qAtc "SELECT pg_advisory_lock(hashtextextended('pawl.tokens:ADV', 0)), pg_sleep(8)" >/dev/null 2>&1 &
+bgs+=($!)
+sleep 0.5
+q "SELECT pawl.grant_processor('ADV', '$proc')" >/dev/null
+t0=$(date +%s.%N)
+out=$(psql "$OWNER user=$proc" -qAt -v ON_ERROR_STOP=1 -c "SET statement_timeout = '4s'" -c "SELECT pawl.tokens_init('ADV', 4, 0)" 2>&1)
+t1=$(date +%s.%N)
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+[ "$out" = 4 ]; check "processor: tokens_init while another login holds the old key ($out, $secs s)" $?
 psql "$OWNER user=$other" -qAtc "SELECT pg_advisory_lock(1885435756, 1), pg_sleep(4)" >/dev/null 2>&1 &
 bgs+=($!)
 sleep 0.5

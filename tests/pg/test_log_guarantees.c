@@ -14,6 +14,11 @@
  *     synchronous_commit is off: appends and finalization work and keep every property;
  *     pawl.finalize itself refuses a non-read-committed transaction with a clear error;
  *   - the upgrade from schema 5: old rows (no ticket) keep their order and come first;
+ *   - a run never covers its caller's own transaction: "append, finalize, append, commit"
+ *     leaves one contiguous unit finalized by a later run, and a database that met schema
+ *     13's hole (two events at one index) is repaired by the upgrade (schema 14);
+ *   - an upgrade behind a transaction holding the locks it needs waits in short tries: appends
+ *     go on meanwhile, and it applies once the transaction ends;
  *   - a stream held by an open transaction does not slow appends to other streams (lock_timeout
  *     and retries off the pipeline); the held append goes through after the holder commits,
  *     or fails with PAWL_ETIMEDOUT naming the stream after append_lock_wait_ms.
@@ -667,6 +672,140 @@ static void test_upgrade_from_5(void **state)
     pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_up");
 }
 
+/* ---- a run never covers its caller's own transaction (schema 14) ----------------------------
+ */
+
+/*
+ * The pattern "append, finalize, append, commit" in one transaction, with another session's
+ * append committed in between: the run inside the transaction must leave it alone (it used to
+ * cover the first append with a count of 1 while the second continued the same append, so two
+ * events got index 3). Returns nothing; leaves the three events committed.
+ */
+static void own_xid_pattern(const char *d)
+{
+    PGconn *a = raw(d), *b = raw(d);
+    assert_true(ok_cmd(a, "BEGIN"));
+    assert_true(ok_cmd(a, "SELECT pawl_api.append('ph', 'T', 'first')"));
+    assert_true(ok_cmd(b, "SELECT pawl_api.append('other', 'T', 'o1')"));
+    assert_true(ok_cmd(a, "SELECT * FROM pawl.finalize()"));
+    assert_true(ok_cmd(a, "SELECT pawl_api.append('ph', 'T', 'second')"));
+    assert_true(ok_cmd(a, "COMMIT"));
+    PQfinish(a);
+    PQfinish(b);
+}
+
+static void test_run_skips_own_xid(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_guar_own", NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    pawl_test_exec(d, "SELECT pawl_api.append('ph', 'T', 'zero')");
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
+    own_xid_pattern(d);
+    /* The run inside the transaction finalized only "other"; the next finalizes ph's two. */
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl_api.events"), 2);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
+    assert_int_equal(check_log(d), 4);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(DISTINCT global_index) FROM "
+                                            "pawl_api.read(0, 100)"),
+                     4);
+    /* ph's events in sequence order, one after the other (one unit). */
+    assert_int_equal(pawl_test_query_i64(d, "SELECT max(global_index) - min(global_index) FROM "
+                                            "pawl_api.events WHERE stream_id = 'ph' AND "
+                                            "stream_seq > 1"),
+                     1);
+    /* Called twice in the transaction, and after its own append only: nothing of its own. */
+    PGconn *a = raw(d);
+    assert_true(ok_cmd(a, "BEGIN"));
+    assert_true(ok_cmd(a, "SELECT pawl_api.append('ph', 'T', 'third')"));
+    assert_true(ok_cmd(a, "SELECT * FROM pawl.finalize()"));
+    assert_true(ok_cmd(a, "SELECT * FROM pawl.finalize()"));
+    assert_true(ok_cmd(a, "SELECT pawl_api.append('ph', 'T', 'fourth')"));
+    assert_true(ok_cmd(a, "COMMIT"));
+    PQfinish(a);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
+    assert_int_equal(check_log(d), 6);
+    pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_own");
+}
+
+/*
+ * A database that met the hole under schema 13 (the same pattern, on the old function: index
+ * 3 twice) is repaired by the upgrade: no index twice, and the events the run missed are
+ * finalized by the next run, once each.
+ */
+static void test_own_xid_repair(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_guar_own13", NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate_to(d, 13, err, sizeof err), 0);
+    pawl_test_exec(d, "SELECT pawl_api.append('ph', 'T', 'zero')");
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
+    own_xid_pattern(d);
+    pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()");
+    /* Schema 13's hole: one index, two events. */
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) - count(DISTINCT global_index) FROM "
+                                            "pawl_api.events"),
+                     1);
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) - count(DISTINCT global_index) FROM "
+                                            "pawl_api.events"),
+                     0);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
+    assert_int_equal(check_log(d), 4);
+    pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_own13");
+}
+
+/* ---- a migration behind an open transaction waits in short tries (schema 14) ----------------
+ */
+
+static const char *mig_dsn;
+static int mig_rc;
+
+static void *migrator(void *arg)
+{
+    (void)arg;
+    char err[512];
+    mig_rc = pawl_schema_migrate(mig_dsn, err, sizeof err);
+    if (mig_rc != 0)
+        print_message("migrate: %s\n", err);
+    return NULL;
+}
+
+static void test_migration_lock_wait(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_guar_mig", NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate_to(d, 13, err, sizeof err), 0);
+    /* A transaction that appended and finalized holds locks the upgrade needs. */
+    PGconn *a = raw(d), *b = raw(d);
+    assert_true(ok_cmd(a, "BEGIN"));
+    assert_true(ok_cmd(a, "SELECT pawl_api.append('mig', 'T', 'x')"));
+    assert_true(ok_cmd(a, "SELECT * FROM pawl.finalize()"));
+    mig_dsn = d;
+    pthread_t th;
+    pthread_create(&th, NULL, migrator, NULL);
+    usleep(1500 * 1000);
+    /* Appends are not queued behind the waiting upgrade for more than one short try. */
+    assert_true(ok_cmd(b, "SET lock_timeout = '1500ms'"));
+    assert_true(ok_cmd(b, "SELECT pawl_api.append('other', 'T', 'y')"));
+    int dbv = 0;
+    assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
+    assert_int_equal(dbv, 13);
+    assert_true(ok_cmd(a, "COMMIT"));
+    pthread_join(th, NULL);
+    assert_int_equal(mig_rc, 0);
+    assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
+    assert_int_equal(dbv, pawl_schema_lib_version());
+    PQfinish(a);
+    PQfinish(b);
+    pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()");
+    assert_int_equal(check_log(d), 2);
+    pawl_test_db_drop(pawl_test_dsn(), "t_log_guar_mig");
+}
+
 /* ---- a stream held by an open transaction does not stall the others ------------------------- */
 
 struct rate_state {
@@ -803,6 +942,9 @@ int main(void)
         cmocka_unit_test(test_one_transaction_unit),
         cmocka_unit_test(test_backlog),
         cmocka_unit_test(test_upgrade_from_5),
+        cmocka_unit_test(test_run_skips_own_xid),
+        cmocka_unit_test(test_own_xid_repair),
+        cmocka_unit_test(test_migration_lock_wait),
         cmocka_unit_test(test_held_stream),
         cmocka_unit_test(test_outbox_race),
         cmocka_unit_test(test_isolation_repeatable_read),

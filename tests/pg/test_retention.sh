@@ -6,7 +6,9 @@
 # go on unaffected (contiguous, exactly the log), a read below it fails naming the watermark,
 # indexes above it are unchanged, the partitions' disk size drops, a stream whose events were
 # all dropped continues its sequence, and the archive loaded into a second database with
-# `pawl append` reproduces the dropped events, every stream in order.
+# `pawl append` reproduces the dropped events, every stream in order. A rotation behind a
+# reader's open transaction waits in short tries (appends go on), names the holder, and goes
+# through once it is gone.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -171,6 +173,32 @@ grep -q "rotated: new appends go to" "$tmp/rr.out" && grep -q "retry the transac
 check "a REPEATABLE READ append older than a rotation fails with a serialization failure" $?
 [ "$(psql "$DSN" -qAtc "SELECT pawl_api.append('rr-1', 'T', '\x00'::bytea)")" = 1 ]
 check "the retried append goes through" $?
+
+# A reader's open transaction holds a lock on the log: the rotation waits politely (appends go
+# on meanwhile, never queued behind it for long), names the holder, and rotates once it is gone.
+(echo "BEGIN;"; echo "SELECT count(*) FROM pawl_api.events;"; sleep 4; echo "COMMIT;") |
+    psql "$DSN application_name=lock-holder" -qAt >/dev/null 2>&1 &
+holder=$!
+pids+=($holder)
+for _ in $(seq 1 50); do
+    [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lock-holder' AND state = 'idle in transaction'")" = 1 ] && break
+    sleep 0.1
+done
+PAWL_DSN="$DSN" "$PAWL" retention --rotate --execute >"$tmp/rot.out" 2>"$tmp/rot.err" &
+rot=$!
+sleep 1
+t0=$(date +%s.%N)
+psql "$DSN" -qAtc "SET lock_timeout = '1500ms'; SELECT pawl_api.append('polite-1', 'T', '\x00'::bytea)" >/dev/null 2>&1
+arc=$?
+t1=$(date +%s.%N)
+check "an append while the rotation waits goes through ($(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s)" $arc
+wait $rot
+rrc=$?
+wait $holder
+[ $rrc -eq 0 ] && grep -q "rotated: new appends go to" "$tmp/rot.out"
+check "the rotation goes through once the reader is gone (rc $rrc)" $?
+grep -q "held by pid [0-9]* (user [^,]*, application lock-holder, idle in transaction" "$tmp/rot.err"
+check "the rotation names what blocks it ($(head -c 300 "$tmp/rot.err"))" $?
 
 kill -INT "$run_pid" "$follow_pid" 2>/dev/null
 wait "$run_pid" "$follow_pid" 2>/dev/null
