@@ -164,9 +164,21 @@ static void add_uri_secret(struct secrets *S, const char *p, size_t len)
     }
 }
 
+/*
+ * Whether dsn may be meant as a URI: libpq accepts only "postgresql://" and "postgres://" at the
+ * very start, but a string with leading white space or another spelling of the scheme
+ * ("POSTGRESQL://") is one it refuses while quoting it whole, password included. Any
+ * scheme-like prefix after white space counts: a wrong guess only scrubs more.
+ */
 static int is_uri(const char *dsn)
 {
-    return strncmp(dsn, "postgresql://", 13) == 0 || strncmp(dsn, "postgres://", 11) == 0;
+    const char *p = dsn;
+    while (isspace((unsigned char)*p))
+        p++;
+    const char *q = p;
+    while (isalnum((unsigned char)*q) || *q == '+' || *q == '-' || *q == '.')
+        q++;
+    return q > p && strncmp(q, "://", 3) == 0;
 }
 
 static void collect_uri_userinfo(const char *dsn, struct secrets *S)

@@ -68,6 +68,11 @@ static void test_check_never_echoes_password(void **state)
         "password='Zq9SecretPw host=x", /* unterminated quote */
         "host=x password = Zq9SecretPw nosuch=1",
         "sslpassword=Zq9SecretPw nosuch=1",
+        " postgresql://alice:Zq9SecretPw@host/db",  /* leading space: libpq quotes it all */
+        "\npostgresql://alice:Zq9SecretPw@host/db", /* leading newline */
+        "POSTGRESQL://alice:Zq9SecretPw@host/db",   /* upper-case scheme */
+        "Postgres://alice:Zq9SecretPw@host/db",
+        "\t postgresql://alice:Zq9SecretPw@host/db?x=1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_refused_hiding(bad[i], "Zq9Secret", NULL);
