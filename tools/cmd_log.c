@@ -621,10 +621,17 @@ static void print_event(const struct tool_config *cfg, const struct pawl_event *
         gmtime_r(&t, &tm);
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    int shown = (int)PAWL_MIN(e->payload_len, (size_t)120);
-    printf("%-10" PRId64 " %s  %s#%" PRId64 "  %s  %.*s%s\n", e->index, when, e->stream_id,
-           e->stream_seq, e->type, shown, e->payload ? (const char *)e->payload : "",
-           e->payload_len > (size_t)shown ? "..." : "");
+    /* Ids, types and payloads are anyone's bytes: escaped, so that none can move the cursor,
+     * retitle the terminal or forge a line of this output. */
+    size_t shown = PAWL_MIN(e->payload_len, (size_t)120);
+    char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
+    char type[PAWL_PRINTABLE_SIZE(PAWL_EVENT_TYPE_MAX)];
+    char payload[PAWL_PRINTABLE_SIZE(120)];
+    printf("%-10" PRId64 " %s  %s#%" PRId64 "  %s  %s%s\n", e->index, when,
+           pawl_printable_str(e->stream_id, sid, sizeof sid), e->stream_seq,
+           pawl_printable_str(e->type, type, sizeof type),
+           pawl_printable(e->payload, shown, payload, sizeof payload),
+           e->payload_len > shown ? "..." : "");
 }
 
 int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)

@@ -283,6 +283,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
             .argv = xargv,
             .ack_timeout_ms = cfg->tool.exec_ack_timeout_ms,
             .processor = cfg->lib.processor.name,
+            .pass_secrets = cfg->tool.exec_pass_secrets,
         };
         char serr0[256] = "";
         if (tool_sink_new(&sink, &so, serr0, sizeof serr0) != 0) {

@@ -406,6 +406,15 @@ static void epoll_set(struct tool_sink *s, int fd, uint32_t events, struct chan 
 /* Tag in epoll data: out_fd events carry the chan, in_fd events the chan with the low bit set. */
 #define IN_TAG(c) ((struct chan *)((uintptr_t)(c) | 1u))
 
+int tool_sink_env_secret(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    if (n == 10 && memcmp(entry, "PGPASSWORD", 10) == 0)
+        return 1;
+    return n >= 8 && memcmp(entry, "PAWL_", 5) == 0 && memcmp(entry + n - 3, "DSN", 3) == 0;
+}
+
 static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t msglen)
 {
     int inp[2] = {-1, -1}, outp[2] = {-1, -1};
@@ -413,7 +422,8 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
         snprintf(msg, msglen, "cannot create pipes: %s", strerror(errno));
         goto fail;
     }
-    /* The environment: ours, with the segment's variables set. */
+    /* The environment: ours, with the segment's variables set and, unless asked to pass them,
+     * without the connection secrets (the command is not the database's client). */
     size_t n = 0;
     while (environ[n])
         n++;
@@ -432,7 +442,8 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
         if (strncmp(environ[i], "PAWL_PROCESSOR=", 15) != 0 &&
             strncmp(environ[i], "PAWL_SEGMENT=", 13) != 0 &&
             strncmp(environ[i], "PAWL_SEGMENT_MASK=", 18) != 0 &&
-            strncmp(environ[i], "PAWL_NODE=", 10) != 0)
+            strncmp(environ[i], "PAWL_NODE=", 10) != 0 &&
+            (s->o.pass_secrets || !tool_sink_env_secret(environ[i])))
             envp[k++] = environ[i];
     envp[k++] = vproc;
     envp[k++] = vseg;
@@ -670,22 +681,24 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
             line[n - 1] = '\0';
         memmove(c->rbuf, nl + 1, c->rlen - n - 1);
         c->rlen -= n + 1;
-        char why[400];
+        /* The command's text goes into log lines escaped: it may echo an event's bytes. */
+        char why[400], shown[104];
+        pawl_printable_str(line, shown, sizeof shown);
         if (strncmp(line, "ok ", 3) == 0) {
             char *end;
             errno = 0;
             long long v = strtoll(line + 3, &end, 10);
             if (errno || end == line + 3 || *end != '\0') {
                 snprintf(why, sizeof why,
-                         "malformed acknowledgement \"%.100s\" (expected \"ok INDEX\")", line);
+                         "malformed acknowledgement \"%s\" (expected \"ok INDEX\")", shown);
                 chan_fail(s, c, why);
                 return 1;
             }
             if (v > c->sent_max || v < c->acked) {
                 snprintf(why, sizeof why,
-                         "acknowledgement \"%.100s\" outside what was sent (acknowledged %" PRId64
+                         "acknowledgement \"%s\" outside what was sent (acknowledged %" PRId64
                          ", last sent %" PRId64 ")",
-                         line, c->acked, c->sent_max);
+                         shown, c->acked, c->sent_max);
                 chan_fail(s, c, why);
                 return 1;
             }
@@ -693,15 +706,16 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
             if (ack_progress(s, c))
                 return 1; /* c is gone */
         } else if (strncmp(line, "fail", 4) == 0 && (line[4] == '\0' || line[4] == ' ')) {
-            snprintf(why, sizeof why, "the command reported a failure: %.300s",
-                     line[4] ? line + 5 : "(no reason given)");
+            char reason[300];
+            pawl_printable_str(line[4] ? line + 5 : "(no reason given)", reason, sizeof reason);
+            snprintf(why, sizeof why, "the command reported a failure: %s", reason);
             chan_fail(s, c, why);
             return 1;
         } else {
             snprintf(why, sizeof why,
-                     "malformed line from the command: \"%.100s\" (expected \"ok INDEX\" or "
+                     "malformed line from the command: \"%s\" (expected \"ok INDEX\" or "
                      "\"fail REASON\"; write logs to stderr)",
-                     line);
+                     shown);
             chan_fail(s, c, why);
             return 1;
         }
@@ -939,6 +953,24 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
         goto fail;
     }
     s->thr_started = 1;
+    if (o->kind == TOOL_SINK_EXEC && !o->pass_secrets) {
+        /* Say what the command will not see, so a command that needs it is not left guessing. */
+        char names[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; environ[i] && used < sizeof names; i++) {
+            if (!tool_sink_env_secret(environ[i]))
+                continue;
+            const char *eq = strchr(environ[i], '=');
+            int len = eq ? (int)(eq - environ[i]) : (int)strlen(environ[i]);
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%.*s", used ? ", " : "",
+                                     len, environ[i]);
+        }
+        if (names[0])
+            PAWL_INFO(MOD,
+                      "exec: %s not passed on to %s (connection secrets; --exec-pass-secrets "
+                      "passes them)",
+                      names, o->argv[0]);
+    }
     *out = s;
     return 0;
 fail:

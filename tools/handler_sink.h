@@ -15,7 +15,9 @@
  * and a slow or failing command stalls only its segment), started on the segment's first batch
  * with PAWL_PROCESSOR, PAWL_SEGMENT, PAWL_SEGMENT_MASK and PAWL_NODE in its environment, in a
  * process group of its own (a terminal's Ctrl-C reaches pawl, which then stops the children in
- * order). Its stdin gets one JSON line per event: the `pawl tail --json` object plus "segment",
+ * order). Unless pass_secrets, the connection secrets are not in its environment (PGPASSWORD
+ * and every PAWL_*DSN variable: tool_sink_env_secret; the rest of pawl's environment is).
+ * Its stdin gets one JSON line per event: the `pawl tail --json` object plus "segment",
  * "replay" and, on the last line of a batch, "batch_end": true. For each batch_end line the
  * child prints `ok INDEX` (that line's index) on stdout once the batch is handled; `ok N` earlier
  * is allowed (progress). Anything else on its stdout — `fail REASON`, a malformed line, an ack
@@ -46,6 +48,7 @@ struct tool_sink_opts {
     const char *const *argv; /* exec: the command, NULL-terminated; borrowed until free */
     int64_t ack_timeout_ms;  /* exec: longest wait for a batch's ack, and for an exit */
     const char *processor;   /* exec: PAWL_PROCESSOR for the child; borrowed */
+    int pass_secrets;        /* exec: keep PGPASSWORD and PAWL_*DSN in the child's environment */
 };
 
 struct tool_sink_stats {
@@ -66,6 +69,10 @@ struct pawl_handler tool_sink_handler(struct tool_sink *s, const char *name);
 /* The node id children see as PAWL_NODE (copied); set before the processor starts. */
 void tool_sink_set_node(struct tool_sink *s, const char *node);
 void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out);
+/* 1 when the environment entry "NAME=value" (or a bare NAME) is a connection secret the exec
+ * child does not get without pass_secrets: PGPASSWORD, or PAWL_*DSN (PAWL_DSN, PAWL_READ_DSN,
+ * ...: a DSN may carry a password). PGPASSFILE and PGSERVICEFILE name files and stay. */
+int tool_sink_env_secret(const char *entry);
 /* Stops the thread (children still running are killed), frees. NULL is a no-op. */
 void tool_sink_free(struct tool_sink *s);
 

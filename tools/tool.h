@@ -84,7 +84,8 @@ void tool_log_json_stderr(void);
 
 /* s with control characters escaped (C0 and DEL as \xNN, C1 as \u00NN, a backslash doubled), for
  * terminals and tables: an id or an owner cannot move the cursor or fake a line. Cut with "..."
- * to fit; returns out. */
+ * to fit; returns out. The library's pawl_printable (engine/core/common.h) over strlen(s); use
+ * that one directly for bytes that need not end in a NUL (payloads). */
 const char *tool_printable(const char *s, char *out, size_t outlen);
 /* s as a quoted JSON string (cut to fit); returns out. */
 const char *tool_json_string(const char *s, char *out, size_t outlen);

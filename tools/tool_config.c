@@ -15,8 +15,11 @@
 
 #include "common.h"
 
+#include <ctype.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define AT(field)                                                                                  \
@@ -348,6 +351,15 @@ static const struct tool_flag tflags[] = {
              AT(tool.exec_ack_timeout_ms)},
      .scope = TOOL_SCOPE_RUN,
      .kind = TOOL_FLAG_SETTING},
+    {.row = {.name = "exec-pass-secrets",
+             .type = PAWL_FLAG_BOOL,
+             .def = 0,
+             .help = "run --handler exec: leave the connection secrets (PGPASSWORD and every "
+                     "PAWL_*DSN variable, such as PAWL_DSN and PAWL_READ_DSN) in the command's "
+                     "environment; without it the command does not get them",
+             AT(tool.exec_pass_secrets)},
+     .scope = TOOL_SCOPE_RUN,
+     .kind = TOOL_FLAG_SETTING},
     {.row = {.name = "csv",
              .type = PAWL_FLAG_STRING,
              .sdef = NULL,
@@ -365,20 +377,70 @@ size_t tool_flag_count(void)
     return PAWL_ARRAY_LEN(tflags);
 }
 
+/*
+ * The row of each entry of tflags, a library flag's looked up once (tool_flag_at runs inside the
+ * loops over the table: looking the name up there would make them quadratic), and the entries
+ * in name order for lookups by name (a binary search). Written once under pthread_once,
+ * read-only after.
+ */
+static const struct pawl_flag *rows[PAWL_ARRAY_LEN(tflags)];
+static unsigned char by_name[PAWL_ARRAY_LEN(tflags)];
+static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
+_Static_assert(PAWL_ARRAY_LEN(tflags) <= 256, "by_name holds indexes as unsigned char");
+
+static int by_name_order(const void *a, const void *b)
+{
+    return strcmp(rows[*(const unsigned char *)a]->name, rows[*(const unsigned char *)b]->name);
+}
+
+static void rows_resolve(void)
+{
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
+        rows[i] = tflags[i].lib ? pawl_config_flag_find(tflags[i].lib) : &tflags[i].row;
+        PAWL_ASSERT(rows[i] != NULL); /* every LIB() name is a row of pawl's table */
+        PAWL_ASSERT(pawl_flag_named(rows[i], rows[i]->name)); /* stored folded */
+        by_name[i] = (unsigned char)i;
+    }
+    qsort(by_name, PAWL_ARRAY_LEN(tflags), sizeof by_name[0], by_name_order);
+}
+
 const struct pawl_flag *tool_flag_at(size_t i)
 {
     if (i >= PAWL_ARRAY_LEN(tflags))
         return NULL;
-    return tflags[i].lib ? pawl_config_flag_find(tflags[i].lib) : &tflags[i].row;
+    pthread_once(&rows_once, rows_resolve);
+    return rows[i];
+}
+
+/* name against a table name (lower case, '-'), name folded as pawl_flag_named folds it: 0 when
+ * name names it, else the order of strcmp on the folded name. */
+static int name_cmp(const char *name, const char *flag)
+{
+    if (name == flag)
+        return 0; /* a row's own name, as the loops over the table pass it */
+    for (;; name++, flag++) {
+        unsigned char c = *name == '_' ? '-' : (unsigned char)tolower((unsigned char)*name);
+        if (c != (unsigned char)*flag || c == '\0')
+            return (int)c - (int)(unsigned char)*flag;
+    }
 }
 
 static int flag_index(const char *name)
 {
     if (name == NULL)
         return -1;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
-        if (pawl_flag_named(tool_flag_at(i), name))
-            return (int)i;
+    pthread_once(&rows_once, rows_resolve);
+    size_t lo = 0, hi = PAWL_ARRAY_LEN(tflags);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = name_cmp(name, rows[by_name[mid]]->name);
+        if (c == 0)
+            return by_name[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
     return -1;
 }
 
@@ -408,13 +470,23 @@ enum tool_flag_kind tool_flag_kind(const struct pawl_flag *f)
     return i < 0 ? TOOL_FLAG_SETTING : tflags[i].kind;
 }
 
-void tool_config_defaults(struct tool_config *cfg)
+/* Every flag's default, filled once under pthread_once and copied by each call (a default owns
+ * no string). */
+static struct tool_config defaults;
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+
+static void defaults_fill(void)
 {
-    memset(cfg, 0, sizeof *cfg);
-    pawl_config_defaults(&cfg->lib);
+    pawl_config_defaults(&defaults.lib);
     for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
         if (tflags[i].lib == NULL)
-            pawl_flag_set_default(&tflags[i].row, cfg, &cfg->_owned[i]);
+            pawl_flag_set_default(&tflags[i].row, &defaults, &defaults._owned[i]);
+}
+
+void tool_config_defaults(struct tool_config *cfg)
+{
+    pthread_once(&defaults_once, defaults_fill);
+    memcpy(cfg, &defaults, sizeof *cfg);
 }
 
 void tool_config_fini(struct tool_config *cfg)
@@ -431,8 +503,8 @@ static int set_index(struct tool_config *cfg, int idx, const char *value,
                      enum pawl_config_source src, char *err, size_t errlen)
 {
     const struct tool_flag *t = &tflags[idx];
-    if (t->lib)
-        return pawl_config_set_from(&cfg->lib, t->lib, value, src, err, errlen);
+    if (t->lib) /* the row's own name: the library's lookup ends at the same pointer */
+        return pawl_config_set_from(&cfg->lib, rows[idx]->name, value, src, err, errlen);
     int rc = pawl_flag_set(&t->row, cfg, value, src, &cfg->_owned[idx], err, errlen);
     if (rc == 0)
         cfg->_source[idx] = (unsigned char)src;
@@ -478,8 +550,8 @@ int tool_config_get(const struct tool_config *cfg, const char *name, char *out, 
         out[0] = '\0';
         return PAWL_ENOTFOUND;
     }
-    if (tflags[idx].lib)
-        return pawl_config_get(&cfg->lib, tflags[idx].lib, out, outlen);
+    if (tflags[idx].lib) /* a library row applies to cfg->lib as pawl_config_get does */
+        return pawl_flag_get(rows[idx], &cfg->lib, out, outlen);
     return pawl_flag_get(&tflags[idx].row, cfg, out, outlen);
 }
 
@@ -489,7 +561,7 @@ enum pawl_config_source tool_config_source_of(const struct tool_config *cfg, con
     if (cfg == NULL || idx < 0)
         return PAWL_SRC_DEFAULT;
     if (tflags[idx].lib)
-        return pawl_config_source_of(&cfg->lib, tflags[idx].lib);
+        return pawl_config_source_of(&cfg->lib, rows[idx]->name);
     return (enum pawl_config_source)cfg->_source[idx];
 }
 
@@ -515,19 +587,29 @@ int tool_config_load_env(struct tool_config *cfg, char *const *envp, char *err, 
         return PAWL_EINVAL;
     if (envp == NULL)
         return 0;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
-        if (tflags[i].kind == TOOL_FLAG_ACTION)
-            continue; /* actions come only from the command line */
-        char env[96];
-        pawl_config_flag_env(tool_flag_at(i), env, sizeof env);
-        size_t n = strlen(env);
-        const char *value = NULL;
-        for (char *const *e = envp; *e; e++)
-            if (strncmp(*e, env, n) == 0 && (*e)[n] == '=')
-                value = *e + n + 1; /* the last one wins, like getenv's usual behaviour */
-        if (value == NULL)
+    /* One pass over the environment: each PAWL_NAME=value entry whose name is exactly a flag's
+     * variable gives that flag its value (the last one wins, like getenv's usual behaviour).
+     * The values are then set in the table's order, as they always were. */
+    const char *value[PAWL_ARRAY_LEN(tflags)] = {0};
+    for (char *const *e = envp; *e; e++) {
+        if (strncmp(*e, "PAWL_", 5) != 0)
             continue;
-        int rc = set_index(cfg, (int)i, value, PAWL_SRC_ENV, err, errlen);
+        const char *eq = strchr(*e, '=');
+        char name[96], env[96];
+        size_t n = eq ? (size_t)(eq - *e) : 0;
+        if (n <= 5 || n >= sizeof name)
+            continue;
+        memcpy(name, *e, n);
+        name[n] = '\0';
+        int i = flag_index(name + 5); /* folded: finds the flag of PAWL_Batch_Size too */
+        if (i >= 0 &&
+            strcmp(pawl_config_flag_env(tool_flag_at((size_t)i), env, sizeof env), name) == 0)
+            value[i] = eq + 1;
+    }
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
+        if (value[i] == NULL || tflags[i].kind == TOOL_FLAG_ACTION)
+            continue; /* actions come only from the command line */
+        int rc = set_index(cfg, (int)i, value[i], PAWL_SRC_ENV, err, errlen);
         if (rc != 0)
             return rc;
     }
@@ -538,18 +620,34 @@ int tool_config_load_env(struct tool_config *cfg, char *const *envp, char *err, 
 static const char *closest_flag(const char *name, unsigned scope)
 {
     const char *best = NULL;
-    size_t bestd = 99;
+    size_t len = strlen(name);
+    size_t allowed = PAWL_MAX(len / 3, (size_t)1);
+    size_t bestd = allowed + 1;
+    int letters[256] = {0}; /* of name */
+    for (const char *p = name; *p; p++)
+        letters[(unsigned char)*p]++;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
         if ((tflags[i].scope & scope) == 0)
             continue;
-        size_t d = pawl_edit_distance(name, tool_flag_at(i)->name);
+        /* Every edit adds or removes at most one letter on each side (a swap none), so the
+         * distance is at least the letters one name has that the other has not. Most names
+         * are that far apart: they are skipped without filling the distance matrix. */
+        const char *cand = tool_flag_at(i)->name;
+        size_t clen = 0, extra = 0; /* extra: letters of cand that name has not */
+        for (const char *p = cand; *p; p++, clen++)
+            extra += letters[(unsigned char)*p]-- <= 0;
+        for (const char *p = cand; *p; p++)
+            letters[(unsigned char)*p]++;
+        size_t missing = len - (clen - extra); /* letters of name that cand has not */
+        if (PAWL_MAX(extra, missing) >= bestd)
+            continue;
+        size_t d = pawl_edit_distance(name, cand);
         if (d < bestd) {
             bestd = d;
-            best = tool_flag_at(i)->name;
+            best = cand;
         }
     }
-    size_t allowed = PAWL_MAX(strlen(name) / 3, (size_t)1);
-    return bestd <= allowed ? best : NULL;
+    return best;
 }
 
 int tool_config_env_actions(char *const *envp, char *out, size_t outlen)

@@ -83,6 +83,7 @@ struct tool_opts {
     /* run: handlers that write outside the database */
     int output_fsync;            /* print: fsync a regular-file stdout before storing tokens */
     int64_t exec_ack_timeout_ms; /* exec: longest wait for a batch's ack / a child's exit */
+    int exec_pass_secrets;       /* exec: leave PGPASSWORD and PAWL_*DSN in the command's env */
 };
 
 #define TOOL_MAX_FLAGS 96

@@ -189,37 +189,7 @@ void tool_log_json_stderr(void)
 
 const char *tool_printable(const char *s, char *out, size_t outlen)
 {
-    size_t n = 0;
-    if (outlen == 0)
-        return out;
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        char tmp[8];
-        size_t k;
-        if (*p < 0x20 || *p == 0x7f) {
-            k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", *p);
-        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
-            /* A C1 control (U+0080..U+009F, e.g. U+009B, a one-character CSI). */
-            k = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", p[1]);
-            p++;
-        } else if (*p == '\\') {
-            k = 2;
-            tmp[0] = tmp[1] = '\\';
-        } else {
-            tmp[0] = (char)*p;
-            k = 1;
-        }
-        if (n + k + 4 > outlen) { /* keep room for "..." and the terminator */
-            if (n + 4 <= outlen) {
-                memcpy(out + n, "...", 3);
-                n += 3;
-            }
-            break;
-        }
-        memcpy(out + n, tmp, k);
-        n += k;
-    }
-    out[n < outlen ? n : outlen - 1] = '\0';
-    return out;
+    return pawl_printable_str(s, out, outlen);
 }
 
 const char *tool_json_string(const char *s, char *out, size_t outlen)

@@ -192,6 +192,49 @@ void pawl_json_escape(FILE *f, const char *s)
     }
 }
 
+const char *pawl_printable(const void *s, size_t n, char *out, size_t outlen)
+{
+    size_t used = 0;
+    if (outlen == 0)
+        return out;
+    const unsigned char *p = s;
+    if (p == NULL)
+        n = 0;
+    for (size_t i = 0; i < n; i++) {
+        char tmp[8];
+        size_t k;
+        if (p[i] < 0x20 || p[i] == 0x7f) {
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", p[i]);
+        } else if (p[i] == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) {
+            /* A C1 control (U+0080..U+009F, e.g. U+009B, a one-character CSI). */
+            k = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", p[i + 1]);
+            i++;
+        } else if (p[i] == '\\') {
+            k = 2;
+            tmp[0] = tmp[1] = '\\';
+        } else {
+            tmp[0] = (char)p[i];
+            k = 1;
+        }
+        if (used + k + 4 > outlen) { /* keep room for "..." and the terminator */
+            if (used + 4 <= outlen) {
+                memcpy(out + used, "...", 3);
+                used += 3;
+            }
+            break;
+        }
+        memcpy(out + used, tmp, k);
+        used += k;
+    }
+    out[used < outlen ? used : outlen - 1] = '\0';
+    return out;
+}
+
+const char *pawl_printable_str(const char *s, char *out, size_t outlen)
+{
+    return pawl_printable(s, s ? strlen(s) : 0, out, outlen);
+}
+
 char *pawl_utc_stamp(char *out, size_t len)
 {
     struct timespec ts;

@@ -460,9 +460,11 @@ static int dl_maybe_park(struct pkg *k, struct pawl_txn *txn, const struct pawl_
         if (rc)
             return rc;
         k->batch_new_streams++;
+        char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)], why[1024];
         PAWL_WARN(MOD, "%s: segment %u: stream %s parked at event %lld after %u attempt%s: %s",
-                  p->name, k->seg.id, e->stream_id, (long long)e->index, l.attempts,
-                  l.attempts == 1 ? "" : "s", l.last_error);
+                  p->name, k->seg.id, pawl_printable_str(e->stream_id, sid, sizeof sid),
+                  (long long)e->index, l.attempts, l.attempts == 1 ? "" : "s",
+                  pawl_printable_str(l.last_error, why, sizeof why));
     }
     for (size_t i = 0; i < p->nunits; i++)
         if (p->units[i].ckpt->on_event_parked)
@@ -482,9 +484,11 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
     struct pawl_dead_letter *rows = NULL;
     size_t n = 0;
     int rc = t->ops->dl_show(t, p->name, stream, &rows, &n);
+    char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
+    pawl_printable_str(stream, sid, sizeof sid);
     if (rc) {
         PAWL_WARN(MOD, "%s: segment %u: reading the letters of %s failed: %s", p->name, k->seg.id,
-                  stream, t->ops->errmsg(t));
+                  sid, t->ops->errmsg(t));
         return rc;
     }
     if (n == 0) {
@@ -506,7 +510,7 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
     if (rc) {
         txn->ops->rollback(txn);
         PAWL_WARN(MOD, "%s: segment %u: retry of stream %s failed at event %lld; it stays parked",
-                  p->name, k->seg.id, stream, (long long)rows[i].ev.index);
+                  p->name, k->seg.id, sid, (long long)rows[i].ev.index);
         rc = t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream, rows[i].ev.index,
                                      k->lasterr);
         pawl_dead_letters_free(rows);
@@ -526,7 +530,7 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
         atomic_fetch_add_explicit(&p->st_retried, n, memory_order_relaxed);
         pawl_metric_add(PAWL_M_DEAD_LETTERS_RETRIED, n);
         PAWL_INFO(MOD, "%s: segment %u: stream %s retried: %zu letter%s handled, it flows again",
-                  p->name, k->seg.id, stream, n, n == 1 ? "" : "s");
+                  p->name, k->seg.id, sid, n, n == 1 ? "" : "s");
     }
     pawl_dead_letters_free(rows);
     return rc;
@@ -824,9 +828,11 @@ static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_e
         if (rc) {
             pawl_metric_inc(PAWL_M_HANDLER_ERRORS);
             const char *hn = p->h[i].name ? p->h[i].name : "?";
+            char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)], why[1024];
             PAWL_WARN(MOD, "%s: segment %u: handler %s failed on event %lld (%s): %s%s%s", p->name,
-                      k->seg.id, hn, (long long)e->index, e->stream_id, pawl_strerror(rc),
-                      k->errbuf[0] ? ": " : "", k->errbuf);
+                      k->seg.id, hn, (long long)e->index,
+                      pawl_printable_str(e->stream_id, sid, sizeof sid), pawl_strerror(rc),
+                      k->errbuf[0] ? ": " : "", pawl_printable_str(k->errbuf, why, sizeof why));
             snprintf(k->lasterr, sizeof k->lasterr, "%s: %s", hn,
                      k->errbuf[0] ? k->errbuf : pawl_strerror(rc));
             return rc < 0 ? rc : PAWL_EHANDLER;

@@ -4,7 +4,9 @@
 # (PAWL_PG_TCP_PORT), cannot list or enter its folder, and cannot read its password file;
 # pg_hba.conf has no trust line and no replication line. A folder or symbolic link planted by
 # that user at a cluster's path beforehand makes the start fail with a clear error, through
-# pawl-pg and through the tool, and nothing of the planted target is changed.
+# pawl-pg and through the tool, and nothing of the planted target is changed. PAWL_PG_TCP_ADDR
+# takes IP addresses only: a command substitution, a space with a further `-c` setting or a
+# second line is refused before anything is created or started, and runs nothing.
 # Runs clusters of its own (PAWL_PG_KEY: temporary folders), removed at the end. Needs root
 # (useradd, runuser); skipped (77) otherwise.
 set -uo pipefail
@@ -20,15 +22,18 @@ useradd -M -d /nonexistent -s /bin/sh "$user" || { echo "SKIP: useradd failed"; 
 key=$(mktemp -d)     # the cluster this test starts
 key2=$(mktemp -d)    # a cluster path a planted folder occupies
 key3=$(mktemp -d)    # a cluster path a planted symlink occupies
+key4=$(mktemp -d)    # a cluster path that bad PAWL_PG_TCP_ADDR values must never create
 victim=$(mktemp -d)  # what the symlink points at: a root-owned folder with a file in it
 chmod 755 "$victim"
 echo precious >"$victim/initdb.log"
 echo precious >"$victim/server.log"
 cleanup() {
     PAWL_PG_KEY=$key "$PG" remove >/dev/null 2>&1
+    PAWL_PG_KEY=$key4 "$PG" remove >/dev/null 2>&1 # only if a bad address got through
     for k in "$key2" "$key3"; do rm -rf "$(PAWL_PG_KEY=$k "$PG" dir)"; done
     userdel "$user" 2>/dev/null
-    rm -rf "$key" "$key2" "$key3" "$victim"
+    rm -f "/tmp/pawl-injected-$$"
+    rm -rf "$key" "$key2" "$key3" "$key4" "$victim"
 }
 trap cleanup EXIT
 as_user() { runuser -u "$user" -- "$@"; }
@@ -103,6 +108,23 @@ PAWL_PG_KEY=$key3 "$PG" remove >/dev/null 2>&1
 # ---- non-loopback TCP is refused outside a network namespace of its own ------------------------
 PAWL_PG_KEY=$key2 PAWL_PG_TCP_PORT=$port PAWL_PG_TCP_ADDR=0.0.0.0 "$PG" start >/dev/null 2>"$key/err"; rc=$?
 [ $rc -ne 0 ] && grep -q 'loopback' "$key/err"; check "PAWL_PG_TCP_ADDR=0.0.0.0 refused (exit $rc)" $?
+
+# ---- PAWL_PG_TCP_ADDR reaches the server's command line through a shell: IP addresses only -----
+# A fresh cluster path (key4): the refusal comes before its folder is made or a server starts.
+injected=/tmp/pawl-injected-$$
+fresh=$(PAWL_PG_KEY=$key4 "$PG" dir)
+nl=$'\n'
+for bad in "127.0.0.1\$(touch $injected)" "127.0.0.1 -c listen_addresses=*" \
+    "127.0.0.1${nl}\$(touch $injected)" "127.0.0.1,*" "127.0.0.1,"; do
+    PAWL_PG_KEY=$key4 PAWL_PG_TCP_PORT=$port PAWL_PG_TCP_ADDR=$bad "$PG" start >/dev/null 2>"$key/err"; rc=$?
+    shown=${bad@Q}
+    [ $rc -ne 0 ] && grep -q 'PAWL_PG_TCP_ADDR' "$key/err"; ok=$?
+    check "PAWL_PG_TCP_ADDR=$shown refused, naming the variable (exit $rc: $(head -1 "$key/err"))" $ok
+    [ ! -e "$injected" ]; check "PAWL_PG_TCP_ADDR=$shown ran nothing" $?
+    [ ! -e "$fresh" ]; check "PAWL_PG_TCP_ADDR=$shown: no cluster folder made, no server started" $?
+    PAWL_PG_KEY=$key4 "$PG" remove >/dev/null 2>&1
+    rm -f "$injected"
+done
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

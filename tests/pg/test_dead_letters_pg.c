@@ -12,6 +12,9 @@
  *     stream's events before its first letter, and parks nothing twice;
  *   - crashes: processes sharing the segments are killed with SIGKILL while they park and while
  *     they retry; nothing is lost or doubled (every event is applied once or parked once).
+ *   - log lines: the handler's failure, the parking and the retry name the stream with its
+ *     control characters escaped (an id or a handler's message cannot retitle or rewrite the
+ *     operator's terminal), and no line of the processor carries a raw control byte.
  *
  * The projection is exactly-once: SELECT proj_apply(stream, seq) records a violation when a
  * sequence number does not follow the last one applied (a redelivery or a reordering).
@@ -19,6 +22,7 @@
 #include "pawl_test.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -396,6 +400,108 @@ static void test_replay(void **state)
     pawl_source_free(src);
 }
 
+/* ---- the processor's log lines show stream ids and handler messages escaped ---- */
+
+/* The processor's lines, captured by a log sink (called from the workers). */
+static pthread_mutex_t logged_mu = PTHREAD_MUTEX_INITIALIZER;
+static char logged[32][1024];
+static int nlogged;
+
+static void capture(void *ud, enum pawl_log_level level, const char *module, const char *msg)
+{
+    (void)ud;
+    (void)level;
+    pthread_mutex_lock(&logged_mu);
+    if (strcmp(module, "processor") == 0 && nlogged < (int)(sizeof logged / sizeof logged[0]))
+        snprintf(logged[nlogged++], sizeof logged[0], "%s", msg);
+    pthread_mutex_unlock(&logged_mu);
+}
+
+/* The first captured line containing part, or NULL. */
+static const char *logged_line(const char *part)
+{
+    const char *found = NULL;
+    pthread_mutex_lock(&logged_mu);
+    for (int i = 0; i < nlogged && !found; i++)
+        if (strstr(logged[i], part))
+            found = logged[i];
+    pthread_mutex_unlock(&logged_mu);
+    return found;
+}
+
+static atomic_int evil_fixed;
+
+/* Fails with a message that quotes the event's stream id until fixed. */
+static int apply_evil(void *self, struct pawl_event_ctx *ctx)
+{
+    (void)self;
+    const struct pawl_event *e = pawl_ctx_event(ctx);
+    if (atomic_load(&evil_fixed))
+        return 0;
+    char why[512];
+    snprintf(why, sizeof why, "cannot parse %s\033[1A\r", e->stream_id);
+    return pawl_ctx_error(ctx, PAWL_EPOISON, why);
+}
+
+static void test_log_lines_escaped(void **state)
+{
+    (void)state;
+    /* ESC, an OSC window title, CR and a CSI that erases the line: in a raw log line they
+     * retitle the operator's terminal and overwrite the line with a forged one. */
+    static const char evil[] = "e\033]0;pwned\007\r\033[2Kforged";
+    static const char shown[] = "e\\x1b]0;pwned\\x07\\x0d\\x1b[2Kforged";
+    struct pawl_source *src;
+    struct pawl_tokens *tok;
+    assert_int_equal(pawl_source_pg_new(&src, dsn), 0);
+    assert_int_equal(pawl_tokens_pg_new(&tok, dsn), 0);
+    atomic_store(&evil_fixed, 0);
+    start_at = head();
+    append1(evil, "T");
+    nlogged = 0;
+    pawl_log_set_sink(capture, NULL);
+    pawl_log_set_level(PAWL_LOG_INFO);
+
+    struct pawl_processor_opts o;
+    pawl_processor_opts_defaults(&o);
+    o.name = "esc";
+    o.segments = 1;
+    o.claim_poll_ms = 100;
+    o.dead_letter_attempts = 1;
+    o.initial_token = start_at;
+    struct pawl_handler h = {"evil", NULL, apply_evil, NULL};
+    struct pawl_processor *p = NULL;
+    assert_int_equal(pawl_processor_new(&p, &o, src, tok, &h, 1), 0);
+    assert_int_equal(pawl_processor_start(p), 0);
+    assert_true(
+        wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE processor = 'esc'", 1, 10000));
+    atomic_store(&evil_fixed, 1);
+    assert_int_equal(pawl_dead_letters_retry(tok, "esc", evil, NULL), 0);
+    assert_true(
+        wait_eq("SELECT count(*) FROM pawl.dead_letters WHERE processor = 'esc'", 0, 10000));
+    for (int i = 0; i < 100 && logged_line("retried") == NULL; i++)
+        usleep(20000);
+    pawl_processor_free(p);
+    pawl_log_set_sink(NULL, NULL);
+    pawl_log_set_level(getenv("PAWL_TEST_LOG") ? PAWL_LOG_DEBUG : PAWL_LOG_ERROR);
+
+    /* The handler's failure, the parking and the retry, each naming the stream escaped. */
+    const char *lines[3] = {logged_line("failed on event"), logged_line("parked at event"),
+                            logged_line("retried")};
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(lines[i]);
+        assert_non_null(strstr(lines[i], shown));
+    }
+    assert_non_null(strstr(lines[0], "cannot parse e\\x1b]0;pwned"));
+    assert_non_null(strstr(lines[0], "forged\\x1b[1A\\x0d"));
+    /* No line of the processor carries a raw control byte. */
+    for (int i = 0; i < nlogged; i++)
+        for (const unsigned char *c = (const unsigned char *)logged[i]; *c; c++)
+            if (*c < 0x20 || *c == 0x7f)
+                fail_msg("raw control byte 0x%02x in the log line \"%s\"", *c, logged[i]);
+    pawl_tokens_free(tok);
+    pawl_source_free(src);
+}
+
 /* ---- processes sharing the segments, killed while parking and while retrying ---- */
 
 static pid_t spawn(const char *proc, const char *node, const char *fixed_arg)
@@ -508,6 +614,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_poison_and_retry),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_log_lines_escaped),
         cmocka_unit_test(test_kill_during_parking_and_retry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -7,7 +7,10 @@
 #          the batch delivered again after the back-off, the token never passing an event the
 #          command did not acknowledge; every event acknowledged, each segment in index order;
 #          the command sees segment, replay and index (and PAWL_SEGMENT, PAWL_PROCESSOR); a
-#          negative ack, a malformed ack and a missing ack (--exec-ack-timeout) fail the batch.
+#          negative ack, a malformed ack and a missing ack (--exec-ack-timeout) fail the batch
+#          (the command's reason logged with its control characters escaped);
+#          the command's environment lacks the connection secrets (PGPASSWORD, PAWL_DSN and every
+#          other PAWL_*DSN) unless --exec-pass-secrets, and keeps everything else.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -109,7 +112,7 @@ while IFS= read -r line; do
             case $what in
                 fail) exit 3 ;;
                 hang) echo $$ >"$dir/hang.pid"; exec sleep 600 ;;
-                nack) echo "fail cannot handle $idx"; continue 2 ;;
+                nack) printf 'fail cannot handle %s \033]0;pwned\007\rforged\n' "$idx"; continue 2 ;;
                 badack) echo "okay $idx"; continue 2 ;;
                 noack) exec sleep 600 ;;
             esac
@@ -172,8 +175,45 @@ for what in nack badack noack; do
     stop_bg
 done
 grep -q 'the command reported a failure: cannot handle' "$tmp/nack.err"; check "exec nack: the command's reason is logged" $?
+grep -qF '\x1b]0;pwned\x07\x0dforged' "$tmp/nack.err" &&
+    [ "$(LC_ALL=C tr -d '\n' <"$tmp/nack.err" | LC_ALL=C tr -d '\040-\176\200-\377' | wc -c)" -eq 0 ]
+check "exec nack: the reason's control characters (ESC, OSC, CR) are logged escaped, never raw" $?
 grep -q 'malformed line from the command: "okay' "$tmp/badack.err"; check "exec badack: the malformed line is named" $?
 grep -q 'no acknowledgement of the batch .* within 3000 ms' "$tmp/noack.err"; check "exec noack: the time-out is named" $?
+
+# The command's environment: no connection secrets unless --exec-pass-secrets.
+cat >"$tmp/envdump.sh" <<'EOF'
+#!/usr/bin/env bash
+env >"$(dirname "$0")/env.$PAWL_PROCESSOR.$$"
+while IFS= read -r line; do
+    [[ $line =~ ^\{\"index\":([0-9]+), ]] && idx=${BASH_REMATCH[1]}
+    if [[ $line == *'"batch_end":true}' ]]; then echo "ok $idx"; fi
+done
+EOF
+chmod +x "$tmp/envdump.sh"
+for proc in pe pesecrets; do
+    pass=; [ $proc = pesecrets ] && pass=--exec-pass-secrets
+    # Peer authentication over the socket: the password and the DSN's password= go unused.
+    PGPASSWORD=s3cret-pg PAWL_DSN="$PAWL_DSN password=s3cret-dsn" PAWL_OTHER_DSN="host=x password=s3cret-other" \
+        PAWL_KEEP_ME=kept "$PAWL" run --processor $proc --handler exec --segments 1 \
+        --initial-token $((head - 5)) --claim-poll 100ms --progress off --log-level info $pass \
+        -- "$tmp/envdump.sh" >/dev/null 2>"$tmp/$proc.err" &
+    bg=$!
+    wait_for 60 '[ "$(tokens $proc)" -eq "$head" ]'
+    check "exec $proc: the command acknowledged every event" $?
+    stop_bg
+done
+env_pe=$(cat "$tmp"/env.pe.* 2>/dev/null)
+env_ps=$(cat "$tmp"/env.pesecrets.* 2>/dev/null)
+[ -n "$env_pe" ] && ! grep -Eq '^(PGPASSWORD|PAWL_[A-Z_]*DSN)=' <<<"$env_pe" && ! grep -q s3cret <<<"$env_pe"
+check "exec: the command does not get PGPASSWORD, PAWL_DSN or another PAWL_*DSN" $?
+grep -qx PAWL_KEEP_ME=kept <<<"$env_pe" && grep -qx PAWL_PROCESSOR=pe <<<"$env_pe" && grep -q '^PATH=' <<<"$env_pe"
+check "exec: the rest of the environment is passed on" $?
+grep -q 'PGPASSWORD.*not passed on.*--exec-pass-secrets' "$tmp/pe.err" && grep -q 'PAWL_OTHER_DSN' "$tmp/pe.err"
+check "exec: the withheld variables are named once, with the flag that passes them" $?
+grep -qx PGPASSWORD=s3cret-pg <<<"$env_ps" && grep -q '^PAWL_DSN=.*password=s3cret-dsn' <<<"$env_ps" &&
+    grep -q '^PAWL_OTHER_DSN=' <<<"$env_ps" && ! grep -q 'not passed on' "$tmp/pesecrets.err"
+check "exec --exec-pass-secrets: the command gets them" $?
 
 "$PAWL" run --processor pz --handler exec --progress off 2>"$tmp/err" >/dev/null
 [ $? -eq 2 ] && grep -q 'needs a command' "$tmp/err"; check "exec without a command: usage error" $?

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_tool_log.sh — the `pawl` tool end to end through its real binary against the private
 # PostgreSQL: flags from each source and refusals (exit 2), generated help, init twice, append
-# from stdin (valid, invalid line, conflict), tail (read, JSON, follow), the metrics endpoint
-# scraped over loopback and parsed, the embedded default, password redaction, and a short demo.
+# from stdin (valid, invalid line, conflict), tail (read, JSON, follow; control characters in
+# ids, types and payloads escaped in text), the metrics endpoint scraped over loopback and
+# parsed, the embedded default, password redaction, and a short demo.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -104,6 +105,19 @@ kill "$bg" 2>/dev/null # still waiting after 10 s: a failure, not a hang
 wait "$bg"; rc=$?; bg=
 expect_rc "tail --follow --count 2 ends" 0 $rc
 [ "$(jq -r .type "$tmp/follow.jsonl" | tr '\n' ' ')" = "A B " ]; check "followed the new events" $?
+
+# Terminal injection: a stream id, type and payload with ESC, OSC (window title), CSI, CR, LF,
+# NUL, DEL and a C1 control come out of `pawl tail` (text) escaped: no control byte but the
+# newline ending the record, and one line per event.
+printf '%s\n' '{"stream":"s\u001b]0;pwned\u0007\r\u001b[2Kx","type":"T\u001b[31m\r","payload":"\u001b]0;title\u0007 ok\rFAKE\n99 line\u0000\u009b\u007f\\end"}' |
+    "$PAWL" append --wait >"$tmp/evil.out" 2>/dev/null; expect_rc "append an event with control characters" 0 $?
+evil=$(sed -n 's/.*  index \([0-9][0-9]*\)$/\1/p' "$tmp/evil.out")
+"$PAWL" tail --from $((evil - 1)) --count 1 >"$tmp/evil.txt"; expect_rc "tail it" 0 $?
+[ "$(wc -l <"$tmp/evil.txt")" -eq 1 ] && [ "$(LC_ALL=C tr -d '\n' <"$tmp/evil.txt" | LC_ALL=C tr -d '\040-\176\200-\377' | wc -c)" -eq 0 ]
+check "tail text: one line, no raw control byte (0x00-0x1f but the newline, 0x7f)" $?
+grep -qF "$evil "' ' "$tmp/evil.txt" && grep -qF 's\x1b]0;pwned\x07\x0d\x1b[2Kx#1  T\x1b[31m\x0d  \x1b]0;title\x07 ok\x0dFAKE\x0a99 line\x00\u009b\x7f\\end' "$tmp/evil.txt"
+check "tail text: stream id, type and payload escaped as pawl append shows them (\\xNN, \\u00NN, \\\\)" $?
+grep -qF 's\x1b]0;pwned\x07\x0d\x1b[2Kx#1' "$tmp/evil.out"; check "append --wait shows the same escaped stream id" $?
 
 # ---- metrics over loopback ------------------------------------------------------------------
 port=$((20000 + RANDOM % 20000))

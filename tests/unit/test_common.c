@@ -1,5 +1,6 @@
 /*
- * test_common.c — error strings, allocator hooks and the log sink.
+ * test_common.c — error strings, allocator hooks, the log sink and the escaping of untrusted text
+ * for terminals and log lines.
  */
 #include "pawl_test.h"
 
@@ -66,12 +67,37 @@ static void test_log_sink_and_level(void **state)
     pawl_log_set_level(PAWL_LOG_INFO);
 }
 
+static void test_printable(void **state)
+{
+    (void)state;
+    char out[PAWL_PRINTABLE_SIZE(16)];
+    /* By length: a NUL inside is shown, bytes past n are not read. */
+    assert_string_equal(pawl_printable("a\0\033]0;t\007\r\\zz", 10, out, sizeof out),
+                        "a\\x00\\x1b]0;t\\x07\\x0d\\\\");
+    /* A C1 control (UTF-8 C2 9B) is escaped whole; a C2 cut off at n is left as it is. */
+    assert_string_equal(pawl_printable("\xc2\x9b[2J\xc3\xa9", 7, out, sizeof out),
+                        "\\u009b[2J\xc3\xa9");
+    assert_string_equal(pawl_printable("x\xc2\x9b", 2, out, sizeof out), "x\xc2");
+    assert_string_equal(pawl_printable(NULL, 3, out, sizeof out), "");
+    assert_string_equal(pawl_printable_str("plain", out, sizeof out), "plain");
+    /* PAWL_PRINTABLE_SIZE(n) holds n bytes of the worst kind uncut. */
+    char worst[16];
+    memset(worst, 0x1b, sizeof worst);
+    pawl_printable(worst, sizeof worst, out, sizeof out);
+    assert_int_equal(strlen(out), 4 * sizeof worst);
+    assert_null(strstr(out, "..."));
+    /* Cut with "..." to fit. */
+    char small[8];
+    assert_string_equal(pawl_printable("\033\033\033", 3, small, sizeof small), "\\x1b...");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_allocator_hooks),
         cmocka_unit_test(test_log_sink_and_level),
+        cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
