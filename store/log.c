@@ -257,12 +257,13 @@ enum fin_state {
 
 struct fin_sm {
     enum fin_state state;
-    int rerun;           /* run again without waiting for a signal (back-off, stop, error) */
-    int foreign;         /* the run in flight drained a pawl_pending signal */
-    long long acked;     /* this process's acks counted before the run in flight was sent */
-    int64_t next_safety; /* run by then whatever happens */
-    int64_t last_start;  /* the cadence: runs start at least fin_interval_ns apart */
-    int64_t not_before;  /* back-off after an error or a busy lock: nothing before it */
+    int rerun;            /* run again without waiting for a signal (back-off, stop, error) */
+    int foreign;          /* the run in flight drained a pawl_pending signal */
+    long long acked;      /* this process's acks counted before the run in flight was sent */
+    int64_t next_safety;  /* run by then whatever happens */
+    int64_t last_start;   /* the cadence: runs start at least fin_interval_ns apart */
+    int64_t foreign_next; /* a run only other sessions asked for starts no sooner */
+    int64_t not_before;   /* back-off after an error or a busy lock: nothing before it */
     int64_t stop_deadline;
     int64_t busy_since; /* the lock has been busy since (0: it is not) */
     int err_backoff_ms, busy_ms;
@@ -345,6 +346,7 @@ struct pawl_store {
     struct pawl_pgstmt listen_stmt;
     atomic_int listen_req_busy;
     atomic_int listen_again; /* a wake-up came while the last_index query was in flight */
+    int64_t listen_next_ns;  /* listener's I/O thread only: no query starts before it */
 
     /* Readers: lost-connection retries and gaps (pawl_read). */
     atomic_llong rd_retries, rd_reconnects, rd_gaps;
@@ -1039,6 +1041,15 @@ static void signal_finalizer(struct pawl_store *s)
         pawl_pgpool_wake(s->fin);
 }
 
+/* Another session asked for a run (pawl_pending, or a reconnect that may have missed one): as
+ * signal_finalizer, with its own flag, so that the finalizer can space such runs out. */
+static void signal_foreign(struct pawl_store *s)
+{
+    atomic_store(&s->fin_foreign, 1); /* seq_cst: the Dekker pair with fin_waiting */
+    if (atomic_load(&s->fin_waiting) && atomic_exchange(&s->fin_waiting, 0))
+        pawl_pgpool_wake(s->fin);
+}
+
 static void record_ack(struct pawl_store *s, int64_t now)
 {
     /* relaxed: the sequence only needs to be unique; the slot publishes below. */
@@ -1197,11 +1208,13 @@ static void op_done(struct pawl_pgreq *req, int rc)
         char stream[256];
         first_stream(op, stream, sizeof stream);
         if (now - op->lock_wait_start < (int64_t)s->o.append_lock_wait_ms * 1000000) {
+            char shown[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
             if (!atomic_exchange(&s->lock_episode, 1))
                 PAWL_WARN("log",
                           "an append to stream \"%s\" waits for a lock held by another "
                           "transaction (lock_timeout %d ms); retrying it for up to %d ms",
-                          stream, s->o.append_lock_timeout_ms, s->o.append_lock_wait_ms);
+                          pawl_printable_str(stream, shown, sizeof shown),
+                          s->o.append_lock_timeout_ms, s->o.append_lock_wait_ms);
             delay_op(s, op, now + (int64_t)op->lock_backoff_ms * 1000000);
             op->lock_backoff_ms = PAWL_MIN(op->lock_backoff_ms * 2, 500);
             return;
@@ -2316,8 +2329,9 @@ static int64_t fin_interval_ns(struct pawl_store *s)
 static void on_text_result(void *ud, const PGresult *res)
 {
     char *out = ud; /* 256 bytes */
+    /* The holder's application name is any login's text: escaped for the log line. */
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1 && !PQgetisnull(res, 0, 0))
-        snprintf(out, 256, "%s", PQgetvalue(res, 0, 0));
+        pawl_printable_str(PQgetvalue(res, 0, 0), out, 256);
 }
 
 /*
@@ -2471,6 +2485,8 @@ static void fin_run_done(struct pawl_pgreq *req, int rc)
         m->rerun = 1; /* fin_loop ends it once everything is covered */
 }
 
+#define FOREIGN_MIN_INTERVAL_NS 2000000
+
 /* The pool's on_loop hook: decide, send, or say when to look again (0: when woken). */
 static int64_t fin_loop(void *ud, int64_t now)
 {
@@ -2486,11 +2502,12 @@ static int64_t fin_loop(void *ud, int64_t now)
         if (now < m->not_before)
             return m->not_before; /* back-off: whatever arrives meanwhile */
         if (!m->rerun && !stopping && now < m->next_safety) {
-            /* seq_cst pair with signal_finalizer (Dekker): set waiting, then look for a signal;
-             * a signaller that came after the look sees waiting and wakes the loop. */
-            if (!atomic_load(&s->fin_signal)) {
+            /* seq_cst pair with signal_finalizer and signal_foreign (Dekker): set waiting, then
+             * look for a signal; a signaller that came after the look sees waiting and wakes
+             * the loop. */
+            if (!atomic_load(&s->fin_signal) && !atomic_load(&s->fin_foreign)) {
                 atomic_store(&s->fin_waiting, 1);
-                if (!atomic_load(&s->fin_signal))
+                if (!atomic_load(&s->fin_signal) && !atomic_load(&s->fin_foreign))
                     return m->next_safety;
             }
         }
@@ -2503,12 +2520,26 @@ static int64_t fin_loop(void *ud, int64_t now)
         int64_t interval_ns = stopping ? 0 : fin_interval_ns(s);
         if (interval_ns > 0 && now < m->last_start + interval_ns)
             return m->last_start + interval_ns;
+        /* A run that only other sessions asked for (pawl_pending, which any login may send)
+         * starts at most once per FOREIGN_MIN_INTERVAL_NS, so a flood of notifications costs a
+         * process at most 500 runs a second, and an outbox append waits at most 2 ms more.
+         * Waiting, signals of this process's own appends still wake the loop (Dekker as above:
+         * set waiting, then look). */
+        if (!stopping && !m->rerun && now < m->next_safety && now < m->foreign_next &&
+            !atomic_load(&s->fin_signal)) {
+            atomic_store(&s->fin_waiting, 1);
+            if (!atomic_load(&s->fin_signal))
+                return m->foreign_next;
+            atomic_store(&s->fin_waiting, 0);
+        }
         /* Drain every signal: one run covers all appends acknowledged before it starts. */
         atomic_exchange(&s->fin_signal, 0);
         int foreign = atomic_exchange(&s->fin_foreign, 0);
         /* relaxed: acks counted before the request is sent; the request's snapshot is later. */
         long long acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
         int all_covered = acked <= atomic_load_explicit(&s->covered, memory_order_relaxed);
+        if (foreign)
+            m->foreign_next = now + FOREIGN_MIN_INTERVAL_NS;
         if (stopping && all_covered) {
             fin_finish(s);
             return 0;
@@ -2551,8 +2582,7 @@ static void on_fin_notify(void *ud, const char *channel, const char *payload, in
     (void)sender_pid;
     if (strcmp(channel, "pawl_pending") != 0)
         return;
-    atomic_store(&s->fin_foreign, 1); /* seq_cst: read after the signal by the finalizer */
-    signal_finalizer(s);
+    signal_foreign(s);
 }
 
 static void on_fin_connect(void *ud, int conn_index, int backend_pid)
@@ -2563,8 +2593,7 @@ static void on_fin_connect(void *ud, int conn_index, int backend_pid)
      * one needless query. */
     atomic_store_explicit(&s->fin_pid, backend_pid, memory_order_relaxed);
     /* Notifications sent while the connection was down are lost: look once. */
-    atomic_store(&s->fin_foreign, 1);
-    signal_finalizer(s);
+    signal_foreign(s);
 }
 
 /* ---- the listener -------------------------------------------------------------------------- */
@@ -2572,24 +2601,38 @@ static void on_fin_connect(void *ud, int conn_index, int backend_pid)
 /*
  * Ask the log for its highest index on the listener's connection: after each (re)connect (the
  * notifications missed meanwhile) and on each notification. A notification is only a wake-up:
- * its payload is never read, since any login may NOTIFY the channel with any text. One query is
- * in flight at a time; wake-ups that arrive meanwhile set listen_again, and the query runs once
- * more when the current one is done, so a burst of notifications costs at most two queries.
- * Every caller runs on the listener pool's I/O thread (notify, connect and completion hooks).
+ * its payload is never read, since any login may NOTIFY the channel with any text. Wake-ups only
+ * set listen_again; the pool's loop hook (listen_loop) sends the query when none is in flight
+ * and at least LISTEN_MIN_INTERVAL_NS after the previous one started, so a flood of
+ * notifications from any login costs each process at most one query per interval (1,000 a
+ * second), and a wake-up waits at most that long behind the previous query. Every caller runs
+ * on the listener pool's I/O thread (notify, connect, completion and loop hooks).
  */
+#define LISTEN_MIN_INTERVAL_NS 1000000
+
 static void on_last_result(void *ud, const PGresult *res);
 static void listen_req_done(struct pawl_pgreq *req, int rc);
 
 static void listen_query(struct pawl_store *s)
 {
     /* relaxed: every access is on the listener pool's I/O thread; the atomics only keep
-     * pawl_store_stats and the sanitizers happy. */
+     * pawl_store_stats and the sanitizers happy. The loop hook runs after this pass's hooks. */
     atomic_store_explicit(&s->listen_again, 1, memory_order_relaxed);
-    int expected = 0;
-    if (!atomic_compare_exchange_strong_explicit(&s->listen_req_busy, &expected, 1,
-                                                 memory_order_acq_rel, memory_order_relaxed))
-        return; /* listen_req_done runs it again */
+}
+
+/* The listener pool's on_loop hook: send the query that wake-ups asked for, when it may go. */
+static int64_t listen_loop(void *ud, int64_t now)
+{
+    struct pawl_store *s = ud;
+    if (!atomic_load_explicit(&s->listen_again, memory_order_relaxed))
+        return 0;
+    if (atomic_load_explicit(&s->listen_req_busy, memory_order_relaxed))
+        return 0; /* listen_req_done's pass calls this hook again */
+    if (now < s->listen_next_ns)
+        return s->listen_next_ns;
+    atomic_store_explicit(&s->listen_req_busy, 1, memory_order_relaxed);
     atomic_store_explicit(&s->listen_again, 0, memory_order_relaxed);
+    s->listen_next_ns = now + LISTEN_MIN_INTERVAL_NS;
     s->listen_stmt =
         (struct pawl_pgstmt){.sql = LAST_INDEX_SQL, .on_result = on_last_result, .ud = s};
     memset(&s->listen_req, 0, sizeof s->listen_req);
@@ -2601,8 +2644,11 @@ static void listen_query(struct pawl_store *s)
     atomic_fetch_add_explicit(&s->index_queries, 1, memory_order_relaxed);
     /* Not pinned: while the connection is down the query waits for the next one, which runs
      * LISTEN first, so nothing committed before the query is missed. */
-    if (pawl_pgpool_submit(s->listen, &s->listen_req) != 0)
+    if (pawl_pgpool_submit(s->listen, &s->listen_req) != 0) {
         atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
+        return 0;
+    }
+    return 0;
 }
 
 /*
@@ -2635,12 +2681,12 @@ static void on_last_result(void *ud, const PGresult *res)
 static void listen_req_done(struct pawl_pgreq *req, int rc)
 {
     struct pawl_store *s = req->ud;
+    /* A wake-up that came meanwhile is sent by the loop hook after this pass; on a shutdown
+     * (PAWL_ESHUTDOWN) nothing more is asked. */
+    if (rc == PAWL_ESHUTDOWN)
+        atomic_store_explicit(&s->listen_again, 0, memory_order_relaxed);
     /* release: the request struct may be reused after this store. */
     atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
-    /* A wake-up came meanwhile: ask again (the pool is not freeing itself: a shutdown fails the
-     * request with PAWL_ESHUTDOWN, and then nothing is asked). */
-    if (rc != PAWL_ESHUTDOWN && atomic_load_explicit(&s->listen_again, memory_order_relaxed))
-        listen_query(s);
 }
 
 /* After (re)connecting, catch up with notifications missed while disconnected. */
@@ -3205,6 +3251,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     if (hooks == 1) {
         po.on_notify = on_notify;
         po.on_connect = on_listen_connect;
+        po.on_loop = listen_loop;
         po.hook_ud = s;
     } else if (hooks == 2) {
         po.on_notify = on_fin_notify;

@@ -470,8 +470,8 @@ PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct
 
 /* The highest final index this process knows of: from the local finalizer's runs, events read,
  * and the log's own answer to `SELECT pawl_api.last_index()`, which the listener asks after
- * (re)connecting and when notifications arrive. A notification is only a wake-up: its payload
- * is never trusted (any login may NOTIFY the channel). */
+ * (re)connecting and when notifications arrive (at most once per millisecond). A notification is
+ * only a wake-up: its payload is never trusted (any login may NOTIFY the channel). */
 PAWL_API int64_t pawl_store_last_index(struct pawl_store *s);
 
 /*
@@ -529,7 +529,9 @@ struct pawl_store_stats {
      * episodes where the known highest index was ahead of what the log returned (gaps). */
     int64_t read_retries, read_reconnects, read_gaps;
     /* Listener: "pawl_log" notifications received (wake-ups) and the last_index queries they
-     * and reconnects caused (a burst of notifications coalesces into one query at a time). */
+     * and reconnects caused (one query at a time, at most one per millisecond: a flood of
+     * notifications from any login costs a process at most 1,000 queries a second, and a
+     * wake-up waits at most 1 ms behind the previous query). */
     int64_t notifications, index_queries;
     /* Reading from a standby (read_dsn): reads answered by the standby and by the primary in
      * its stead (fallback), episodes logged (behind past read_max_lag_ms, unreachable or not

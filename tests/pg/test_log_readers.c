@@ -9,6 +9,9 @@
  *     highest index does not move, the follower's reads stay at their idle rate (calls of
  *     pawl_api.read counted by pg_stat_user_functions), the listener's last_index queries stay
  *     below the notifications (coalesced), and real events are still delivered afterwards;
+ *   - a flood of notifications, each in its own transaction, from a login with no grants: the
+ *     listener asks the log at most once per millisecond (pawl_log) and the finalizer runs at
+ *     most once per 2 ms for them (pawl_pending);
  *   - a store's own finalizer runs wake its follower without a query on its listener (the
  *     sender's process id tells them from another finalizer's, whose runs are asked about);
  *   - the known highest index ahead of the log (a run row that promises events the log does
@@ -298,6 +301,78 @@ static void test_hostile_notify_is_only_a_wakeup(void **state)
 }
 
 /*
+ * A flood of notifications, each in its own transaction (so none coalesce in the server), from
+ * a login with no grants: the listener asks the log at most once per millisecond (before: about
+ * once per notification), and real events still arrive.
+ */
+static void test_notify_flood_rate_limited(void **state)
+{
+    (void)state;
+    char role[64], sql[256], hdsn[1200];
+    snprintf(role, sizeof role, "pawl_flood_%ld", (long)getpid());
+    snprintf(sql, sizeof sql, "DROP ROLE IF EXISTS %s", role);
+    pawl_test_exec(dsn, sql);
+    snprintf(sql, sizeof sql, "CREATE ROLE %s LOGIN PASSWORD 'flood-secret'", role);
+    pawl_test_exec(dsn, sql);
+    snprintf(hdsn, sizeof hdsn, "%s user=%s password=flood-secret", dsn, role);
+
+    struct pawl_store *s = open_store(1);
+    int64_t real = pawl_test_query_i64(dsn, "SELECT pawl_api.last_index()");
+    usleep(300000);
+    struct pawl_store_stats st0, st1;
+    pawl_store_stats(s, &st0, 0);
+    PGconn *h = PQconnectdb(hdsn);
+    assert_int_equal(PQstatus(h), CONNECTION_OK);
+    int64_t t0 = pawl_now_ns();
+    enum { FLOOD = 10000 };
+    for (int i = 0; i < FLOOD; i++)
+        PQclear(PQexec(h, "NOTIFY pawl_log"));
+    int64_t ms = (pawl_now_ns() - t0) / 1000000;
+    PQfinish(h);
+    usleep(300000);
+    pawl_store_stats(s, &st1, 0);
+    long long notes = (long long)(st1.notifications - st0.notifications);
+    long long queries = (long long)(st1.index_queries - st0.index_queries);
+    print_message("flood: %d notifications in %lld ms, %lld received, %lld index queries\n", FLOOD,
+                  (long long)ms, notes, queries);
+    assert_true(notes >= FLOOD / 2);
+    /* At most one per millisecond of the flood (and the 300 ms after it), with a little slack. */
+    assert_true(queries <= ms + 300 + 20);
+    assert_true(queries < notes / 2);
+    assert_int_equal(pawl_store_last_index(s), real);
+
+    /* pawl_pending asks every finalizer for a run: at most one per 2 ms from such wake-ups. */
+    h = PQconnectdb(hdsn);
+    assert_int_equal(PQstatus(h), CONNECTION_OK);
+    pawl_store_stats(s, &st0, 0);
+    t0 = pawl_now_ns();
+    for (int i = 0; i < FLOOD; i++)
+        PQclear(PQexec(h, "NOTIFY pawl_pending"));
+    ms = (pawl_now_ns() - t0) / 1000000;
+    PQfinish(h);
+    usleep(300000);
+    pawl_store_stats(s, &st1, 0);
+    long long runs = (long long)(st1.finalize_runs - st0.finalize_runs + st1.finalize_idle_runs -
+                                 st0.finalize_idle_runs);
+    print_message("pawl_pending flood: %d notifications in %lld ms, %lld finalizer runs\n", FLOOD,
+                  (long long)ms, runs);
+    assert_true(runs >= 10); /* it was asked, and ran */
+    assert_true(runs <= (ms + 300) / 2 + 20);
+
+    /* Real events are still delivered, promptly. */
+    struct pawl_event e = {
+        .stream_id = "after-flood", .type = "t", .payload = "x", .payload_len = 1};
+    assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
+    int64_t w0 = pawl_now_ns();
+    while (pawl_store_last_index(s) <= real && pawl_now_ns() - w0 < 5000000000LL)
+        usleep(1000);
+    assert_true(pawl_store_last_index(s) > real);
+    pawl_store_free(s);
+    snprintf(sql, sizeof sql, "DROP ROLE %s", role);
+    pawl_test_exec(dsn, sql);
+}
+
+/*
  * A store's own finalizer runs cost its listener no query (the run's result gave the index),
  * and its follower still wakes for each of them; runs of another store's finalizer (another
  * process, for the log) are asked about and delivered too.
@@ -434,6 +509,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_follower_survives_lost_connections),
         cmocka_unit_test(test_hostile_notify_is_only_a_wakeup),
+        cmocka_unit_test(test_notify_flood_rate_limited),
         cmocka_unit_test(test_gap_backs_off),
         cmocka_unit_test(test_own_runs_need_no_query),
     };
