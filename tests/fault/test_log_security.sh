@@ -17,6 +17,9 @@
 #     and finalization goes on; a session left idle in a transaction holding the finalizer's gate
 #     is ended within 5 s; any login's advisory key on a processor's name does not keep
 #     `tokens_init` (a processor's start) waiting;
+#   - (schema 14) one set of event limits on every append path: pawl.append and
+#     pawl.append_group refuse stream ids and types outside 1..255 bytes and non-object
+#     metadata, as the C library does; pawl_api.append takes 255-byte ids;
 #   - a pawl_reader login reads the SQL face and is refused append, finalize, token and
 #     dead-letter functions.
 set -uo pipefail
@@ -122,6 +125,21 @@ grep -q 'one-dimensional, starting at index 1' <<<"$(as $app "SELECT * FROM pawl
 check "appender: a group's stream array from index 0 is refused" $?
 [ "$(q "SELECT count(*) FROM pawl.events WHERE stream_id = 'g1'")" = 2 ]
 check "appender: nothing of the refused groups was written" $?
+# One set of limits for every path (schema 14): the table refuses what the C library refuses.
+long=$(printf 's%.0s' $(seq 1 256))
+grep -q 'events_stream_id_check' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['$long'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p']::bytea[], NULL, false)")"
+check "appender: a 256-byte stream id through pawl.append is refused" $?
+grep -q 'events_stream_id_check' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY[''], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p']::bytea[], NULL, false)")"
+check "appender: an empty stream id through pawl.append is refused" $?
+grep -q 'events_type_check' <<<"$(as $app "SELECT * FROM pawl.append(ARRAY['lim'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY[repeat('t', 1000000)], ARRAY['p']::bytea[], NULL, false)")"
+check "appender: a 1 MB type through pawl.append is refused" $?
+grep -q 'events_metadata_check' <<<"$(as $app "SELECT * FROM pawl.append_group(ARRAY['lim'], ARRAY[0::int8], ARRAY[1], ARRAY[1], ARRAY[1], ARRAY['T'], ARRAY['p']::bytea[], ARRAY['[1]'::jsonb], false)")"
+check "appender: non-object metadata through pawl.append_group is refused" $?
+[ "$(q "SELECT count(*) FROM pawl.events WHERE stream_id = 'lim' OR octet_length(stream_id) > 255")" = 0 ]
+check "appender: nothing of the refused appends was written" $?
+ok255=$(printf 'k%.0s' $(seq 1 255))
+[ "$(as $app "SELECT pawl_api.append('$ok255', 'T', 'p')")" = 1 ]
+check "appender: a 255-byte stream id through pawl_api.append is taken (the C library's limit)" $?
 as $app "SELECT * FROM pawl.finalize()" >/dev/null
 [ "$(unfinalized)" = 0 ]; check "appender: finalize orders them" $?
 
