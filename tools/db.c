@@ -108,8 +108,10 @@ static int run_script(const char *script, const char *arg, char *out, size_t out
 /* How to stop the private cluster, as a command line. */
 static void stop_command(const char *script, char *out, size_t outlen)
 {
-    const char *key = getenv("PAWL_PG_KEY");
-    if (key && key[0])
+    const char *dir = getenv("PAWL_PG_DIR"), *key = getenv("PAWL_PG_KEY");
+    if (dir && dir[0])
+        snprintf(out, outlen, "PAWL_PG_DIR=%s %s stop", dir, script);
+    else if (key && key[0])
         snprintf(out, outlen, "PAWL_PG_KEY=%s %s stop", key, script);
     else
         snprintf(out, outlen, "%s stop", script);

@@ -4,7 +4,8 @@
 # (PAWL_PG_TCP_PORT), cannot list or enter its folder, and cannot read its password file;
 # pg_hba.conf has no trust line and no replication line. A folder or symbolic link planted by
 # that user at a cluster's path beforehand makes the start fail with a clear error, through
-# pawl-pg and through the tool, and nothing of the planted target is changed. PAWL_PG_TCP_ADDR
+# pawl-pg and through the tool, and nothing of the planted target is changed; the refusal offers
+# PAWL_PG_DIR, and a cluster there works for pawl-pg and the tool. PAWL_PG_TCP_ADDR
 # takes IP addresses only: a command substitution, a space with a further `-c` setting or a
 # second line is refused before anything is created or started, and runs nothing.
 # Runs clusters of its own (PAWL_PG_KEY: temporary folders), removed at the end. Needs root
@@ -23,6 +24,7 @@ key=$(mktemp -d)     # the cluster this test starts
 key2=$(mktemp -d)    # a cluster path a planted folder occupies
 key3=$(mktemp -d)    # a cluster path a planted symlink occupies
 key4=$(mktemp -d)    # a cluster path that bad PAWL_PG_TCP_ADDR values must never create
+key5=$(mktemp -d)    # PAWL_PG_DIR's parent
 victim=$(mktemp -d)  # what the symlink points at: a root-owned folder with a file in it
 chmod 755 "$victim"
 echo precious >"$victim/initdb.log"
@@ -30,10 +32,11 @@ echo precious >"$victim/server.log"
 cleanup() {
     PAWL_PG_KEY=$key "$PG" remove >/dev/null 2>&1
     PAWL_PG_KEY=$key4 "$PG" remove >/dev/null 2>&1 # only if a bad address got through
+    PAWL_PG_DIR=$key5/c "$PG" remove >/dev/null 2>&1
     for k in "$key2" "$key3"; do rm -rf "$(PAWL_PG_KEY=$k "$PG" dir)"; done
     userdel "$user" 2>/dev/null
     rm -f "/tmp/pawl-injected-$$"
-    rm -rf "$key" "$key2" "$key3" "$key4" "$victim"
+    rm -rf "$key" "$key2" "$key3" "$key4" "$key5" "$victim"
 }
 trap cleanup EXIT
 as_user() { runuser -u "$user" -- "$@"; }
@@ -92,6 +95,23 @@ check "a planted folder: left as it was, nothing written in it" $?
 env -u PAWL_DSN PAWL_PG_KEY=$key2 "$PAWL" init >/dev/null 2>"$key/err"; rc=$?
 [ $rc -eq 3 ] && grep -q 'refusing' "$key/err"; check "a planted folder: the tool refuses too (exit $rc)" $?
 PAWL_PG_KEY=$key2 "$PG" status >/dev/null 2>&1; [ $? -ne 0 ]; check "a planted folder is never reported running" $?
+# The way out: the refusal names PAWL_PG_DIR, and a cluster there works, for pawl-pg and the tool.
+PAWL_PG_KEY=$key2 "$PG" start >/dev/null 2>"$key/err"
+grep -q 'set PAWL_PG_DIR' "$key/err"; check "a planted folder: the refusal offers PAWL_PG_DIR" $?
+chmod 755 "$key5"
+chown postgres "$key5" # the cluster's owner (root runs it as postgres) makes its folder there
+PAWL_PG_DIR=$key5/c "$PG" start >/dev/null 2>"$key/err"; rc=$?
+[ $rc -eq 0 ] && [ "$(stat -c '%a' "$key5/c")" = 700 ]; ok=$?
+check "PAWL_PG_DIR: a cluster in the folder given (exit $rc: $(head -c 200 "$key/err"))" $ok
+[ "$(psql "$(PAWL_PG_DIR=$key5/c "$PG" dsn)" -qAtc 'SELECT 1' 2>&1)" = 1 ]; check "PAWL_PG_DIR: its DSN connects" $?
+env -u PAWL_DSN -u PAWL_PG_KEY PAWL_PG_DIR=$key5/c PAWL_LOG_LEVEL=error "$PAWL" init >/dev/null 2>"$key/err"; ok=$?
+[ $ok -eq 0 ] && [ "$(psql "$(PAWL_PG_DIR=$key5/c "$PG" dsn)" -qAtc "SELECT to_regclass('pawl.events') IS NOT NULL")" = t ]; ok=$?
+check "PAWL_PG_DIR: the tool uses it ($(head -c 200 "$key/err"))" $ok
+PAWL_PG_DIR=relative/c "$PG" start >/dev/null 2>"$key/err"; rc=$?
+[ $rc -ne 0 ] && grep -q 'absolute path' "$key/err"; check "PAWL_PG_DIR: a relative path refused (exit $rc)" $?
+PAWL_PG_DIR="$key5/c\$(id)" "$PG" start >/dev/null 2>"$key/err"; rc=$?
+[ $rc -ne 0 ] && grep -q 'only letters' "$key/err"; check "PAWL_PG_DIR: shell characters refused (exit $rc)" $?
+PAWL_PG_DIR=$key5/c "$PG" remove >/dev/null 2>&1
 
 # ---- a symlink planted at a cluster's path ----------------------------------------------------
 planted=$(PAWL_PG_KEY=$key3 "$PG" dir)
