@@ -117,8 +117,7 @@ static void test_kill9_in_deferred_mode_resumes_from_last_agreed_checkpoint(void
     while (pawl_test_now_ms() - t0 < 60000) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
-                pawl_test_skip("this processor build does not run checkpointing units");
+            child = -1;
             fail_msg("the processor exited early (status %d)", status);
         }
         sum = q64(sql);

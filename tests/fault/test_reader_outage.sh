@@ -7,6 +7,8 @@
 # Every pawl connection (application_name 'pawl...': the readers', their listeners' and
 # finalizers', the appenders') is terminated again and again, the server is restarted once in
 # fast mode and once in immediate mode (a crash), and the kills go on. Checked:
+#   - both restarts happened: `pawl-pg restart` succeeded and the server then answered as a new
+#     postmaster (pg_postmaster_start_time changed);
 #   - both readers are still running and deliver every final event exactly once, in index
 #     order, contiguous (the processor's replays after a failed batch are marked and left out);
 #   - tail logged the outage ("read: lost the connection") and its summary counts the retries;
@@ -79,15 +81,28 @@ kill_all() {
     q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
         WHERE application_name LIKE 'pawl%' AND pid <> pg_backend_pid()" >/dev/null
 }
+# pg_restart MODE: restart the server with that shutdown mode; succeeds only when the restart
+# command did and the server then answers as a new postmaster (its start time changed).
+pg_restart() {
+    local before after rc
+    before=$(q "SELECT pg_postmaster_start_time()")
+    PAWL_PG_STOP_MODE=$1 "$PG" restart >"$work/pg-restart-$1.log" 2>&1; rc=$?
+    after=$(q "SELECT pg_postmaster_start_time()")
+    echo "$1 restart: pawl-pg exited $rc; postmaster started ${before:-?} -> ${after:-unreachable}"
+    [ $rc -eq 0 ] && [ -n "$after" ] && [ "$after" != "$before" ] && return 0
+    tail -n 5 "$work/pg-restart-$1.log"
+    return 1
+}
 sleep 1
+restart_fast=1 restart_immediate=1
 for round in $(seq 1 40); do
     kill_all
     sleep 0.$((RANDOM % 3 + 1))
     if [ "$round" -eq 15 ]; then
-        PAWL_PG_STOP_MODE=fast "$PG" restart >/dev/null 2>&1 || echo "fast restart failed"
+        pg_restart fast; restart_fast=$?
     fi
     if [ "$round" -eq 30 ]; then
-        PAWL_PG_STOP_MODE=immediate "$PG" restart >/dev/null 2>&1 || echo "immediate restart failed"
+        pg_restart immediate; restart_immediate=$?
     fi
 done
 # Kills land mid-read only by chance (a read takes a millisecond or two, ~20 a second): also
@@ -121,6 +136,8 @@ for i in $(seq 1 100); do
     sleep 0.2
 done
 echo "events in the log: $final (of ${total:-?} appended)"
+check "PostgreSQL restarted in fast mode" $restart_fast
+check "PostgreSQL restarted in immediate mode (crash recovery)" $restart_immediate
 [ "${final:-0}" -gt 100 ]; check "appends went on through the outages ($final events)" $?
 for i in $(seq 1 150); do
     t=$(wc -l <"$work/tail.out")

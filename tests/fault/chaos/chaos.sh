@@ -19,11 +19,14 @@
 #                asynchronous sink example, a checkpointing unit).
 # The driver, every 0.3..2 s, does one of: SIGKILL an appender and restart it, SIGKILL a
 # processor and restart it, pg_terminate_backend 1..3 random backends. At 35% of the run it
-# restarts PostgreSQL with a fast shutdown, at 70% with an immediate one (crash recovery). At the
-# end the appenders stop, the processors catch up and stop, and chaos_check verifies (see
-# chaos_check.c): acknowledged appends exactly once, unique ids, every committed row finalized,
-# contiguous indexes, per-stream order, projection = log, the examples' durable state covers
-# their tokens, no token write went backwards (an audit trigger records every one).
+# restarts PostgreSQL with a fast shutdown, at 70% with an immediate one (crash recovery). A
+# restart counts only when `pawl-pg restart` succeeded and the server then answers as a new
+# postmaster (pg_postmaster_start_time changed); the run lasts until both were tried, and a
+# missing one fails it. At the end the appenders stop, the processors catch up and stop, and
+# chaos_check verifies (see chaos_check.c): acknowledged appends exactly once, unique ids, every
+# committed row finalized, contiguous indexes, per-stream order, projection = log, the examples'
+# durable state covers their tokens, no token write went backwards (an audit trigger records
+# every one).
 # The whole script is one brace group, so bash parses all of it before running any: editing
 # the file during a long soak cannot change what the running one does.
 {
@@ -107,13 +110,36 @@ start_outbox 5
 for m in "${procs[@]}"; do start_proc "$m"; done
 
 n_kill_app=0 n_kill_proc=0 n_term=0 n_term_calls=0 n_pg_fast=0 n_pg_immediate=0 unexpected=0
+tried_fast=0 tried_immediate=0
+# pg_restart MODE: restart PostgreSQL with that shutdown mode; succeeds only when the restart
+# command did and the server then answers as a new postmaster (its start time changed).
+pg_restart() {
+    local before after rc
+    before=$(sql "SELECT pg_postmaster_start_time()" 2>/dev/null)
+    PAWL_PG_STOP_MODE=$1 "$PG" restart >"$work/pg-restart-$1.log" 2>&1; rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "chaos: PostgreSQL restart ($1 shutdown) FAILED: pawl-pg restart exited $rc"
+        sed 's/^/chaos:   /' "$work/pg-restart-$1.log" | tail -n 5
+        return 1
+    fi
+    after=$(sql "SELECT pg_postmaster_start_time()" 2>/dev/null)
+    if [ -z "$after" ]; then
+        echo "chaos: PostgreSQL restart ($1 shutdown) FAILED: the server does not answer"
+        return 1
+    fi
+    if [ "$after" = "$before" ]; then
+        echo "chaos: PostgreSQL restart ($1 shutdown) FAILED: the same postmaster still runs (started $after)"
+        return 1
+    fi
+}
 t0=$(date +%s)
 end=$((t0 + SECONDS_WANTED))
 fast_at=$((t0 + SECONDS_WANTED * 35 / 100))
 imm_at=$((t0 + SECONDS_WANTED * 70 / 100))
 next_report=$((t0 + 30))
 echo "chaos: running for ${SECONDS_WANTED}s (PostgreSQL restarts at +$((fast_at - t0))s fast, +$((imm_at - t0))s immediate)"
-while [ "$(date +%s)" -lt "$end" ]; do
+# Until the end, and at least until both restarts were tried (a very short run).
+while [ "$(date +%s)" -lt "$end" ] || [ $tried_fast -eq 0 ] || [ $tried_immediate -eq 0 ]; do
     sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.3 + (r % 170) / 100 }')"
     now=$(date +%s)
     # A helper that died on its own is a failure of the run (a crash, an abort, a gave-up exit).
@@ -125,14 +151,16 @@ while [ "$(date +%s)" -lt "$end" ]; do
             unexpected=$((unexpected + 1)); unset "role_of[$p]"; restart_role "$r"
         fi
     done
-    if [ $n_pg_fast -eq 0 ] && [ "$now" -ge "$fast_at" ]; then
-        PAWL_PG_STOP_MODE=fast "$PG" restart >/dev/null && n_pg_fast=1
-        echo "chaos: +$((now - t0))s PostgreSQL restarted (fast shutdown)"
+    if [ $tried_fast -eq 0 ] && [ "$now" -ge "$fast_at" ]; then
+        tried_fast=1
+        pg_restart fast && n_pg_fast=1 &&
+            echo "chaos: +$((now - t0))s PostgreSQL restarted (fast shutdown)"
         continue
     fi
-    if [ $n_pg_immediate -eq 0 ] && [ "$now" -ge "$imm_at" ]; then
-        PAWL_PG_STOP_MODE=immediate "$PG" restart >/dev/null && n_pg_immediate=1
-        echo "chaos: +$((now - t0))s PostgreSQL restarted (immediate shutdown: crash recovery)"
+    if [ $tried_immediate -eq 0 ] && [ "$now" -ge "$imm_at" ]; then
+        tried_immediate=1
+        pg_restart immediate && n_pg_immediate=1 &&
+            echo "chaos: +$((now - t0))s PostgreSQL restarted (immediate shutdown: crash recovery)"
         continue
     fi
     case $((RANDOM % 10)) in
@@ -187,7 +215,9 @@ done
 echo "chaos: faults injected over ${SECONDS_WANTED}s: $n_kill_app appender SIGKILLs, $n_kill_proc processor SIGKILLs, $n_term backends terminated ($n_term_calls rounds), PostgreSQL restarts: $n_pg_fast fast + $n_pg_immediate immediate; unexpected exits: $unexpected"
 "$BIN/chaos_check" "$DSN" "$work"; rc=$?
 tail -q -n 1 "$work"/app-*.log "$work"/ob-*.log "$work"/proc-*.log 2>/dev/null | sed 's/^/chaos: /'
-if [ $rc -ne 0 ] || [ $unexpected -ne 0 ] || [ $caught -ne 0 ]; then
+restarts_missing=$((2 - n_pg_fast - n_pg_immediate))
+[ $restarts_missing -eq 0 ] || echo "chaos: $restarts_missing of the 2 PostgreSQL restarts did not happen"
+if [ $rc -ne 0 ] || [ $unexpected -ne 0 ] || [ $caught -ne 0 ] || [ $restarts_missing -ne 0 ]; then
     keep=1
     echo "chaos: FAILED"
     for f in "$work"/*.log; do echo "---- $f"; tail -n 15 "$f"; done
