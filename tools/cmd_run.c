@@ -302,6 +302,14 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
 
     if (nh == 1)
         hs[0] = h;
+    if (cfg->lib.processor.dead_letter_attempts > 0 && strcmp(hname, "exec") != 0) {
+        /* count and print never fail an event, so nothing could ever be parked. */
+        tool_log(PAWL_LOG_WARN, NULL, 0,
+                 "warning: --dead-letter-attempts %u has no effect with --handler %s, which "
+                 "never fails an event (only --handler exec can: its command answers `fail "
+                 "INDEX REASON` or `poison INDEX REASON`)",
+                 cfg->lib.processor.dead_letter_attempts, hname);
+    }
     const char *dsn = tool_dsn(cfg);
     char err[256];
     int rc;
@@ -327,8 +335,10 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         ex = tool_exit_for(rc);
         goto out;
     }
-    if (sink)
+    if (sink) {
         tool_sink_set_node(sink, pawl_processor_node_id(p));
+        tool_sink_set_processor(sink, p);
+    }
     view.p = p;
     view.store = store;
     view.sink = sink;

@@ -50,17 +50,31 @@ struct ship {
     struct chan *ch;
     char *data; /* owned; NULL when empty */
     size_t len;
-    int64_t last;   /* highest event index in data; 0 when empty */
+    int64_t last;   /* the last line's event index; 0 when empty */
     int64_t report; /* the token the future completes with */
     int64_t deadline_ns;
     struct pawl_future *f; /* one reference, the sink's */
     int close;             /* the release's ship: the chan ends after it */
+    int64_t *idx;          /* exec: the lines' event indexes, in order (owned) */
+    size_t nidx;
+    int letters;   /* exec: dead letters being retried (their indexes lie below the live ones, so
+                    * the command acknowledges them line by line, not by the live high-water) */
+    size_t lacked; /* letters: lines acknowledged so far */
 };
 
 struct lineidx {
     int64_t index;
     size_t off;
+    int letter; /* a dead letter being retried */
 };
+
+/* An event whose delivery to the command failed: its next line says "attempt": failed + 1. */
+struct redelivery {
+    int64_t index;
+    struct pawl_segment seg;
+    uint32_t failed;
+};
+#define REDELIVERY_MAX 65536
 
 struct chan {
     struct pawl_segment seg;
@@ -83,6 +97,11 @@ struct chan {
     size_t rlen;
     int closing; /* the close ship is done: stdin closed, waiting for the child to exit */
     int64_t close_deadline_ns;
+    /* The highest live index the command has handled in this claim (acknowledged, or before an
+     * event it failed). Written by the I/O thread, read by the worker, which never hands such an
+     * event to the command again: a batch handled again after a failed event is delivered
+     * again to the processor's other handlers only. */
+    _Atomic int64_t handled;
 };
 
 struct tool_sink {
@@ -96,7 +115,14 @@ struct tool_sink {
     int efd, epfd;
     pthread_t thr;
     int thr_started;
-    struct chan *io_chans; /* I/O thread only */
+    struct chan *io_chans;       /* I/O thread only */
+    struct pawl_processor *proc; /* exec: told which event the command failed; set before start */
+    /* exec: deliveries that failed, by event index (under amu; nredeliv is also read without
+     * it, as a hint that the table is empty). */
+    pthread_mutex_t amu;
+    struct redelivery *redeliv;
+    _Atomic size_t nredeliv;
+    size_t redeliv_cap;
     /* Relaxed counters: statistics only. */
     _Atomic uint64_t events, replays, lines_out, batches_ok, failures, starts;
 };
@@ -137,6 +163,81 @@ static int reserve(struct chan *c, size_t more)
     return 0;
 }
 
+/* The attempt the next line of event index is (1: its first delivery by this process). */
+static uint32_t redeliv_attempt(struct tool_sink *s, int64_t index)
+{
+    /* Relaxed: a hint; a failure being recorded right now concerns a ship already out. */
+    if (atomic_load_explicit(&s->nredeliv, memory_order_relaxed) == 0)
+        return 1;
+    uint32_t n = 1;
+    pthread_mutex_lock(&s->amu);
+    size_t k = atomic_load_explicit(&s->nredeliv, memory_order_relaxed);
+    for (size_t i = 0; i < k; i++)
+        if (s->redeliv[i].index == index) {
+            n += s->redeliv[i].failed;
+            break;
+        }
+    pthread_mutex_unlock(&s->amu);
+    return n;
+}
+
+/* I/O thread: the deliveries of idx[0..n) failed; they come again. */
+static void redeliv_failed(struct tool_sink *s, struct pawl_segment seg, const int64_t *idx,
+                           size_t n)
+{
+    pthread_mutex_lock(&s->amu);
+    size_t k = atomic_load_explicit(&s->nredeliv, memory_order_relaxed);
+    for (size_t j = 0; j < n; j++) {
+        size_t i = 0;
+        while (i < k && s->redeliv[i].index != idx[j])
+            i++;
+        if (i < k) {
+            s->redeliv[i].failed++;
+            continue;
+        }
+        if (k == REDELIVERY_MAX) {
+            /* Forget the oldest half (events parked, or handled by another node). */
+            memmove(s->redeliv, s->redeliv + k / 2, (k - k / 2) * sizeof *s->redeliv);
+            k -= k / 2;
+        }
+        if (k == s->redeliv_cap) {
+            size_t cap = s->redeliv_cap ? s->redeliv_cap * 2 : 64;
+            struct redelivery *r = realloc(s->redeliv, cap * sizeof *r);
+            if (r == NULL)
+                break; /* the count is informational */
+            s->redeliv = r;
+            s->redeliv_cap = cap;
+        }
+        s->redeliv[k++] = (struct redelivery){idx[j], seg, 1};
+    }
+    atomic_store_explicit(&s->nredeliv, k, memory_order_relaxed);
+    pthread_mutex_unlock(&s->amu);
+}
+
+/* I/O thread: sh was acknowledged; its events, and for live lines every earlier event of its
+ * segment (handled, parked or skipped), are done. */
+static void redeliv_done(struct tool_sink *s, const struct ship *sh)
+{
+    if (atomic_load_explicit(&s->nredeliv, memory_order_relaxed) == 0 || sh->nidx == 0)
+        return;
+    pthread_mutex_lock(&s->amu);
+    size_t k = atomic_load_explicit(&s->nredeliv, memory_order_relaxed);
+    struct pawl_segment seg = sh->ch->seg;
+    for (size_t i = 0; i < k;) {
+        const struct redelivery *r = &s->redeliv[i];
+        int done =
+            !sh->letters && r->seg.id == seg.id && r->seg.mask == seg.mask && r->index <= sh->last;
+        for (size_t j = 0; j < sh->nidx && !done; j++)
+            done = sh->idx[j] == r->index;
+        if (done)
+            s->redeliv[i] = s->redeliv[--k];
+        else
+            i++;
+    }
+    atomic_store_explicit(&s->nredeliv, k, memory_order_relaxed);
+    pthread_mutex_unlock(&s->amu);
+}
+
 static int sink_handle(void *self, struct pawl_event_ctx *ctx)
 {
     struct tool_sink *s = self;
@@ -146,12 +247,27 @@ static int sink_handle(void *self, struct pawl_event_ctx *ctx)
         return PAWL_EINVAL; /* a delivery outside a claim: cannot happen */
     const struct pawl_event *e = pawl_ctx_event(ctx);
     int replay = pawl_ctx_is_replay(ctx);
+    int letter = pawl_ctx_is_dead_letter(ctx);
+    /* Acquire: pairs with the I/O thread's store after the command's word on these events. */
+    if (s->o.kind == TOOL_SINK_EXEC && !letter &&
+        e->index <= atomic_load_explicit(&c->handled, memory_order_acquire))
+        return 0; /* the command has handled it in this claim (a batch handled again) */
+    /* Lines buffered at or after this event, or of the other kind (live or dead letter), are
+     * from a try that was rolled back before its checkpoint: the processor hands them again. */
+    while (c->nlines > 0 && (c->lines[c->nlines - 1].index >= e->index ||
+                             c->lines[c->nlines - 1].letter != letter)) {
+        c->nlines--;
+        c->len = c->lines[c->nlines].off;
+    }
     json_t *o = tool_jsonl_object(e);
     if (o == NULL)
         return PAWL_ENOMEM;
     if (s->o.kind == TOOL_SINK_EXEC) {
         json_object_set_new(o, "segment", json_integer(seg.id));
         json_object_set_new(o, "replay", json_boolean(replay));
+        json_object_set_new(o, "attempt", json_integer(redeliv_attempt(s, e->index)));
+        if (letter)
+            json_object_set_new(o, "dead_letter", json_true());
     } else if (replay) {
         json_object_set_new(o, "replay", json_true());
     }
@@ -168,7 +284,7 @@ static int sink_handle(void *self, struct pawl_event_ctx *ctx)
         }
     }
     if (rc == 0) {
-        c->lines[c->nlines++] = (struct lineidx){e->index, c->len};
+        c->lines[c->nlines++] = (struct lineidx){e->index, c->len, letter};
         json_dumpb(o, c->buf + c->len, need, JSON_COMPACT | JSON_PRESERVE_ORDER);
         c->len += need;
         c->buf[c->len++] = '\n';
@@ -204,7 +320,7 @@ static struct pawl_future *ship_lines(struct tool_sink *s, struct chan *c, int64
     size_t keep = 0;
     while (keep < c->nlines && c->lines[keep].index <= upto)
         keep++;
-    size_t len = keep < c->nlines ? c->lines[keep].off : c->len;
+    size_t len = keep == 0 ? 0 : keep < c->nlines ? c->lines[keep].off : c->len;
     struct ship *sh = calloc(1, sizeof *sh);
     struct pawl_future *f = pawl_future_new();
     if (sh == NULL || f == NULL) {
@@ -224,10 +340,22 @@ static struct pawl_future *ship_lines(struct tool_sink *s, struct chan *c, int64
         sh->len = len;
         sh->last = c->lines[keep - 1].index;
         if (s->o.kind == TOOL_SINK_EXEC) {
+            sh->idx = malloc(keep * sizeof *sh->idx);
+            if (sh->idx == NULL) {
+                free(sh->data);
+                free(sh);
+                pawl_future_fail(f, PAWL_ENOMEM, NULL);
+                return f;
+            }
+            for (size_t i = 0; i < keep; i++)
+                sh->idx[i] = c->lines[i].index;
+            sh->nidx = keep;
+            sh->letters = c->lines[keep - 1].letter;
             /* Mark the batch's last line: the child acknowledges it. The line ends in "}\n". */
             static const char tail[] = ",\"batch_end\":true}\n";
             char *d = realloc(sh->data, len - 2 + sizeof tail - 1);
             if (d == NULL) {
+                free(sh->idx);
                 free(sh->data);
                 free(sh);
                 pawl_future_fail(f, PAWL_ENOMEM, NULL);
@@ -309,11 +437,13 @@ static void ship_done(struct tool_sink *s, struct ship *sh, int rc, const char *
 {
     if (rc == 0) {
         atomic_fetch_add_explicit(&s->batches_ok, 1, memory_order_relaxed);
+        redeliv_done(s, sh);
         pawl_future_complete_unref(sh->f, sh->report);
     } else {
         atomic_fetch_add_explicit(&s->failures, 1, memory_order_relaxed);
         pawl_future_fail_unref(sh->f, rc, msg);
     }
+    free(sh->idx);
     free(sh->data);
     free(sh);
 }
@@ -559,6 +689,7 @@ static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
         for (struct ship *sh = lists[i], *next; sh; sh = next) {
             next = sh->next;
             closed |= sh->close;
+            redeliv_failed(s, c->seg, sh->idx, sh->nidx);
             ship_done(s, sh, PAWL_EHANDLER, msg);
         }
     if (closed || c->closing) {
@@ -567,11 +698,19 @@ static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
     }
 }
 
+/* The command has acknowledged every line of sh (an empty ship has none). */
+static int ship_acked(const struct chan *c, const struct ship *sh)
+{
+    if (sh->len == 0)
+        return 1;
+    return sh->letters ? sh->lacked == sh->nidx : sh->last <= c->acked;
+}
+
 /* Complete the acknowledged (and empty) ships at the head of c's ack queue. Returns 1 when
  * that freed c (the close ship of a chan without a running child), else 0. */
 static int ack_progress(struct tool_sink *s, struct chan *c)
 {
-    while (c->aq && (c->aq->last == 0 || c->aq->last <= c->acked)) {
+    while (c->aq && ship_acked(c, c->aq)) {
         struct ship *sh = c->aq;
         c->aq = sh->next;
         if (c->aq == NULL)
@@ -623,7 +762,8 @@ static void send_progress(struct tool_sink *s, struct chan *c)
         if (sh->len > 0) {
             atomic_fetch_add_explicit(&s->lines_out, count_lines(sh->data, sh->len),
                                       memory_order_relaxed);
-            c->sent_max = sh->last;
+            if (!sh->letters)
+                c->sent_max = sh->last; /* dead letters are acknowledged line by line */
         }
         c->sent_off = 0;
         c->sq = sh->next;
@@ -668,6 +808,76 @@ static void exec_take(struct tool_sink *s, struct ship *sh)
     send_progress(s, c);
 }
 
+/*
+ * The command answered `fail INDEX REASON` (poison 0) or `poison INDEX REASON`: it handled the
+ * lines before event INDEX, failed that one, and skips the rest of its batch. The processor is
+ * told which event failed (it counts an attempt, or parks it), then the batch's future fails.
+ * When the batch was sent whole and nothing else of this chan is in flight, the command is in
+ * step with us and keeps running; otherwise it is killed as for any failure. Returns 0, or 1
+ * when c is gone.
+ */
+static int exec_event_failed(struct tool_sink *s, struct chan *c, int64_t index, int poison,
+                             const char *reason, const char *shown)
+{
+    char why[480], rs[300];
+    pawl_printable_str(reason[0] ? reason : "(no reason given)", rs, sizeof rs);
+    /* The batch the event is in: the oldest one waiting for its acknowledgement, or the one
+     * being written. */
+    struct ship *h = NULL;
+    size_t j = 0;
+    for (int q = 0; q < 2 && h == NULL; q++) {
+        struct ship *sh = q == 0 ? c->aq : c->sq;
+        if (sh == NULL || (q == 1 && c->sent_off == 0))
+            continue;
+        for (size_t i = sh->letters ? sh->lacked : 0; i < sh->nidx; i++)
+            if (sh->idx[i] == index && (sh->letters || index > c->acked)) {
+                h = sh;
+                j = i;
+                break;
+            }
+    }
+    if (h == NULL) {
+        snprintf(why, sizeof why,
+                 "the command named event %" PRId64 " in \"%s\", which is not in the batch "
+                 "waiting for its acknowledgement",
+                 index, shown);
+        chan_fail(s, c, why);
+        return 1;
+    }
+    if (!h->letters && j > 0 && h->idx[j - 1] > c->acked) {
+        c->acked = h->idx[j - 1];
+        /* Release: the worker that reads it skips these events if the batch comes again. */
+        atomic_store_explicit(&c->handled, c->acked, memory_order_release);
+    }
+    int code = poison ? PAWL_EPOISON : PAWL_EHANDLER;
+    char blame[320];
+    snprintf(blame, sizeof blame, "exec: %s", rs);
+    if (s->proc)
+        pawl_processor_event_failed(s->proc, c->seg, index, code, blame);
+    snprintf(why, sizeof why, "the command reported %s event %" PRId64 ": %s",
+             poison ? "a poison" : "a failed", index, rs);
+    int in_step = h == c->aq && !h->close && c->sent_off == 0;
+    for (struct ship *sh = h->next; sh && in_step; sh = sh->next)
+        in_step = sh->len == 0;
+    if (!in_step) {
+        chan_fail(s, c, why);
+        return 1;
+    }
+    redeliv_failed(s, c->seg, h->idx + j, h->nidx - j);
+    char msg[512];
+    snprintf(msg, sizeof msg, "exec: segment %u: %s", c->seg.id, why);
+    PAWL_INFO(MOD, "%s; the command goes on with the next batch", msg);
+    c->aq = h->next;
+    if (c->aq == NULL)
+        c->aq_tail = &c->aq;
+    /* Nothing of the live flow is outstanding now: an acknowledgement before the next batch is
+     * out is a protocol error, not a late word on this one. */
+    if (!h->letters)
+        c->sent_max = c->acked;
+    ship_done(s, h, code, msg);
+    return ack_progress(s, c);
+}
+
 /* Parse the complete lines the child wrote. Returns 0, or 1 when c is gone (failed or freed). */
 static int exec_lines(struct tool_sink *s, struct chan *c)
 {
@@ -694,6 +904,25 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
                 chan_fail(s, c, why);
                 return 1;
             }
+            struct ship *h = c->aq;
+            if (h && h->letters) {
+                /* Dead letters: the next of their lines acknowledged, or a later one. */
+                size_t j = h->lacked;
+                while (j < h->nidx && h->idx[j] != v)
+                    j++;
+                if (j == h->nidx) {
+                    snprintf(why, sizeof why,
+                             "acknowledgement \"%s\" names no dead letter of the batch being "
+                             "retried",
+                             shown);
+                    chan_fail(s, c, why);
+                    return 1;
+                }
+                h->lacked = j + 1;
+                if (ack_progress(s, c))
+                    return 1;
+                continue;
+            }
             if (v > c->sent_max || v < c->acked) {
                 snprintf(why, sizeof why,
                          "acknowledgement \"%s\" outside what was sent (acknowledged %" PRId64
@@ -703,9 +932,33 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
                 return 1;
             }
             c->acked = v;
+            /* Release: pairs with the worker's acquire in sink_handle. */
+            atomic_store_explicit(&c->handled, v, memory_order_release);
             if (ack_progress(s, c))
                 return 1; /* c is gone */
-        } else if (strncmp(line, "fail", 4) == 0 && (line[4] == '\0' || line[4] == ' ')) {
+        } else if ((strncmp(line, "fail", 4) == 0 && (line[4] == '\0' || line[4] == ' ')) ||
+                   (strncmp(line, "poison", 6) == 0 && (line[6] == '\0' || line[6] == ' '))) {
+            int poison = line[0] == 'p';
+            const char *arg = line + (poison ? 6 : 4);
+            arg += *arg == ' ';
+            const char *d = arg;
+            while (*d >= '0' && *d <= '9')
+                d++;
+            if (d > arg && d - arg < 19 && (*d == '\0' || *d == ' ')) {
+                /* `fail INDEX REASON` / `poison INDEX REASON`: one event failed. */
+                int64_t index = strtoll(arg, NULL, 10);
+                if (exec_event_failed(s, c, index, poison, *d ? d + 1 : "", shown))
+                    return 1;
+                continue;
+            }
+            if (poison) {
+                snprintf(why, sizeof why,
+                         "malformed line from the command: \"%s\" (expected \"poison INDEX "
+                         "REASON\")",
+                         shown);
+                chan_fail(s, c, why);
+                return 1;
+            }
             char reason[300];
             pawl_printable_str(line[4] ? line + 5 : "(no reason given)", reason, sizeof reason);
             snprintf(why, sizeof why, "the command reported a failure: %s", reason);
@@ -713,8 +966,9 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
             return 1;
         } else {
             snprintf(why, sizeof why,
-                     "malformed line from the command: \"%s\" (expected \"ok INDEX\" or "
-                     "\"fail REASON\"; write logs to stderr)",
+                     "malformed line from the command: \"%s\" (expected \"ok INDEX\", \"fail "
+                     "INDEX REASON\", \"poison INDEX REASON\" or \"fail REASON\"; write logs "
+                     "to stderr)",
                      shown);
             chan_fail(s, c, why);
             return 1;
@@ -938,6 +1192,7 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
     s->q_tail = &s->q;
     s->efd = s->epfd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->amu, NULL);
     struct stat st;
     s->out_regular = o->kind == TOOL_SINK_PRINT && fstat(o->fd, &st) == 0 && S_ISREG(st.st_mode);
     s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -989,6 +1244,11 @@ void tool_sink_set_node(struct tool_sink *s, const char *node)
     snprintf(s->node, sizeof s->node, "%s", node ? node : "");
 }
 
+void tool_sink_set_processor(struct tool_sink *s, struct pawl_processor *p)
+{
+    s->proc = p;
+}
+
 void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out)
 {
     out->events = atomic_load_explicit(&s->events, memory_order_relaxed);
@@ -1031,5 +1291,7 @@ void tool_sink_free(struct tool_sink *s)
     if (s->epfd >= 0)
         close(s->epfd);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->amu);
+    free(s->redeliv);
     free(s);
 }

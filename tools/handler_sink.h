@@ -18,13 +18,21 @@
  * order). Unless pass_secrets, the connection secrets are not in its environment (PGPASSWORD
  * and every PAWL_*DSN variable: tool_sink_env_secret; the rest of pawl's environment is).
  * Its stdin gets one JSON line per event: the `pawl tail --json` object plus "segment",
- * "replay" and, on the last line of a batch, "batch_end": true. For each batch_end line the
- * child prints `ok INDEX` (that line's index) on stdout once the batch is handled; `ok N` earlier
- * is allowed (progress). Anything else on its stdout — `fail REASON`, a malformed line, an ack
- * beyond what was sent — an exit, or no ack within --exec-ack-timeout fails the batch: the child
- * is killed, the batch rolls back, and the segment is delivered again after the processor's
- * back-off to a new child. At release (stop, rebalancing) the child's stdin is closed and it is
- * given --exec-ack-timeout to exit before it is killed.
+ * "replay", "attempt" (1, or the how-manieth time this process hands the event to a command
+ * after deliveries that failed), "dead_letter": true on a dead letter being retried, and, on the
+ * last line of a batch, "batch_end": true. For each batch_end line the child prints `ok INDEX`
+ * (that line's index) on stdout once the batch is handled; `ok N` earlier is allowed (progress;
+ * a retry's dead letters, whose indexes lie below the live ones, are acknowledged by their own
+ * indexes, in order). `fail INDEX REASON` or `poison INDEX REASON` says that the events before
+ * INDEX in the batch are handled and event INDEX is not (the child then skips the batch's other
+ * lines up to batch_end): the processor is told (pawl_processor_event_failed: an attempt of that
+ * event, or poison) and the batch's future fails; the child keeps running when the batch was
+ * sent whole, and within the claim events it has handled are not sent to it again. Anything
+ * else on its stdout — `fail REASON` without an index, a malformed line, an ack or an INDEX
+ * outside what is waiting — an exit, or no ack within --exec-ack-timeout fails the batch: the
+ * child is killed, the batch rolls back, and the segment is delivered again after the
+ * processor's back-off to a new child. At release (stop, rebalancing) the child's stdin is
+ * closed and it is given --exec-ack-timeout to exit before it is killed.
  *
  * Threads: the handler and callbacks run on the processor's workers; the sink's thread does all
  * I/O. tool_sink_new / _free from the controlling thread; free only after pawl_processor_stop.
@@ -68,6 +76,9 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
 struct pawl_handler tool_sink_handler(struct tool_sink *s, const char *name);
 /* The node id children see as PAWL_NODE (copied); set before the processor starts. */
 void tool_sink_set_node(struct tool_sink *s, const char *node);
+/* exec: the processor to tell which event the command failed (pawl_processor_event_failed);
+ * borrowed, set before it starts; it must outlive the sink's last shipment (stop it first). */
+void tool_sink_set_processor(struct tool_sink *s, struct pawl_processor *p);
 void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out);
 /* 1 when the environment entry "NAME=value" (or a bare NAME) is a connection secret the exec
  * child does not get without pass_secrets: PGPASSWORD, or PAWL_*DSN (PAWL_DSN, PAWL_READ_DSN,

@@ -190,6 +190,8 @@ static void dl_clear(struct pkg *k);
 
 void pawl_pkg_free(struct pkg *k)
 {
+    PAWL_ASSERT(k->rtxn == NULL); /* a retry ends before its package can finish */
+    pawl_dead_letters_free(k->rrows);
     dl_clear(k);
     pawl_free(k->parked);
     pawl_event_batch_fini(&k->work);
@@ -475,8 +477,108 @@ static int dl_maybe_park(struct pkg *k, struct pawl_txn *txn, const struct pawl_
 static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
                         int dead_letter);
 
-/* Retry stream's letters: hand them to the handlers in one transaction with the un-park. 0
- * (done, or the retry failed and was recorded: the stream stays parked), or a store error. */
+/* Take the units' blame (under k->mu): the event index (0: none), its code and why. */
+static int64_t blame_take(struct pkg *k, int *code, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&k->mu);
+    int64_t index = k->blame_index;
+    *code = k->blame_code;
+    copy_str(why, whylen, k->blame_why);
+    k->blame_index = 0;
+    k->blame_why[0] = '\0';
+    pthread_mutex_unlock(&k->mu);
+    return index;
+}
+
+/* A checkpoint cycle starts: a blame left from an earlier one cannot be about it. */
+static void blame_clear(struct pkg *k)
+{
+    int code;
+    char why[1];
+    (void)blame_take(k, &code, why, sizeof why);
+}
+
+int pawl_processor_event_failed(struct pawl_processor *p, struct pawl_segment seg, int64_t index,
+                                int code, const char *why)
+{
+    if (p == NULL || index < 1)
+        return PAWL_EINVAL;
+    int rc = PAWL_ENOTFOUND;
+    pthread_mutex_lock(&p->mu);
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        if (k->seg.id != seg.id || k->seg.mask != seg.mask)
+            continue;
+        pthread_mutex_lock(&k->mu);
+        if (k->state == PKG_RUN) {
+            k->blame_index = index;
+            k->blame_code = code < 0 ? code : PAWL_EHANDLER;
+            copy_str(k->blame_why, sizeof k->blame_why, why ? why : "");
+            rc = 0;
+        }
+        pthread_mutex_unlock(&k->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* The open batch rolled back: forget the parked streams it added (their letters went with it;
+ * the batch handled again parks them again, with their attempts). */
+static void dl_batch_rolled_back(struct pkg *k)
+{
+    while (k->nparked > k->batch_parked0)
+        dl_remove(k, &k->parked[k->nparked - 1]);
+}
+
+/*
+ * The units failed the checkpoint of the batch of n events at work_pos (rolled back already).
+ * When a unit named one of them (pawl_processor_event_failed), the events before it are handled:
+ * with a policy, count the event's attempt, and past the policy handle the batch again at once
+ * with the event parked; otherwise handle the batch again up to just before the event (dl_cut)
+ * and then fail the segment with a back-off. Both return PKG_RERUN. Without a named event of the
+ * batch, PAWL_ECHECKPOINT: the ordinary failure.
+ */
+static int dl_blamed(struct pkg *k, size_t n)
+{
+    struct pawl_processor *p = k->p;
+    int code;
+    char why[sizeof k->blame_why];
+    int64_t index = blame_take(k, &code, why, sizeof why);
+    if (index == 0)
+        return PAWL_ECHECKPOINT;
+    const struct pawl_event *e = NULL;
+    for (size_t i = 0; i < n && k->work_pos + i < k->work.n; i++)
+        if (k->work.events[k->work_pos + i].index == index)
+            e = &k->work.events[k->work_pos + i];
+    if (e == NULL) {
+        PAWL_WARN(MOD, "%s: segment %u: a unit named event %lld, which is not in the batch",
+                  p->name, k->seg.id, (long long)index);
+        return PAWL_ECHECKPOINT;
+    }
+    dl_batch_rolled_back(k);
+    char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)], shown[1024];
+    PAWL_WARN(MOD, "%s: segment %u: event %lld (%s) failed: %s%s%s", p->name, k->seg.id,
+              (long long)index, pawl_printable_str(e->stream_id, sid, sizeof sid),
+              pawl_strerror(code), why[0] ? ": " : "",
+              pawl_printable_str(why, shown, sizeof shown));
+    copy_str(k->lasterr, sizeof k->lasterr, why[0] ? why : pawl_strerror(code));
+    if (p->o.dead_letter_attempts && dl_failed(k, e, code) == PKG_RERUN)
+        return PKG_RERUN;
+    k->dl_cut = index;
+    k->dl_cut_rc = code;
+    return PKG_RERUN;
+}
+
+static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
+                        int dead_letter);
+static int dl_retry_end(struct pkg *k, int rc);
+
+/*
+ * Retry stream's letters: hand them to the handlers in one transaction with the un-park. With
+ * checkpointing units, the units must first confirm what they were handed (a handler that passes
+ * the letters on, such as exec, has them durable only then): a checkpoint cycle at the consumed
+ * position, with the transaction open (PAWL_EAGAIN: PH_RETRY, resumed by pkg_resume). 0 (done,
+ * or the retry failed and was recorded: the stream stays parked), PAWL_EAGAIN, or a store error.
+ */
 static int dl_retry_stream(struct pkg *k, const char *stream)
 {
     struct pawl_processor *p = k->p;
@@ -516,6 +618,66 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
         pawl_dead_letters_free(rows);
         return rc;
     }
+    k->rtxn = txn;
+    k->rrows = rows;
+    k->rn = n;
+    if (!k->rec_ready)
+        return dl_retry_end(k, 0);
+    /* A cycle at the consumed position (its "stored" one below, so that the units are asked even
+     * when the token is there already): the units cover everything handed to them, the letters
+     * included. Its result is not stored: a retry leaves the token alone. */
+    blame_clear(k);
+    int64_t ignored = PAWL_RECONCILE_NOTHING;
+    rc = pawl_reconcile_checkpoint(&k->rec, k->seg, k->consumed, k->consumed - 1, k->consumed,
+                                   &ignored);
+    if (rc == PAWL_EAGAIN) {
+        PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RETRY */
+        k->phase = PH_RETRY;
+        return PAWL_EAGAIN;
+    }
+    return dl_retry_end(k, rc);
+}
+
+/* The end of a retry whose letters the handlers took (rc: what the units said, 0 or a failed
+ * checkpoint): commit the un-park, or record the failed attempt. 0 or a store error. */
+static int dl_retry_end(struct pkg *k, int rc)
+{
+    struct pawl_processor *p = k->p;
+    struct pawl_tokens *t = p->tok;
+    struct pawl_txn *txn = k->rtxn;
+    struct pawl_dead_letter *rows = k->rrows;
+    size_t n = k->rn;
+    k->rtxn = NULL;
+    k->rrows = NULL;
+    k->rn = 0;
+    const char *stream = rows[0].ev.stream_id;
+    char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
+    pawl_printable_str(stream, sid, sizeof sid);
+    if (rc) {
+        /* The letter a unit named, else the first: the letters before it may be handled, but
+         * nothing commits, so all of them come again with the next retry. */
+        int code;
+        char why[sizeof k->blame_why];
+        int64_t index = blame_take(k, &code, why, sizeof why);
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].ev.index == index)
+                at = i;
+        if (index != 0 && rows[at].ev.index == index)
+            copy_str(k->lasterr, sizeof k->lasterr, why[0] ? why : pawl_strerror(code));
+        else
+            copy_str(k->lasterr, sizeof k->lasterr, pawl_reconcile_error(&k->rec));
+        txn->ops->rollback(txn);
+        char shown[1024];
+        PAWL_WARN(MOD,
+                  "%s: segment %u: retry of stream %s failed at event %lld (%s); it stays parked",
+                  p->name, k->seg.id, sid, (long long)rows[at].ev.index,
+                  pawl_printable_str(k->lasterr, shown, sizeof shown));
+        rc = t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream, rows[at].ev.index,
+                                     k->lasterr);
+        pawl_dead_letters_free(rows);
+        return rc;
+    }
     rc = txn->ops->unpark(txn, stream, rows[n - 1].ev.index);
     if (rc) {
         txn->ops->rollback(txn);
@@ -533,11 +695,14 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
                   p->name, k->seg.id, sid, n, n == 1 ? "" : "s");
     }
     pawl_dead_letters_free(rows);
+    /* Read the parked streams again at the next step: more retries may be waiting. */
+    k->dl_checked_ns = 0;
     return rc;
 }
 
 /* Load the segment's parked streams (first step; then every claim_poll_ms while any) and serve
- * retry requests. 0 or a store error. */
+ * retry requests. 0, PAWL_EAGAIN (a retry waits for the units: PH_RETRY; the others are served
+ * at a later step), or a store error. */
 static int dl_service(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
@@ -557,12 +722,14 @@ static int dl_service(struct pkg *k)
     dl_clear(k);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = dl_add(k, rows[i].stream_id, pawl_stream_hash(rows[i].stream_id), rows[i].first_index);
+    k->dl_loaded = rc == 0;
+    k->dl_checked_ns = now;
     for (size_t i = 0; i < n && rc == 0; i++)
         if (rows[i].retry_requested)
             rc = dl_retry_stream(k, rows[i].stream_id);
     pawl_dead_letters_free(rows);
-    k->dl_loaded = rc == 0;
-    k->dl_checked_ns = now;
+    if (rc != 0 && rc != PAWL_EAGAIN)
+        k->dl_loaded = 0;
     return rc;
 }
 
@@ -660,6 +827,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         return ckpt_commit(k, txn, PAWL_RECONCILE_NOTHING, end, n, handled, 0);
     int64_t to_store = PAWL_RECONCILE_NOTHING;
     k->ckpt_start_ns = pawl_now_ns();
+    blame_clear(k);
     int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
     if (rc != PAWL_EAGAIN)
         pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
@@ -677,7 +845,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", p->name, k->seg.id,
                   pawl_reconcile_error(&k->rec));
         txn->ops->rollback(txn);
-        return PAWL_ECHECKPOINT;
+        return dl_blamed(k, n); /* PKG_RERUN or PAWL_ECHECKPOINT */
     }
     return ckpt_commit(k, txn, to_store, end, n, handled, lazy);
 }
@@ -882,6 +1050,18 @@ static int pkg_batch(struct pkg *k)
     struct pawl_processor *p = k->p;
     size_t n = PAWL_MIN((size_t)p->o.batch_size, k->work.n - k->work_pos);
     const struct pawl_event *ev = k->work.events + k->work_pos;
+    if (k->dl_cut) {
+        /* A unit failed event dl_cut (below the policy, or without one): handle what lies
+         * before it (the unit has it), then give the segment up for the back-off. */
+        size_t m = 0;
+        while (m < n && ev[m].index < k->dl_cut)
+            m++;
+        if (m == 0) {
+            k->dl_cut = 0;
+            return k->dl_cut_rc;
+        }
+        n = m;
+    }
     /* The batch covers through its last event; when it drains work, also through work_end
      * (the package had everything up to there). work_end can lag the last event when the
      * inbox was taken in the middle of a dispatch, hence the max: a token below an event
@@ -902,6 +1082,7 @@ static int pkg_batch(struct pkg *k)
     int dl = p->o.dead_letter_attempts > 0;
     k->batch_letters = 0;
     k->batch_new_streams = 0;
+    k->batch_parked0 = k->nparked;
     for (size_t i = 0; i < n; i++) {
         const struct pawl_event *e = &ev[i];
         /* After a merge, the faster half's events up to its old token were handled already. */
@@ -913,6 +1094,7 @@ static int pkg_batch(struct pkg *k)
             rc = dl_maybe_park(k, txn, e);
             if (rc < 0) {
                 txn->ops->rollback(txn);
+                dl_batch_rolled_back(k);
                 return rc;
             }
             if (rc == 1)
@@ -921,6 +1103,7 @@ static int pkg_batch(struct pkg *k)
         rc = run_handlers(k, &ct.base, e, i, 0);
         if (rc) {
             txn->ops->rollback(txn);
+            dl_batch_rolled_back(k);
             /* With a dead-letter policy: count the attempt; past it, handle the batch again
              * at once with the event parked (PKG_RERUN), else fail as usual. */
             return dl ? dl_failed(k, e, rc) : rc;
@@ -1003,7 +1186,7 @@ static void pkg_end_step(struct pkg *k, int parked)
 /* A parked package's step: resume its cycle once the reconciler has woken it. */
 static void pkg_resume(struct pkg *k)
 {
-    PAWL_ASSERT(k->phase == PH_CKPT || k->phase == PH_RELEASE);
+    PAWL_ASSERT(k->phase == PH_CKPT || k->phase == PH_RELEASE || k->phase == PH_RETRY);
     pthread_mutex_lock(&k->mu);
     int woken = k->woken;
     k->woken = 0;
@@ -1026,6 +1209,17 @@ static void pkg_resume(struct pkg *k)
         release_store_finish(k, to_store, k->prc);
         return;
     }
+    if (k->phase == PH_RETRY) {
+        k->phase = PH_NONE;
+        rc = dl_retry_end(k, rc);
+        if (rc) {
+            if (pkg_fail(k, rc) == PAWL_EAGAIN)
+                pkg_end_step(k, 1);
+            return;
+        }
+        pkg_end_step(k, 0);
+        return;
+    }
     /* PH_CKPT */
     pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     struct pawl_txn *txn = k->ptxn;
@@ -1035,9 +1229,13 @@ static void pkg_resume(struct pkg *k)
         PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", k->p->name, k->seg.id,
                   pawl_reconcile_error(&k->rec));
         txn->ops->rollback(txn);
-        rc = PAWL_ECHECKPOINT;
+        rc = dl_blamed(k, k->pn);
     } else {
         rc = ckpt_commit(k, txn, to_store, k->pend, k->pn, k->phandled, k->plazy);
+    }
+    if (rc == PKG_RERUN) {
+        pkg_end_step(k, 0); /* the batch is handled again at the next step */
+        return;
     }
     if (rc) {
         if (pkg_fail(k, rc) == PAWL_EAGAIN)

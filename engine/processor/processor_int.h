@@ -25,6 +25,8 @@ enum pkg_phase {
     PH_NONE = 0,    /* handling events */
     PH_CKPT = 1,    /* a checkpoint cycle waits for futures; the batch transaction is open */
     PH_RELEASE = 2, /* a release cycle waits for futures */
+    PH_RETRY = 3,   /* a dead-letter retry waits for the units to confirm the letters; its
+                       transaction (rtxn) is open */
 };
 
 struct pkg {
@@ -70,8 +72,18 @@ struct pkg {
     int64_t dl_checked_ns;
     size_t batch_letters;     /* letters queued in the open batch */
     size_t batch_new_streams; /* of which first letters of a stream */
+    size_t batch_parked0;     /* nparked when the open batch began: later entries are its own */
     char errbuf[1024];        /* the failing handler's pawl_ctx_error text */
     char lasterr[1200];       /* the last handler failure, for the letter */
+    /* A unit named an event it failed, below the policy (or without one): the next batch ends
+     * just before dl_cut, then the segment fails with dl_cut_rc (release, back-off) and the
+     * event is tried again. */
+    int64_t dl_cut;
+    int dl_cut_rc;
+    /* PH_RETRY: the retry transaction and the stream's letters (rrows[0..rn), owned). */
+    struct pawl_txn *rtxn;
+    struct pawl_dead_letter *rrows;
+    size_t rn;
 
     /* Shared with the coordinator, under mu. */
     pthread_mutex_t mu;
@@ -82,6 +94,12 @@ struct pkg {
     int scheduled;
     int state;
     int woken; /* the reconciler's wake arrived: resume at the next step */
+    /* A unit's word on the checkpoint it is failing (pawl_processor_event_failed): the event
+     * that failed (0: none), its code and why. Cleared when a cycle starts, taken when one
+     * fails. */
+    int64_t blame_index;
+    int blame_code;
+    char blame_why[512];
 
     /* Set by other threads; read by the worker at each step. */
     _Atomic int release_req;

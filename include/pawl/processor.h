@@ -625,7 +625,11 @@ PAWL_API int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source
  * any newer event of the stream. If that commits, the stream flows again from its next live
  * event: no gap, no duplicate. If a handler fails, the transaction rolls back, the failing
  * letter's attempt and error are recorded, and the stream stays parked. The token does not move
- * in a retry (the letters lie behind it), so checkpointing units are not asked to confirm it.
+ * in a retry (the letters lie behind it); with checkpointing units the transaction commits only
+ * once every unit has confirmed a checkpoint cycle at the segment's consumed position (which may
+ * be the stored token itself), covering everything it was handed, the letters included, so a
+ * letter is gone only when the units have it too. A unit that fails that cycle fails the retry
+ * as a handler would (pawl_processor_event_failed below names the letter).
  * Dropping deletes letters for good; the stream's later events flow once the holding node
  * notices (within claim_poll_ms).
  *
@@ -637,6 +641,26 @@ PAWL_API int pawl_processor_reset(struct pawl_tokens *tokens, struct pawl_source
  * PAWL_ENOTSUP for a store without dead letters; PAWL_EPERM when the store's login is not
  * granted proc.
  * ------------------------------------------------------------------------------------------ */
+
+/*
+ * For a checkpointing unit (pawl/checkpoint.h) that hands events on and learns only later that
+ * one of them failed (`pawl run --handler exec`): name the event before failing the checkpoint
+ * future that covers it. Call it from any thread, then fail that future. When the checkpoint
+ * fails and event `index` belongs to the batch being checkpointed, the failure is that event's
+ * attempt under the dead-letter policy, as if a handler had returned `code` for it through
+ * pawl_ctx_error(ctx, code, why) (PAWL_EPOISON: park it at once): past the policy the batch is
+ * rolled back and handled again at once with the event parked (and its stream behind it); below
+ * it, or without a policy, the batch's events before the event are handled again and committed,
+ * and then the segment is released and tried again after the back-off, from the event on. Either
+ * way the units see the batch's events before `index` again in the same claim: the unit has made
+ * them durable, so it skips them (the exec handler does). A retry of dead letters whose
+ * checkpoint fails records the attempt on letter `index`. For an event outside the batch the
+ * checkpoint failure is an ordinary one. code: PAWL_EPOISON or any other (retryable); why is
+ * copied (at most 511 bytes), NULL is "". Returns 0, PAWL_EINVAL, or PAWL_ENOTFOUND when this
+ * node does not hold seg.
+ */
+PAWL_API int pawl_processor_event_failed(struct pawl_processor *p, struct pawl_segment seg,
+                                         int64_t index, int code, const char *why);
 
 /* Every parked stream of proc, oldest first. *rows: free with pawl_dead_letters_free. */
 PAWL_API int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,

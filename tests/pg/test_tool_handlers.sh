@@ -6,7 +6,8 @@
 #   exec:  a command that fails on an event (exit 3) and one killed mid-batch are restarted and
 #          the batch delivered again after the back-off, the token never passing an event the
 #          command did not acknowledge; every event acknowledged, each segment in index order;
-#          the command sees segment, replay and index (and PAWL_SEGMENT, PAWL_PROCESSOR); a
+#          the command sees segment, replay and index (and PAWL_SEGMENT, PAWL_PROCESSOR), and a
+#          batch delivered again says so ("attempt": 2 on the failed and the killed event); a
 #          negative ack, a malformed ack and a missing ack (--exec-ack-timeout) fail the batch
 #          (the command's reason logged with its control characters escaped);
 #          the command's environment lacks the connection secrets (PGPASSWORD, PAWL_DSN and every
@@ -105,7 +106,8 @@ while IFS= read -r line; do
     [[ $line =~ ^\{\"index\":([0-9]+), ]] && idx=${BASH_REMATCH[1]} || idx=?
     [[ $line =~ \"segment\":([0-9]+), ]] && seg=${BASH_REMATCH[1]} || seg=?
     [[ $line =~ \"replay\":(true|false) ]] && rep=${BASH_REMATCH[1]} || rep=?
-    echo "$$ $PAWL_PROCESSOR $PAWL_SEGMENT $idx $seg $rep" >>"$dir/seen.log"
+    [[ $line =~ \"attempt\":([0-9]+) ]] && att=${BASH_REMATCH[1]} || att=?
+    echo "$$ $PAWL_PROCESSOR $PAWL_SEGMENT $idx $seg $rep $att" >>"$dir/seen.log"
     for what in fail hang nack badack noack; do
         if [ "${at[$what]}" = "$idx" ] && [ -f "$dir/$what-at" ]; then
             rm -f "$dir/$what-at"; touch "$dir/$what-done"
@@ -156,6 +158,9 @@ awk '{ k = $1 " " $5; if (k in last && $4 <= last[k]) bad++; last[k] = $4 } END 
 check "exec: each process saw its segment's events in increasing index order" $?
 [ "$(awk -v i=$fail_at '$4 == i' "$tmp/seen.log" | wc -l)" -ge 2 ] && [ "$(awk -v i=$hang_at '$4 == i' "$tmp/seen.log" | wc -l)" -ge 2 ]
 check "exec: the failed and the killed batches were delivered again" $?
+[ "$(awk -v i=$fail_at '$4 == i { printf "%s ", $7 }' "$tmp/seen.log")" = "1 2 " ] &&
+    [ "$(awk -v i=$hang_at '$4 == i { printf "%s ", $7 }' "$tmp/seen.log")" = "1 2 " ]
+check "exec: the first delivery says \"attempt\": 1, the one after the failure (and the kill) 2" $?
 awk '$2 != "px" || $3 != $5 || ($6 != "true" && $6 != "false") { bad++ } END { exit bad > 0 }' "$tmp/seen.log"
 check "exec: the command sees PAWL_PROCESSOR, PAWL_SEGMENT = the line's segment, and replay" $?
 [ "$(awk '{ print $1 }' "$tmp/seen.log" | sort -u | wc -l)" -ge 4 ]
