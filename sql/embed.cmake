@@ -1,6 +1,8 @@
 # Embed sql/NNN_*.sql into a C file so that an installed library needs no source tree.
 # Usage: cmake -DSQL_DIR=<dir> -DOUT=<file.c> -P embed.cmake
-# Each file becomes one migration; its version is the number its name starts with.
+# Each file becomes one migration; its version is the number its name starts with. The native
+# path's sql/native/activate.sql and deactivate.sql become pawl_native_activate_sql and
+# pawl_native_deactivate_sql.
 file(GLOB files ${SQL_DIR}/[0-9][0-9][0-9]_*.sql)
 list(SORT files)
 set(body "/* Generated from the sql folder by sql/embed.cmake: do not edit. */\n")
@@ -20,6 +22,12 @@ foreach(f ${files})
 endforeach()
 string(APPEND body "const struct pawl_migration pawl_migrations[] = {\n${table}    {0, 0, 0}};\n")
 string(APPEND body "const int pawl_migrations_count = ${count};\n")
+# The native path's switches (sql/native): point pawl's functions at the extension, and back.
+foreach(which activate deactivate)
+  file(READ ${SQL_DIR}/native/${which}.sql hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(APPEND body "\nconst char pawl_native_${which}_sql[] = {\n${hex}0x00};\n")
+endforeach()
 if(EXISTS ${OUT})
   file(READ ${OUT} old)
   if(old STREQUAL body)

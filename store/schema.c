@@ -171,6 +171,196 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
     return rc;
 }
 
+/* ---- the server path: native functions (pawl_native) or the portable SQL ones ---------------
+ *
+ * The native path is a server extension: its library in the server's folder, pawl's functions
+ * declared LANGUAGE c on it by pawl_native_activate_sql (CREATE OR REPLACE keeps their owner and
+ * grants; declaring a C function needs a superuser). pawl_native_deactivate_sql declares the SQL
+ * versions of this library's schema again. Which one runs is read from the catalog (the language
+ * of pawl.finalize), so it is never out of step with what runs. The extension's version names
+ * the contract it implements: NATIVE_VERSION for this library's schema.
+ */
+#define NATIVE_VERSION "1.0"
+
+const char *pawl_server_path_name(int path)
+{
+    switch (path) {
+    case PAWL_SERVER_AUTO:
+        return "auto";
+    case PAWL_SERVER_NATIVE:
+        return "native";
+    case PAWL_SERVER_SQL:
+        return "sql";
+    default:
+        return "?";
+    }
+}
+
+/* The path pawl.finalize runs now. */
+static int active_path(PGconn *c, int *active, char *err, size_t errlen)
+{
+    char lang[64];
+    int rc = first_value(c,
+                         "SELECT coalesce((SELECT l.lanname FROM pg_catalog.pg_proc p "
+                         "JOIN pg_catalog.pg_language l ON l.oid = p.prolang "
+                         "WHERE p.oid = pg_catalog.to_regprocedure('pawl.finalize(int4)')), '')",
+                         lang, sizeof lang, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (lang[0] == '\0') {
+        put_err(err, errlen, "the database has no pawl schema: run pawl init");
+        return PAWL_ESCHEMA;
+    }
+    *active = strcmp(lang, "c") == 0 ? PAWL_SERVER_NATIVE : PAWL_SERVER_SQL;
+    return 0;
+}
+
+/* Whether native can be had here; when not, why (in why). */
+static int native_available(PGconn *c, char *why, size_t whylen, char *err, size_t errlen)
+{
+    char v[64];
+    int rc = first_value(c,
+                         "SELECT coalesce((SELECT default_version FROM "
+                         "pg_catalog.pg_available_extensions WHERE name = 'pawl_native'), '')",
+                         v, sizeof v, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (v[0] == '\0') {
+        put_err(why, whylen,
+                "the server has no pawl_native extension (build and install it with `make "
+                "native` as root, from sql/native)");
+        return 1;
+    }
+    if (strcmp(v, NATIVE_VERSION) != 0) {
+        put_err(why, whylen,
+                "the server's pawl_native is version %s, and this pawl needs %s (install the "
+                "pawl_native of this pawl)",
+                v, NATIVE_VERSION);
+        return 1;
+    }
+    rc = first_value(c, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user", v,
+                     sizeof v, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (v[0] != 't') {
+        put_err(why, whylen,
+                "declaring pawl's functions in C needs a superuser (run pawl init as one, once)");
+        return 1;
+    }
+    return 0;
+}
+
+/* Switch c's database to want (AUTO resolved here); *active gets what runs afterwards. Runs
+ * under the migration lock (the caller holds it). */
+static int server_path_locked(PGconn *c, int want, int *active, char *err, size_t errlen)
+{
+    char set[32], why[256] = "";
+    int rc = first_value(c, "SELECT coalesce(current_setting('pawl.server_path', true), '')", set,
+                         sizeof set, err, errlen);
+    if (rc != 0)
+        return rc;
+    int from_setting = 0;
+    if (want == PAWL_SERVER_AUTO && set[0] != '\0' && strcmp(set, "auto") != 0) {
+        if (strcmp(set, "sql") == 0)
+            want = PAWL_SERVER_SQL;
+        else if (strcmp(set, "native") == 0)
+            want = PAWL_SERVER_NATIVE;
+        else {
+            put_err(err, errlen, "pawl.server_path is '%.20s': it must be auto, native or sql",
+                    set);
+            return PAWL_EINVAL;
+        }
+        from_setting = 1;
+    }
+    int now = 0;
+    if ((rc = active_path(c, &now, err, errlen)) != 0)
+        return rc;
+    int target = want;
+    if (want != PAWL_SERVER_SQL) {
+        rc = native_available(c, why, sizeof why, err, errlen);
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && want == PAWL_SERVER_NATIVE) {
+            put_err(err, errlen, "the native server path is not available%s: %s",
+                    from_setting ? " (pawl.server_path is 'native')" : "", why);
+            return PAWL_ENOTSUP;
+        }
+        target = rc == 1 ? PAWL_SERVER_SQL : PAWL_SERVER_NATIVE;
+    }
+    if (target != now) {
+        char e[512];
+        if ((rc = run(c, "BEGIN", NULL, err, errlen)) != 0)
+            return rc;
+        rc = target == PAWL_SERVER_NATIVE
+                 ? run(c, "CREATE EXTENSION IF NOT EXISTS pawl_native", NULL, e, sizeof e)
+                 : 0;
+        if (rc == 0)
+            rc = run(c,
+                     target == PAWL_SERVER_NATIVE ? pawl_native_activate_sql
+                                                  : pawl_native_deactivate_sql,
+                     NULL, e, sizeof e);
+        if (rc == 0)
+            rc = run(c, "COMMIT", NULL, e, sizeof e);
+        if (rc != 0) {
+            PQclear(PQexec(c, "ROLLBACK"));
+            if (want == PAWL_SERVER_AUTO && target == PAWL_SERVER_NATIVE) {
+                PAWL_WARN("schema",
+                          "server functions: could not switch to native (%s); the SQL "
+                          "functions stay",
+                          e);
+                target = now;
+            } else {
+                put_err(err, errlen, "switching the server functions to %s failed: %s",
+                        pawl_server_path_name(target), e);
+                return rc;
+            }
+        }
+    }
+    if ((rc = active_path(c, active, err, errlen)) != 0)
+        return rc;
+    if (*active == PAWL_SERVER_NATIVE)
+        PAWL_INFO("schema", "server functions: native (pawl_native %s)", NATIVE_VERSION);
+    else
+        PAWL_INFO("schema", "server functions: SQL%s%s%s", why[0] ? " (" : "", why,
+                  why[0] ? ")" : "");
+    return 0;
+}
+
+int pawl_schema_server_path(const char *dsn, int want, int *active, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    int dummy = 0;
+    if (active == NULL)
+        active = &dummy;
+    if (want != PAWL_SERVER_AUTO && want != PAWL_SERVER_NATIVE && want != PAWL_SERVER_SQL) {
+        put_err(err, errlen, "server path %d: not auto, native or sql", want);
+        return PAWL_EINVAL;
+    }
+    PGconn *c = NULL;
+    int rc = open_conn(dsn, &c, err, errlen);
+    if (rc != 0)
+        return rc;
+    int standby = 0, v = 0;
+    rc = in_recovery(c, &standby, err, errlen);
+    if (rc == 0 && standby)
+        rc = pawl_schema_standby_error(dsn, "choosing the server functions", err, errlen);
+    if (rc == 0 && (rc = run(c, MIGRATE_LOCK, NULL, err, errlen)) == 0) {
+        rc = db_version(c, &v, err, errlen);
+        if (rc == 0 && v != pawl_schema_lib_version()) {
+            put_err(err, errlen,
+                    "the database schema is version %d and this pawl's is %d: run pawl init first",
+                    v, pawl_schema_lib_version());
+            rc = PAWL_ESCHEMA;
+        }
+        if (rc == 0)
+            rc = server_path_locked(c, want, active, err, errlen);
+        PQclear(PQexec(c, MIGRATE_UNLOCK));
+    }
+    PQfinish(c);
+    return rc;
+}
+
 /*
  * A migration's DDL needs strong locks on tables that appends, reads and runs use. Waiting for
  * one behind a long transaction would queue all of those behind the wait, so each try waits at
@@ -321,6 +511,10 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
         PAWL_INFO("schema", "applied migration %s", m->name);
     }
     rc = 0;
+    if (target >= pawl_schema_lib_version()) {
+        int active = 0;
+        rc = server_path_locked(c, PAWL_SERVER_AUTO, &active, err, errlen);
+    }
 unlock:
     PQclear(PQexec(c, MIGRATE_UNLOCK));
 out:

@@ -21,6 +21,10 @@ struct pawl_migration {
 extern const struct pawl_migration pawl_migrations[];
 extern const int pawl_migrations_count;
 
+/* sql/native/activate.sql and deactivate.sql: the native path's switches (see schema.c). */
+extern const char pawl_native_activate_sql[];
+extern const char pawl_native_deactivate_sql[];
+
 /* The highest version this library knows. */
 int pawl_schema_lib_version(void);
 

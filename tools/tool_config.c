@@ -26,6 +26,8 @@
     .offset = offsetof(struct tool_config, field), .size = sizeof(((struct tool_config *)0)->field)
 
 static const char *const progress_modes[] = {"auto", "live", "plain", "off", NULL};
+/* In the order of enum pawl_server_path. */
+static const char *const server_paths[] = {"auto", "native", "sql", NULL};
 
 #define S_PROC TOOL_SCOPE_RUN
 #define S_STORE                                                                                    \
@@ -350,6 +352,17 @@ static const struct tool_flag tflags[] = {
                  "take to exit once its input ends",
              AT(tool.exec_ack_timeout_ms)},
      .scope = TOOL_SCOPE_RUN,
+     .kind = TOOL_FLAG_SETTING},
+    {.row = {.name = "server-path",
+             .type = PAWL_FLAG_ENUM,
+             .def = 0, /* auto */
+             .choices = server_paths,
+             .help = "init: the server functions to use: native (the pawl_native extension, "
+                     "which `make native` builds and installs), sql (the portable PL/pgSQL "
+                     "functions), or auto (native when the server has it and the login is a "
+                     "superuser, unless the database's pawl.server_path setting says otherwise)",
+             AT(tool.server_path)},
+     .scope = TOOL_SCOPE_INIT,
      .kind = TOOL_FLAG_SETTING},
     {.row = {.name = "exec-pass-secrets",
              .type = PAWL_FLAG_BOOL,

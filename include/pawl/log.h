@@ -284,6 +284,35 @@ PAWL_API void pawl_store_opts_defaults(struct pawl_store_opts *o);
 PAWL_API int pawl_schema_migrate(const char *dsn, char *err, size_t errlen);
 
 /*
+ * Which implementation of pawl's server functions a database runs. The SQL functions (PL/pgSQL)
+ * work on any PostgreSQL; the native ones come from the server extension pawl_native (built
+ * from sql/native and installed into the server's library folder), with the same contract
+ * (signatures, results, errors, privileges, guarantees) at a fraction of the server's work.
+ * Today the finalization run (pawl.finalize) has a native version.
+ */
+enum pawl_server_path {
+    PAWL_SERVER_AUTO = 0,   /* native when the server offers pawl_native, else SQL */
+    PAWL_SERVER_NATIVE = 1, /* native, or fail saying why not */
+    PAWL_SERVER_SQL = 2,    /* the portable SQL functions */
+};
+
+/*
+ * Switch the database named by dsn to `want` (an enum pawl_server_path; online: a run in
+ * progress finishes with the version it started with) and write the path now active into
+ * *active (may be NULL). AUTO first honours the setting pawl.server_path ('sql', 'native' or
+ * 'auto'; for example ALTER DATABASE app SET pawl.server_path = 'sql'), then takes native when
+ * the server has pawl_native at this library's version and the caller may declare C functions
+ * (a superuser), else SQL. Needs the schema at this library's version. Returns 0, PAWL_ENOTSUP
+ * (NATIVE asked and not available: err says why), PAWL_ESCHEMA, PAWL_ECONN or PAWL_ESQL.
+ * pawl_schema_migrate applies AUTO after its migrations.
+ */
+PAWL_API int pawl_schema_server_path(const char *dsn, int want, int *active, char *err,
+                                     size_t errlen);
+
+/* "auto", "native", "sql" (or "?") for an enum pawl_server_path. */
+PAWL_API const char *pawl_server_path_name(int path);
+
+/*
  * The schema version in the database (0 when there is none) and the one this library
  * brings. Returns 0 or PAWL_ECONN / PAWL_ESQL (text in err).
  */

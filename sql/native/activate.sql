@@ -1,0 +1,18 @@
+-- sql/native/activate.sql: point pawl.finalize and the runs_guard trigger's function at the native
+-- implementations (pawl_native.c) in a database that has the pawl schema. Run as a superuser (a C
+-- function can only be declared by one) after `make -C sql/native install`. CREATE OR REPLACE
+-- keeps each function's owner and grants, and the trigger on pawl.runs keeps firing (only its
+-- function's body changes). pawl.finalize stays SECURITY DEFINER with search_path pinned and needs
+-- none of the SQL version's planner settings (it plans nothing); runs_guard needs no pinned
+-- search_path (it names pawl.runs with its schema and evaluates nothing by name).
+-- sql/native/deactivate.sql puts the SQL versions back. Both are online: a run in progress
+-- finishes with the version it started with.
+CREATE OR REPLACE FUNCTION pawl.finalize(max_appends int4 DEFAULT 2000)
+RETURNS TABLE (appends int8, events int8, last_index int8)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS '$libdir/pawl_native', 'pawl_finalize';
+
+CREATE OR REPLACE FUNCTION pawl.runs_guard() RETURNS trigger
+LANGUAGE c
+AS '$libdir/pawl_native', 'pawl_runs_guard';

@@ -1,0 +1,156 @@
+-- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
+-- activate.sql made pawl's functions native: pawl.finalize as sql/014_own_xid.sql defines it and
+-- pawl.runs_guard as sql/006_log_guarantees.sql does, copied exactly (pg_test_server_path
+-- compares the result with a database that never left the SQL path: a migration that changes
+-- either function must change this file too). CREATE OR REPLACE keeps owners and grants.
+CREATE OR REPLACE FUNCTION pawl.finalize(max_appends int4 DEFAULT 2000)
+RETURNS TABLE (appends int8, events int8, last_index int8)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+SET max_parallel_workers_per_gather = 0
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    prev    pawl.runs%ROWTYPE;
+    snap    pg_snapshot;
+    mine    xid8;
+    c_xids  xid8[];
+    c_ns    int4[];
+    c_bases int8[];
+    cnt     int4;
+    total   int8;
+    first   int8;
+    nx      xid8;
+    np      xid8[];
+    lo      int4;
+    hi      int4;
+BEGIN
+    IF max_appends IS NULL OR max_appends < 1 THEN
+        RAISE EXCEPTION 'pawl.finalize: max_appends must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pawl.finalize must run at READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'SET default_transaction_isolation = ''read committed'' for the '
+                         'session that finalizes';
+    END IF;
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        RAISE EXCEPTION 'pawl.finalize must run with synchronous_commit on or stronger, not %',
+            current_setting('synchronous_commit')
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'SET synchronous_commit = on in the session that finalizes (and keep it '
+                         'so until its COMMIT)';
+    END IF;
+    -- The finalizer's lock, held until this transaction ends. No xid and no WAL.
+    BEGIN
+        LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN QUERY SELECT -1::int8, -1::int8,
+            (SELECT r.last_index FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1);
+        RETURN;
+    END;
+    -- A caller that keeps its transaction open and idle keeps the gate: the server ends such a
+    -- session after 5 s (a shorter setting of its own stays).
+    IF current_setting('idle_in_transaction_session_timeout') = '0'
+       OR current_setting('idle_in_transaction_session_timeout')::interval > interval '5 s' THEN
+        PERFORM set_config('idle_in_transaction_session_timeout', '5s', true);
+    END IF;
+
+    SELECT * INTO prev FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1;
+    -- Taken after the lock (read committed: a new snapshot per statement): the previous run's
+    -- rows are visible to it and to what follows. The caller's own xid is missing from its
+    -- snapshot's running list, so it looks completed: it is left out here and kept open below.
+    snap := pg_current_snapshot();
+    mine := pg_current_xact_id_if_assigned();
+
+    SELECT coalesce(array_agg(u.xid ORDER BY u.ticket NULLS FIRST, u.xid), '{}'),
+           coalesce(array_agg(u.n ORDER BY u.ticket NULLS FIRST, u.xid), '{}')
+      INTO c_xids, c_ns
+      FROM (SELECT e.xid, e.n, e.ticket FROM pawl.events e
+             WHERE e.xid >= prev.scan_xmax AND e.k = 0
+            UNION ALL
+            SELECT e.xid, e.n, e.ticket FROM pawl.events e
+             WHERE e.xid = ANY (prev.open_xids) AND e.k = 0
+               AND e.xid < prev.scan_xmax) u
+     WHERE pg_visible_in_snapshot(u.xid, snap)
+       AND u.xid IS DISTINCT FROM mine;
+
+    cnt := cardinality(c_xids);
+    IF cnt = 0 THEN
+        -- Nothing written: the previous horizon stays valid (nothing changed that it covers;
+        -- the caller's own xid, if it appended, is at or above it or among its open xids).
+        RETURN QUERY SELECT 0::int8, 0::int8, prev.last_index;
+        RETURN;
+    END IF;
+
+    first := prev.last_index + 1;
+    SELECT array_agg(s.b ORDER BY s.o), max(s.b + s.n) - first
+      INTO c_bases, total
+      FROM (SELECT t.o, t.n, first + sum(t.n) OVER (ORDER BY t.o) - t.n AS b
+              FROM unnest(c_ns) WITH ORDINALITY AS t(n, o)) s;
+
+    -- Everything completed at snap is now finalized, except the caller's own transaction.
+    nx := pg_snapshot_xmax(snap);
+    np := ARRAY(SELECT x
+                  FROM (SELECT pg_snapshot_xip(snap)
+                        UNION SELECT mine WHERE mine IS NOT NULL AND mine < nx) AS v(x)
+                 ORDER BY x);
+
+    -- Rows of at most max_appends appends (what a reader maps at once), contiguous.
+    lo := 1;
+    WHILE lo <= cnt LOOP
+        hi := least(cnt, lo + max_appends - 1);
+        INSERT INTO pawl.runs (last_index, first_index, scan_xmax, xids, bases, ns, open_xids)
+        VALUES (c_bases[hi] + c_ns[hi] - 1, c_bases[lo], nx, c_xids[lo:hi], c_bases[lo:hi],
+                c_ns[lo:hi], np);
+        lo := hi + 1;
+    END LOOP;
+
+    PERFORM pg_notify('pawl_log', (first + total - 1)::text);
+    RETURN QUERY SELECT cnt::int8, total, first + total - 1;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION pawl.runs_guard() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    prev int8;
+    c    int4;
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        RAISE EXCEPTION 'pawl.runs: rows are never updated or deleted'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    SELECT r.last_index INTO prev FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1;
+    c := cardinality(NEW.xids);
+    IF prev IS NULL THEN
+        IF NEW.first_index <> 0 OR NEW.last_index <> 0 OR c <> 0 THEN
+            RAISE EXCEPTION 'pawl.runs: the first row must be the origin (0, 0, no appends)'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.first_index <> prev + 1 THEN
+        RAISE EXCEPTION 'pawl.runs: a run must start at % (the last index + 1), not at %',
+            prev + 1, NEW.first_index USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    IF c < 1 OR cardinality(NEW.bases) <> c OR cardinality(NEW.ns) <> c
+       OR NEW.bases[1] <> NEW.first_index
+       OR NEW.ns[c] < 1
+       OR NEW.last_index <> NEW.bases[c] + NEW.ns[c] - 1 THEN
+        RAISE EXCEPTION 'pawl.runs: run % .. % is not a contiguous list of appends',
+            NEW.first_index, NEW.last_index USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$fn$;
