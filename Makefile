@@ -111,13 +111,20 @@ test-tsan: deps
 # libFuzzer targets (tests/fuzz/): built with clang, fuzzer + ASan + UBSan, into build-fuzz; each
 # runs FUZZ_SECONDS from its committed seed corpus (new inputs go to build-fuzz/corpus/, crashes to
 # build-fuzz/crashes/). Any crash fails the target; add the input to tests/fuzz/corpus/NAME/.
+# The summary gives each target's executions and executions per second. A target slower than
+# FUZZ_MIN_EXEC_S fails too: a harness or a parser that became dear per input (a lookup gone
+# quadratic, a connection attempt) fuzzes next to nothing in its minute and passes unnoticed
+# otherwise. Every target runs above 10,000/s on an idle 2-core machine: the floor leaves 5x for a
+# shared CI machine and still fails a target whose inputs cost half a millisecond or more. Runs
+# shorter than 30 s are mostly start-up (loading the corpus): the floor is not applied to them.
 FUZZ_SECONDS ?= 60
+FUZZ_MIN_EXEC_S ?= 2000
 FUZZ_TARGETS = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAWL_FUZZ=ON \
 		-DPAWL_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-fuzz -j$(JOBS) --target fuzz_all
-	@mkdir -p build-fuzz/crashes; for t in $(FUZZ_TARGETS); do \
+	@mkdir -p build-fuzz/crashes; summary=; slow=; for t in $(FUZZ_TARGETS); do \
 		mkdir -p build-fuzz/corpus/$$t; \
 		dict=; [ -f tests/fuzz/$$t.dict ] && dict=-dict=tests/fuzz/$$t.dict; \
 		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
@@ -126,8 +133,20 @@ fuzz: deps
 			-rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/crashes/$$t- $$dict \
 			build-fuzz/corpus/$$t tests/fuzz/corpus/$$t 2>build-fuzz/$$t.log \
 			|| { tail -60 build-fuzz/$$t.log; echo "fuzz: $$t FAILED (log: build-fuzz/$$t.log)"; exit 1; }; \
-		grep -E '^(stat::number_of_executed_units|stat::new_units_added|#[0-9]+.*DONE)' build-fuzz/$$t.log | tr '\n' ' '; echo; \
-	done
+		runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' build-fuzz/$$t.log); \
+		rate=$$(sed -n 's/^stat::average_exec_per_sec: *//p' build-fuzz/$$t.log); \
+		new=$$(sed -n 's/^stat::new_units_added: *//p' build-fuzz/$$t.log); \
+		line=$$(printf '%-8s %11s executions %8s exec/s %6s new inputs' $$t "$${runs:-?}" "$${rate:-?}" "$${new:-?}"); \
+		echo "fuzz: $$line"; summary="$$summary  $$line"$$'\n'; \
+		[ "$${rate:-0}" -ge $(FUZZ_MIN_EXEC_S) ] 2>/dev/null || slow="$$slow $$t"; \
+	done; \
+	floor="floor $(FUZZ_MIN_EXEC_S) exec/s"; \
+	if [ $(FUZZ_SECONDS) -lt 30 ]; then floor="no floor below 30 s"; slow=; fi; \
+	echo "fuzz: summary ($(FUZZ_SECONDS) s per target, $$floor):"; \
+	printf '%s' "$$summary"; \
+	if [ -n "$$slow" ]; then \
+		echo "fuzz: FAILED: below $(FUZZ_MIN_EXEC_S) executions/s:$$slow (logs: build-fuzz/NAME.log)"; exit 1; \
+	fi
 
 bench: build pg-start
 	$(BUILD)/bin/pawl bench $(BENCH_ARGS)

@@ -13,7 +13,8 @@
  *
  * A value is parsed completely and checked against its range before anything is stored: a
  * refused value leaves the config unchanged. The table is immutable static data, safe to read
- * from any thread; a struct pawl_config is plain data owned by its caller.
+ * from any thread (its index by name and the defaults are built from it once, under
+ * pthread_once); a struct pawl_config is plain data owned by its caller.
  */
 #include "pawl/config.h"
 #include "common.h"
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,13 +122,56 @@ bool pawl_flag_named(const struct pawl_flag *f, const char *name)
     return *flag == '\0' && *name == '\0';
 }
 
+/* name against a table name (lower case, '-'), name folded as pawl_flag_named folds it: 0 when
+ * name names it, else the order of strcmp on the folded name. */
+static int name_cmp(const char *name, const char *flag)
+{
+    if (name == flag)
+        return 0; /* a row's own name, as the loops over the table pass it */
+    for (;; name++, flag++) {
+        unsigned char c = *name == '_' ? '-' : (unsigned char)tolower((unsigned char)*name);
+        if (c != (unsigned char)*flag || c == '\0')
+            return (int)c - (int)(unsigned char)*flag;
+    }
+}
+
+/* The table's indexes in name order, for lookups by name (a binary search: set, get and
+ * source_of run one per call, and a program can call them for every flag). Sorted once under
+ * pthread_once, read-only after. */
+static unsigned char by_name[PAWL_ARRAY_LEN(flags)];
+_Static_assert(PAWL_ARRAY_LEN(flags) <= 256, "by_name holds indexes as unsigned char");
+static pthread_once_t by_name_once = PTHREAD_ONCE_INIT;
+
+static int by_name_order(const void *a, const void *b)
+{
+    return strcmp(flags[*(const unsigned char *)a].name, flags[*(const unsigned char *)b].name);
+}
+
+static void by_name_sort(void)
+{
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++) {
+        PAWL_ASSERT(name_cmp(flags[i].name, flags[i].name) == 0); /* stored folded */
+        by_name[i] = (unsigned char)i;
+    }
+    qsort(by_name, PAWL_ARRAY_LEN(flags), sizeof by_name[0], by_name_order);
+}
+
 static int flag_index(const char *name)
 {
     if (name == NULL)
         return -1;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
-        if (pawl_flag_named(&flags[i], name))
-            return (int)i;
+    pthread_once(&by_name_once, by_name_sort);
+    size_t lo = 0, hi = PAWL_ARRAY_LEN(flags);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = name_cmp(name, flags[by_name[mid]].name);
+        if (c == 0)
+            return by_name[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
     return -1;
 }
 
@@ -362,8 +407,22 @@ static int parse_bool(const char *v, int64_t *out)
     return PAWL_EINVAL;
 }
 
-/* Parse and range-check value for f; on failure write the message and return the code. */
-static int parse_value(const struct pawl_flag *f, const char *value, const char *label,
+/* How a message names the flag: "--batch-size", or "PAWL_BATCH_SIZE (--batch-size)" for a value
+ * from the environment. Formatted only when a message is written. */
+static void label_for(const struct pawl_flag *f, enum pawl_config_source src, char *out,
+                      size_t outlen)
+{
+    if (src == PAWL_SRC_ENV) {
+        char env[96];
+        snprintf(out, outlen, "%s (--%s)", pawl_config_flag_env(f, env, sizeof env), f->name);
+    } else {
+        snprintf(out, outlen, "--%s", f->name);
+    }
+}
+
+/* Parse and range-check value for f; on failure write the message (naming the flag as src
+ * gave it) and return the code. */
+static int parse_value(const struct pawl_flag *f, const char *value, enum pawl_config_source src,
                        struct parsed *p, char *err, size_t errlen)
 {
     int rc = 0;
@@ -411,8 +470,9 @@ static int parse_value(const struct pawl_flag *f, const char *value, const char 
         break;
     }
     if (rc != 0 && err && errlen) {
-        char allowed[256];
+        char allowed[256], label[160];
         pawl_config_flag_allowed(f, allowed, sizeof allowed);
+        label_for(f, src, label, sizeof label);
         /* Long strings are cut in the message; the flag's name and the limit say enough. A
          * DSN is never quoted: it may carry a password. */
         if (strcmp(f->name, "dsn") == 0 || strcmp(f->name, "read-dsn") == 0)
@@ -476,31 +536,21 @@ static int64_t load_int(const void *field, size_t size)
     }
 }
 
-static void label_for(const struct pawl_flag *f, enum pawl_config_source src, char *out,
-                      size_t outlen)
-{
-    if (src == PAWL_SRC_ENV) {
-        char env[96];
-        snprintf(out, outlen, "%s (--%s)", pawl_config_flag_env(f, env, sizeof env), f->name);
-    } else {
-        snprintf(out, outlen, "--%s", f->name);
-    }
-}
-
 int pawl_flag_set(const struct pawl_flag *f, void *base, const char *value,
                   enum pawl_config_source src, unsigned char *owned, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
     char label[160];
-    label_for(f, src, label, sizeof label);
     if (value == NULL) {
-        if (err && errlen)
+        if (err && errlen) {
+            label_for(f, src, label, sizeof label);
             snprintf(err, errlen, "%s needs a value", label);
+        }
         return PAWL_EINVAL;
     }
     struct parsed p = {0};
-    int rc = parse_value(f, value, label, &p, err, errlen);
+    int rc = parse_value(f, value, src, &p, err, errlen);
     if (rc != 0)
         return rc;
     char *field = (char *)base + f->offset;
@@ -515,8 +565,10 @@ int pawl_flag_set(const struct pawl_flag *f, void *base, const char *value,
         if (s && src != PAWL_SRC_DEFAULT) {
             char *copy = pawl_strdup(p.s);
             if (copy == NULL) {
-                if (err && errlen)
+                if (err && errlen) {
+                    label_for(f, src, label, sizeof label);
                     snprintf(err, errlen, "%s: out of memory", label);
+                }
                 return PAWL_ENOMEM;
             }
             s = copy;
@@ -540,12 +592,29 @@ int pawl_flag_set(const struct pawl_flag *f, void *base, const char *value,
 
 void pawl_flag_set_default(const struct pawl_flag *f, void *base, unsigned char *owned)
 {
-    /* Defaults are checked by the unit tests; a bad one would leave the field unchanged. A
-     * string default is static and stored as it is (a default is never copied). */
-    char text[64];
-    const char *def = f->type == PAWL_FLAG_STRING ? (f->sdef ? f->sdef : "")
-                                                  : pawl_config_flag_default(f, text, sizeof text);
-    (void)pawl_flag_set(f, base, def, PAWL_SRC_DEFAULT, owned, NULL, 0);
+    /* The default is stored as the row holds it, not printed and parsed again: the unit tests
+     * check that every default passes pawl_flag_check and prints back as itself. A string
+     * default is static and stored as it is (never copied); "" stores NULL, as a set does. */
+    char *field = (char *)base + f->offset;
+    switch (f->type) {
+    case PAWL_FLAG_DOUBLE:
+        memcpy(field, &f->ddef, sizeof f->ddef);
+        break;
+    case PAWL_FLAG_STRING: {
+        const char *s = f->sdef && f->sdef[0] ? f->sdef : NULL;
+        if (*owned) {
+            char *old;
+            memcpy(&old, field, sizeof old);
+            pawl_free(old);
+        }
+        memcpy(field, &s, sizeof s);
+        *owned = 0;
+        break;
+    }
+    default: /* BOOL, INT, DURATION, ENUM (the choice's index) */
+        store_int(field, f->size, f->def);
+        break;
+    }
 }
 
 void pawl_flag_fini(const struct pawl_flag *f, void *base, unsigned char *owned)
@@ -568,11 +637,21 @@ static int set_index(struct pawl_config *cfg, int idx, const char *value,
     return rc;
 }
 
+/* Every flag's default, filled once under pthread_once and copied by each call (a default owns
+ * no string, so a copy is a config of its own). */
+static struct pawl_config defaults;
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+
+static void defaults_fill(void)
+{
+    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
+        pawl_flag_set_default(&flags[i], &defaults, &defaults._owned[i]);
+}
+
 void pawl_config_defaults(struct pawl_config *cfg)
 {
-    memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(flags); i++)
-        pawl_flag_set_default(&flags[i], cfg, &cfg->_owned[i]);
+    pthread_once(&defaults_once, defaults_fill);
+    memcpy(cfg, &defaults, sizeof *cfg);
 }
 
 void pawl_config_fini(struct pawl_config *cfg)
@@ -708,9 +787,7 @@ int pawl_flag_check(const struct pawl_flag *f, const void *base, char *err, size
     }
     /* An enum field holding a number outside its choices prints as that number. */
     struct parsed p;
-    char label[160];
-    label_for(f, PAWL_SRC_API, label, sizeof label);
-    return parse_value(f, text, label, &p, err, errlen);
+    return parse_value(f, text, PAWL_SRC_API, &p, err, errlen);
 }
 
 int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen)

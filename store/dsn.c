@@ -105,23 +105,27 @@ char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen)
 struct secrets {
     int n;
     char *s[MAX_SECRETS];
+    size_t len[MAX_SECRETS]; /* strlen(s[i]) */
 };
 
 static void add_secret(struct secrets *S, const char *p, size_t len)
 {
     /* A percent-decoded "%00" puts a NUL inside: a message (a C string) can only hold what
      * comes before it, and an empty secret would match everywhere. */
+    if (S->n >= MAX_SECRETS)
+        return;
     len = strnlen(p, len);
-    if (len == 0 || S->n >= MAX_SECRETS)
+    if (len == 0)
         return;
     for (int i = 0; i < S->n; i++)
-        if (strlen(S->s[i]) == len && memcmp(S->s[i], p, len) == 0)
+        if (S->len[i] == len && memcmp(S->s[i], p, len) == 0)
             return;
     char *c = malloc(len + 1);
     if (c == NULL)
         return;
     memcpy(c, p, len);
     c[len] = '\0';
+    S->len[S->n] = len;
     S->s[S->n++] = c;
 }
 
@@ -133,30 +137,59 @@ static int hexval(int c)
                                   : -1;
 }
 
+/* The characters at which libpq's URI parser may stop ("/?@:&#=[]"). */
+static int uri_delimiter(char c)
+{
+    switch (c) {
+    case '/':
+    case '?':
+    case '@':
+    case ':':
+    case '&':
+    case '#':
+    case '=':
+    case '[':
+    case ']':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* A URI piece: as written, percent-decoded, and (for a malformed URI, whose parser may stop at
  * any delimiter and quote what came before) each run between delimiters. */
 static void add_uri_secret(struct secrets *S, const char *p, size_t len)
 {
+    if (S->n >= MAX_SECRETS)
+        return; /* full: each piece below would be dropped, after a pass over len bytes */
     add_secret(S, p, len);
-    char *d = malloc(len + 1);
-    if (d == NULL)
-        return;
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        int h, l;
-        if (p[i] == '%' && i + 2 < len && (h = hexval((unsigned char)p[i + 1])) >= 0 &&
-            (l = hexval((unsigned char)p[i + 2])) >= 0) {
-            d[n++] = (char)(h * 16 + l);
-            i += 2;
-        } else {
-            d[n++] = p[i];
+    char *d = memchr(p, '%', len) ? malloc(len + 1) : NULL; /* without '%': decoded is p */
+    if (d != NULL) {
+        size_t n = 0, i = 0;
+        while (i < len) {
+            /* The bytes up to the next '%' as they are, then the escape. */
+            const char *pct = memchr(p + i, '%', len - i);
+            size_t span = pct ? (size_t)(pct - (p + i)) : len - i;
+            memcpy(d + n, p + i, span);
+            n += span;
+            i += span;
+            if (i == len)
+                break;
+            int h, l;
+            if (i + 2 < len && (h = hexval((unsigned char)p[i + 1])) >= 0 &&
+                (l = hexval((unsigned char)p[i + 2])) >= 0) {
+                d[n++] = (char)(h * 16 + l);
+                i += 3;
+            } else {
+                d[n++] = p[i++];
+            }
         }
+        add_secret(S, d, n);
+        free(d);
     }
-    add_secret(S, d, n);
-    free(d);
     size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i == len || strchr("/?@:&#=[]", p[i])) {
+    for (size_t i = 0; i <= len && S->n < MAX_SECRETS; i++) {
+        if (i == len || uri_delimiter(p[i])) {
             if (i - start >= 2 && !(start == 0 && i == len))
                 add_secret(S, p + start, i - start);
             start = i + 1;
@@ -203,10 +236,18 @@ static void collect_uri_userinfo(const char *dsn, struct secrets *S)
     }
 }
 
-/* password=VALUE / sslpassword=VALUE anywhere (the key=value form and a URI's query). */
+/* password=VALUE / sslpassword=VALUE anywhere (the key=value form and a URI's query). The
+ * searches are bounded by the string's end, found once, rather than each finding it again. */
 static void collect_keywords(const char *dsn, struct secrets *S, int uri)
 {
-    for (const char *k = strstr(dsn, "password"); k; k = strstr(k + 1, "password")) {
+    const char *end = dsn + strlen(dsn);
+    const char *value_end = NULL; /* where the last unquoted value ended */
+    for (const char *k = memmem(dsn, (size_t)(end - dsn), "password", 8); k;
+         k = memmem(k + 1, (size_t)(end - k - 1), "password", 8)) {
+        /* Full: nothing more would be kept, and each value can run to the end of the string
+         * ("password=password=..."): going on would make the scan quadratic in its length. */
+        if (S->n >= MAX_SECRETS)
+            break;
         const char *p = k + 8;
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
             p++;
@@ -216,8 +257,9 @@ static void collect_keywords(const char *dsn, struct secrets *S, int uri)
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
             p++;
         if (*p == '\'' && !uri) {
+            value_end = NULL;
             const char *v = ++p;
-            size_t cap = strlen(v) + 1, n = 0;
+            size_t cap = (size_t)(end - v) + 1, n = 0;
             char *un = malloc(cap);
             while (*p && *p != '\'') {
                 if (*p == '\\' && p[1])
@@ -232,8 +274,14 @@ static void collect_keywords(const char *dsn, struct secrets *S, int uri)
             free(un);
         } else {
             const char *v = p;
+            /* A value that starts inside the previous one ("password=password=...") ends where
+             * that one ended: no character between can end it. Not scanned again, the values
+             * cost one pass over the string. */
+            if (value_end != NULL && v < value_end)
+                p = value_end;
             while (*p && !isspace((unsigned char)*p) && !(uri && (*p == '&' || *p == '#')))
                 p++;
+            value_end = p;
             if (uri)
                 add_uri_secret(S, v, (size_t)(p - v));
             else
@@ -269,37 +317,42 @@ int pawl_dsn_has_password(const char *dsn)
     return has;
 }
 
-/* Replace every occurrence of secret in *buf (heap, reallocated) by "***". */
-static void replace_all(char **buf, const char *secret)
+/* Replace every occurrence of secret (sl bytes) in *buf (heap, *len bytes before its NUL,
+ * reallocated) by "***". The searches are bounded by the known lengths. */
+static void replace_all(char **buf, size_t *len, const char *secret, size_t sl)
 {
-    size_t sl = strlen(secret);
     size_t count = 0;
     if (sl == 0)
         return; /* matches at every position: nothing to hide, and no end to the loops */
-    for (const char *p = strstr(*buf, secret); p; p = strstr(p + sl, secret))
+    const char *end = *buf + *len;
+    for (const char *p = memmem(*buf, *len, secret, sl); p;
+         p = memmem(p + sl, (size_t)(end - p) - sl, secret, sl))
         count++;
     if (count == 0)
         return;
-    size_t len = strlen(*buf);
-    size_t nl = len - count * sl + count * 3;
+    size_t nl = *len - count * sl + count * 3;
     char *o = malloc(nl + 1);
     if (o == NULL) {
         /* No memory to rewrite it: hide the whole message rather than print a secret. */
-        snprintf(*buf, len + 1, "%s", len >= 3 ? "***" : "");
+        snprintf(*buf, *len + 1, "%s", *len >= 3 ? "***" : "");
+        *len = strlen(*buf);
         return;
     }
     char *w = o;
     const char *r = *buf;
-    for (const char *p = strstr(r, secret); p; p = strstr(r, secret)) {
+    for (const char *p = memmem(r, (size_t)(end - r), secret, sl); p;
+         p = memmem(r, (size_t)(end - r), secret, sl)) {
         memcpy(w, r, (size_t)(p - r));
         w += p - r;
         memcpy(w, "***", 3);
         w += 3;
         r = p + sl;
     }
-    strcpy(w, r);
+    memcpy(w, r, (size_t)(end - r));
+    w[end - r] = '\0';
     free(*buf);
     *buf = o;
+    *len = nl;
 }
 
 char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
@@ -321,13 +374,17 @@ char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
     /* Longest first, so that a secret containing another is replaced whole. */
     for (int i = 0; i < S.n; i++)
         for (int j = i + 1; j < S.n; j++)
-            if (strlen(S.s[j]) > strlen(S.s[i])) {
+            if (S.len[j] > S.len[i]) {
                 char *t = S.s[i];
+                size_t tl = S.len[i];
                 S.s[i] = S.s[j];
+                S.len[i] = S.len[j];
                 S.s[j] = t;
+                S.len[j] = tl;
             }
+    size_t len = strlen(buf);
     for (int i = 0; i < S.n; i++)
-        replace_all(&buf, S.s[i]);
+        replace_all(&buf, &len, S.s[i], S.len[i]);
     snprintf(out, outlen, "%s", buf);
     pawl_free(buf);
     free_secrets(&S);

@@ -100,8 +100,12 @@ static const struct tool_cmd commands[] = {
      "--claim-timeout, its node gone). Lag counts the events after the "
      "token that belong to the segment, by one scan of the log (up to 1,000,000 events; beyond "
      "that it shows head - token, marked <=). Lag in seconds is the age of the oldest unhandled "
-     "event. --json prints the same as one JSON document; --watch refreshes every interval "
-     "(in place on a terminal; one JSON document per line with --json). --metrics adds totals.",
+     "event. Above the segments it names each session that keeps the finalizer out of its "
+     "gate: holding the gate (held by), holding a lock on it in another mode that conflicts "
+     "(blocked by) or waiting for one (wanted by), with pid, user, application, lock mode and "
+     "how long; or says the gate is free. --json prints the same as one JSON document; --watch "
+     "refreshes every interval (in place on a terminal; one JSON document per line with "
+     "--json). --metrics adds totals.",
      cmd_status, 1},
     {"reset", TOOL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
      "Move a stopped processor's tokens to a position",

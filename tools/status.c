@@ -174,23 +174,34 @@ int tool_status_claim_expired(const struct tool_status *st, const struct pawl_se
 }
 
 /*
- * The finalizer lock's holder. A transaction advisory lock shows in pg_locks as locktype
- * 'advisory' with the two int4 keys in classid and objid (objsubid 2), in this database only;
- * the table lock as locktype 'relation' in ExclusiveLock mode. How long: since the holder's
- * transaction began (a session-level lock taken by hand: since its last state change); NULL
- * where pg_stat_activity hides other logins' sessions.
+ * The sessions with a lock on the finalizer's gate in a mode that conflicts with its EXCLUSIVE
+ * (every mode but ACCESS SHARE), granted or waiting, in this database. The gate is found through
+ * the catalogs, not by name (to_regclass): a login without USAGE on pawl_locks cannot name it,
+ * and the query works whichever of the two gates the schema has. A prepared transaction holds
+ * its locks without a backend (pid NULL); its gid, owner and age come from pg_prepared_xacts
+ * where its virtual transaction reads -1/xid, and stay unknown otherwise. How long: a holder
+ * since its transaction began, a waiter since it asked (waitstart), a prepared transaction since
+ * it was prepared; NULL where pg_stat_activity hides another login's session.
  */
 static const char FIN_LOCK_SQL[] =
-    "SELECT l.pid, coalesce(a.application_name, ''),"
-    "       extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.state_change))::float8"
-    "  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
-    " WHERE l.granted AND l.pid IS NOT NULL"
-    "   AND ((l.locktype = 'advisory' AND l.classid = 1885435756 AND l.objid = 1"
-    "         AND l.objsubid = 2"
-    "         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-    "     OR (l.locktype = 'relation' AND l.mode = 'ExclusiveLock'"
-    "         AND l.relation = to_regclass('pawl.finalizer_gate')))"
-    " ORDER BY 3 DESC NULLS LAST LIMIT 1";
+    "SELECT coalesce(l.pid, 0), l.granted, l.mode,"
+    "       coalesce(a.usename::text, p.owner::text, ''), coalesce(a.application_name, ''),"
+    "       coalesce(p.gid, ''),"
+    "       extract(epoch FROM clock_timestamp() - CASE WHEN NOT l.granted THEN l.waitstart"
+    "                                                   WHEN l.pid IS NULL THEN p.prepared"
+    "                                                   ELSE a.xact_start END)::float8"
+    "  FROM pg_catalog.pg_locks l"
+    "  JOIN pg_catalog.pg_class c ON c.oid = l.relation"
+    "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    "  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid"
+    "  LEFT JOIN pg_catalog.pg_prepared_xacts p"
+    "         ON l.pid IS NULL AND l.virtualtransaction = '-1/' || p.transaction::text"
+    " WHERE l.locktype = 'relation' AND l.mode <> 'AccessShareLock'"
+    "   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d"
+    "                      WHERE d.datname = pg_catalog.current_database())"
+    "   AND ((n.nspname = 'pawl_locks' AND c.relname = 'finalizer')"
+    "        OR (n.nspname = 'pawl' AND c.relname = 'finalizer_gate'))"
+    " ORDER BY l.granted DESC, 7 DESC NULLS LAST, 1";
 
 void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out)
 {
@@ -208,11 +219,21 @@ void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out)
         snprintf(out->why, sizeof out->why, "%s", PQerrorMessage(c));
     } else {
         out->known = 1;
-        if (PQntuples(r) == 1) {
-            out->held = 1;
-            out->pid = (int)strtol(PQgetvalue(r, 0, 0), NULL, 10);
-            snprintf(out->app, sizeof out->app, "%s", PQgetvalue(r, 0, 1));
-            out->held_s = PQgetisnull(r, 0, 2) ? -1 : strtod(PQgetvalue(r, 0, 2), NULL);
+        int rows = PQntuples(r);
+        for (int i = 0; i < rows; i++) {
+            if (out->n == TOOL_FIN_SESSIONS_MAX) {
+                out->more = rows - i;
+                break;
+            }
+            struct tool_fin_session *f = &out->s[out->n++];
+            f->pid = (int)strtol(PQgetvalue(r, i, 0), NULL, 10);
+            f->granted = PQgetvalue(r, i, 1)[0] == 't';
+            out->held |= f->granted;
+            snprintf(f->mode, sizeof f->mode, "%s", PQgetvalue(r, i, 2));
+            snprintf(f->user, sizeof f->user, "%s", PQgetvalue(r, i, 3));
+            snprintf(f->app, sizeof f->app, "%s", PQgetvalue(r, i, 4));
+            snprintf(f->gid, sizeof f->gid, "%s", PQgetvalue(r, i, 5));
+            f->held_s = PQgetisnull(r, i, 6) ? -1 : strtod(PQgetvalue(r, i, 6), NULL);
         }
     }
     /* one line: libpq's messages end with a newline */
@@ -224,9 +245,9 @@ void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out)
 }
 
 /*
- * The application name is any text a client chose: control characters, quotes and backslashes
- * come out escaped (\\n, \\t, \\', \\\\, \\xNN), so that it can neither forge nor break a line;
- * with ascii_only, bytes from 0x80 up too (for JSON, which needs valid UTF-8).
+ * Text any client chose (an application or login name, a gid): control characters, quotes and
+ * backslashes come out escaped (\\n, \\t, \\', \\\\, \\xNN), so that it can neither forge nor
+ * break a line; with ascii_only, bytes from 0x80 up too (for JSON, which needs valid UTF-8).
  */
 static void escape_app(const char *in, char *out, size_t len, int ascii_only)
 {
@@ -246,22 +267,64 @@ static void escape_app(const char *in, char *out, size_t len, int ascii_only)
     out[o] = '\0';
 }
 
-void tool_status_fin_lock_text(const struct tool_fin_lock *f, char *buf, size_t len)
+/* Text a client chose as a JSON string: jansson escapes control characters itself; text that is
+ * not valid UTF-8 (which jansson refuses) goes out escaped to ASCII. */
+static json_t *json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j == NULL) {
+        char esc[4 * 256 + 1];
+        escape_app(s, esc, sizeof esc, 1);
+        j = json_string(esc);
+    }
+    return j;
+}
+
+int tool_status_fin_lock_lines(const struct tool_fin_lock *f)
+{
+    if (f->known < 0 || f->n == 0)
+        return 1;
+    return f->n + (f->more > 0);
+}
+
+void tool_status_fin_lock_text(const struct tool_fin_lock *f, int i, char *buf, size_t len)
 {
     if (f->known < 0) {
         snprintf(buf, len, "finalizer lock: unknown (%s)", f->why);
         return;
     }
-    if (!f->held) {
+    if (f->n == 0) {
         snprintf(buf, len, "finalizer lock: free");
         return;
     }
-    char app[4 * sizeof f->app + 1];
-    escape_app(f->app, app, sizeof app, 0);
+    if (i >= f->n) {
+        snprintf(buf, len, "finalizer lock: and %d more session%s", f->more,
+                 f->more == 1 ? "" : "s");
+        return;
+    }
+    const struct tool_fin_session *s = &f->s[i];
+    /* The finalizer's own mode holds the gate; any other granted mode keeps the finalizer out. */
+    const char *what = !s->granted                             ? "wanted"
+                       : strcmp(s->mode, "ExclusiveLock") == 0 ? "held"
+                                                               : "blocked";
+    char user[4 * sizeof s->user + 1], app[4 * sizeof s->app + 1];
+    char who[4 * (sizeof s->user + sizeof s->app + sizeof s->gid) + 64];
+    escape_app(s->user, user, sizeof user, 0);
+    escape_app(s->app, app, sizeof app, 0);
+    if (s->pid != 0) {
+        snprintf(who, sizeof who, "pid %d (user '%s', application '%s', ", s->pid, user, app);
+    } else {
+        /* Its gid and owner when pg_prepared_xacts named it. */
+        char gid[4 * sizeof s->gid + 1];
+        escape_app(s->gid, gid, sizeof gid, 0);
+        snprintf(who, sizeof who, "a prepared transaction%s%s%s (%s%s%s", s->gid[0] ? " '" : "",
+                 gid, s->gid[0] ? "'" : "", s->user[0] ? "user '" : "", user,
+                 s->user[0] ? "', " : "");
+    }
     char dur[48] = "";
-    if (f->held_s >= 0)
-        snprintf(dur, sizeof dur, ", for %.0f s", f->held_s);
-    snprintf(buf, len, "finalizer lock: held by pid %d (application '%s'%s)", f->pid, app, dur);
+    if (s->held_s >= 0)
+        snprintf(dur, sizeof dur, ", %s %.0f s", s->granted ? "for" : "waiting", s->held_s);
+    snprintf(buf, len, "finalizer lock: %s by %s%s%s)", what, who, s->mode, dur);
 }
 
 void tool_status_print_table(FILE *f, const struct tool_status *st)
@@ -276,9 +339,12 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
     fprintf(f, "PROCESSOR %s   HEAD %" PRId64 "   SEGMENTS %zu   LAG %s%" PRId64 " events\n\n",
             st->proc, st->head, st->n, exact ? "" : "<= ", total);
     if (st->fin.known != 0) {
-        char line[768];
-        tool_status_fin_lock_text(&st->fin, line, sizeof line);
-        fprintf(f, "%s\n\n", line);
+        char line[2048];
+        for (int i = 0; i < tool_status_fin_lock_lines(&st->fin); i++) {
+            tool_status_fin_lock_text(&st->fin, i, line, sizeof line);
+            fprintf(f, "%s\n", line);
+        }
+        fputc('\n', f);
     }
     fprintf(f, "%-8s %-10s %-24s %-9s %-12s %-12s %-11s %-9s %-8s %s\n", "SEGMENT", "MASK", "OWNER",
             "CLAIM-AGE", "TOKEN", "HEAD", "LAG", "LAG-SEC", "MODE", "NOTE");
@@ -354,22 +420,33 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
     json_object_set_new(o, "lag_exact", json_boolean(exact));
     json_object_set_new(o, "time_us", json_integer(st->now_us));
     if (st->fin.known > 0) {
+        /* held, and the first session's pid, application and seconds at the top as before;
+         * every session (up to TOOL_FIN_SESSIONS_MAX, then "more") in sessions. */
         json_t *fl = json_object();
         json_object_set_new(fl, "held", json_boolean(st->fin.held));
-        if (st->fin.held) {
-            json_object_set_new(fl, "pid", json_integer(st->fin.pid));
-            /* jansson escapes control characters itself; a name that is not valid UTF-8
-             * (which jansson refuses) goes out escaped to ASCII. */
-            json_t *app = json_string(st->fin.app);
-            if (app == NULL) {
-                char esc[4 * sizeof st->fin.app + 1];
-                escape_app(st->fin.app, esc, sizeof esc, 1);
-                app = json_string(esc);
+        json_t *sessions = json_array();
+        for (int i = 0; i < st->fin.n; i++) {
+            const struct tool_fin_session *fs = &st->fin.s[i];
+            json_t *js = json_object();
+            json_object_set_new(js, "pid", fs->pid ? json_integer(fs->pid) : json_null());
+            if (fs->pid == 0)
+                json_object_set_new(js, "prepared", json_text(fs->gid));
+            json_object_set_new(js, "user", json_text(fs->user));
+            json_object_set_new(js, "application", json_text(fs->app));
+            json_object_set_new(js, "mode", json_string(fs->mode));
+            json_object_set_new(js, "granted", json_boolean(fs->granted));
+            json_object_set_new(js, "seconds",
+                                fs->held_s >= 0 ? json_real(fs->held_s) : json_null());
+            if (i == 0) {
+                json_object_set(fl, "pid", json_object_get(js, "pid"));
+                json_object_set(fl, "application", json_object_get(js, "application"));
+                json_object_set(fl, "seconds", json_object_get(js, "seconds"));
             }
-            json_object_set_new(fl, "application", app);
-            json_object_set_new(fl, "seconds",
-                                st->fin.held_s >= 0 ? json_real(st->fin.held_s) : json_null());
+            json_array_append_new(sessions, js);
         }
+        json_object_set_new(fl, "sessions", sessions);
+        if (st->fin.more > 0)
+            json_object_set_new(fl, "more", json_integer(st->fin.more));
         json_object_set_new(o, "finalizer_lock", fl);
     } else if (st->fin.known < 0) {
         json_object_set_new(o, "finalizer_lock", json_null());

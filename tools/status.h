@@ -25,13 +25,28 @@ struct tool_seg_row {
     int64_t oldest_us;  /* its append time (0: none found) */
 };
 
-/* Who holds the finalizer's lock (tool_status_finalizer_lock). */
+/* A session with a lock on the finalizer's gate that keeps the finalizer out, or waiting for
+ * one. Text fields as the server reports them (raw: any bytes a client chose). */
+struct tool_fin_session {
+    int pid;       /* its backend's pid; 0: a prepared transaction (gid) */
+    int granted;   /* 1: holds the lock, 0: waits for it */
+    char mode[32]; /* as pg_locks names it: "ExclusiveLock" (the finalizer's), "RowShareLock"... */
+    char user[64]; /* its login */
+    char app[128]; /* its application_name */
+    char gid[200]; /* a prepared transaction's gid (pid 0) */
+    double held_s; /* seconds since its transaction began (granted), since it asked (waiting) or
+                      since it was prepared; < 0: not visible to this login */
+};
+
+#define TOOL_FIN_SESSIONS_MAX 8
+
+/* Who keeps the finalizer's lock (tool_status_finalizer_lock). */
 struct tool_fin_lock {
-    int known;     /* 0: not asked (nothing shown), -1: the query failed (why), 1: below */
-    int held;      /* 1: a session holds it */
-    int pid;       /* its backend's pid */
-    char app[128]; /* its application_name, as the server reports it (raw) */
-    double held_s; /* how long, in seconds (< 0: not visible to this login) */
+    int known; /* 0: not asked (nothing shown), -1: the query failed (why), 1: below */
+    int held;  /* 1: some session holds a lock on the gate that keeps the finalizer out */
+    int n;     /* sessions in s: holders first, then waiters, the longest first */
+    int more;  /* sessions left out past TOOL_FIN_SESSIONS_MAX */
+    struct tool_fin_session s[TOOL_FIN_SESSIONS_MAX];
     char why[256]; /* when known == -1 */
 };
 
@@ -57,15 +72,24 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
 void tool_status_fini(struct tool_status *st);
 
 /*
- * Ask the database at dsn which session holds the finalizer's lock, from pg_locks and
- * pg_stat_activity: the transaction advisory lock (1885435756, 1) of schema versions that
- * finalize under it, or an EXCLUSIVE lock on the table pawl.finalizer_gate where it exists
- * (to_regclass, so the query works either way). Fills *out (known 1 or -1 with why).
+ * Ask the database at dsn, from pg_locks joined with pg_stat_activity, which sessions keep the
+ * finalizer out of its gate: the finalizer takes an EXCLUSIVE lock (NOWAIT) on the gate table,
+ * pawl_locks.finalizer (pawl.finalizer_gate before schema 14; whichever exists), so every session
+ * that holds a lock on it in any mode but ACCESS SHARE keeps it out, and so does one waiting for
+ * such a lock (a new request queues behind it). An advisory key proves nothing: any login can take
+ * one. Fills *out (known 1 or -1 with why).
  */
 void tool_status_finalizer_lock(const char *dsn, struct tool_fin_lock *out);
-/* The line `pawl status` prints: "finalizer lock: free" or "finalizer lock: held by pid N
- * (application 'X', for 12 s)", control characters in X escaped (\n, \xNN). */
-void tool_status_fin_lock_text(const struct tool_fin_lock *f, char *buf, size_t len);
+/*
+ * The lines `pawl status` prints about it (tool_status_fin_lock_lines of them; line i into buf):
+ * "finalizer lock: free", or per session "finalizer lock: held by pid N (user 'U', application
+ * 'X', ExclusiveLock, for 12 s)" ("blocked by" for another mode that keeps the finalizer out,
+ * "wanted by ... waiting 3 s" for a waiter, "a prepared transaction 'GID'" for pid 0), then
+ * "finalizer lock: and N more sessions" when some were left out. U and X come out escaped (\n,
+ * \', \xNN): each line stays one line.
+ */
+int tool_status_fin_lock_lines(const struct tool_fin_lock *f);
+void tool_status_fin_lock_text(const struct tool_fin_lock *f, int i, char *buf, size_t len);
 /* Whether r's claim has not been extended for st->claim_timeout_ms (0: never): its node stopped,
  * and any node may take the segment over. status notes it; reset, split and merge release it. */
 int tool_status_claim_expired(const struct tool_status *st, const struct pawl_segment_status *r);

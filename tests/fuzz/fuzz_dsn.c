@@ -5,6 +5,11 @@
  * (it is the same when every secret option is given another value: a differential oracle, since
  * searching the output for the password's bytes finds them by chance in the mask and in other
  * values); a DSN that fails the check redacts as "<invalid dsn>".
+ *
+ * Each redaction parses the DSN again (libpq): an input is redacted into a buffer of 1 to 64
+ * bytes (chosen by the input's length, so the corpus covers each size) and into one of 4096
+ * bytes, whose text the differential check reuses. Each buffer is allocated at exactly its size,
+ * so that ASan reports a write past it.
  */
 #include "dsn.h"
 
@@ -57,10 +62,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "refused without a reason\n");
         abort();
     }
-    static const size_t sizes[] = {1, 2, 7, 16, 64, 4096};
-    char *out = malloc(4096);
-    for (size_t k = 0; out && k < sizeof sizes / sizeof sizes[0]; k++) {
-        memset(out, 'x', 4096);
+    const size_t sizes[] = {1 + size % 64, 4096}; /* 4096 last: out keeps its text */
+    char *out = NULL;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        free(out);
+        out = malloc(sizes[k]);
+        if (out == NULL)
+            break;
+        memset(out, 'x', sizes[k]);
         pawl_dsn_redact(dsn, out, sizes[k]);
         if (memchr(out, '\0', sizes[k]) == NULL) {
             fprintf(stderr, "redact: no NUL within %zu bytes\n", sizes[k]);
@@ -78,7 +87,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *alt = opts ? rebuild(opts, "Zz9") : NULL;
         char *other = malloc(4096);
         if (alt && other) {
-            pawl_dsn_redact(dsn, out, 4096);
             pawl_dsn_redact(alt, other, 4096);
             if (strcmp(out, other) != 0) {
                 fprintf(stderr, "redact: the text depends on a secret:\n  \"%s\"\n  \"%s\"\n", out,

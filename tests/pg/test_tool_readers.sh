@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_tool_readers.sh — the readers of the `pawl` tool against hostile notifications, and
-# `pawl status` naming the holder of the finalizer lock.
+# `pawl status` naming the sessions that keep the finalizer out of its gate.
 #
 #   - `pawl tail --follow` and `pawl run` wait on an idle log while a login with no grants at
 #     all sends channel pawl_log huge numbers ('9000000000000000000') and garbage, many times:
@@ -8,8 +8,13 @@
 #     pg_stat_user_functions with track_functions = 'all' for this test's database), tail's
 #     listener asks the log for its highest index at most twice per notifying transaction, and
 #     both readers still deliver the real events appended afterwards;
-#   - a psql session holds the finalizer's advisory lock: `pawl status` names its pid,
-#     application and age, in the table and in the JSON; free again, it says so.
+#   - the finalizer's gate is a table it locks EXCLUSIVE, NOWAIT (pawl_locks.finalizer;
+#     pawl.finalizer_gate before schema 14). A psql session holding the old advisory key
+#     (1885435756, 1), which any login can take, is not named: the lock is free. A session in
+#     pawl.finalize's transaction holds the gate: `pawl status` names its pid, user, application,
+#     mode and age, in the table and in the JSON. A session asking for ROW SHARE meanwhile waits,
+#     and is named as waiting; once the holder is gone it holds ROW SHARE, which keeps the
+#     finalizer out as well, and is named as blocking. Free again, status says so.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
@@ -109,8 +114,8 @@ for i in $(seq 1 100); do
 done
 [ "$(jq -r .index "$tmp/tail.out" | tr '\n' ' ')" = "1 2 3 4 " ]; check "tail delivered the real events after the flood" $?
 
-# ---- the finalizer lock's holder ----------------------------------------------------------------
-# The readers' own finalizers hold the lock for a millisecond now and then: ask up to 3 times.
+# ---- who keeps the finalizer out ---------------------------------------------------------------
+# The readers' own finalizers hold the gate for a millisecond now and then: ask up to 3 times.
 status_free() {
     for try in 1 2 3; do
         "$PAWL" status hostile >"$tmp/status.txt" 2>&1
@@ -119,36 +124,80 @@ status_free() {
     done
     return 1
 }
-status_free; check "status: finalizer lock free" $?
-for try in 1 2 3; do
-    "$PAWL" status hostile --json >"$tmp/status.json" 2>/dev/null
-    [ "$(jq -c .finalizer_lock "$tmp/status.json")" = '{"held":false}' ] && break
-    sleep 0.3
-done
-[ "$(jq -c .finalizer_lock "$tmp/status.json")" = '{"held":false}' ]; check "status --json: free" $?
+json_free() {
+    for try in 1 2 3; do
+        "$PAWL" status hostile --json >"$tmp/status.json" 2>/dev/null
+        [ "$(jq -c .finalizer_lock "$tmp/status.json")" = '{"held":false,"sessions":[]}' ] && return 0
+        sleep 0.3
+    done
+    return 1
+}
+# session NAME SQL: a psql session (application NAME) runs SQL in a transaction, then stays in it
+# busy (pg_sleep: an idle one would be ended by pawl.finalize's idle_in_transaction timeout);
+# session_pid NAME STATE waits until it sleeps (STATE sleeping) or waits for a lock (STATE lock).
+session() {
+    printf 'BEGIN;\n%s\nSELECT pg_sleep(120);\nCOMMIT;\n' "$2" |
+        psql "$PAWL_DSN application_name=$1" -qAtX -v ON_ERROR_STOP=1 >/dev/null 2>&1 &
+    pids+=("$!")
+}
+session_pid() {
+    local cond="query LIKE '%pg_sleep(120)%'" pid=
+    [ "$2" = lock ] && cond="wait_event_type = 'Lock'"
+    for i in $(seq 1 100); do
+        pid=$(q "SELECT pid FROM pg_stat_activity WHERE application_name = '$1' AND $cond")
+        [ -n "$pid" ] && break
+        sleep 0.1
+    done
+    echo "$pid"
+}
+ends() { q "SELECT pg_terminate_backend($1)" >/dev/null; }
+user=$(q "SELECT current_user")
+gate=$(q "SELECT CASE WHEN to_regclass('pawl_locks.finalizer') IS NOT NULL
+                      THEN 'pawl_locks.finalizer' ELSE 'pawl.finalizer_gate' END")
 
-mkfifo "$tmp/hold"
-psql "$PAWL_DSN application_name=lock-holder" -qAtX <"$tmp/hold" >/dev/null 2>&1 &
-holder=$!
-pids+=("$holder")
-exec 9>"$tmp/hold"
-echo "BEGIN; SELECT pg_advisory_xact_lock(1885435756, 1);" >&9
-for i in $(seq 1 50); do
-    hpid=$(q "SELECT pid FROM pg_stat_activity WHERE application_name = 'lock-holder'
-               AND state = 'idle in transaction'")
-    [ -n "$hpid" ] && break
-    sleep 0.1
-done
+status_free; check "status: finalizer lock free" $?
+json_free; check "status --json: free" $?
+
+# The old advisory key: anyone may hold it, and it keeps no finalizer out.
+session adv-holder "SELECT pg_advisory_xact_lock(1885435756, 1);"
+apid=$(session_pid adv-holder sleeping)
+[ -n "$apid" ]; check "a session holds the old advisory key (pid ${apid:-?})" $?
+status_free; check "status: free while only the old advisory key is held" $?
+json_free; check "status --json: free while only the old advisory key is held" $?
+[ -n "$apid" ] && ends "$apid"
+
+# The gate, held the way pawl.finalize holds it: in its caller's transaction, until it ends
+# (finalize answers -1 while a reader's finalizer has the gate: ask again).
+session gate-holder "DO \$\$ BEGIN
+    WHILE (SELECT appends FROM pawl.finalize()) < 0 LOOP PERFORM pg_sleep(0.01); END LOOP;
+END \$\$;"
+hpid=$(session_pid gate-holder sleeping)
 sleep 1.2
 "$PAWL" status hostile >"$tmp/status.txt" 2>&1
-grep -Eq "^finalizer lock: held by pid $hpid \(application 'lock-holder', for [0-9]+ s\)$" "$tmp/status.txt"
-check "status names the holder (pid ${hpid:-?}, application, age)" $?
+grep -Eq "^finalizer lock: held by pid $hpid \(user '$user', application 'gate-holder', ExclusiveLock, for [0-9]+ s\)$" "$tmp/status.txt"
+check "status names the gate's holder (pid ${hpid:-?}, user, application, mode, age)" $?
 "$PAWL" status hostile --json >"$tmp/status.json" 2>/dev/null
-[ "$(jq -r '.finalizer_lock | "\(.held) \(.pid) \(.application) \(.seconds >= 1)"' "$tmp/status.json")" = "true $hpid lock-holder true" ]
-check "status --json names the holder" $?
-echo "COMMIT;" >&9
-exec 9>&-
-wait "$holder" 2>/dev/null
+[ "$(jq -r '.finalizer_lock | "\(.held) \(.pid) \(.application) \(.seconds >= 1) \(.sessions[0].user) \(.sessions[0].mode) \(.sessions[0].granted)"' "$tmp/status.json")" = "true $hpid gate-holder true $user ExclusiveLock true" ]
+check "status --json names the gate's holder" $?
+
+# A lock in a mode that conflicts with the finalizer's: while the gate is held, its request
+# waits; once the holder is gone, it holds ROW SHARE, and the finalizer cannot take the gate.
+session row-share "LOCK TABLE $gate IN ROW SHARE MODE;"
+wpid=$(session_pid row-share lock)
+"$PAWL" status hostile >"$tmp/status.txt" 2>&1
+grep -Eq "^finalizer lock: held by pid $hpid \(" "$tmp/status.txt" &&
+    grep -Eq "^finalizer lock: wanted by pid $wpid \(user '$user', application 'row-share', RowShareLock, waiting [0-9]+ s\)$" "$tmp/status.txt"
+check "status names the holder and the session waiting for the gate (pid ${wpid:-?})" $?
+[ -n "$hpid" ] && ends "$hpid"
+bpid=$(session_pid row-share sleeping)
+"$PAWL" status hostile >"$tmp/status.txt" 2>&1
+grep -Eq "^finalizer lock: blocked by pid $bpid \(user '$user', application 'row-share', RowShareLock, for [0-9]+ s\)$" "$tmp/status.txt" &&
+    [ "$(grep -c '^finalizer lock: ' "$tmp/status.txt")" -eq 1 ]
+check "status names the session holding ROW SHARE on the gate (pid ${bpid:-?})" $?
+"$PAWL" status hostile --json >"$tmp/status.json" 2>/dev/null
+[ "$(jq -r '.finalizer_lock | "\(.held) \(.pid) \(.sessions | length) \(.sessions[0].mode)"' "$tmp/status.json")" = "true $bpid 1 RowShareLock" ]
+check "status --json names the session holding ROW SHARE" $?
+[ -n "$bpid" ] && ends "$bpid"
 status_free; check "status: free again" $?
 
 kill -INT "$tail_pid" "$run_pid"

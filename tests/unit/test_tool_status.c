@@ -211,39 +211,76 @@ static void test_scrape_summary(void **state)
     free(snap);
 }
 
-/* The finalizer-lock line: free, held (with and without a visible age), a failed query, and an
- * application name with control characters, quotes and backslashes, which come out escaped on
- * the one line, and in the JSON as valid JSON. */
+/* A session for the finalizer-lock lines. */
+static struct tool_fin_session fin_session(int pid, int granted, const char *mode, const char *user,
+                                           const char *app, double held_s)
+{
+    struct tool_fin_session s = {.pid = pid, .granted = granted, .held_s = held_s};
+    snprintf(s.mode, sizeof s.mode, "%s", mode);
+    snprintf(s.user, sizeof s.user, "%s", user);
+    snprintf(s.app, sizeof s.app, "%s", app);
+    return s;
+}
+
+/* The finalizer-lock lines: free; the gate held in the finalizer's mode, blocked in another one,
+ * wanted by a waiter, held by a prepared transaction (with and without a visible age); sessions
+ * left out; a failed query; and names with control characters, quotes and backslashes, which
+ * come out escaped, each line one line, and in the JSON as valid JSON. */
 static void test_finalizer_lock_line(void **state)
 {
     (void)state;
-    char line[768];
+    char line[2048];
     struct tool_fin_lock f = {.known = 1};
-    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_int_equal(tool_status_fin_lock_lines(&f), 1);
+    tool_status_fin_lock_text(&f, 0, line, sizeof line);
     assert_string_equal(line, "finalizer lock: free");
-    f = (struct tool_fin_lock){.known = 1, .held = 1, .pid = 4242, .held_s = 12.4};
-    snprintf(f.app, sizeof f.app, "evil\nfinalizer lock: free\t'x'\\\x1b[2J\x7f");
-    tool_status_fin_lock_text(&f, line, sizeof line);
-    assert_string_equal(line, "finalizer lock: held by pid 4242 (application "
-                              "'evil\\nfinalizer lock: free\\t\\'x\\'\\\\\\x1b[2J\\x7f', "
-                              "for 12 s)");
-    assert_null(strchr(line, '\n'));
-    f.held_s = -1; /* hidden from this login */
-    snprintf(f.app, sizeof f.app, "pawl finalizer");
-    tool_status_fin_lock_text(&f, line, sizeof line);
-    assert_string_equal(line, "finalizer lock: held by pid 4242 (application 'pawl finalizer')");
+
+    f = (struct tool_fin_lock){.known = 1, .held = 1, .n = 4};
+    f.s[0] = fin_session(4242, 1, "ExclusiveLock", "pawl",
+                         "evil\nfinalizer lock: free\t'x'\\\x1b[2J\x7f", 12.4);
+    f.s[1] = fin_session(4243, 1, "RowShareLock", "mal'lory\n", "psql", -1); /* age hidden */
+    f.s[2] = fin_session(4244, 0, "ExclusiveLock", "pawl", "pawl finalizer", 3);
+    f.s[3] = fin_session(0, 1, "RowExclusiveLock", "pawl", "", 60);
+    snprintf(f.s[3].gid, sizeof f.s[3].gid, "tx'1");
+    assert_int_equal(tool_status_fin_lock_lines(&f), 4);
+    static const char *const want[] = {
+        "finalizer lock: held by pid 4242 (user 'pawl', application "
+        "'evil\\nfinalizer lock: free\\t\\'x\\'\\\\\\x1b[2J\\x7f', ExclusiveLock, for 12 s)",
+        "finalizer lock: blocked by pid 4243 (user 'mal\\'lory\\n', application 'psql', "
+        "RowShareLock)",
+        "finalizer lock: wanted by pid 4244 (user 'pawl', application 'pawl finalizer', "
+        "ExclusiveLock, waiting 3 s)",
+        "finalizer lock: blocked by a prepared transaction 'tx\\'1' (user 'pawl', "
+        "RowExclusiveLock, for 60 s)",
+    };
+    for (int i = 0; i < 4; i++) {
+        tool_status_fin_lock_text(&f, i, line, sizeof line);
+        assert_string_equal(line, want[i]);
+        assert_null(strchr(line, '\n'));
+    }
+    f.more = 3;
+    assert_int_equal(tool_status_fin_lock_lines(&f), 5);
+    tool_status_fin_lock_text(&f, 4, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: and 3 more sessions");
+    /* A prepared transaction pg_prepared_xacts did not name. */
+    f.s[3] = fin_session(0, 1, "ShareLock", "", "", -1);
+    tool_status_fin_lock_text(&f, 3, line, sizeof line);
+    assert_string_equal(line, "finalizer lock: blocked by a prepared transaction (ShareLock)");
+
     f = (struct tool_fin_lock){.known = -1};
     snprintf(f.why, sizeof f.why, "permission denied");
-    tool_status_fin_lock_text(&f, line, sizeof line);
+    assert_int_equal(tool_status_fin_lock_lines(&f), 1);
+    tool_status_fin_lock_text(&f, 0, line, sizeof line);
     assert_string_equal(line, "finalizer lock: unknown (permission denied)");
 
-    /* JSON: the field, with the name escaped by the JSON encoder (or to ASCII when it is not
-     * UTF-8). */
+    /* JSON: held, the first session at the top, every session in sessions, names escaped by the
+     * JSON encoder (or to ASCII when they are not UTF-8). */
     struct tool_status st;
     memset(&st, 0, sizeof st);
     snprintf(st.proc, sizeof st.proc, "p");
-    st.fin = (struct tool_fin_lock){.known = 1, .held = 1, .pid = 7, .held_s = 3};
-    snprintf(st.fin.app, sizeof st.fin.app, "a\nb\xff");
+    st.fin = (struct tool_fin_lock){.known = 1, .held = 1, .n = 2};
+    st.fin.s[0] = fin_session(7, 1, "ExclusiveLock", "u", "a\nb\xff", 3);
+    st.fin.s[1] = fin_session(8, 0, "RowShareLock", "v", "w", -1);
     char *buf = NULL;
     size_t len = 0;
     FILE *mf = open_memstream(&buf, &len);
@@ -256,6 +293,29 @@ static void test_finalizer_lock_line(void **state)
     assert_true(json_is_true(json_object_get(fl, "held")));
     assert_int_equal(json_integer_value(json_object_get(fl, "pid")), 7);
     assert_string_equal(json_string_value(json_object_get(fl, "application")), "a\\nb\\xff");
+    json_t *ss = json_object_get(fl, "sessions");
+    assert_int_equal(json_array_size(ss), 2);
+    json_t *s1 = json_array_get(ss, 1);
+    assert_int_equal(json_integer_value(json_object_get(s1, "pid")), 8);
+    assert_string_equal(json_string_value(json_object_get(s1, "user")), "v");
+    assert_string_equal(json_string_value(json_object_get(s1, "mode")), "RowShareLock");
+    assert_true(json_is_false(json_object_get(s1, "granted")));
+    assert_true(json_is_null(json_object_get(s1, "seconds")));
+    json_decref(o);
+    free(buf);
+
+    /* Free: held false and no sessions. */
+    st.fin = (struct tool_fin_lock){.known = 1};
+    buf = NULL;
+    mf = open_memstream(&buf, &len);
+    assert_int_equal(tool_status_print_json(mf, &st, 0), 0);
+    fclose(mf);
+    o = json_loads(buf, 0, &je);
+    assert_non_null(o);
+    fl = json_object_get(o, "finalizer_lock");
+    assert_true(json_is_false(json_object_get(fl, "held")));
+    assert_int_equal(json_array_size(json_object_get(fl, "sessions")), 0);
+    assert_null(json_object_get(fl, "pid"));
     json_decref(o);
     free(buf);
 }
