@@ -78,20 +78,25 @@
  * transaction's xid and each stream's last sequence number before the append. A stream
  * expected to be new whose number 1 a concurrent append takes gets the unique index's 23505,
  * reported as the same conflict. Grouping on the client spares the server a window sort and a
- * hash aggregate per append, and sends each stream id once.
+ * hash aggregate per append, and sends each stream id once. $9 is every event's id, or NULL
+ * (sql/015_event_ids.sql): the row's status then says 'already' (a retry of a committed
+ * append: seqs holds the numbers its events got) or 'id' (msg: which id, and why).
  */
 const char pawl_log_append_sql[] =
-    "SELECT appended, txid, heads FROM pawl.append($1::text[], $2::int8[], $3::int4[],"
-    " $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool)";
+    "SELECT appended, txid, heads, status, seqs, msg FROM pawl.append($1::text[], $2::int8[],"
+    " $3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool, $9::text[])";
 
 /*
  * A group's statement: pawl.append_group (sql/010_group_append.sql), every append's arrays
  * concatenated, with $3 each stream slot's append (1-based) and $4 each event's slot counted
- * across the group. One row per append, in order, as pawl.append's.
+ * across the group, $10 the events' ids (NULL elements for appends without). One row per
+ * append, in order, as pawl.append's; status 'again' (an id shared with an earlier append of the
+ * group) means: run it alone once this transaction has ended.
  */
 static const char APPEND_GROUP_SQL[] =
-    "SELECT appended, txid, heads FROM pawl.append_group($1::text[], $2::int8[], $3::int4[],"
-    " $4::int4[], $5::int4[], $6::text[], $7::bytea[], $8::jsonb[], $9::bool)";
+    "SELECT appended, txid, heads, status, seqs, msg FROM pawl.append_group($1::text[],"
+    " $2::int8[], $3::int4[], $4::int4[], $5::int4[], $6::text[], $7::bytea[], $8::jsonb[],"
+    " $9::bool, $10::text[])";
 
 /*
  * The outcome of an in-doubt append: pg_xact_status of its transaction, waiting a little
@@ -115,7 +120,7 @@ static const char RESOLVE_SQL[] =
 #define RESOLVE_ERROR_COST 34
 
 static const char READ_SQL[] =
-    "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at"
+    "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at, event_id"
     "  FROM pawl_api.read($1::int8, $2::int4)";
 
 static const char FINALIZE_SQL[] =
@@ -302,6 +307,7 @@ struct pawl_store {
     pthread_t retry_thread;
     int retry_started;
     atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
+    atomic_int lost_episode; /* a lost-connection retry episode was logged (append_retry_ms) */
     const char *main_session[8];
     char lock_sql[48];
 
@@ -367,6 +373,7 @@ struct pawl_store {
     atomic_llong retries; /* appends re-run after a retryable error (op_done) */
     atomic_llong fin_skipped;
     atomic_llong lock_timeouts; /* appends rolled back by lock_timeout (55P03) */
+    atomic_llong lost_retries;  /* appends with ids sent again after a lost connection */
     /* Cadence under load: append latency moving average (ns; written by whichever thread
      * finishes an append, a lost update only drops a sample) and the interval in force. */
     atomic_llong lat_avg_ns, fin_interval_ns;
@@ -574,6 +581,24 @@ static int json_object_check(const char *s, size_t n, char *why, size_t wlen)
     return ok;
 }
 
+static int cmp_id(const void *a, const void *b, void *arg)
+{
+    const struct pawl_event *ev = arg;
+    return strcmp(ev[*(const uint32_t *)a].id, ev[*(const uint32_t *)b].id);
+}
+
+/* An event id: 1..PAWL_EVENT_ID_MAX bytes of UTF-8, no control characters (the table's check). */
+static int id_valid(const char *id)
+{
+    size_t l = strlen(id);
+    if (l == 0 || l > PAWL_EVENT_ID_MAX || !utf8_valid((const unsigned char *)id, l))
+        return 0;
+    for (size_t i = 0; i < l; i++)
+        if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
 static int cmp_stream_pos(const void *a, const void *b, void *arg)
 {
     const struct pawl_event *ev = arg;
@@ -649,6 +674,33 @@ static int validate(const struct pawl_store_opts *o, const struct pawl_event *ev
         }
         if (e->stream_seq == PAWL_SEQ_ANY)
             *any = 1;
+        if ((e->id != NULL) != (ev[0].id != NULL)) {
+            snprintf(msg, mlen, "event %zu: every event of an append carries an id, or none does",
+                     i);
+            return PAWL_EINVAL;
+        }
+        if (e->id != NULL && !id_valid(e->id)) {
+            char shown[PAWL_PRINTABLE_SIZE(64)];
+            snprintf(msg, mlen,
+                     "event %zu: id \"%s\" must have 1..%d bytes of UTF-8 and no control "
+                     "characters",
+                     i, pawl_printable_str(e->id, shown, sizeof shown), PAWL_EVENT_ID_MAX);
+            return PAWL_EINVAL;
+        }
+    }
+    if (ev[0].id != NULL && n > 1) {
+        /* Distinct ids: sorted by id, neighbours differ. */
+        for (size_t i = 0; i < n; i++)
+            ix[i] = (uint32_t)i;
+        qsort_r(ix, n, sizeof *ix, cmp_id, (void *)ev);
+        for (size_t i = 1; i < n; i++)
+            if (strcmp(ev[ix[i - 1]].id, ev[ix[i]].id) == 0) {
+                char shown[PAWL_PRINTABLE_SIZE(64)];
+                snprintf(msg, mlen, "events %u and %u: id \"%s\" appears twice in one append",
+                         PAWL_MIN(ix[i - 1], ix[i]), PAWL_MAX(ix[i - 1], ix[i]),
+                         pawl_printable_str(ev[ix[i]].id, shown, sizeof shown));
+                return PAWL_EINVAL;
+            }
     }
     for (size_t i = 0; i < n; i++)
         ix[i] = (uint32_t)i;
@@ -701,24 +753,30 @@ static char *array_header(char *p, int hasnull, uint32_t oid, size_t n)
 
 /* ---- append operations --------------------------------------------------------------------- */
 
+/* An append's outcome as to its ids (pawl.append's status column). */
+enum id_status { ID_NONE, ID_ALREADY, ID_AGAIN, ID_USED };
+
 /*
- * An append's encoded parameters (pawl_log_append_sql's $1..$8, then the event count as int4
+ * An append's encoded parameters (pawl_log_append_sql's $1..$9, then the event count as int4
  * for the in-doubt check) and, once its result arrived, what the server assigned.
  */
 struct append_enc {
     char *buf;
     size_t cap;
-    const char *values[9];
-    int lengths[9];
-    int formats[9];
-    size_t n;           /* events */
-    size_t first_count; /* events of events[0]'s stream (stream 1 of the statement) */
-    char notify;        /* $8: 1 = NOTIFY pawl_pending at commit */
-    char n_be[4];       /* the event count, big-endian */
-    int64_t rows;       /* events written (-1 before the result arrived) */
-    int64_t head1;      /* stream 1's last sequence number before the append (-1: unknown) */
-    char xid[24];       /* the append's transaction, "" until its result arrived */
-    size_t si_off;      /* offsets in buf of $3's and $4's bodies (each event's stream and rank) */
+    const char *values[10];
+    int lengths[10];
+    int formats[10];
+    int has_ids;           /* $9 holds the events' ids (else it is NULL) */
+    enum id_status status; /* once the result arrived */
+    char id_msg[256];      /* with ID_USED: the server's reason */
+    size_t n;              /* events */
+    size_t first_count;    /* events of events[0]'s stream (stream 1 of the statement) */
+    char notify;           /* $8: 1 = NOTIFY pawl_pending at commit */
+    char n_be[4];          /* the event count, big-endian */
+    int64_t rows;          /* events written (-1 before the result arrived) */
+    int64_t head1;         /* stream 1's last sequence number before the append (-1: unknown) */
+    char xid[24];          /* the append's transaction, "" until its result arrived */
+    size_t si_off; /* offsets in buf of $3's and $4's bodies (each event's stream and rank) */
     size_t rk_off;
     int64_t *seqs; /* every event's assigned sequence number, once the result arrived */
     size_t seqs_cap;
@@ -759,7 +817,9 @@ struct append_op {
     int retries;
     int64_t t_submit;
     int64_t lock_wait_start; /* first lock timeout of this append (0: none) */
-    int64_t due_ns;          /* delayed retry: when to submit again */
+    int64_t lost_start;      /* first lost connection of an append with ids (0: none) */
+    int lost_backoff_ms;
+    int64_t due_ns; /* delayed retry: when to submit again */
     int lock_backoff_ms;
     pawl_append_fn cb;
     void *ud;
@@ -831,9 +891,14 @@ static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, 
         sz_s += 4 + strlen(ev[ix[j]].stream_id);
     }
     size_t sz_q = 20 + m * 12, sz_si = 20 + n * 8, sz_r = 20 + n * 8;
-    size_t sz_t = 20, sz_p = 20, sz_m = 20;
+    size_t sz_t = 20, sz_p = 20, sz_m = 20, sz_id = 0;
     int mnull = 0;
+    en->has_ids = ev[0].id != NULL; /* validate(): all or none */
+    if (en->has_ids)
+        sz_id = 20;
     for (size_t i = 0; i < n; i++) {
+        if (en->has_ids)
+            sz_id += 4 + strlen(ev[i].id);
         sz_t += 4 + strlen(ev[i].type);
         sz_p += 4 + ev[i].payload_len;
         if (ev[i].metadata)
@@ -843,7 +908,7 @@ static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, 
             mnull = 1;
         }
     }
-    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m;
+    size_t total = sz_s + sz_q + sz_si + sz_r + sz_t + sz_p + sz_m + sz_id;
     if (total > INT32_MAX)
         return PAWL_ETOOBIG;
     if (en->cap < total) {
@@ -937,10 +1002,26 @@ static int encode(struct append_enc *en, const struct pawl_event *ev, size_t n, 
     en->values[7] = &en->notify;
     en->lengths[7] = 1;
     en->formats[7] = 1;
-    put32(en->n_be, (uint32_t)n);
-    en->values[8] = en->n_be;
-    en->lengths[8] = 4;
+    /* $9 the ids, or NULL. */
+    en->values[8] = NULL;
+    en->lengths[8] = 0;
     en->formats[8] = 1;
+    if (en->has_ids) {
+        char *ids = p;
+        p = array_header(p, 0, OID_TEXT, n);
+        for (size_t i = 0; i < n; i++) {
+            size_t l = strlen(ev[i].id);
+            p = put32(p, (uint32_t)l);
+            memcpy(p, ev[i].id, l);
+            p += l;
+        }
+        en->values[8] = ids;
+        en->lengths[8] = (int)(p - ids);
+    }
+    put32(en->n_be, (uint32_t)n);
+    en->values[9] = en->n_be;
+    en->lengths[9] = 4;
+    en->formats[9] = 1;
     en->n = n;
     return 0;
 }
@@ -988,12 +1069,53 @@ static void enc_all_seqs(struct append_enc *en, const char *h)
     en->seqs_ok = 1;
 }
 
+/*
+ * A retried append's numbers, every event's in event order (text "{s1,s2,...}"), into seqs; head1
+ * from the first. Leaves seqs_ok 0 when memory or the text does not allow it.
+ */
+static void enc_already_seqs(struct append_enc *en, const char *t)
+{
+    size_t n = en->n;
+    if (en->seqs_cap < 2 * n) {
+        int64_t *ns = pawl_malloc(2 * n * sizeof *ns);
+        if (ns == NULL)
+            return;
+        pawl_free(en->seqs);
+        en->seqs = ns;
+        en->seqs_cap = 2 * n;
+    }
+    const char *p = t + (*t == '{');
+    for (size_t i = 0; i < n; i++) {
+        char *end;
+        en->seqs[i] = strtoll(p, &end, 10);
+        if (end == p || en->seqs[i] < 1)
+            return;
+        p = *end == ',' ? end + 1 : end;
+    }
+    en->head1 = en->seqs[0] - 1;
+    en->seqs_ok = 1;
+}
+
 /* pawl.append's row (text format), or row `row` of pawl.append_group's: appended, txid, heads
- * ("{h1,h2,...}"). */
+ * ("{h1,h2,...}"), status, seqs, msg. */
 static void enc_result_row(struct append_enc *en, const PGresult *res, int row)
 {
     if (PQgetisnull(res, row, 0))
         return;
+    en->status = ID_NONE;
+    if (PQnfields(res) >= 6 && !PQgetisnull(res, row, 3)) {
+        const char *st = PQgetvalue(res, row, 3);
+        en->status = strcmp(st, "already") == 0 ? ID_ALREADY
+                     : strcmp(st, "again") == 0 ? ID_AGAIN
+                                                : ID_USED;
+        if (en->status == ID_USED)
+            snprintf(en->id_msg, sizeof en->id_msg, "%s",
+                     PQgetisnull(res, row, 5) ? st : PQgetvalue(res, row, 5));
+        if (en->status == ID_ALREADY && !PQgetisnull(res, row, 4))
+            enc_already_seqs(en, PQgetvalue(res, row, 4));
+        en->rows = en->status == ID_ALREADY ? (int64_t)en->n : 0;
+        return;
+    }
     en->rows = strtoll(PQgetvalue(res, row, 0), NULL, 10);
     if (!PQgetisnull(res, row, 1))
         snprintf(en->xid, sizeof en->xid, "%s", PQgetvalue(res, row, 1));
@@ -1021,6 +1143,14 @@ static void enc_seqs(const struct append_enc *en, struct pawl_append_result *res
         res->last_seq = en->head1 + (int64_t)en->first_count;
     }
     res->seqs = en->seqs_ok ? en->seqs : NULL;
+    res->already = en->status == ID_ALREADY;
+    if (res->already && en->seqs_ok) {
+        /* The numbers the retried events got then: events[0]'s stream's highest. */
+        res->last_seq = res->first_seq;
+        for (size_t i = 0; i < en->n; i++)
+            if (get32(en->buf + en->si_off + i * 8 + 4) == 1 && en->seqs[i] > res->last_seq)
+                res->last_seq = en->seqs[i];
+    }
 }
 
 static void on_resolve_result(void *ud, const PGresult *res)
@@ -1063,11 +1193,45 @@ static void record_ack(struct pawl_store *s, int64_t now)
 static int submit_op(struct pawl_store *s, struct append_op *op);
 static void resolve_done(struct pawl_pgreq *req, int rc);
 
+static void delay_op(struct pawl_store *s, struct append_op *op, int64_t due_ns);
+
+/*
+ * An append with ids whose connection was lost: append it again later (append_retry_ms), from
+ * the retry thread once the pool has reconnected. Its ids make that safe: if the first try
+ * committed, the retry writes nothing and reports already. 1 when it was queued.
+ */
+static int retry_lost(struct append_op *op, const struct pawl_append_result *res, int64_t now)
+{
+    struct pawl_store *s = op->s;
+    if ((res->rc != PAWL_EINDOUBT && res->rc != PAWL_ECONN) || !op->en.has_ids ||
+        s->o.append_retry_ms <= 0)
+        return 0;
+    if (op->lost_start == 0) {
+        op->lost_start = now;
+        op->lost_backoff_ms = 50;
+    }
+    if (now - op->lost_start >= (int64_t)s->o.append_retry_ms * 1000000)
+        return 0;
+    if (!atomic_exchange(&s->lost_episode, 1))
+        PAWL_WARN("log",
+                  "appends with event ids lost their connection (%s: %.120s); appending them "
+                  "again for up to %d ms (append_retry_ms; their ids make that safe)",
+                  pawl_strerror(res->rc), res->message, s->o.append_retry_ms);
+    atomic_fetch_add_explicit(&s->lost_retries, 1, memory_order_relaxed); /* statistic */
+    delay_op(s, op, now + (int64_t)op->lost_backoff_ms * 1000000);
+    op->lost_backoff_ms = PAWL_MIN(op->lost_backoff_ms * 2, 1000);
+    return 1;
+}
+
 /* Deliver the outcome: statistics, finalizer signal, the user's callback, recycling. */
 static void op_finish(struct append_op *op, struct pawl_append_result *res)
 {
     struct pawl_store *s = op->s;
     int64_t now = pawl_now_ns();
+    if (retry_lost(op, res, now))
+        return;
+    if (op->lost_start != 0 && res->rc == 0 && atomic_exchange(&s->lost_episode, 0))
+        PAWL_INFO("log", "appends with event ids go through again after a lost connection");
     if (res->rc == 0) {
         res->committed_ns = now;
         /* relaxed: statistics. */
@@ -1110,7 +1274,7 @@ static int start_resolve(struct append_op *op)
     struct pawl_store *s = op->s;
     op->xact_status[0] = '\0';
     /* The xid as text; the append's streams, types, payloads and count as it sent them. */
-    static const int from[5] = {-1, 0, 4, 5, 8};
+    static const int from[5] = {-1, 0, 4, 5, 9};
     for (int i = 0; i < 5; i++) {
         op->resolve_vals[i] = i == 0 ? op->en.xid : op->en.values[from[i]];
         op->resolve_lens[i] = i == 0 ? 0 : op->en.lengths[from[i]];
@@ -1234,7 +1398,9 @@ static void op_done(struct pawl_pgreq *req, int rc)
     if (rc == PAWL_ESQL) {
         int retryable = strcmp(req->sqlstate, "40P01") == 0 ||
                         strcmp(req->sqlstate, "40001") == 0 ||
-                        (op->any && strcmp(req->sqlstate, "23505") == 0);
+                        ((op->any || op->en.has_ids) && strcmp(req->sqlstate, "23505") == 0);
+        /* With ids, a unique violation may be a racing append of the same ids: the next try
+         * finds them (already appended) or a conflict. */
         if (retryable && op->retries < ANY_RETRIES) {
             op->retries++;
             /* relaxed: statistics. */
@@ -1265,7 +1431,12 @@ static void op_done(struct pawl_pgreq *req, int rc)
         /* The append's result arrived and it wrote nothing (a conflict). */
         rc = 0;
     }
-    if (rc == 0 && op->en.rows == (int64_t)op->n) {
+    if (rc == PAWL_EINDOUBT && op->en.status == ID_ALREADY)
+        rc = 0; /* a retry that wrote nothing: its outcome is known whatever the commit did */
+    if (rc == 0 && op->en.status == ID_USED) {
+        res.rc = PAWL_EIDUSED;
+        snprintf(res.message, sizeof res.message, "%s", op->en.id_msg);
+    } else if (rc == 0 && op->en.rows == (int64_t)op->n) {
         res.rc = 0;
         enc_seqs(&op->en, &res);
     } else if (rc == 0) {
@@ -1322,10 +1493,11 @@ static int append_stmts(struct pawl_store *s, struct append_op *const *ops, size
         op->en.head1 = -1;
         op->en.xid[0] = '\0';
         op->en.seqs_ok = 0;
+        op->en.status = ID_NONE;
         if (one != NULL)
             continue;
         st[k++] = (struct pawl_pgstmt){.prepared = s->stmt_append,
-                                       .nparams = 8,
+                                       .nparams = 9,
                                        .values = op->en.values,
                                        .lengths = op->en.lengths,
                                        .formats = op->en.formats,
@@ -1416,9 +1588,9 @@ struct append_group {
     char notify;
     char *buf;
     size_t cap;
-    const char *values[9];
-    int lengths[9];
-    int formats[9];
+    const char *values[10];
+    int lengths[10];
+    int formats[10];
 };
 
 static void group_free(struct append_group *g)
@@ -1546,17 +1718,24 @@ static uint32_t array_count(const char *a)
  */
 static int group_encode(struct append_group *g)
 {
-    /* Out parameter i comes from the ops' parameter from[i] (-1: sa, -2: notify). */
-    static const int from[8] = {0, 1, -1, 2, 3, 4, 5, 6};
-    static const uint32_t oid[8] = {OID_TEXT, OID_INT8, OID_INT4,  OID_INT4,
-                                    OID_INT4, OID_TEXT, OID_BYTEA, OID_JSONB};
-    size_t slots = 0, events = 0, total = (size_t)8 * 20;
-    int mnull = 0;
+    /* Out parameter i comes from the ops' parameter from[i] (-1: sa; the ids, $10, from their
+     * $9, NULL elements for an op without ids). */
+    static const int from[9] = {0, 1, -1, 2, 3, 4, 5, 6, 8};
+    static const uint32_t oid[9] = {OID_TEXT, OID_INT8,  OID_INT4,  OID_INT4, OID_INT4,
+                                    OID_TEXT, OID_BYTEA, OID_JSONB, OID_TEXT};
+    size_t slots = 0, events = 0, total = (size_t)9 * 20;
+    int mnull = 0, ids = 0, idnull = 0;
     g->notify = 0;
     for (size_t i = 0; i < g->n; i++) {
         const struct append_enc *en = &g->ops[i]->en;
         for (int p = 0; p < 7; p++)
             total += (size_t)en->lengths[p] - 20;
+        if (en->has_ids)
+            total += (size_t)en->lengths[8] - 20;
+        else
+            total += 4 * en->n;
+        ids |= en->has_ids;
+        idnull |= !en->has_ids;
         slots += array_count(en->values[0]);
         events += en->n;
         mnull |= get32(en->values[6] + 4) != 0;
@@ -1574,11 +1753,21 @@ static int group_encode(struct append_group *g)
         g->cap = total;
     }
     char *p = g->buf;
-    for (int out = 0; out < 8; out++) {
+    for (int out = 0; out < 9; out++) {
         int src = from[out];
         int slot_array = out <= 2;
         char *start = p;
-        p = array_header(p, out == 7 ? mnull : 0, oid[out], slot_array ? slots : events);
+        if (out == 8 && !ids) {
+            g->values[9] = NULL; /* no append of the group has ids */
+            g->lengths[9] = 0;
+            g->formats[9] = 1;
+            continue;
+        }
+        p = array_header(p,
+                         out == 7   ? mnull
+                         : out == 8 ? idnull
+                                    : 0,
+                         oid[out], slot_array ? slots : events);
         uint32_t base = 0; /* slots of the ops before this one */
         for (size_t i = 0; i < g->n; i++) {
             const struct append_enc *en = &g->ops[i]->en;
@@ -1594,6 +1783,9 @@ static int group_encode(struct append_group *g)
                     p = put32(p, 4);
                     p = put32(p, base + get32(e + 4));
                 }
+            } else if (out == 8 && !en->has_ids) {
+                for (size_t j = 0; j < en->n; j++)
+                    p = put32(p, (uint32_t)-1);
             } else {
                 size_t len = (size_t)en->lengths[src] - 20;
                 memcpy(p, en->values[src] + 20, len);
@@ -1601,9 +1793,10 @@ static int group_encode(struct append_group *g)
             }
             base += m;
         }
-        g->values[out] = start;
-        g->lengths[out] = (int)(p - start);
-        g->formats[out] = 1;
+        int at = out == 8 ? 9 : out; /* $9 is notify, $10 the ids */
+        g->values[at] = start;
+        g->lengths[at] = (int)(p - start);
+        g->formats[at] = 1;
     }
     g->values[8] = &g->notify;
     g->lengths[8] = 1;
@@ -1634,7 +1827,7 @@ static int group_send(struct append_group *g)
 {
     struct pawl_store *s = g->s;
     struct pawl_pgstmt one = {.prepared = s->stmt_append_group,
-                              .nparams = 9,
+                              .nparams = 10,
                               .values = g->values,
                               .lengths = g->lengths,
                               .formats = g->formats,
@@ -1722,6 +1915,19 @@ static void op_deliver(struct append_op *op)
 {
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
+    if (op->en.status == ID_AGAIN) {
+        /* It shares an id with an earlier append of its group, whose transaction has ended:
+         * alone now, it finds that append's ids (already appended) or fails naming one. */
+        op->en.status = ID_NONE;
+        op->lock_wait_start = 0;
+        if (submit_op(op->s, op) != 0)
+            op_fail(op, PAWL_ESHUTDOWN, "", "not appended: store closing");
+        return;
+    }
+    if (op->en.status == ID_USED) {
+        op_fail(op, PAWL_EIDUSED, "", op->en.id_msg);
+        return;
+    }
     if (op->en.rows == (int64_t)op->n) {
         res.rc = 0;
         enc_seqs(&op->en, &res);
@@ -1781,7 +1987,7 @@ static int group_resolve_start(struct append_group *g)
             g->partial = 1;
         if (g->xid[0] == '\0' && op->en.xid[0] != '\0')
             memcpy(g->xid, op->en.xid, sizeof g->xid);
-        if (op->en.rows == (int64_t)op->n) {
+        if (op->en.rows == (int64_t)op->n && op->en.status == ID_NONE) {
             written += op->en.rows;
             if (first == NULL)
                 first = op;
@@ -1825,12 +2031,14 @@ static void group_in_doubt_finish(struct append_group *g, const char *status, co
 {
     int all_none = 1; /* every append's result arrived and none wrote: nothing can be lost */
     for (size_t i = 0; i < g->n; i++)
-        if (g->ops[i]->en.rows != 0)
+        if (g->ops[i]->en.rows != 0 && g->ops[i]->en.status != ID_ALREADY)
             all_none = 0;
     for (size_t i = 0; i < g->n; i++) {
         struct append_op *op = g->ops[i];
         char msg[256];
-        if (all_none) {
+        if (op->en.status == ID_ALREADY || op->en.status == ID_USED) {
+            op_deliver(op); /* it wrote nothing: its outcome does not depend on the commit */
+        } else if (all_none) {
             op_deliver(op); /* conflicts against committed rows: real ones */
         } else if (status != NULL && strcmp(status, "committed") == 0) {
             if (op->en.rows >= 0) {
@@ -1996,6 +2204,7 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
     }
     op->n = n;
     op->lock_wait_start = 0;
+    op->lost_start = 0;
     op->en.notify = 0; /* this process's finalizer is signalled instead */
     op->any = any;
     op->retries = 0;
@@ -2164,18 +2373,27 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
             snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
         return rc;
     }
-    static const Oid types[8] = {OID_TEXT_ARRAY, OID_INT8_ARRAY,  OID_INT4_ARRAY,  OID_INT4_ARRAY,
-                                 OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL};
+    static const Oid types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
+                                 OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                 OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     PGresult *r =
-        PQexecParams(conn, pawl_log_append_sql, 8, types, en.values, en.lengths, en.formats, 0);
+        PQexecParams(conn, pawl_log_append_sql, 9, types, en.values, en.lengths, en.formats, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
         if (PQntuples(r) == 1)
             enc_result_row(&en, r, 0);
         PQclear(r);
-        pawl_free(en.buf);
+        if (en.status == ID_USED) {
+            /* Nothing written; the transaction goes on (a row, not an error). */
+            pawl_free(en.buf);
+            pawl_free(en.seqs);
+            res->rc = PAWL_EIDUSED;
+            snprintf(res->message, sizeof res->message, "%s", en.id_msg);
+            return res->rc;
+        }
         if (en.rows == (int64_t)n) {
             enc_seqs(&en, res);
+            pawl_free(en.buf);
             res->seqs = NULL;
             if (seqs != NULL && en.seqs_ok) {
                 memcpy(seqs, en.seqs, n * sizeof *seqs);
@@ -2184,6 +2402,7 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
             pawl_free(en.seqs);
             return 0;
         }
+        pawl_free(en.buf);
         pawl_free(en.seqs);
         res->rc = PAWL_ECONFLICT;
         snprintf(res->message, sizeof res->message,
@@ -2194,6 +2413,7 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
     pawl_free(en.buf);
     const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    const char *cons = PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME);
     snprintf(res->sqlstate, sizeof res->sqlstate, "%s", ss ? ss : "");
     if (PQstatus(conn) != CONNECTION_OK)
         res->rc = PAWL_ECONN;
@@ -2203,8 +2423,12 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
         res->rc = PAWL_EINVAL;
     else
         res->rc = PAWL_ESQL;
-    snprintf(res->message, sizeof res->message, "%s%.150s",
-             res->rc == PAWL_ECONFLICT
+    int id_race = res->rc == PAWL_ECONFLICT && cons && strstr(cons, "event_id") != NULL;
+    snprintf(res->message, sizeof res->message, "%s%.100s",
+             id_race ? "a concurrent append wrote one of these event ids (the transaction is "
+                       "aborted: retry it, and the retry reports them already appended or "
+                       "names the id): "
+             : res->rc == PAWL_ECONFLICT
                  ? "a concurrent append took a sequence number (the transaction is aborted: "
                    "retry it): "
                  : "",
@@ -2831,6 +3055,7 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
         else
             e->metadata = PQgetvalue(res, r, 5) + 1; /* skip the jsonb version byte */
         e->appended_at_us = get64(PQgetvalue(res, r, 6)) + PG_EPOCH_OFFSET_US;
+        e->id = PQgetisnull(res, r, 7) ? NULL : PQgetvalue(res, r, 7);
         if (e->index != after + 1 + (int64_t)i) {
             set_err(s, NULL, "the log returned a gap: index order broken");
             PQclear(res);
@@ -3137,6 +3362,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset
     st->appends_failed = LD(appends_failed);
     st->append_retries = LD(retries);
     st->append_lock_timeouts = LD(lock_timeouts);
+    st->append_lost_retries = LD(lost_retries);
     st->appends_pending = LD(acked) - LD(covered);
     st->inflight = LD(inflight);
     st->finalize_runs = LD(fin_runs);
@@ -3448,15 +3674,15 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         if (rc != 0)
             goto fail;
     }
-    static const Oid append_types[8] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
+    static const Oid append_types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
                                         OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                        OID_JSONB_ARRAY, OID_BOOL};
+                                        OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
-    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 8, append_types);
-    static const Oid group_types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY,  OID_INT4_ARRAY,
-                                       OID_INT4_ARRAY,  OID_INT4_ARRAY,  OID_TEXT_ARRAY,
-                                       OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL};
-    s->stmt_append_group = pawl_pgpool_prepare(s->main, APPEND_GROUP_SQL, 9, group_types);
+    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 9, append_types);
+    static const Oid group_types[10] = {
+        OID_TEXT_ARRAY, OID_INT8_ARRAY,  OID_INT4_ARRAY,  OID_INT4_ARRAY, OID_INT4_ARRAY,
+        OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
+    s->stmt_append_group = pawl_pgpool_prepare(s->main, APPEND_GROUP_SQL, 10, group_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,

@@ -775,17 +775,17 @@ struct letters_cap {
 
 /* Columns of pawl.dead_letters_show: stream_id 0, global_index 1, stream_seq 2, type 3,
  * payload 4, metadata 5, appended_us 6, segment_id 7, segment_mask 8, attempts 9, behind 10,
- * first_error 11, last_error 12, first_failed_us 13, parked_us 14, retry 15. One allocation:
- * the array, then every string and payload. */
+ * first_error 11, last_error 12, first_failed_us 13, parked_us 14, retry 15, event_id 16 (schema
+ * 15). One allocation: the array, then every string and payload. */
 static void on_letters(void *ud, const PGresult *r)
 {
     struct letters_cap *c = ud;
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 16)
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < 17)
         return;
     size_t nt = (size_t)PQntuples(r);
     unsigned char **pl = pawl_calloc(nt + 1, sizeof *pl);
     size_t *pll = pawl_calloc(nt + 1, sizeof *pll);
-    static const int strs[] = {0, 3, 5, 11, 12};
+    static const int strs[] = {0, 3, 5, 11, 12, 16};
     size_t total = (nt + 1) * sizeof(struct pawl_dead_letter);
     int ok = pl != NULL && pll != NULL;
     for (size_t i = 0; ok && i < nt; i++) {
@@ -804,8 +804,8 @@ static void on_letters(void *ud, const PGresult *r)
         char *at = mem + (nt + 1) * sizeof *rows;
         for (size_t i = 0; i < nt; i++) {
             int ri = (int)i;
-            const char *sv[5];
-            for (size_t k = 0; k < 5; k++) {
+            const char *sv[6];
+            for (size_t k = 0; k < 6; k++) {
                 size_t len = (size_t)PQgetlength(r, ri, strs[k]);
                 memcpy(at, PQgetvalue(r, ri, strs[k]), len);
                 at[len] = '\0';
@@ -823,6 +823,7 @@ static void on_letters(void *ud, const PGresult *r)
             d->ev.type = sv[1];
             d->ev.metadata = PQgetisnull(r, ri, 5) ? NULL : sv[2];
             d->ev.appended_at_us = geti(r, ri, 6, 0);
+            d->ev.id = PQgetisnull(r, ri, 16) ? NULL : sv[5];
             d->seg.id = (uint32_t)geti(r, ri, 7, 0);
             d->seg.mask = (uint32_t)geti(r, ri, 8, 0);
             d->attempts = (uint32_t)geti(r, ri, 9, 0);

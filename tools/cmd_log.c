@@ -154,6 +154,7 @@ struct appended {
     int64_t seq;  /* 0: not known (see assigned_seq) */
     int64_t index;
     uint64_t hash; /* of type and payload, to recognise the event when reading it back */
+    int already;   /* its id was in the log: this line wrote nothing */
 };
 
 struct append_ctx {
@@ -162,6 +163,7 @@ struct append_ctx {
     const char *dsn;
     int64_t appended;      /* events */
     int64_t appends;       /* transactions */
+    int64_t already;       /* events whose ids were in the log already (nothing written) */
     long last_line;        /* last line appended */
     char last_ev[160];     /* "stream#seq" of the last event appended (printable) */
     struct appended *done; /* --wait: every appended event, in order */
@@ -205,6 +207,8 @@ static void print_appended(const struct appended *a, int with_index)
         printf("line %ld  %s#?", a->line, shown);
     if (with_index)
         printf("  index %" PRId64, a->index);
+    if (a->already)
+        printf("  (already appended: its id is in the log)");
     putchar('\n');
 }
 
@@ -214,6 +218,13 @@ static void print_appended(const struct appended *a, int with_index)
  */
 static int group_accepts(const struct group *g, const struct pawl_event *e)
 {
+    /* Ids: every event of an append carries one or none does, and no id twice (a repeated line
+     * goes in the next append, which then finds it already appended). */
+    if (g->n > 0 && (g->ev[0].ev.id != NULL) != (e->id != NULL))
+        return 0;
+    for (size_t i = 0; e->id != NULL && i < g->n; i++)
+        if (strcmp(g->ev[i].ev.id, e->id) == 0)
+            return 0;
     for (size_t i = g->n; i-- > 0;) {
         const struct pawl_event *o = &g->ev[i].ev;
         if (strcmp(o->stream_id, e->stream_id) != 0)
@@ -290,14 +301,19 @@ static int group_flush(struct append_ctx *c, struct group *g)
             tool_err("append: lines %ld-%ld (one transaction): %s: %s", g->line[0],
                      g->line[g->n - 1], pawl_strerror(rc), res.message);
     } else {
-        c->appended += (int64_t)g->n;
-        c->appends++;
+        if (res.already) {
+            c->already += (int64_t)g->n;
+        } else {
+            c->appended += (int64_t)g->n;
+            c->appends++;
+        }
         for (size_t i = 0; i < g->n; i++) {
             const struct pawl_event *e = &g->ev[i].ev;
             struct appended a = {.line = g->line[i],
                                  .stream = (char *)e->stream_id,
                                  .seq = assigned_seq(&res, evs, i),
-                                 .hash = event_hash(e)};
+                                 .hash = event_hash(e),
+                                 .already = res.already};
             c->last_line = g->line[i];
             char shown[128];
             tool_printable(e->stream_id, shown, sizeof shown);
@@ -305,8 +321,8 @@ static int group_flush(struct append_ctx *c, struct group *g)
                 snprintf(c->last_ev, sizeof c->last_ev, "%s#%" PRId64, shown, a.seq);
             else
                 snprintf(c->last_ev, sizeof c->last_ev, "%s", shown);
-            if (!c->cfg->tool.wait) {
-                print_appended(&a, 0);
+            if (!c->cfg->tool.wait || a.already) {
+                print_appended(&a, 0); /* an already appended event is below --wait's start */
                 continue;
             }
             if (c->ndone == c->capdone) {
@@ -553,9 +569,9 @@ static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const cha
     if (rc == 0)
         rc = group_flush(&c, &g);
     if (rc != 0)
-        ex = rc == PAWL_ECONFLICT             ? TOOL_CONFLICT
-             : tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB
-                                              : TOOL_FAILED;
+        ex = rc == PAWL_ECONFLICT || rc == PAWL_EIDUSED ? TOOL_CONFLICT
+             : tool_exit_for(rc) == TOOL_NODB           ? TOOL_NODB
+                                                        : TOOL_FAILED;
     for (size_t i = 0; i < g.n; i++)
         tool_jsonl_event_fini(&g.ev[i]);
     free(g.ev);
@@ -574,7 +590,17 @@ static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const cha
     for (size_t i = 0; i < c.ndone; i++)
         free(c.done[i].stream);
     free(c.done);
+    struct pawl_store_stats st;
+    pawl_store_stats(s, &st, 0);
+    char extra[160] = "";
+    if (c.already > 0 || st.append_lost_retries > 0)
+        snprintf(extra, sizeof extra,
+                 "; %" PRId64 " events were in the log already (their ids), %" PRId64
+                 " appends were sent again after a lost connection",
+                 c.already, st.append_lost_retries);
     struct tool_kv kv[] = {TOOL_KV_I("events", c.appended),
+                           TOOL_KV_I("already", c.already),
+                           TOOL_KV_I("resent", st.append_lost_retries),
                            TOOL_KV_I("appends", c.appends),
                            TOOL_KV_I("lines", lineno),
                            TOOL_KV_I("last_line", c.last_line),
@@ -586,8 +612,8 @@ static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const cha
     if (c.last_line)
         snprintf(last, sizeof last, " (last: line %ld, %s)", c.last_line, c.last_ev);
     tool_log(ex == TOOL_OK ? PAWL_LOG_INFO : PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
-             "%sappended %" PRId64 " events in %" PRId64 " appends from %ld lines%s%s",
-             tool_stop ? "interrupted: " : "", c.appended, c.appends, lineno, last,
+             "%sappended %" PRId64 " events in %" PRId64 " appends from %ld lines%s%s%s",
+             tool_stop ? "interrupted: " : "", c.appended, c.appends, lineno, extra, last,
              ex == TOOL_OK ? "" : "; stopped at the first failure (nothing after it was appended)");
     return ex;
 }
@@ -602,6 +628,10 @@ int cmd_append(struct tool_config *cfg, int argc, const char *const *argv)
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
+    /* Lines with ids are safe to send again: after a lost connection the store does so for up
+     * to a minute unless --append-retry says otherwise. */
+    if (tool_config_source_of(cfg, "append-retry") == PAWL_SRC_DEFAULT)
+        cfg->lib.store.append_retry_ms = 60000;
     struct pawl_store *s = NULL;
     int ex = open_store(cfg, dsn, &s);
     if (ex != TOOL_OK)
@@ -636,9 +666,14 @@ static void print_event(const struct tool_config *cfg, const struct pawl_event *
     char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
     char type[PAWL_PRINTABLE_SIZE(PAWL_EVENT_TYPE_MAX)];
     char payload[PAWL_PRINTABLE_SIZE(120)];
-    printf("%-10" PRId64 " %s  %s#%" PRId64 "  %s  %s%s\n", e->index, when,
+    char id[PAWL_PRINTABLE_SIZE(PAWL_EVENT_ID_MAX) + 8] = "";
+    if (e->id != NULL) {
+        char shown_id[PAWL_PRINTABLE_SIZE(PAWL_EVENT_ID_MAX)];
+        snprintf(id, sizeof id, "  id=%s", pawl_printable_str(e->id, shown_id, sizeof shown_id));
+    }
+    printf("%-10" PRId64 " %s  %s#%" PRId64 "  %s%s  %s%s\n", e->index, when,
            pawl_printable_str(e->stream_id, sid, sizeof sid), e->stream_seq,
-           pawl_printable_str(e->type, type, sizeof type),
+           pawl_printable_str(e->type, type, sizeof type), id,
            pawl_printable(e->payload, shown, payload, sizeof payload),
            e->payload_len > shown ? "..." : "");
 }

@@ -9,11 +9,22 @@
  * Runs until interrupted (SIGINT/SIGTERM), then stops cleanly: every work package stores its
  * progress and releases its claim. While it runs, a progress line shows the handling rate, the
  * segments held and how far the processor is behind the head (with an ETA while catching up).
+ *
+ * Stopping. pawl_processor_stop runs on a thread of its own while the main thread watches it:
+ * now and then it says what the stop waits for (pawl_processor_activity, and the exec sink's
+ * commands with their deadlines), and it gives the stop up (exit TOOL_ABANDONED, saying which
+ * claims are left to expire after --claim-timeout, the exec commands sent SIGTERM) on a second
+ * signal (main.c ignores a repeat within a second) or when the database has not answered for
+ * --stop-db-wait: a probe connection tells, as the stop's own calls would wait out the store's
+ * queue time-out each. While stopping, the store's reports of reconnects and retries are left
+ * out of the log (run_log_sink): the stop's report says whether the database answers.
  */
 #include "progress.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <libpq-fe.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -230,6 +241,350 @@ static void run_sample(struct run_view *v, struct pawl_tokens *tok, struct pawl_
     pthread_mutex_unlock(&v->mu);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Stopping
+ * ------------------------------------------------------------------------------------------ */
+
+/* Set once the node is stopping (relaxed: a switch for the log filter below). */
+static atomic_int run_stopping;
+
+/* The library's log, as its own sink writes it, except, while stopping, the store's reports of
+ * its reconnects and retries (modules pgconn, finalizer, log: a connection lost, still failing,
+ * connected again; reads and finalizer runs retried). The stop says itself whether the
+ * database answers and what that leaves; errors still go through. Installed before the store
+ * exists and removed after it is freed, so no other thread logs while the sink changes. */
+static void run_log_sink(void *ud, enum pawl_log_level level, const char *module, const char *msg)
+{
+    (void)ud;
+    if (atomic_load_explicit(&run_stopping, memory_order_relaxed) && level < PAWL_LOG_ERROR &&
+        (strcmp(module, "pgconn") == 0 || strcmp(module, "finalizer") == 0 ||
+         strcmp(module, "log") == 0))
+        return;
+    pawl_log_stderr(level, module, msg);
+}
+
+/*
+ * Does the database answer? One non-blocking libpq connection at a time, driven from the main
+ * thread's loop (no thread to join when the stop ends), given PROBE_TIMEOUT_NS to connect. A
+ * server that accepts a session answers; anything else (refused, no such socket, shutting down,
+ * no answer in time) does not, and down_since_ns keeps when the first such attempt began.
+ */
+#define PROBE_TIMEOUT_NS (2 * 1000000000LL)
+struct db_probe {
+    const char *dsn;
+    PGconn *c;
+    PostgresPollingStatusType want;
+    int64_t started_ns, next_ns;
+    int64_t down_since_ns; /* 0: answered at its last attempt (or not asked yet) */
+    char err[256];         /* why the last attempt failed (escaped, one line) */
+};
+
+static void probe_done(struct db_probe *pr, int64_t now, int ok, const char *why)
+{
+    if (ok) {
+        pr->down_since_ns = 0;
+        pr->err[0] = '\0';
+    } else {
+        if (pr->down_since_ns == 0)
+            pr->down_since_ns = pr->started_ns;
+        char line[256];
+        snprintf(line, sizeof line, "%s", why && why[0] ? why : "no answer");
+        line[strcspn(line, "\n")] = '\0';
+        pawl_printable_str(line, pr->err, sizeof pr->err);
+    }
+    PQfinish(pr->c);
+    pr->c = NULL;
+    pr->next_ns = now + (ok ? 1000000000LL : 250000000LL);
+}
+
+static void probe_step(struct db_probe *pr, int64_t now)
+{
+    if (pr->c == NULL) {
+        if (now < pr->next_ns)
+            return;
+        /* The DSN as given (expanded: it may be a URI or key=value text), then ours. */
+        const char *const kw[] = {"dbname", "application_name", NULL};
+        const char *const val[] = {pr->dsn, "pawl-stop-probe", NULL};
+        pr->started_ns = now;
+        pr->c = PQconnectStartParams(kw, val, 1);
+        pr->want = PGRES_POLLING_WRITING;
+        if (pr->c == NULL || PQstatus(pr->c) == CONNECTION_BAD) {
+            probe_done(pr, now, 0, pr->c ? PQerrorMessage(pr->c) : "out of memory");
+            return;
+        }
+    }
+    struct pollfd pf = {.fd = PQsocket(pr->c),
+                        .events = pr->want == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+    if (pf.fd >= 0 && poll(&pf, 1, 0) > 0)
+        pr->want = PQconnectPoll(pr->c);
+    if (pr->want == PGRES_POLLING_OK)
+        probe_done(pr, now, 1, NULL);
+    else if (pr->want == PGRES_POLLING_FAILED || pf.fd < 0)
+        probe_done(pr, now, 0, PQerrorMessage(pr->c));
+    else if (now - pr->started_ns >= PROBE_TIMEOUT_NS)
+        probe_done(pr, now, 0, "no answer within 2 s");
+}
+
+struct run_stop {
+    struct pawl_processor *p;
+    struct tool_sink *sink;
+    struct tool_config *cfg;
+    int64_t start_ns;
+    _Atomic int done; /* pawl_processor_stop has returned */
+    struct db_probe probe;
+};
+
+static void *stop_main(void *arg)
+{
+    struct run_stop *st = arg;
+    pawl_processor_stop(st->p);
+    /* Release: the main thread reads the processor's final state after seeing it. */
+    atomic_store_explicit(&st->done, 1, memory_order_release);
+    return NULL;
+}
+
+static void secs(int64_t ns, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*f s", ns < 10000000000LL ? 1 : 0, (double)PAWL_MAX(ns, 0) / 1e9);
+}
+
+static int by_segment(const void *a, const void *b)
+{
+    const struct pawl_segment_activity *x = a, *y = b;
+    return x->seg.id < y->seg.id ? -1 : x->seg.id > y->seg.id;
+}
+
+/* The segments this node still holds, by segment id (NULL when none or out of memory; *n says
+ * how many). */
+static struct pawl_segment_activity *held_rows(struct pawl_processor *p, size_t *n)
+{
+    size_t want = pawl_processor_activity(p, NULL, 0);
+    struct pawl_segment_activity *rows = want ? calloc(want, sizeof *rows) : NULL;
+    *n = rows ? PAWL_MIN(pawl_processor_activity(p, rows, want), want) : 0;
+    if (*n > 1)
+        qsort(rows, *n, sizeof *rows, by_segment);
+    return rows;
+}
+
+/*
+ * What the stop waits for, as a phrase after "waiting " ("up to 27 s for segment 0's command
+ * (pid 1234) to acknowledge events up to 4711, for segment 3's batch commit (the database)");
+ * key gets the same without the clock's figures, to tell a change from time passing.
+ */
+static void describe_waits(struct run_stop *st, int64_t now, char *out, size_t len, char *key,
+                           size_t keylen)
+{
+    size_t n = 0, uo = 0, uk = 0, shown = 0;
+    int acktimeout = 0; /* the flag is named once */
+    struct pawl_segment_activity *rows = held_rows(st->p, &n);
+    struct tool_sink_wait kids[64];
+    size_t nk =
+        PAWL_MIN(tool_sink_waits(st->sink, kids, PAWL_ARRAY_LEN(kids)), PAWL_ARRAY_LEN(kids));
+    out[0] = key[0] = '\0';
+    /* The longest waits first: commands with a deadline, the database, the handlers. */
+    static const int order[] = {PAWL_SEG_UNITS, PAWL_SEG_STORE, PAWL_SEG_HANDLING, PAWL_SEG_READING,
+                                PAWL_SEG_IDLE};
+    for (size_t o = 0; o < PAWL_ARRAY_LEN(order); o++) {
+        for (size_t i = 0; i < n; i++) {
+            const struct pawl_segment_activity *r = &rows[i];
+            if ((int)r->doing != order[o])
+                continue;
+            if (shown == 3) {
+                shown++;
+                continue;
+            }
+            if (shown > 3)
+                continue;
+            const struct tool_sink_wait *w = NULL;
+            for (size_t j = 0; j < nk; j++)
+                if (kids[j].seg.id == r->seg.id && kids[j].seg.mask == r->seg.mask)
+                    w = &kids[j];
+            char item[256], ikey[160], left[32], took[32];
+            uint32_t id = r->seg.id;
+            secs(now - r->since_ns, took, sizeof took);
+            switch (r->doing) {
+            case PAWL_SEG_UNITS:
+                if (w && w->deadline_ns > 0) {
+                    secs(w->deadline_ns - now, left, sizeof left);
+                    char what[64];
+                    if (w->closing)
+                        snprintf(what, sizeof what, "exit after its input ended");
+                    else
+                        snprintf(what, sizeof what, "acknowledge events up to %" PRId64, w->upto);
+                    snprintf(item, sizeof item,
+                             "up to %s for segment %u's command (pid %d) to %s%s", left, id, w->pid,
+                             what, acktimeout ? "" : " (--exec-ack-timeout)");
+                    acktimeout = 1;
+                    snprintf(ikey, sizeof ikey, "cmd %u %d %d %" PRId64, id, w->pid, w->closing,
+                             w->upto);
+                } else if (w) {
+                    snprintf(item, sizeof item, "for segment %u's command (pid %d)", id, w->pid);
+                    snprintf(ikey, sizeof ikey, "cmd %u %d", id, w->pid);
+                } else {
+                    snprintf(item, sizeof item, "for segment %u's %s (%s so far)", id,
+                             st->sink ? "output to be written or acknowledged"
+                                      : "handlers to confirm their checkpoint",
+                             took);
+                    snprintf(ikey, sizeof ikey, "units %u", id);
+                }
+                break;
+            case PAWL_SEG_STORE:
+                snprintf(item, sizeof item, "for segment %u's %s (the database, %s so far)", id,
+                         r->releasing ? "token and claim release" : "batch commit", took);
+                snprintf(ikey, sizeof ikey, "store %u %d", id, r->releasing);
+                break;
+            case PAWL_SEG_HANDLING:
+                snprintf(item, sizeof item, "for segment %u's handlers (a batch, %s so far)", id,
+                         took);
+                snprintf(ikey, sizeof ikey, "handling %u", id);
+                break;
+            case PAWL_SEG_READING:
+                snprintf(item, sizeof item, "for segment %u's read of the log (the database)", id);
+                snprintf(ikey, sizeof ikey, "reading %u", id);
+                break;
+            default:
+                snprintf(item, sizeof item, "for segment %u's %s", id,
+                         r->releasing ? "release (its turn on a worker)"
+                                      : "release (not asked yet: the processor's coordinator is "
+                                        "in a read or a claim cycle)");
+                snprintf(ikey, sizeof ikey, "idle %u %d", id, r->releasing);
+                break;
+            }
+            if (uo < len)
+                uo += (size_t)snprintf(out + uo, len - uo, "%s%s", shown ? ", " : "", item);
+            if (uk < keylen)
+                uk += (size_t)snprintf(key + uk, keylen - uk, "%s;", ikey);
+            shown++;
+        }
+    }
+    if (n > 3 && uo < len)
+        snprintf(out + uo, len - uo, " and for %zu more segment%s", n - 3, n - 3 == 1 ? "" : "s");
+    if (n == 0) {
+        /* Every segment released: the claim extender's last call, then this node's leaving. */
+        snprintf(out, len, "for the token store to record that this node has left");
+        snprintf(key, keylen, "leaving");
+    }
+    free(rows);
+}
+
+/* Give the stop up: say what is left (the claims, to expire; the commands, sent SIGTERM) and
+ * exit with TOOL_ABANDONED at once, whatever the stop's thread is waiting for. */
+static _Noreturn void run_abandon(struct run_stop *st, const char *why)
+{
+    size_t n = 0, used = 0;
+    struct pawl_segment_activity *rows = held_rows(st->p, &n);
+    char ids[400] = "", pids[400] = "", ct[32], killed[460] = "", released[160] = "";
+    for (size_t i = 0; i < n && used < sizeof ids; i++)
+        used +=
+            (size_t)snprintf(ids + used, sizeof ids - used, "%s%u", i ? ", " : "", rows[i].seg.id);
+    free(rows);
+    struct pawl_processor_stats ps;
+    pawl_processor_stats(st->p, &ps);
+    tool_config_get(st->cfg, "claim-timeout", ct, sizeof ct);
+    size_t nk = tool_sink_abandon(st->sink, pids, sizeof pids);
+    if (nk)
+        snprintf(killed, sizeof killed, "; sent SIGTERM to the exec command%s still running: %s",
+                 nk == 1 ? "" : "s", pids);
+    if (ps.releases_failed)
+        snprintf(released, sizeof released,
+                 " (and %" PRIu64 " claim%s whose release the database did not confirm)",
+                 ps.releases_failed, ps.releases_failed == 1 ? "" : "s");
+    struct tool_kv kv[] = {TOOL_KV_I("segments_left", n), TOOL_KV_S("claim_timeout", ct),
+                           TOOL_KV_I("exit", TOOL_ABANDONED)};
+    if (n == 0 && ps.releases_failed == 0)
+        tool_log(PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+                 "stop abandoned (%s): every claim was released already%s", why, killed);
+    else
+        tool_log(PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+                 "stop abandoned (%s): %zu segment%s still claimed by this node%s%s%s%s %s left "
+                 "to expire after --claim-timeout %s; then another node takes %s over from %s "
+                 "stored token%s (events handled since are delivered again)%s",
+                 why, n, n == 1 ? "" : "s", n ? " (" : "", ids, n ? ")" : "", released,
+                 n + ps.releases_failed == 1 ? "is" : "are", ct,
+                 n + ps.releases_failed == 1 ? "it" : "them",
+                 n + ps.releases_failed == 1 ? "its" : "their",
+                 n + ps.releases_failed == 1 ? "" : "s", killed);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(TOOL_ABANDONED);
+}
+
+/*
+ * Stop p, watching: report what the stop waits for, give it up on a second signal or a
+ * database absent for --stop-db-wait (run_abandon does not return). Returns when the stop is
+ * done.
+ */
+static void run_stop(struct pawl_processor *p, struct tool_sink *sink, struct tool_config *cfg,
+                     const char *dsn)
+{
+    struct run_stop st = {.p = p, .sink = sink, .cfg = cfg, .start_ns = pawl_now_ns()};
+    st.probe.dsn = dsn;
+    st.probe.next_ns = st.start_ns + 300000000LL; /* most stops are over by then */
+    atomic_store_explicit(&run_stopping, 1, memory_order_relaxed);
+    tool_sink_stopping(sink);
+    fprintf(stderr,
+            "pawl: stopping (%s: finishing batches, storing progress, releasing claims; Ctrl-C "
+            "again to abandon)\n",
+            tool_signal_name(tool_stop_signal));
+    pthread_t thr;
+    if (pthread_create(&thr, NULL, stop_main, &st) != 0) {
+        pawl_processor_stop(p); /* no thread: stop here, unwatched */
+        return;
+    }
+    int64_t wait_ns = cfg->tool.stop_db_wait_ms * 1000000;
+    int64_t last_report_ns = 0;
+    char last_key[1024] = "";
+    while (!atomic_load_explicit(&st.done, memory_order_acquire)) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (atomic_load_explicit(&st.done, memory_order_acquire))
+            break;
+        int64_t now = pawl_now_ns();
+        int sig = tool_abandon;
+        if (sig) {
+            char why[96], t[32];
+            secs(now - st.start_ns, t, sizeof t);
+            snprintf(why, sizeof why, "a second %s, %s into the stop", tool_signal_name(sig), t);
+            run_abandon(&st, why);
+        }
+        probe_step(&st.probe, now);
+        int64_t down = st.probe.down_since_ns ? now - st.probe.down_since_ns : 0;
+        if (st.probe.down_since_ns && down >= wait_ns) {
+            char why[400], t[32], w[32];
+            secs(down, t, sizeof t);
+            tool_config_get(cfg, "stop-db-wait", w, sizeof w);
+            snprintf(why, sizeof why, "the database has not answered for %s, --stop-db-wait %s: %s",
+                     t, w, st.probe.err);
+            run_abandon(&st, why);
+        }
+        if (now - st.start_ns < 300000000LL)
+            continue;
+        char what[1024], key[1024], db[400] = "";
+        describe_waits(&st, now, what, sizeof what, key, sizeof key);
+        if (st.probe.down_since_ns) {
+            char t[32], left[32];
+            secs(down, t, sizeof t);
+            secs(wait_ns - down, left, sizeof left);
+            snprintf(db, sizeof db,
+                     "the database does not answer (%s; for %s now): waiting at most %s more for "
+                     "it (--stop-db-wait), then the claims not released are left to expire; ",
+                     st.probe.err, t, left);
+            strncat(key, " db-down", sizeof key - strlen(key) - 1);
+        }
+        int changed = strcmp(key, last_key) != 0;
+        if ((changed && now - last_report_ns >= 1000000000LL) ||
+            now - last_report_ns >= 5000000000LL) {
+            tool_log(PAWL_LOG_INFO, NULL, 0, "stopping: %swaiting %s; Ctrl-C again to abandon", db,
+                     what);
+            snprintf(last_key, sizeof last_key, "%s", key);
+            last_report_ns = now;
+        }
+    }
+    pthread_join(thr, NULL);
+    if (st.probe.c)
+        PQfinish(st.probe.c);
+}
+
 int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *hname0 = cfg->tool.handler ? cfg->tool.handler : "count";
@@ -238,8 +593,23 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
                  argv[0]);
         return TOOL_USAGE;
     }
+    char why[320];
     if (cfg->lib.processor.name == NULL) {
-        tool_err("run: which processor? give --processor NAME (or PAWL_PROCESSOR)");
+        /* An empty value reads as "not set"; given empty, it is a bad name. */
+        if (tool_config_source_of(cfg, "processor") != PAWL_SRC_DEFAULT) {
+            tool_check_name("processor name", "", PAWL_NAME_MAX, why, sizeof why);
+            tool_err("run: %s", why);
+        } else {
+            tool_err("run: which processor? give --processor NAME (or PAWL_PROCESSOR)");
+        }
+        return TOOL_USAGE;
+    }
+    /* Names the token store would refuse are refused here, before anything connects. */
+    if (tool_check_name("processor name", cfg->lib.processor.name, PAWL_NAME_MAX, why,
+                        sizeof why) ||
+        (cfg->lib.processor.node_id &&
+         tool_check_name("node id", cfg->lib.processor.node_id, PAWL_OWNER_MAX, why, sizeof why))) {
+        tool_err("run: %s", why);
         return TOOL_USAGE;
     }
     const char *hname = cfg->tool.handler ? cfg->tool.handler : "count";
@@ -259,6 +629,8 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
     struct run_view view = {.proc = cfg->lib.processor.name};
     pthread_mutex_init(&view.mu, NULL);
     int ex = TOOL_OK;
+    /* Before any of the library's threads exist (removed at the end, after they are gone). */
+    pawl_log_set_sink(run_log_sink, NULL);
     if (strcmp(hname, "count") == 0) {
         /* the default above */
     } else if (strcmp(hname, "print") == 0 || strcmp(hname, "exec") == 0) {
@@ -330,8 +702,10 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         goto out;
     }
     if ((rc = pawl_processor_new(&p, &cfg->lib.processor, src, tok, hs, nh)) != 0) {
-        tool_err("run: cannot create processor %s: %s (%s)", cfg->lib.processor.name,
-                 pawl_strerror(rc), pawl_tokens_errmsg(tok, (char[512]){0}, 512));
+        char tmsg[512];
+        pawl_tokens_errmsg(tok, tmsg, sizeof tmsg);
+        tool_err("run: cannot create processor %s: %s%s%s", cfg->lib.processor.name,
+                 pawl_strerror(rc), tmsg[0] ? ": " : "", tmsg);
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -358,6 +732,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
     }
     fprintf(stderr, "pawl: running processor %s as node %s with handler %s (Ctrl-C stops)\n",
             cfg->lib.processor.name, pawl_processor_node_id(p), hname);
+    tool_abandon_here = 1; /* from here a second signal is run_stop's to report */
 
     struct tool_progress prog;
     tool_progress_init(&prog, cfg);
@@ -393,8 +768,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
                            head, behind, eta, ps.batch_failures);
     }
     tool_progress_done(&prog);
-    fprintf(stderr, "pawl: stopping (finishing batches, storing progress, releasing claims)\n");
-    pawl_processor_stop(p);
+    run_stop(p, sink, cfg, dsn);
     struct pawl_processor_stats ps;
     pawl_processor_stats(p, &ps);
     fprintf(stderr,
@@ -402,6 +776,15 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
             " failed batches, %" PRId64 " replayed events\n",
             ps.events, ps.batches, ps.batch_failures,
             atomic_load_explicit(&b.replays, memory_order_relaxed));
+    if (ps.releases_failed) {
+        char ct[32];
+        tool_config_get(cfg, "claim-timeout", ct, sizeof ct);
+        tool_log(PAWL_LOG_WARN, NULL, 0,
+                 "%" PRIu64 " claim%s not released (the database did not confirm the release): "
+                 "left to expire after --claim-timeout %s",
+                 ps.releases_failed, ps.releases_failed == 1 ? "" : "s", ct);
+        ex = TOOL_ABANDONED;
+    }
 out:
     tool_httpd_stop(httpd);
     /* The sink's thread completes checkpoint futures: it stops after the processor (every
@@ -414,5 +797,7 @@ out:
     pawl_tokens_free(tok);
     pawl_source_free(src);
     pawl_store_free(store);
+    pawl_log_set_sink(NULL, NULL);
+    tool_abandon_here = 0;
     return ex;
 }

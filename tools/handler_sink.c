@@ -125,6 +125,13 @@ struct tool_sink {
     size_t redeliv_cap;
     /* Relaxed counters: statistics only. */
     _Atomic uint64_t events, replays, lines_out, batches_ok, failures, starts;
+    /* exec: the running children (under kmu): one entry per child from its spawn until just
+     * before it is reaped, so a pid here is never one the system has handed out again; while
+     * stopping, the I/O thread also keeps what each one is waited for in it (tool_sink_waits). */
+    pthread_mutex_t kmu;
+    struct tool_sink_wait *kids;
+    size_t nkids, kids_cap;
+    _Atomic int stopping; /* tool_sink_stopping was called (relaxed: a flag for messages) */
 };
 
 static const struct pawl_checkpointing sink_ckpt;
@@ -545,6 +552,36 @@ int tool_sink_env_secret(const char *entry)
     return n >= 8 && memcmp(entry, "PAWL_", 5) == 0 && memcmp(entry + n - 3, "DSN", 3) == 0;
 }
 
+/* The children's table (tool_sink_waits, tool_sink_abandon): add a child just spawned. */
+static void kid_add(struct tool_sink *s, struct chan *c)
+{
+    pthread_mutex_lock(&s->kmu);
+    if (s->nkids == s->kids_cap) {
+        size_t cap = s->kids_cap ? s->kids_cap * 2 : 16;
+        struct tool_sink_wait *k = realloc(s->kids, cap * sizeof *k);
+        if (k) {
+            s->kids = k;
+            s->kids_cap = cap;
+        }
+    }
+    if (s->nkids < s->kids_cap) /* else it is not listed: its stop report is the poorer */
+        s->kids[s->nkids++] = (struct tool_sink_wait){.seg = c->seg, .pid = (int)c->pid};
+    pthread_mutex_unlock(&s->kmu);
+}
+
+/* Take pid out of the children's table before it is reaped (after that the system may give
+ * the pid to another process, which tool_sink_abandon must never signal). */
+static void kid_remove(struct tool_sink *s, pid_t pid)
+{
+    pthread_mutex_lock(&s->kmu);
+    for (size_t i = 0; i < s->nkids; i++)
+        if (s->kids[i].pid == (int)pid) {
+            s->kids[i] = s->kids[--s->nkids];
+            break;
+        }
+    pthread_mutex_unlock(&s->kmu);
+}
+
 static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t msglen)
 {
     int inp[2] = {-1, -1}, outp[2] = {-1, -1};
@@ -619,6 +656,7 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
     c->sent_max = 0;
     c->acked = 0;
     c->rlen = 0;
+    kid_add(s, c);
     atomic_fetch_add_explicit(&s->starts, 1, memory_order_relaxed);
     PAWL_INFO(MOD, "exec: segment %u: started %s (pid %d)", c->seg.id, s->o.argv[0], (int)pid);
     return 0;
@@ -632,8 +670,16 @@ fail:
     return PAWL_ESYS;
 }
 
-/* Close the pipes and reap the child (killing it first when kill is set). */
-static void child_end(struct tool_sink *s, struct chan *c, int kill_it, int *status)
+/* How child_end ends the child. */
+enum {
+    END_WAIT = 0,  /* wait for it to exit */
+    END_KILL = 1,  /* SIGKILL it unless it has exited already */
+    END_GRACE = 2, /* give it 100 ms to exit on its own (it closed its output), then as KILL */
+};
+
+/* Close the pipes and reap the child, ended as `how` says. Returns 1 when pawl's SIGKILL ended
+ * it (a child that had exited by itself is reported by *status as it ended). */
+static int child_end(struct tool_sink *s, struct chan *c, int how, int *status)
 {
     if (c->in_fd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->in_fd, NULL);
@@ -645,16 +691,31 @@ static void child_end(struct tool_sink *s, struct chan *c, int kill_it, int *sta
         close(c->out_fd);
         c->out_fd = -1;
     }
+    int killed = 0;
     if (c->pid > 0) {
-        if (kill_it)
-            kill(c->pid, SIGKILL);
+        kid_remove(s, c->pid);
         int st = 0;
-        while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR) {
+        pid_t r = 0;
+        for (int i = 0; how != END_WAIT && i < (how == END_GRACE ? 10 : 1); i++) {
+            if (i > 0) {
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+            if ((r = waitpid(c->pid, &st, WNOHANG)) != 0)
+                break;
         }
+        if (r <= 0 && how != END_WAIT) {
+            kill(c->pid, SIGKILL);
+            killed = 1;
+        }
+        if (r <= 0)
+            while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR) {
+            }
         if (status)
             *status = st;
         c->pid = 0;
     }
+    return killed;
 }
 
 static void unlist(struct tool_sink *s, struct chan *c)
@@ -666,19 +727,29 @@ static void unlist(struct tool_sink *s, struct chan *c)
         }
 }
 
+static void describe_exit(int st, char *buf, size_t n);
+
 /* Everything went wrong for c's child: kill it, fail every ship of c (freeing c after its close
  * ship). The next ship with lines starts a new child. */
 static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
 {
     int st = 0;
     pid_t pid = c->pid;
-    child_end(s, c, 1, &st);
-    char msg[384];
+    int killed = child_end(s, c, END_KILL, &st);
+    char msg[384], ended[160] = "";
     snprintf(msg, sizeof msg, "exec: segment %u: %s", c->seg.id, why);
-    PAWL_WARN(MOD,
-              "%s; killed %s (pid %d); the batch is rolled back and delivered again to a "
-              "new process after the back-off",
-              msg, s->o.argv[0], (int)pid);
+    if (pid > 0 && killed) {
+        snprintf(ended, sizeof ended, "; killed %s (pid %d)", s->o.argv[0], (int)pid);
+    } else if (pid > 0) {
+        char how[96];
+        describe_exit(st, how, sizeof how);
+        snprintf(ended, sizeof ended, "; %s (pid %d) %s", s->o.argv[0], (int)pid, how);
+    }
+    /* Stopping, the segment goes to whichever node claims it next: no back-off here. */
+    PAWL_WARN(MOD, "%s%s; the batch is rolled back and delivered again %s", msg, ended,
+              atomic_load_explicit(&s->stopping, memory_order_relaxed)
+                  ? "by the segment's next owner"
+                  : "to a new process after the back-off");
     int closed = 0;
     struct ship *lists[2] = {c->aq, c->sq};
     c->aq = c->sq = NULL;
@@ -981,14 +1052,62 @@ static int exec_lines(struct tool_sink *s, struct chan *c)
     return 0;
 }
 
+/* The usual name of signal sig ("SIGKILL"), or NULL. */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGINT:
+        return "SIGINT";
+    case SIGQUIT:
+        return "SIGQUIT";
+    case SIGILL:
+        return "SIGILL";
+    case SIGTRAP:
+        return "SIGTRAP";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGUSR2:
+        return "SIGUSR2";
+    case SIGPIPE:
+        return "SIGPIPE";
+    case SIGALRM:
+        return "SIGALRM";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGXCPU:
+        return "SIGXCPU";
+    case SIGXFSZ:
+        return "SIGXFSZ";
+    case SIGSYS:
+        return "SIGSYS";
+    default:
+        return NULL;
+    }
+}
+
 static void describe_exit(int st, char *buf, size_t n)
 {
-    if (WIFEXITED(st))
+    if (WIFEXITED(st)) {
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st))
-        snprintf(buf, n, "was killed by signal %d", WTERMSIG(st));
-    else
+    } else if (WIFSIGNALED(st)) {
+        const char *name = signal_name(WTERMSIG(st));
+        snprintf(buf, n, "was killed by signal %d%s%s%s%s", WTERMSIG(st), name ? " (" : "",
+                 name ? name : "", name ? ")" : "", WCOREDUMP(st) ? ", core dumped" : "");
+    } else {
         snprintf(buf, n, "ended");
+    }
 }
 
 static void exec_readable(struct tool_sink *s, struct chan *c)
@@ -1009,7 +1128,7 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
         if (c->closing) {
             int st = 0;
             pid_t pid = c->pid;
-            child_end(s, c, 0, &st);
+            child_end(s, c, END_WAIT, &st);
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 char how[64];
                 describe_exit(st, how, sizeof how);
@@ -1021,10 +1140,13 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
             return;
         }
         int st = 0;
-        child_end(s, c, 1, &st);
-        char how[64], why[160];
-        describe_exit(st, how, sizeof how);
-        snprintf(why, sizeof why, "the command %s", how);
+        pid_t pid = c->pid;
+        char how[96], why[200];
+        if (child_end(s, c, END_GRACE, &st))
+            snprintf(how, sizeof how, "closed its output but did not exit; killed");
+        else
+            describe_exit(st, how, sizeof how);
+        snprintf(why, sizeof why, "the command (pid %d) %s", (int)pid, how);
         if (c->sq || c->aq)
             chan_fail(s, c, why);
         else
@@ -1032,6 +1154,27 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
                       c->seg.id, why);
         return;
     }
+}
+
+/* While stopping: note in the children's table what each running command is waited for. */
+static void publish_waits(struct tool_sink *s)
+{
+    pthread_mutex_lock(&s->kmu);
+    for (struct chan *c = s->io_chans; c; c = c->io_next) {
+        if (c->pid <= 0)
+            continue;
+        for (size_t i = 0; i < s->nkids; i++) {
+            struct tool_sink_wait *w = &s->kids[i];
+            if (w->pid != (int)c->pid)
+                continue;
+            const struct ship *head = c->aq ? c->aq : c->sq;
+            w->closing = c->closing;
+            w->upto = !c->closing && head ? head->last : 0;
+            w->deadline_ns = c->closing ? c->close_deadline_ns : head ? head->deadline_ns : 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->kmu);
 }
 
 /* Time-outs: a ship not acknowledged in time, a closing child that does not exit. */
@@ -1046,7 +1189,7 @@ static int64_t exec_deadlines(struct tool_sink *s)
                           "exec: segment %u: %s (pid %d) did not exit within %" PRId64
                           " ms after its input ended; killed",
                           c->seg.id, s->o.argv[0], (int)c->pid, s->o.ack_timeout_ms);
-                child_end(s, c, 1, NULL);
+                child_end(s, c, END_KILL, NULL);
                 unlist(s, c);
                 chan_free(c);
                 continue;
@@ -1092,6 +1235,8 @@ static void *sink_thread(void *arg)
     struct epoll_event evs[32];
     for (;;) {
         int64_t next = s->o.kind == TOOL_SINK_EXEC ? exec_deadlines(s) : INT64_MAX;
+        if (s->o.kind == TOOL_SINK_EXEC && atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            publish_waits(s);
         int timeout = -1;
         if (next != INT64_MAX) {
             int64_t ms = (next - mono_ns()) / 1000000 + 1;
@@ -1148,7 +1293,7 @@ static void *sink_thread(void *arg)
                 if (c->sq || c->aq)
                     chan_fail(s, c, "pawl is stopping");
                 else
-                    child_end(s, c, 1, NULL);
+                    child_end(s, c, END_KILL, NULL);
                 /* c may be gone now (chan_fail frees a chan after its close ship). */
             }
             struct chan *left = NULL;
@@ -1193,6 +1338,7 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
     s->efd = s->epfd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->amu, NULL);
+    pthread_mutex_init(&s->kmu, NULL);
     struct stat st;
     s->out_regular = o->kind == TOOL_SINK_PRINT && fstat(o->fd, &st) == 0 && S_ISREG(st.st_mode);
     s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1259,6 +1405,51 @@ void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out)
     out->starts = atomic_load_explicit(&s->starts, memory_order_relaxed);
 }
 
+void tool_sink_stopping(struct tool_sink *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store_explicit(&s->stopping, 1, memory_order_relaxed);
+    uint64_t one = 1;
+    ssize_t w = write(s->efd, &one, sizeof one); /* a round, to note the waits */
+    (void)w;
+}
+
+size_t tool_sink_waits(struct tool_sink *s, struct tool_sink_wait *out, size_t max)
+{
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->kmu);
+    size_t n = s->nkids;
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i] = s->kids[i];
+    pthread_mutex_unlock(&s->kmu);
+    return n;
+}
+
+size_t tool_sink_abandon(struct tool_sink *s, char *pids, size_t len)
+{
+    size_t n = 0, used = 0;
+    if (len)
+        pids[0] = '\0';
+    if (s == NULL)
+        return 0;
+    /* Under kmu no listed child is reaped, so each pid is still that child's (see kid_remove). */
+    pthread_mutex_lock(&s->kmu);
+    for (size_t i = 0; i < s->nkids; i++) {
+        pid_t pid = (pid_t)s->kids[i].pid;
+        /* Its process group (its own, see spawn_child), as a terminal's Ctrl-C would have. */
+        if (kill(-pid, SIGTERM) != 0)
+            kill(pid, SIGTERM);
+        n++;
+        if (used < len)
+            used += (size_t)snprintf(pids + used, len - used, "%s%d (segment %u)", i ? ", " : "",
+                                     (int)pid, s->kids[i].seg.id);
+    }
+    pthread_mutex_unlock(&s->kmu);
+    return n;
+}
+
 void tool_sink_free(struct tool_sink *s)
 {
     if (s == NULL)
@@ -1292,6 +1483,8 @@ void tool_sink_free(struct tool_sink *s)
         close(s->epfd);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->amu);
+    pthread_mutex_destroy(&s->kmu);
+    free(s->kids);
     free(s->redeliv);
     free(s);
 }

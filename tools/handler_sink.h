@@ -84,6 +84,27 @@ void tool_sink_stats(struct tool_sink *s, struct tool_sink_stats *out);
  * child does not get without pass_secrets: PGPASSWORD, or PAWL_*DSN (PAWL_DSN, PAWL_READ_DSN,
  * ...: a DSN may carry a password). PGPASSFILE and PGSERVICEFILE name files and stay. */
 int tool_sink_env_secret(const char *entry);
+
+/*
+ * Stopping (`pawl run`, from the controlling thread). tool_sink_stopping says the node is
+ * stopping: a batch that fails from then on is not "delivered again after the back-off" in the
+ * log (the next owner of its segment gets it), and the sink's thread keeps, for tool_sink_waits,
+ * what each running command is doing. tool_sink_waits copies that into out[0..max) and returns
+ * how many commands run (a snapshot of the thread's last round). tool_sink_abandon sends SIGTERM
+ * to every command still running (to its process group), for a stop given up: it writes their
+ * pids and segments into pids ("1234 (segment 0), ...") and returns how many.
+ */
+struct tool_sink_wait {
+    struct pawl_segment seg;
+    int pid;
+    int closing;         /* its input ended: waiting for it to exit */
+    int64_t upto;        /* waiting for its ack of the batch ending at this index (0: none) */
+    int64_t deadline_ns; /* pawl_now_ns() when that wait fails (--exec-ack-timeout); 0: none */
+};
+void tool_sink_stopping(struct tool_sink *s);
+size_t tool_sink_waits(struct tool_sink *s, struct tool_sink_wait *out, size_t max);
+size_t tool_sink_abandon(struct tool_sink *s, char *pids, size_t len);
+
 /* Stops the thread (children still running are killed), frees. NULL is a no-op. */
 void tool_sink_free(struct tool_sink *s);
 

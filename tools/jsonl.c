@@ -18,6 +18,7 @@ void tool_jsonl_event_fini(struct tool_jsonl_event *e)
     free(e->_type);
     free(e->_payload);
     free(e->_metadata);
+    free(e->_id);
     memset(e, 0, sizeof *e);
 }
 
@@ -32,8 +33,9 @@ static int is_blank(const char *s, size_t n)
 /* The keys a line may have (the allowed list in the error below names the same). */
 static int known_key(const char *key)
 {
-    static const char *const keys[] = {"stream", "type",        "payload", "metadata", "seq",
-                                       "index",  "appended_at", "segment", "replay",   "batch_end"};
+    static const char *const keys[] = {
+        "stream",      "type",    "payload", "metadata", "seq",         "id",       "index",
+        "appended_at", "segment", "replay",  "attempt",  "dead_letter", "batch_end"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(key, keys[i]) == 0)
             return 1;
@@ -87,8 +89,8 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
     {
         if (!known_key(key)) {
             snprintf(err, errlen,
-                     "unknown key \"%.60s\" (allowed: stream, type, payload, metadata, seq; "
-                     "index and appended_at are ignored)",
+                     "unknown key \"%.60s\" (allowed: stream, type, payload, metadata, seq, "
+                     "id; index and appended_at are ignored)",
                      key);
             goto fail;
         }
@@ -97,6 +99,17 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
         goto fail;
     if ((rc = want_name(o, "type", PAWL_EVENT_TYPE_MAX, &out->_type, err, errlen)) != 0)
         goto fail;
+    v = json_object_get(o, "id");
+    if (v && !json_is_null(v)) {
+        if ((rc = want_name(o, "id", PAWL_EVENT_ID_MAX, &out->_id, err, errlen)) != 0)
+            goto fail;
+        rc = PAWL_EINVAL;
+        for (const unsigned char *c = (const unsigned char *)out->_id; *c; c++)
+            if (*c < 0x20 || *c == 0x7f) {
+                snprintf(err, errlen, "\"id\" must not contain control characters");
+                goto fail;
+            }
+    }
     rc = PAWL_EINVAL;
     v = json_object_get(o, "seq");
     if (v && !json_is_null(v)) {
@@ -140,6 +153,7 @@ int tool_jsonl_parse(const char *line, size_t len, struct tool_jsonl_event *out,
     out->ev.type = out->_type;
     out->ev.payload = out->_payload;
     out->ev.metadata = out->_metadata;
+    out->ev.id = out->_id;
     json_decref(o);
     return 0;
 fail:
@@ -179,6 +193,8 @@ struct json_t *tool_jsonl_object(const struct pawl_event *ev)
         snprintf(when, sizeof when, "%s.%06lldZ", base, (long long)(ev->appended_at_us % 1000000));
     }
     json_object_set_new(o, "appended_at", when[0] ? json_string(when) : json_null());
+    if (ev->id)
+        json_object_set_new(o, "id", json_string(ev->id));
     return o;
 }
 

@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -88,7 +89,15 @@ static const struct tool_cmd commands[] = {
      "--initial-token). Several nodes may run the same processor; they share its segments "
      "through their claims. A progress line shows the handling rate, the segments held, how "
      "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
-     "stops cleanly: batches finish, progress is stored, claims are released.",
+     "stops cleanly: batches finish, progress is stored, claims are released, and it exits 130; "
+     "while stopping it says what it waits for (an exec command's acknowledgement, a batch's "
+     "commit, ...). The same signal again within a second is ignored (GNU timeout sends two); "
+     "a second one later abandons the stop: it exits 8, leaving the claims it has not released "
+     "to expire after --claim-timeout, and names them. So does a database that does not answer "
+     "for --stop-db-wait while stopping: a node whose database is gone stops within "
+     "--stop-db-wait and 2 s. A --processor or --node-id the token store would refuse (empty, "
+     "over 63 bytes, a byte other than A-Z a-z 0-9 _ . : -) is refused before connecting "
+     "(exit 2).",
      cmd_run, 1},
     {"status", TOOL_SCOPE_STATUS, "[[--processor] NAME] [--json] [--watch D] [--metrics]",
      "List the processors, or show one processor's segments: owner, token, lag",
@@ -634,13 +643,33 @@ static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv)
     return TOOL_OK;
 }
 
+/* When the first SIGINT / SIGTERM came (CLOCK_MONOTONIC ns). A lock-free atomic, as the
+ * handler writes it and the handler reads it. */
+static _Atomic int64_t first_signal_ns;
+
 static void on_signal(int sig)
 {
-    (void)sig;
-    /* A second interrupt while stopping gives up at once. */
-    if (tool_stop)
-        _exit(TOOL_INTERRUPTED);
-    tool_stop = 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (!tool_stop) {
+        first_signal_ns = now;
+        tool_stop_signal = sig;
+        tool_stop = 1;
+        return;
+    }
+    /* Within a second of the first: the same request delivered twice (GNU timeout signals the
+     * process and then its group), not a second one. */
+    if (now - first_signal_ns < 1000000000)
+        return;
+    if (tool_abandon_here) {
+        tool_abandon = sig; /* the command says what it leaves, and exits */
+        return;
+    }
+    static const char msg[] = "pawl: interrupted again: stop abandoned\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(TOOL_ABANDONED);
 }
 
 /* The command nearest to name, or NULL. */

@@ -30,6 +30,8 @@ enum tool_exit {
     TOOL_NOTFOUND = 5,      /* no such processor or segment; no schema (run `pawl init`) */
     TOOL_BADINPUT = 6,      /* append: an input line is not a valid event (or too long) */
     TOOL_CONFLICT = 7,      /* append: a stream is not at the expected version */
+    TOOL_ABANDONED = 8,     /* a stop left unfinished: a second SIGINT / SIGTERM, or (run) a
+                               database that stopped answering; run: claims left to expire */
     TOOL_INTERRUPTED = 130, /* stopped by SIGINT / SIGTERM after a clean stop (128 + SIGINT) */
 };
 
@@ -55,6 +57,22 @@ struct tool_cmd {
  * as safe in the handler and is not a data race across threads).
  */
 extern atomic_int tool_stop;
+/*
+ * The signals after the first. The first SIGINT / SIGTERM sets tool_stop (and tool_stop_signal
+ * to its number). Another within a second of it is the same request delivered twice (GNU
+ * `timeout` signals the process, then its process group) and is ignored. A later one abandons
+ * the stop: a command that says itself what it leaves sets tool_abandon_here first, and then
+ * finds the signal's number in tool_abandon; for any other command the process exits at once
+ * with TOOL_ABANDONED.
+ */
+extern atomic_int tool_stop_signal, tool_abandon, tool_abandon_here;
+/* "SIGINT", "SIGTERM" (else "a signal"): for messages about the two above. */
+const char *tool_signal_name(int sig);
+
+/* Check a name as the token store takes processor names and node ids: 1..max bytes of
+ * [A-Za-z0-9_.:-]. what names it in why ("processor name", "node id"). 0 when it is; else
+ * PAWL_EINVAL with why (the name escaped for a terminal). Commands check before they connect. */
+int tool_check_name(const char *what, const char *name, size_t max, char *why, size_t whylen);
 
 /*
  * Messages on stderr: "pawl: message" as text; with --log-format json one JSON object per line,

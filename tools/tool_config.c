@@ -353,6 +353,17 @@ static const struct tool_flag tflags[] = {
              AT(tool.exec_ack_timeout_ms)},
      .scope = TOOL_SCOPE_RUN,
      .kind = TOOL_FLAG_SETTING},
+    {.row = {.name = "stop-db-wait",
+             .type = PAWL_FLAG_DURATION,
+             .def = 3000,
+             .min = 0,
+             .max = HOUR_MS,
+             .help = "run: while stopping, how long to wait for a database that does not answer "
+                     "before giving the stop up (exit 8): the claims not released by then are "
+                     "left to expire after --claim-timeout",
+             AT(tool.stop_db_wait_ms)},
+     .scope = TOOL_SCOPE_RUN,
+     .kind = TOOL_FLAG_SETTING},
     {.row = {.name = "server-path",
              .type = PAWL_FLAG_ENUM,
              .def = 0, /* auto */

@@ -84,6 +84,7 @@ struct tool_opts {
     int output_fsync;            /* print: fsync a regular-file stdout before storing tokens */
     int64_t exec_ack_timeout_ms; /* exec: longest wait for a batch's ack / a child's exit */
     int exec_pass_secrets;       /* exec: leave PGPASSWORD and PAWL_*DSN in the command's env */
+    int64_t stop_db_wait_ms;     /* run: while stopping, the longest wait for an absent database */
     int server_path;             /* init: an enum pawl_server_path (0 auto, 1 native, 2 sql) */
 };
 

@@ -17,6 +17,46 @@
 #include <time.h>
 
 atomic_int tool_stop;
+atomic_int tool_stop_signal, tool_abandon, tool_abandon_here;
+
+const char *tool_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+int tool_check_name(const char *what, const char *name, size_t max, char *why, size_t whylen)
+{
+    char rule[64], shown[PAWL_PRINTABLE_SIZE(80)];
+    snprintf(rule, sizeof rule, "1..%zu bytes of A-Z a-z 0-9 _ . : -", max);
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0) {
+        snprintf(why, whylen, "the %s is empty (it must be %s)", what, rule);
+        return PAWL_EINVAL;
+    }
+    pawl_printable_str(name, shown, sizeof shown);
+    if (n > max) {
+        snprintf(why, whylen, "the %s \"%s\" is %zu bytes long (it must be %s)", what, shown, n,
+                 rule);
+        return PAWL_EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '_' || c == '.' || c == ':' || c == '-')
+            continue;
+        char byte[16];
+        if (c == ' ')
+            snprintf(byte, sizeof byte, "a space");
+        else if (c > 0x20 && c < 0x7f)
+            snprintf(byte, sizeof byte, "\"%c\"", c);
+        else
+            snprintf(byte, sizeof byte, "the byte \\x%02x", c); /* a control, or UTF-8 */
+        snprintf(why, whylen, "the %s \"%s\" has %s (byte %zu; it must be %s)", what, shown, byte,
+                 i + 1, rule);
+        return PAWL_EINVAL;
+    }
+    return 0;
+}
 
 const struct tool_exit_code tool_exit_codes[] = {
     {TOOL_OK, "success"},
@@ -29,8 +69,14 @@ const struct tool_exit_code tool_exit_codes[] = {
     {TOOL_BADINPUT, "append: an input line is not a valid event, or longer than the event size "
                     "limit (the message names the line)"},
     {TOOL_CONFLICT, "append: a stream is not at the expected version (the message names the "
-                    "stream, the expected and the actual version); nothing of that append was "
+                    "stream, the expected and the actual version), or an event id is in the log "
+                    "for another event (the message names the id); nothing of that append was "
                     "written"},
+    {TOOL_ABANDONED, "stopped without finishing the stop: a second Ctrl-C or SIGTERM (a second "
+                     "or more after the first; a repeat within a second is ignored), or, for "
+                     "run, a database that did not answer for --stop-db-wait while stopping. "
+                     "run: the claims it could not release are left to expire after "
+                     "--claim-timeout (the message names the segments and the time)"},
     {TOOL_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) after a clean stop; the summary says what "
                        "was done"},
     {-1, NULL},
@@ -239,6 +285,7 @@ int tool_exit_for(int rc)
     case PAWL_ESCHEMA:
         return TOOL_NOTFOUND;
     case PAWL_ECONFLICT:
+    case PAWL_EIDUSED:
         return TOOL_CONFLICT;
     default:
         return TOOL_FAILED;

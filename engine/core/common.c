@@ -247,7 +247,7 @@ char *pawl_utc_stamp(char *out, size_t len)
     return out;
 }
 
-static void stderr_sink(enum pawl_log_level level, const char *module, const char *msg)
+void pawl_log_stderr(enum pawl_log_level level, const char *module, const char *msg)
 {
     char when[40];
     pawl_utc_stamp(when, sizeof when);
@@ -276,7 +276,7 @@ void pawl_logv(enum pawl_log_level level, const char *module, const char *fmt, v
     if (log_sink)
         log_sink(log_sink_ud, level, module, buf);
     else
-        stderr_sink(level, module, buf);
+        pawl_log_stderr(level, module, buf);
 }
 
 void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ...)

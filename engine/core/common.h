@@ -135,6 +135,9 @@ void pawl_cond_init_monotonic(pthread_cond_t *c);
 char *pawl_utc_stamp(char *out, size_t len);
 /* Write s as a JSON string body (without quotes), escaping what JSON requires. */
 void pawl_json_escape(FILE *f, const char *s);
+/* The default log sink: one line on stderr in the current format. For a sink of the tool's that
+ * leaves some lines out and passes the rest on as they would have been written. */
+void pawl_log_stderr(enum pawl_log_level level, const char *module, const char *msg);
 
 /*
  * The n bytes at s (no NUL needed) as text that a terminal shows as it is: C0 controls and DEL

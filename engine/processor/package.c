@@ -178,6 +178,7 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
     k->queued_pos = row->token;
     k->work_end = row->token;
     k->last_store_ns = pawl_now_ns();
+    atomic_store_explicit(&k->doing_since_ns, k->last_store_ns, memory_order_relaxed);
     k->step.fn = step_task; /* the one task of the package, queued at most once (scheduled) */
     pawl_event_batch_init(&k->work);
     pawl_event_batch_init(&k->readbuf);
@@ -199,6 +200,27 @@ void pawl_pkg_free(struct pkg *k)
     pawl_event_batch_fini(&k->inbox);
     pthread_mutex_destroy(&k->mu);
     pawl_free(k);
+}
+
+/* Record what k's step is doing now (enum pawl_segment_doing), for pawl_processor_activity.
+ * Relaxed: a report; the time moves only when the activity changes. */
+static void set_doing(struct pkg *k, int doing)
+{
+    if (atomic_load_explicit(&k->doing, memory_order_relaxed) == doing)
+        return;
+    atomic_store_explicit(&k->doing_since_ns, pawl_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&k->doing, doing, memory_order_relaxed);
+}
+
+/* A call on the token store failed with rc: keep the store's text of it for the message that
+ * reports the failure (the store's errmsg is the last failure of any thread). Returns rc. */
+static int store_failed(struct pkg *k, int rc)
+{
+    if (rc != 0 && rc != PAWL_EAGAIN) {
+        const char *msg = k->p->tok->ops->errmsg(k->p->tok);
+        snprintf(k->storeerr, sizeof k->storeerr, "%s", msg ? msg : "");
+    }
+    return rc;
 }
 
 /* The trigger's wake (a request arrived): schedule a step (never run it here). */
@@ -235,7 +257,17 @@ static void pkg_finish(struct pkg *k, int rc)
         pawl_reconcile_fini(&k->rec);
         k->rec_ready = 0;
     }
-    p->tok->ops->release(p->tok, p->name, k->seg.id, p->node);
+    set_doing(k, PAWL_SEG_STORE);
+    int rrc = store_failed(k, p->tok->ops->release(p->tok, p->name, k->seg.id, p->node));
+    if (rrc) {
+        atomic_fetch_add_explicit(&p->st_release_failed, 1, memory_order_relaxed);
+        PAWL_WARN(MOD,
+                  "%s: segment %u: releasing the claim failed (%s%s%s); it stays claimed until "
+                  "it expires (claim_timeout_ms = %u)",
+                  p->name, k->seg.id, pawl_strerror(rrc), k->storeerr[0] ? ": " : "", k->storeerr,
+                  p->o.claim_timeout_ms);
+        k->storeerr[0] = '\0';
+    }
     pthread_mutex_lock(&k->mu);
     PAWL_ASSERT(k->state == PKG_RUN && k->scheduled); /* finished once, by its own step */
     k->state = PKG_DONE;
@@ -585,6 +617,7 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
     struct pawl_tokens *t = p->tok;
     struct pawl_dead_letter *rows = NULL;
     size_t n = 0;
+    set_doing(k, PAWL_SEG_STORE);
     int rc = t->ops->dl_show(t, p->name, stream, &rows, &n);
     char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
     pawl_printable_str(stream, sid, sizeof sid);
@@ -598,11 +631,12 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
         return 0;
     }
     struct pawl_txn *txn;
-    rc = t->ops->begin(t, p->name, k->seg.id, p->node, &txn);
+    rc = store_failed(k, t->ops->begin(t, p->name, k->seg.id, p->node, &txn));
     if (rc) {
         pawl_dead_letters_free(rows);
         return rc;
     }
+    set_doing(k, PAWL_SEG_HANDLING);
     size_t i = 0;
     for (; i < n; i++) {
         rc = run_handlers(k, txn, &rows[i].ev, i, 1);
@@ -613,8 +647,9 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
         txn->ops->rollback(txn);
         PAWL_WARN(MOD, "%s: segment %u: retry of stream %s failed at event %lld; it stays parked",
                   p->name, k->seg.id, sid, (long long)rows[i].ev.index);
-        rc = t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream, rows[i].ev.index,
-                                     k->lasterr);
+        set_doing(k, PAWL_SEG_STORE);
+        rc = store_failed(k, t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream,
+                                                     rows[i].ev.index, k->lasterr));
         pawl_dead_letters_free(rows);
         return rc;
     }
@@ -633,6 +668,7 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
     if (rc == PAWL_EAGAIN) {
         PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RETRY */
         k->phase = PH_RETRY;
+        set_doing(k, PAWL_SEG_UNITS);
         return PAWL_EAGAIN;
     }
     return dl_retry_end(k, rc);
@@ -673,8 +709,9 @@ static int dl_retry_end(struct pkg *k, int rc)
                   "%s: segment %u: retry of stream %s failed at event %lld (%s); it stays parked",
                   p->name, k->seg.id, sid, (long long)rows[at].ev.index,
                   pawl_printable_str(k->lasterr, shown, sizeof shown));
-        rc = t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream, rows[at].ev.index,
-                                     k->lasterr);
+        set_doing(k, PAWL_SEG_STORE);
+        rc = store_failed(k, t->ops->dl_retry_failed(t, p->name, k->seg.id, p->node, stream,
+                                                     rows[at].ev.index, k->lasterr));
         pawl_dead_letters_free(rows);
         return rc;
     }
@@ -684,7 +721,8 @@ static int dl_retry_end(struct pkg *k, int rc)
         pawl_dead_letters_free(rows);
         return rc;
     }
-    rc = txn->ops->commit(txn);
+    set_doing(k, PAWL_SEG_STORE);
+    rc = store_failed(k, txn->ops->commit(txn));
     if (rc == 0) {
         struct dl_stream *d = dl_find(k, stream, pawl_stream_hash(stream));
         if (d)
@@ -713,6 +751,7 @@ static int dl_service(struct pkg *k)
     struct pawl_tokens *t = p->tok;
     struct pawl_dead_stream *rows = NULL;
     size_t n = 0;
+    set_doing(k, PAWL_SEG_STORE);
     int rc = t->ops->dl_segment(t, p->name, k->seg, &rows, &n);
     if (rc) {
         PAWL_WARN(MOD, "%s: segment %u: reading its parked streams failed: %s", p->name, k->seg.id,
@@ -790,12 +829,13 @@ static int ckpt_commit(struct pkg *k, struct pawl_txn *txn, int64_t to_store, in
         return 0;
     }
     if (to_store != PAWL_RECONCILE_NOTHING && to_store > k->token)
-        rc = txn->ops->store(txn, to_store);
+        rc = store_failed(k, txn->ops->store(txn, to_store));
     if (rc) {
         txn->ops->rollback(txn);
         return rc;
     }
-    rc = txn->ops->commit(txn);
+    set_doing(k, PAWL_SEG_STORE);
+    rc = store_failed(k, txn->ops->commit(txn));
     if (rc == 0)
         batch_done(k, end, to_store == PAWL_RECONCILE_NOTHING ? k->token : to_store, n, handled);
     return rc;
@@ -834,6 +874,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     if (rc == PAWL_EAGAIN) {
         PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_CKPT: one cycle at a time */
         k->phase = PH_CKPT;
+        set_doing(k, PAWL_SEG_UNITS);
         k->ptxn = txn;
         k->pend = end;
         k->pn = n;
@@ -857,7 +898,7 @@ static int store_now(struct pkg *k, int64_t token)
     if (token <= k->token)
         return 0;
     struct pawl_txn *txn;
-    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    int rc = store_failed(k, p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn));
     if (rc)
         return rc;
     return ckpt_commit(k, txn, token, token, 0, 0, 0);
@@ -869,9 +910,11 @@ static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
     struct pawl_processor *p = k->p;
     if (to_store != PAWL_RECONCILE_NOTHING) {
         int rc = store_now(k, to_store);
-        if (rc)
-            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed: %s", p->name,
-                      k->seg.id, pawl_strerror(rc));
+        if (rc) {
+            PAWL_WARN(MOD, "%s: segment %u: storing progress at release failed (%s%s%s)", p->name,
+                      k->seg.id, pawl_strerror(rc), k->storeerr[0] ? ": " : "", k->storeerr);
+            k->storeerr[0] = '\0';
+        }
     }
     pkg_finish(k, rc_final);
 }
@@ -883,6 +926,7 @@ static void release_store_finish(struct pkg *k, int64_t to_store, int rc_final)
  */
 static int pkg_release(struct pkg *k, int rc_final)
 {
+    atomic_store_explicit(&k->releasing, 1, memory_order_relaxed); /* a report, as `doing` */
     if (rc_final == 0) {
         /* Nothing left to handle: everything up to queued_pos is consumed. */
         pthread_mutex_lock(&k->mu);
@@ -904,6 +948,7 @@ static int pkg_release(struct pkg *k, int rc_final)
         PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RELEASE */
         k->phase = PH_RELEASE;
         k->prc = rc_final;
+        set_doing(k, PAWL_SEG_UNITS);
         return PAWL_EAGAIN;
     }
     if (rc)
@@ -937,6 +982,7 @@ static int pkg_fill(struct pkg *k)
             return 0;
 
         /* Detached and drained: catch up on our own read. */
+        set_doing(k, PAWL_SEG_READING);
         int64_t last = from;
         pawl_event_batch_clear(&k->readbuf);
         int rc = p->src->ops->read(p->src, from, p->o.read_batch, &k->readbuf, &last);
@@ -1072,9 +1118,10 @@ static int pkg_batch(struct pkg *k)
 
     struct pawl_txn *txn;
     k->batch_start_ns = pawl_now_ns();
-    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    int rc = store_failed(k, p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn));
     if (rc)
         return rc;
+    set_doing(k, PAWL_SEG_HANDLING);
     /* Handlers get a counting front of the transaction: a batch that queued no statements may
      * skip its token write (commit_cycle). */
     struct counted_txn ct = {{&counted_ops}, txn, 0};
@@ -1124,7 +1171,7 @@ static int pkg_idle_cycle(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
     struct pawl_txn *txn;
-    int rc = p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn);
+    int rc = store_failed(k, p->tok->ops->begin(p->tok, p->name, k->seg.id, p->node, &txn));
     if (rc)
         return rc;
     return commit_cycle(k, txn, k->consumed, 0, 0, 0);
@@ -1142,10 +1189,12 @@ static int pkg_fail(struct pkg *k, int rc)
         atomic_fetch_add_explicit(&p->st_lost, 1, memory_order_relaxed);
         pawl_metric_inc(PAWL_M_CLAIMS_LOST);
     }
-    int store_err = rc == PAWL_ECLAIM || rc == PAWL_ESQL || rc == PAWL_ECONN || rc == PAWL_EINDOUBT;
+    /* The token store's own words when it failed (the server's SQLSTATE and message, or the
+     * lost connection), whatever the code; a handler's or a unit's were logged already. */
+    const char *why = k->storeerr;
     PAWL_WARN(MOD, "%s: segment %u: batch rolled back (%s%s%s); releasing it", p->name, k->seg.id,
-              pawl_strerror(rc), store_err ? ": " : "",
-              store_err ? p->tok->ops->errmsg(p->tok) : "");
+              pawl_strerror(rc), why[0] ? ": " : "", why);
+    k->storeerr[0] = '\0';
     return pkg_release(k, rc);
 }
 
@@ -1163,6 +1212,9 @@ static int pkg_more_locked(struct pkg *k)
 static void pkg_end_step(struct pkg *k, int parked)
 {
     struct pawl_processor *p = k->p;
+    /* Before `scheduled` is cleared: from then on another step may own k (and finish it). */
+    if (!parked)
+        set_doing(k, PAWL_SEG_IDLE);
     pthread_mutex_lock(&k->mu);
     /* A parked package only wakes for its reconciler (or to be told to give up, which it
      * handles once the cycle is over). */
@@ -1259,6 +1311,7 @@ static void pkg_step(struct pkg *k)
     struct pawl_processor *p = k->p;
     int rc;
     PAWL_ASSERT(step_owned(k));
+    k->storeerr[0] = '\0'; /* a failure's text is reported within the step that met it */
     if (k->phase != PH_NONE) {
         pkg_resume(k);
         return;

@@ -209,7 +209,8 @@ static void reap_locked(struct pawl_processor *p)
         atomic_fetch_sub_explicit(&p->st_owned, 1, memory_order_relaxed);
         pawl_metric_inc(PAWL_M_CLAIMS_RELEASED);
         pawl_metric_gauge_add(PAWL_G_CLAIMS_HELD, -1);
-        if (k->failed)
+        /* A stopping processor claims nothing again: no back-off (nor its "retrying" line). */
+        if (k->failed && !p->stopping)
             backoff_fail(p, k->seg.id, k->had_success);
         pawl_pkg_free(k);
     }
@@ -682,7 +683,13 @@ static void *extend_main(void *arg)
             }
             pthread_mutex_unlock(&p->mu);
         } else {
-            PAWL_WARN(MOD, "%s: extending claims failed: %s", p->name, p->tok->ops->errmsg(p->tok));
+            /* While stopping, a failed extension is retried until the stop ends; the stop's
+             * own report says what it waits for, so this is no warning then. */
+            pthread_mutex_lock(&p->mu);
+            int stopping = p->stopping;
+            pthread_mutex_unlock(&p->mu);
+            pawl_log(stopping ? PAWL_LOG_DEBUG : PAWL_LOG_WARN, MOD,
+                     "%s: extending claims failed: %s", p->name, p->tok->ops->errmsg(p->tok));
         }
 
         pthread_mutex_lock(&p->emu);
@@ -929,6 +936,11 @@ int pawl_processor_stop(struct pawl_processor *p)
         return 0;
     }
     p->stopping = 1;
+    /* Every package releases from now on, not from when the coordinator notices: it may be in
+     * a read or a claim cycle, which waits out an absent database (the coordinator asks again,
+     * and asks the packages it claims before it notices). */
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        request_release(k);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     if (p->stopped) /* start failed half-way */
@@ -948,7 +960,15 @@ int pawl_processor_stop(struct pawl_processor *p)
     pthread_mutex_unlock(&p->mu);
     pawl_pool_free(sp);
     p->tok->ops->leave(p->tok, p->name, p->node);
-    PAWL_INFO(MOD, "%s: stopped; every claim released", p->name);
+    uint64_t failed = atomic_load_explicit(&p->st_release_failed, memory_order_relaxed);
+    if (failed == 0)
+        PAWL_INFO(MOD, "%s: stopped; every claim released", p->name);
+    else
+        PAWL_WARN(MOD,
+                  "%s: stopped; %llu release%s not confirmed by the token store: those claims "
+                  "stay until they expire (claim_timeout_ms = %u)",
+                  p->name, (unsigned long long)failed, failed == 1 ? " was" : "s were",
+                  p->o.claim_timeout_ms);
     return 0;
 }
 
@@ -989,6 +1009,35 @@ void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats 
     s->letters_retried = atomic_load_explicit(&p->st_retried, memory_order_relaxed);
     int64_t now = atomic_load_explicit(&p->st_parked_now, memory_order_relaxed);
     s->parked_streams = now > 0 ? (uint32_t)now : 0;
+    s->releases_failed = atomic_load_explicit(&p->st_release_failed, memory_order_relaxed);
+}
+
+size_t pawl_processor_activity(struct pawl_processor *p, struct pawl_segment_activity *out,
+                               size_t max)
+{
+    size_t n = 0;
+    /* Under p->mu the package list is stable (the coordinator changes it under the lock, and
+     * frees a package only after unlinking it). */
+    pthread_mutex_lock(&p->mu);
+    for (struct pkg *k = p->pkgs; k; k = k->next) {
+        pthread_mutex_lock(&k->mu);
+        int held = k->state == PKG_RUN;
+        pthread_mutex_unlock(&k->mu);
+        if (!held)
+            continue;
+        if (n < max) {
+            /* Relaxed: a report (see processor_int.h). */
+            out[n].seg = k->seg;
+            out[n].doing =
+                (enum pawl_segment_doing)atomic_load_explicit(&k->doing, memory_order_relaxed);
+            out[n].since_ns = atomic_load_explicit(&k->doing_since_ns, memory_order_relaxed);
+            out[n].releasing = atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
+                               atomic_load_explicit(&k->releasing, memory_order_relaxed);
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 const char *pawl_processor_node_id(const struct pawl_processor *p)

@@ -105,6 +105,16 @@ struct pkg {
     _Atomic int release_req;
     _Atomic int lost;
 
+    /* What the package is doing (enum pawl_segment_doing) and since when, for
+     * pawl_processor_activity: written by its step, read by any thread under p->mu. Relaxed:
+     * a report for operators; nothing is ordered by it. */
+    _Atomic int doing;
+    _Atomic int64_t doing_since_ns;
+    _Atomic int releasing; /* its release has begun (asked, or after a failure) */
+    /* Worker-only: the token store's text of the failure this step met (its errmsg is the last
+     * failure of any thread, so it is taken at once), for the message that reports it. */
+    char storeerr[512];
+
     /* Coordinator-only (read by the extender under p->mu). */
     struct pkg *next;
     uint64_t gen; /* claim generation: tells this claim from a later one of the same segment */
@@ -201,7 +211,7 @@ struct pawl_processor {
     uint64_t lut_version, pkgs_version;
 
     _Atomic uint64_t st_events, st_batches, st_failures, st_claims, st_releases, st_lost,
-        st_source_errors;
+        st_source_errors, st_release_failed;
     _Atomic uint32_t st_owned;
 
     /* Dead letters: failed events' attempts (under mu; natt read without it as a hint). */

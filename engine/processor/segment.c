@@ -214,8 +214,10 @@ int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e
     size_t ls = e->stream_id ? strlen(e->stream_id) : 0;
     size_t lt = e->type ? strlen(e->type) : 0;
     size_t lm = e->metadata ? strlen(e->metadata) : 0;
+    size_t li = e->id ? strlen(e->id) : 0;
     size_t need = ((ls + 8) & ~(size_t)7) + ((lt + 8) & ~(size_t)7) +
-                  ((e->payload_len + 7) & ~(size_t)7) + ((lm + 8) & ~(size_t)7);
+                  ((e->payload_len + 7) & ~(size_t)7) + ((lm + 8) & ~(size_t)7) +
+                  (e->id ? ((li + 8) & ~(size_t)7) : 0);
     int rc = arena_reserve(b, need);
     if (rc)
         return rc;
@@ -225,6 +227,7 @@ int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e
     d->type = arena_copy(b, e->type ? e->type : "", lt, 1);
     d->payload = e->payload_len ? arena_copy(b, e->payload, e->payload_len, 0) : NULL;
     d->metadata = e->metadata ? arena_copy(b, e->metadata, lm, 1) : NULL;
+    d->id = e->id ? arena_copy(b, e->id, li, 1) : NULL;
     b->n++;
     return 0;
 }

@@ -76,7 +76,8 @@ extern "C" {
     X(PAWL_ERANGE, -21, "value out of range")                                                      \
     X(PAWL_EPERM, -22, "permission denied")                                                        \
     X(PAWL_ETRUNCATED, -23, "retention dropped these events (below the low-watermark)")            \
-    X(PAWL_EPOISON, -24, "the event can never be handled (poison)")
+    X(PAWL_EPOISON, -24, "the event can never be handled (poison)")                                \
+    X(PAWL_EIDUSED, -25, "an event id is already in the log for other events")
 
 enum pawl_error {
 #define PAWL_ERROR_ENUM_(name, value, text) name = value,

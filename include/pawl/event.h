@@ -23,6 +23,7 @@ extern "C" {
 /* Limits checked before anything reaches the server. */
 #define PAWL_STREAM_ID_MAX 255  /* bytes of UTF-8, at least 1 */
 #define PAWL_EVENT_TYPE_MAX 255 /* bytes of UTF-8, at least 1 */
+#define PAWL_EVENT_ID_MAX 128   /* bytes of UTF-8, at least 1, no control characters */
 
 /*
  * One event. When the log hands an event to a reader or handler, every pointer is borrowed and
@@ -38,6 +39,16 @@ struct pawl_event {
     size_t payload_len;
     const char *metadata;   /* JSON object text, or NULL */
     int64_t appended_at_us; /* time the append committed (server clock), µs since the epoch */
+    /*
+     * The event's id, or NULL: the client's key for it (a UUID, or any string of 1..
+     * PAWL_EVENT_ID_MAX bytes of UTF-8 without control characters), unique across the log for
+     * as long as the event is kept. In an append every event carries one or none does; an
+     * append whose ids are all in the log already, each for an event of the same stream, type
+     * and payload, writes nothing and reports the numbers they got (a retry: see
+     * pawl_append_result.already); one that repeats only some of them, or an id of another
+     * event, fails with PAWL_EIDUSED.
+     */
+    const char *id;
 };
 
 #ifdef __cplusplus

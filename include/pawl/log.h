@@ -108,6 +108,12 @@ struct pawl_store_opts {
     /* Such retries stop after this long in total: the append fails with PAWL_ETIMEDOUT (sqlstate
      * 55P03) and a message naming the stream. */
     int append_lock_wait_ms;
+    /* An append whose events carry ids (pawl_event.id) is safe to repeat: when its connection
+     * is lost (PAWL_EINDOUBT, or PAWL_ECONN before the commit) the store appends it again once
+     * it has reconnected, with back-off, for up to this long in total, and reports the retry's
+     * outcome (already = 1 when the first try had committed). 0: report the loss at once.
+     * Appends without ids are never repeated. */
+    int append_retry_ms;
     /* Group append: appends submitted while earlier ones are in flight are combined into one
      * transaction (one commit, one WAL flush), at most this many appends per group; each
      * append keeps its own expected versions (a conflict fails that append alone) and appends
@@ -221,6 +227,10 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
       NULL)                                                                                        \
     X(DURATION, append_lock_wait_ms, "append-lock-wait", 30000, 0, 3600000, NULL,                  \
       "Give up on an append whose stream stays held this long in total (error names it)", NULL)    \
+    X(DURATION, append_retry_ms, "append-retry", 0, 0, 3600000, NULL,                              \
+      "Append again, for up to this long, an append with event ids whose connection was lost "     \
+      "(in doubt or not committed; the ids make it safe); 0: report the loss at once",             \
+      NULL)                                                                                        \
     X(INT, append_group_max, "append-group-max", 256, 1, 10000, NULL,                              \
       "Most appends combined into one transaction (group append: one commit for the "              \
       "appends that queued while earlier ones were in flight); 1: no grouping",                    \
@@ -363,7 +373,9 @@ PAWL_API void pawl_store_last_error(struct pawl_store *s, char *buf, size_t len)
 struct pawl_append_result {
     int rc;               /* 0, or PAWL_ECONFLICT, PAWL_ETOOBIG, PAWL_EINVAL, PAWL_ECONN (did not
                            * commit), PAWL_EINDOUBT (connection lost during commit: it may or may
-                           * not have committed), PAWL_ESQL, PAWL_ESHUTDOWN */
+                           * not have committed; with ids, appending again is safe),
+                           * PAWL_EIDUSED (an id names other events, or only some ids are in
+                           * the log: nothing written), PAWL_ESQL, PAWL_ESHUTDOWN */
     char sqlstate[6];     /* server SQLSTATE, "" if none */
     char message[256];    /* human-readable reason, "" on success */
     int64_t committed_ns; /* pawl_now_ns() when the commit was acknowledged (rc == 0) */
@@ -382,6 +394,13 @@ struct pawl_append_result {
      * (out of memory: the append itself succeeded).
      */
     const int64_t *seqs;
+    /*
+     * 1 when every event carried an id that was in the log already, each for an event of the
+     * same stream, type and payload: the append is a retry of one that committed (its first
+     * try ended in doubt, say). Nothing was written; rc is 0 and first_seq, last_seq and seqs
+     * are the numbers the events got when they were appended. 0 otherwise.
+     */
+    int already;
 };
 
 /*
@@ -525,6 +544,7 @@ struct pawl_store_stats {
     int64_t events_ok;            /* their events */
     int64_t appends_failed;       /* appends that reported an error */
     int64_t append_lock_timeouts; /* appends rolled back by append_lock_timeout_ms (retried) */
+    int64_t append_lost_retries;  /* appends with ids appended again after a lost connection */
     int64_t append_retries;       /* re-runs of appends after a retryable error: a deadlock, a
                                    * serialization failure, or (ANY sequences) another append
                                    * to one of the same streams committing first */

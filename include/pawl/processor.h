@@ -572,8 +572,35 @@ struct pawl_processor_stats {
     uint64_t streams_parked;  /* streams it parked (their first letter) */
     uint64_t letters_retried; /* letters handled by a retry that committed */
     uint32_t parked_streams;  /* right now, in the segments this node holds */
+    uint64_t releases_failed; /* releases the token store did not confirm (a lost connection):
+                               * those claims stay until they expire (claim_timeout_ms) */
 };
 PAWL_API void pawl_processor_stats(struct pawl_processor *p, struct pawl_processor_stats *out);
+
+/*
+ * What the segments this node holds are doing, one row each, for an operator: while
+ * pawl_processor_stop runs, they are what the stop waits for. Fills out[0..max) and returns how
+ * many segments the node holds (claimed and not yet released; more than max when out is short).
+ * A snapshot: it may be out of date by the time it is read. Any thread except a handler.
+ */
+enum pawl_segment_doing {
+    PAWL_SEG_IDLE = 0,     /* between steps: waiting for events, or for a worker */
+    PAWL_SEG_READING = 1,  /* reading the log on its own (catching up after falling behind) */
+    PAWL_SEG_HANDLING = 2, /* the handlers have a batch */
+    PAWL_SEG_STORE = 3,    /* waiting for the token store: a batch's commit, a token write, the
+                              claim's release, a read of its dead letters */
+    PAWL_SEG_UNITS = 4,    /* waiting for the checkpointing units to confirm a checkpoint, a
+                              retry or the release (pawl/checkpoint.h) */
+};
+struct pawl_segment_activity {
+    struct pawl_segment seg;
+    enum pawl_segment_doing doing;
+    int64_t since_ns; /* pawl_now_ns() when it started doing it */
+    int releasing;    /* releasing the segment, or asked to (a stop, rebalancing, split or
+                         merge, a failed batch) */
+};
+PAWL_API size_t pawl_processor_activity(struct pawl_processor *p, struct pawl_segment_activity *out,
+                                        size_t max);
 
 /* This node's owner id in the store, "<node id>/<nonce>" (borrowed, valid until free). */
 PAWL_API const char *pawl_processor_node_id(const struct pawl_processor *p);

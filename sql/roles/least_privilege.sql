@@ -100,9 +100,22 @@ BEGIN
 END
 $gates$;
 -- Appending is for appenders only (the grant on every pawl_api function above included it).
-REVOKE EXECUTE ON FUNCTION pawl_api.append(text, text, bytea, jsonb, int8),
-                           pawl_api.append_batch(text[], text[], bytea[], jsonb[], int8[])
-    FROM pawl_processor, pawl_reader;
+-- (Schema 15 gave both an event id argument; the signatures before it are revoked as well.)
+DO $api$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['pawl_api.append(text, text, bytea, jsonb, int8)',
+                             'pawl_api.append_batch(text[], text[], bytea[], jsonb[], int8[])',
+                             'pawl_api.append(text, text, bytea, jsonb, int8, text)',
+                             'pawl_api.append_batch(text[], text[], bytea[], jsonb[], int8[], '
+                             'text[])'] LOOP
+        IF to_regprocedure(f) IS NOT NULL THEN
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM pawl_processor, pawl_reader', f);
+        END IF;
+    END LOOP;
+END
+$api$;
 
 -- Appenders: append, finalize.
 GRANT EXECUTE ON FUNCTION pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[],
@@ -117,6 +130,18 @@ BEGIN
     END IF;
 END
 $group$;
+DO $ids$
+BEGIN
+    IF to_regprocedure('pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], '
+                       'boolean, text[])') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION
+            pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[]),
+            pawl.append_group(text[], int8[], int4[], int4[], int4[], text[], bytea[], jsonb[],
+                              boolean, text[])
+            TO pawl_appender;
+    END IF;
+END
+$ids$;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_appender;
 
 -- Processors: the token functions (which check the processor grants) and nothing on the token

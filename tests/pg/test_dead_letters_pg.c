@@ -77,11 +77,15 @@ static int teardown(void **state)
 /* Append one event of type to stream. */
 static void append1(const char *stream, const char *type)
 {
+    static int n; /* event ids: a dead letter keeps its event's id */
+    char id[32];
+    snprintf(id, sizeof id, "one-%d", ++n);
     struct pawl_event ev = {.stream_id = stream,
                             .stream_seq = PAWL_SEQ_ANY,
                             .type = type,
                             .payload = "{\"v\":1}",
-                            .payload_len = 7};
+                            .payload_len = 7,
+                            .id = id};
     struct pawl_append_result res;
     int rc = pawl_append(store, &ev, 1, &res);
     if (rc)
@@ -292,6 +296,11 @@ static void test_poison_and_retry(void **state)
         /* The first five came with the load ("x"), the two live ones from append1. */
         assert_int_equal(dl[i].ev.payload_len, i < 5 ? 1 : 7);
         assert_memory_equal(dl[i].ev.payload, i < 5 ? "x" : "{\"v\":1}", dl[i].ev.payload_len);
+        /* The load's events have no id; append1's keep theirs in the letter. */
+        if (i < 5)
+            assert_null(dl[i].ev.id);
+        else
+            assert_true(dl[i].ev.id != NULL && strncmp(dl[i].ev.id, "one-", 4) == 0);
         if (i > 0)
             assert_true(dl[i].ev.index > dl[i - 1].ev.index);
     }

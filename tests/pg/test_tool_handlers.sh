@@ -147,8 +147,10 @@ kill -9 "$(cat "$tmp/hang.pid")" 2>/dev/null
 wait_for 120 '[ "$(tokens px)" -eq $((2 * head)) ]'
 check "exec: after the failure and the kill, both segments reach the head" $?
 stop_bg; [ $? -eq 130 ]; check "exec: run stops cleanly (exit 130 after Ctrl-C)" $?
-grep -q 'the command exited with status 3' "$tmp/px.err"; check "exec: the exit status is logged" $?
-grep -q 'killed by signal 9' "$tmp/px.err"; check "exec: the killed command is logged" $?
+grep -q 'the command (pid [0-9]*) exited with status 3' "$tmp/px.err"; check "exec: the exit status is logged" $?
+grep -q "the command (pid $(cat "$tmp/hang.pid")) was killed by signal 9 (SIGKILL)" "$tmp/px.err" &&
+    ! grep -q '(pid 0)' "$tmp/px.err"
+check "exec: the killed command is logged with the signal's name and its real pid" $?
 # At least once as the command sees it, and in index order per segment within each process.
 all=$(q "SELECT string_agg(global_index::text, ' ' ORDER BY global_index) FROM pawl_api.events WHERE global_index > $start")
 seen_missing=0

@@ -10,7 +10,8 @@
 # restarts the server: other tests sharing the checkout's cluster must not see that. Processes:
 #   4 appenders  chaos_append: synchronous appends, a third single events, the rest batches of
 #                2..20, on shared and private streams; each records the ids it got an
-#                acknowledgement for (and those left in doubt).
+#                acknowledgement for (and those left in doubt). The fourth gives its events
+#                event ids and appends every failed or in-doubt append again until it succeeds.
 #   1 outbox     chaos_outbox: appends inside its own transactions after business writes
 #                (rolled-back savepoints, pauses, two appends in one transaction, a third at
 #                REPEATABLE READ) to the shared streams, racing the appenders; records likewise.
@@ -83,8 +84,9 @@ sql "CREATE TABLE chaos_outbox (id text PRIMARY KEY);
      CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE OR DELETE ON pawl.tokens
          FOR EACH ROW EXECUTE FUNCTION chaos_audit();" || exit 1
 
-start_appender() { # id
-    "$BIN/chaos_append" "$DSN" "$1" "$work/ack-$1" "$work/doubt-$1" 2>>"$work/app-$1.log" &
+start_appender() { # id (appender 4 carries event ids and repeats every failed append)
+    "$BIN/chaos_append" "$DSN" "$1" "$work/ack-$1" "$work/doubt-$1" $([ "$1" = 4 ] && echo ids) \
+        2>>"$work/app-$1.log" &
     pid_of[app$1]=$!; role_of[$!]=app$1
 }
 start_outbox() { # id

@@ -1,7 +1,7 @@
 /*
  * chaos_append.c — one appender of the chaos run (tests/fault/chaos/chaos.sh).
  *
- * Usage: chaos_append DSN ID ACKFILE DOUBTFILE
+ * Usage: chaos_append DSN ID ACKFILE DOUBTFILE [ids]
  *
  * Appends until SIGTERM/SIGINT, synchronously, a mix of single events (a third of the appends)
  * and batches of 2..20, to shared streams ("sh-0".."sh-7", which every appender writes) and to
@@ -16,6 +16,13 @@
  * go to DOUBTFILE and are not retried (the checker allows them at most once). A SIGKILL between
  * a commit and the write to ACKFILE only leaves an event in the log that nobody acknowledged,
  * which the checks allow.
+ *
+ * With "ids" every event also carries its unique id as its event id (pawl_event.id), and every
+ * append that fails in any way (in doubt included) is appended again, the same events with the
+ * same ids, until it succeeds: the store itself repeats lost appends (append_retry_ms) and this
+ * loop repeats whatever it still reports. Nothing goes to DOUBTFILE then, except the ids of an
+ * append still unfinished when the run stops; the checker's "unique" check is the proof that the
+ * ids made every repetition safe.
  */
 #include "pawl.h"
 
@@ -48,10 +55,11 @@ static int write_ids(int fd, char ids[][48], size_t n)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: chaos_append DSN ID ACKFILE DOUBTFILE\n");
+    if (argc != 5 && !(argc == 6 && strcmp(argv[5], "ids") == 0)) {
+        fprintf(stderr, "usage: chaos_append DSN ID ACKFILE DOUBTFILE [ids]\n");
         return 2;
     }
+    int with_ids = argc == 6;
     const char *dsn = argv[1];
     int id = atoi(argv[2]);
     int ack = open(argv[3], O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -71,6 +79,8 @@ int main(int argc, char **argv)
     o.open_timeout_ms = 60000; /* PostgreSQL may be restarting */
     o.queue_timeout_ms = 60000;
     o.reconnect_max_ms = 1000;
+    if (with_ids)
+        o.append_retry_ms = 20000;
     struct pawl_store *s = NULL;
     char err[512];
     int rc;
@@ -83,7 +93,7 @@ int main(int argc, char **argv)
 
     struct pawl_event ev[MAX_BATCH];
     char streams[MAX_BATCH][32], meta[MAX_BATCH][80], vals[MAX_BATCH][8], ids[MAX_BATCH][48];
-    unsigned long long n = 0, acked = 0, retries = 0, doubts = 0, failed = 0;
+    unsigned long long n = 0, acked = 0, retries = 0, doubts = 0, failed = 0, already = 0;
     while (!stop) {
         size_t k = rand() % 3 == 0 ? 1 : 2 + (size_t)(rand() % (MAX_BATCH - 1));
         int shared = rand() % 2;
@@ -107,6 +117,7 @@ int main(int argc, char **argv)
             ev[i].payload = vals[i];
             ev[i].payload_len = strlen(vals[i]);
             ev[i].metadata = meta[i];
+            ev[i].id = with_ids ? ids[i] : NULL;
         }
         int retried = 0;
         for (;;) {
@@ -114,8 +125,10 @@ int main(int argc, char **argv)
             rc = pawl_append(s, ev, k, &r);
             if (rc == 0) {
                 if (retried)
-                    fprintf(stderr, "chaos_append %d: retry committed: ids %s..%s\n", id, ids[0],
+                    fprintf(stderr, "chaos_append %d: retry %s: ids %s..%s\n", id,
+                            r.already ? "found them already appended" : "committed", ids[0],
                             ids[k - 1]);
+                already += r.already ? k : 0;
                 if (write_ids(ack, ids, k) != 0)
                     perror("ack write");
                 acked += k;
@@ -126,7 +139,14 @@ int main(int argc, char **argv)
                 usleep(50000);
                 retried = 1;
                 continue; /* did not commit: the same events again */
-            } else if (rc == PAWL_EINDOUBT) {
+            } else if (with_ids && !stop) {
+                retries++;
+                fprintf(stderr, "chaos_append %d: %s (%s), appending ids %s..%s again\n", id,
+                        pawl_strerror(rc), r.message, ids[0], ids[k - 1]);
+                usleep(50000);
+                retried = 1;
+                continue; /* the ids make it safe, whatever the outcome was */
+            } else if (rc == PAWL_EINDOUBT || with_ids) {
                 fprintf(stderr, "chaos_append %d: in doubt (%s): ids %s..%s\n", id, r.message,
                         ids[0], ids[k - 1]);
                 write_ids(doubt, ids, k);
@@ -143,10 +163,13 @@ int main(int argc, char **argv)
         /* A little pacing so that seven processes share two cores with the server. */
         usleep((useconds_t)(rand() % 4000));
     }
+    struct pawl_store_stats st;
+    pawl_store_stats(s, &st, 0);
     pawl_store_free(s);
     fprintf(stderr,
-            "chaos_append %d: %llu events acknowledged, %llu in doubt, %llu retries, "
-            "%llu failures\n",
-            id, acked, doubts, retries, failed);
+            "chaos_append %d: %llu events acknowledged (%llu of them found already appended), "
+            "%llu in doubt, %llu retries, %llu failures; the store sent %lld appends again after "
+            "a lost connection\n",
+            id, acked, already, doubts, retries, failed, (long long)st.append_lost_retries);
     return 0;
 }

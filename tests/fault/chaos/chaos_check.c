@@ -8,6 +8,9 @@
  * and checks, printing one line per check and the figures behind it:
  *   acked        every acknowledged append's events are in the log, exactly once
  *   unique       no event id appears twice in the log (in-doubt appends included)
+ *   event_ids    appender 4's events carry their id as event id, it has events in the log,
+ *                and none of its appends was left in doubt (it repeats them: the ids make
+ *                that safe, "unique" proves it)
  *   finalized    every committed event row has a final index (none left behind)
  *   contiguous   the final indexes are exactly 1..N
  *   stream-order per stream, index order equals sequence order and sequences are 1, 2, 3, ...
@@ -162,6 +165,16 @@ int main(int argc, char **argv)
            "%lld events in the log, %lld ids twice; %lld in doubt (%lld of them committed); "
            "%lld committed but never acknowledged (killed before recording, or in doubt)",
            nlog, dups, ndoubt, doubt_in, unacked);
+    long long with_id = q1("SELECT count(*) FROM pawl_api.events WHERE event_id IS NOT NULL");
+    long long id_bad = q1("SELECT count(*) FROM pawl_api.events WHERE (event_id IS NOT NULL "
+                          "OR metadata->>'u' LIKE '4.%') AND event_id IS DISTINCT FROM "
+                          "metadata->>'u'");
+    long long id_doubt = q1("SELECT count(*) FROM doubts WHERE id LIKE '4.%'");
+    long long id_acked = q1("SELECT count(*) FROM acks WHERE id LIKE '4.%'");
+    report("event_ids", with_id > 0 && id_acked > 0 && id_bad == 0,
+           "%lld events with event ids (%lld acknowledged), %lld whose event id is not their "
+           "own, %lld left unfinished at the stop",
+           with_id, id_acked, id_bad, id_doubt);
     long long rows = q1("SELECT count(*) FROM pawl.events");
     report("finalized", rows == nlog, "%lld committed event rows, %lld with a final index", rows,
            nlog);
