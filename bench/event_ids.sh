@@ -43,7 +43,9 @@ one() { # SCRIPT EVENTS: "latency_us cpu_us_per_event txns"
         pid=$(psql "$B dbname=$db" -XqAtc "SELECT pid FROM pg_stat_activity WHERE application_name = 'bid_$$'")
     done
     [ -n "$pid" ] || { wait $pg; echo "0 0 0"; return; }
-    c0=$(cut -d' ' -f1 /proc/$pid/schedstat)
+    c0=$(cut -d' ' -f1 /proc/$pid/schedstat 2>/dev/null)
+    # A backend that ended before its first reading gives no figure (left out of the medians).
+    [ -n "$c0" ] || { wait $pg; echo "nan nan 0"; return; }
     last=$c0
     while t=$(cut -d' ' -f1 /proc/$pid/schedstat 2>/dev/null) && [ -n "$t" ]; do last=$t; sleep 0.02; done
     wait $pg
@@ -60,7 +62,7 @@ for r in $(seq 1 "$ROUNDS"); do
         done
     done
 done | tee -a "$w/all"
-med() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }'; }
+med() { grep -E '^-?[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }'; }
 for n in 1 100; do
     b=$(awk -v n=$n '$2 == n && $3 == "before" { print $5 }' "$w/all" | med)
     o=$(awk -v n=$n '$2 == n && $3 == "none" { print $5 }' "$w/all" | med)

@@ -31,7 +31,9 @@ one() { # DB SCRIPT: "latency_us cpu_us_per_txn txns"
     for ((i = 0; i < 200 && ${#pid} == 0; i++)); do
         pid=$(psql "$B dbname=$db" -XqAtc "SELECT pid FROM pg_stat_activity WHERE application_name = 'nf_$db'")
     done
-    c0=$(cut -d' ' -f1 /proc/$pid/schedstat)
+    c0=$(cut -d' ' -f1 /proc/$pid/schedstat 2>/dev/null)
+    # A backend that ended before its first reading gives no figure (left out of the medians).
+    [ -n "$c0" ] || { wait $pg; echo "nan nan 0"; return; }
     last=$c0
     while t=$(cut -d' ' -f1 /proc/$pid/schedstat 2>/dev/null) && [ -n "$t" ]; do last=$t; sleep 0.05; done
     wait $pg
@@ -48,10 +50,11 @@ for r in $(seq 1 "$ROUNDS"); do
         done
     done
 done | tee -a "$w/all"
-med() { sort -n | awk '{ v[NR] = $1 } END { printf "%.1f", v[int((NR + 1) / 2)] }'; }
+med() { grep -E '^-?[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { printf "%.1f", v[int((NR + 1) / 2)] }'; }
 for path in native sql; do
-    run=$(awk -v p=$path '$2 == p && $3 == "run" { r[$1] = $5 } $2 == p && $3 == "app" { a[$1] = $5 }
-                          END { for (k in r) print r[k] - a[k] }' "$w/all" | med)
+    run=$(awk -v p=$path '$5 == "nan" { next } $2 == p && $3 == "run" { r[$1] = $5 }
+                          $2 == p && $3 == "app" { a[$1] = $5 }
+                          END { for (k in r) if (k in a) print r[k] - a[k] }' "$w/all" | med)
     idle=$(awk -v p=$path '$2 == p && $3 == "idle" { print $5 }' "$w/all" | med)
     echo "$path: a run of one event (run - app) median $run us of backend CPU; an idle call $idle us ($ROUNDS rounds)"
 done

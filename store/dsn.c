@@ -364,6 +364,15 @@ char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
         return out;
     struct secrets S;
     collect(dsn, &S);
+    if (S.n >= MAX_SECRETS) {
+        /* Full: values past the first MAX_SECRETS were not collected, so no copy of the message
+         * is known to be free of them. */
+        snprintf(out, outlen,
+                 "(message hidden: its connection string holds %d or more password values)",
+                 MAX_SECRETS);
+        free_secrets(&S);
+        return out;
+    }
     char *buf = pawl_strdup(msg);
     if (buf == NULL) {
         if (S.n == 0)

@@ -5,6 +5,7 @@
 
 #include "dsn.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_redact_keyword_form(void **state)
@@ -100,6 +101,14 @@ static void test_scrub(void **state)
     /* No secret: the message as it is. */
     pawl_dsn_scrub("host=/tmp dbname=x", "plain message", out, sizeof out);
     assert_string_equal(out, "plain message");
+    /* More password values than the scrubber keeps: the message is hidden whole, so the ones
+     * past its limit never show. */
+    char many[4096] = "host=x";
+    for (int i = 0; i < 80; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), " password=secret%02d", i);
+    pawl_dsn_scrub(many, "refused secret79 and secret00", out, sizeof out);
+    assert_null(strstr(out, "secret"));
+    assert_non_null(strstr(out, "message hidden"));
 }
 
 /* A percent-encoded NUL in a password (libpq refuses "%00") decodes to a secret that ends at
