@@ -1,5 +1,6 @@
 # The two commands of the quick start, on a fresh Debian 12 machine (as root):
 #   make demo   install what is missing, build, start the private PostgreSQL, run `pawl demo`
+#               (in its own database, pawl_demo)
 #   make test   the same set-up, clang-format and clang-tidy, then every test suite (plain,
 #               ASan+UBSan, TSan)
 # Other targets: build, deps, pg-start, pg-stop, pg-remove, bench, soak, install, clean.
@@ -72,8 +73,13 @@ pg-stop:
 pg-remove:
 	$(PG) remove
 
+# The demo appends to a database of its own (DEMO_DB) in the private PostgreSQL, so that the
+# README's tour, run next, starts on an empty log in the default database.
+DEMO_DB ?= pawl_demo
 demo: build pg-start
-	$(BUILD)/bin/pawl demo $(DEMO_ARGS)
+	@[ "$$($(PG) psql -qAtc "SELECT 1 FROM pg_database WHERE datname = '$(DEMO_DB)'")" = 1 ] || \
+		$(PG) psql -qc 'CREATE DATABASE $(DEMO_DB)'
+	PAWL_DSN="$$($(PG) dsn) dbname=$(DEMO_DB)" $(BUILD)/bin/pawl demo $(DEMO_ARGS)
 
 # Every suite: the plain build runs unit, pg, stress and fault; the sanitizer builds run the
 # suites that exercise concurrency and memory (pg included under ASan, but not the *_sql reruns

@@ -18,19 +18,45 @@ trap 'rm -rf "$tmp"' EXIT
 meta() { sed -n "s/^$1: //p" "$out/run.meta" 2>/dev/null | head -1; }
 has() { [ -s "$out/$1.csv" ] && [ "$(wc -l <"$out/$1.csv")" -gt 1 ]; }
 
+# ---- what the run's files say about its shapes ---------------------------------------------
+# Nothing below states a shape (connections, segments, workers, batch) the run's CSVs do not
+# hold: each is read from the rows that measured it, and left out when an older CSV lacks it.
+#
+# The catch-up cell that stands for pawl next to the peers: the default processor shape
+# (no-op handler, batch 100, 16 segments, 2 workers) when the run measured it, else the fastest
+# no-op batch-100 cell it did measure. Prints "segments,workers,batch" or nothing.
+cu_cell() {
+    has catchup || return 0
+    awk -F, 'NR > 1 && $3 ~ /^noop-b[0-9]+$/ { b = $3; sub(/^noop-b/, "", b)
+            if (b == 100 && $4 == 16 && $5 == 2) def = $4 "," $5 "," b
+            if (b == 100 && $8 > best) { best = $8; bc = $4 "," $5 "," b } }
+        END { if (def != "") print def; else if (bc != "") print bc }' "$out/catchup.csv"
+}
+cu_shape=$(cu_cell)
+# The latency cells' appender connections, from the rows' notes ("N appender connections",
+# written by bench_e2e since 2026-12-05); empty for an older latency.csv.
+lat_conns=
+if has latency; then
+    lat_conns=$(awk -F, 'NR > 1 && $3 == "append-to-handler" && match($13, /[0-9]+ appender connections/) {
+        x = substr($13, RSTART, RLENGTH); sub(/ .*/, "", x); print x; exit }' "$out/latency.csv")
+fi
+
 # ---- pawl's rows in the peers' format ------------------------------------------------------
 # system,workload,writers,events_per_append,events,seconds,events_per_s,p50_ms,p99_ms,p999_ms,max_ms
+# catchup: writers = 1 (one processor, as each peer's one consumer), events_per_append = the
+# cell's handler batch; live: writers = the latency cells' appender connections (empty when the
+# CSV does not say).
 {
     echo "system,workload,writers,events_per_append,events,seconds,events_per_s,p50_ms,p99_ms,p999_ms,max_ms"
     if has append; then
         awk -F, 'NR > 1 { printf "pawl,append,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$out/append.csv"
     fi
-    if has catchup; then
-        # The default processor shape (16 segments, batch 100), 2 workers.
-        awk -F, 'NR > 1 && $3 == "noop-b100" && $4 == 16 && $5 == 2 { printf "pawl,catchup,1,100,%s,%s,%s,0,0,0,0\n", $6, $7, $8 }' "$out/catchup.csv"
+    if [ -n "$cu_shape" ]; then
+        awk -F, -v shape="$cu_shape" 'BEGIN { split(shape, s, ",") }
+            NR > 1 && $3 == "noop-b" s[3] && $4 == s[1] && $5 == s[2] { printf "pawl,catchup,1,%s,%s,%s,%s,0,0,0,0\n", s[3], $6, $7, $8; exit }' "$out/catchup.csv"
     fi
     if has latency; then
-        awk -F, 'NR > 1 && $3 == "append-to-handler" && $5 == 1 { printf "pawl,live@%s,8,1,%s,%s,%s,%s,%s,%s,%s\n", $4, $6, $7, $8, $9, $10, $11, $12 }' "$out/latency.csv"
+        awk -F, -v w="$lat_conns" 'NR > 1 && $3 == "append-to-handler" && $5 == 1 { printf "pawl,live@%s,%s,1,%s,%s,%s,%s,%s,%s,%s\n", $4, w, $6, $7, $8, $9, $10, $11, $12 }' "$out/latency.csv"
     fi
 } >"$out/pawl_peerfmt.csv"
 
@@ -133,7 +159,7 @@ echo
 echo "## End-to-end latency (append commit → handler call)"
 echo
 if has latency; then
-    echo "Open-loop appender (4 connections, finalizer on) and a running processor (16 segments,"
+    echo "Open-loop appender (${lat_conns:+$lat_conns connections, }finalizer on) and a running processor (16 segments,"
     echo "default threads and batch size) reading through a second store that wakes on the log's"
     echo "notifications. \`finalize\` is the delay from the commit acknowledgement to the end of the"
     echo "finalization run that covered it (appender's store statistics; p999 not kept there)."
@@ -144,7 +170,7 @@ if has latency; then
              NR > 1 && $3 == "append-to-handler" { k = $4 "/" $5; key[++n] = k; row[k] = $0 }
         END { for (i = 1; i <= n; i++) { k = key[i]; split(row[k], f, ",")
                 ach = f[13]; sub(/^achieved /, "", ach); sub(/ ev\/s.*/, "", ach)
-                note = f[13]; sub(/^achieved [0-9]+ ev\/s; /, "", note)
+                note = f[13]; sub(/^achieved [0-9]+ ev\/s; /, "", note); sub(/; [0-9]+ appender connections/, "", note)
                 printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n",
                     f[4], f[5], ach, f[6], f[9], f[10], f[11], f[12], fp50[k], fp99[k], fmax[k], note } }' \
         "$out/latency.csv"
@@ -184,11 +210,14 @@ echo
 echo "## Cost as the log grows"
 echo
 if has growth; then
-    echo "At each size: appends for a fixed time (closed loop, 4 connections × 64 in flight, 10-event"
-    echo "appends, finalizer on), then \`pawl_read\` (1000 per call) sequentially from the middle of the"
-    echo "log. The log is grown between sizes by a server-side loop writing the same rows appends"
-    echo "write (one transaction per 100-event append, then \`pawl.finalize\`), because the API's rate"
-    echo "on this machine would spend most of the time budget filling."
+    # The append cells' shape and the fill's, as the rows' notes give them.
+    gshape=$(awk -F, 'NR > 1 && $3 == "append" { x = $13; sub(/; table .*/, "", x); print x; exit }' "$out/growth.csv")
+    fshape=$(awk -F, 'NR > 1 && $3 == "fill" { x = $13; sub(/^server-side loop; /, "", x); print x; exit }' "$out/growth.csv")
+    echo "At each size: appends for a fixed time (${gshape:-closed loop}, finalizer on), then"
+    echo "\`pawl_read\` (1000 per call) sequentially from the middle of the log. The log is grown between"
+    echo "sizes by a server-side loop writing the same rows appends write (one transaction per"
+    echo "100-event append, then \`pawl.finalize\`${fshape:+; $fshape}), because the API's rate on this"
+    echo "machine would spend most of the time budget filling."
     echo
     echo "| log events | table size | append ev/s | append µs/event | append p99 ms | finalize p50 ms | finalize p99 ms | read ev/s | read µs/event |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -249,9 +278,20 @@ if [ -s "$allp" ]; then
                 printf "%s\t%s\t| %s | %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", f[2], (f[1] == "pawl" ? 0 : 1), f[1], f[2], f[5], f[7], f[8], f[9], f[10], f[11], r } }' \
         "$allp" | sort -t$'\t' -k1,1 -k2,2n | cut -f3-
     echo
-    echo "pawl's catch-up row is the default processor shape (16 segments, batch 100, 2 workers) over"
-    echo "the larger log above; the peers catch up over their own pre-filled logs (see peers.meta)."
-    echo "Live: pawl's rows are 1-event appends at the same offered rates as the peers'."
+    if [ -n "$cu_shape" ]; then
+        IFS=, read -r cs cw cb <<<"$cu_shape"
+        dflt="the default processor shape"
+        [ "$cs,$cw,$cb" = "16,2,100" ] || dflt="the fastest no-op batch-$cb cell of this run (the default shape, 16 segments and 2 workers, was not measured)"
+        echo "pawl's catch-up row is $dflt: $cs segments, batch $cb, $cw workers, over the"
+        echo "log of the catch-up table above; the peers catch up over their own pre-filled logs (see peers.meta)."
+    fi
+    if [ -n "$lat_conns" ]; then
+        echo "Live: pawl's rows are 1-event appends at the same offered rates as the peers', from $lat_conns"
+        echo "appender connections (the peers' writer counts are in their rows)."
+    else
+        echo "Live: pawl's rows are 1-event appends at the same offered rates as the peers' (the"
+        echo "appender connections are not recorded in this run's latency.csv: writers left empty)."
+    fi
     echo
     if grep -q '^note: ' "$out/peers.meta" 2>/dev/null; then
         echo "Peer notes (from peers.meta):"; echo; sed -n 's/^note: /- /p' "$out/peers.meta"; echo

@@ -73,7 +73,9 @@ static const struct pawl_flag flags[] = {
      .type = PAWL_FLAG_ENUM,
      .def = PAWL_LOG_INFO,
      .choices = log_levels,
-     .help = "Lowest level of log messages written",
+     .help = "Lowest level of log messages written: warn for a quiet command (its results "
+             "and summary lines still print), debug for start-up detail (I/O backends, "
+             "migrations, the database chosen)",
      AT(log.level)},
     {.name = "log-format",
      .type = PAWL_FLAG_ENUM,

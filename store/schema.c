@@ -180,7 +180,7 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * of pawl.finalize), so it is never out of step with what runs. The extension's version names
  * the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.0"
+#define NATIVE_VERSION "1.1"
 
 const char *pawl_server_path_name(int path)
 {
@@ -196,22 +196,35 @@ const char *pawl_server_path_name(int path)
     }
 }
 
-/* The path pawl.finalize runs now. */
+/*
+ * The path pawl's server functions run now: NATIVE when every function activate.sql declares is
+ * the C one, SQL when none is, AUTO (neither: a database that went native before a pawl_native
+ * version that has more functions, or whose switch was cut short) when some are; a switch to
+ * either path then runs, as it would from the other path.
+ */
 static int active_path(PGconn *c, int *active, char *err, size_t errlen)
 {
-    char lang[64];
+    char v[64];
     int rc = first_value(c,
-                         "SELECT coalesce((SELECT l.lanname FROM pg_catalog.pg_proc p "
+                         "SELECT count(*) FILTER (WHERE l.lanname = 'c') || ' ' || count(*) "
+                         "FROM pg_catalog.pg_proc p "
                          "JOIN pg_catalog.pg_language l ON l.oid = p.prolang "
-                         "WHERE p.oid = pg_catalog.to_regprocedure('pawl.finalize(int4)')), '')",
-                         lang, sizeof lang, err, errlen);
+                         "WHERE p.oid IN (pg_catalog.to_regprocedure('pawl.finalize(int4)'), "
+                         "pg_catalog.to_regprocedure('pawl.runs_guard()'), "
+                         "pg_catalog.to_regprocedure('pawl.events_guard()'))",
+                         v, sizeof v, err, errlen);
     if (rc != 0)
         return rc;
-    if (lang[0] == '\0') {
+    char *end = NULL;
+    long native = strtol(v, &end, 10);
+    long found = end != v ? strtol(end, NULL, 10) : 0;
+    if (found <= 0) {
         put_err(err, errlen, "the database has no pawl schema: run pawl init");
         return PAWL_ESCHEMA;
     }
-    *active = strcmp(lang, "c") == 0 ? PAWL_SERVER_NATIVE : PAWL_SERVER_SQL;
+    *active = native == 0       ? PAWL_SERVER_SQL
+              : native == found ? PAWL_SERVER_NATIVE
+                                : PAWL_SERVER_AUTO;
     return 0;
 }
 
@@ -318,11 +331,23 @@ static int server_path_locked(PGconn *c, int want, int *active, char *err, size_
     }
     if ((rc = active_path(c, active, err, errlen)) != 0)
         return rc;
+    /* Native, the path pawl prefers, at debug; SQL once per process at info with the reason the
+     * native path was not taken (pawl init prints the choice itself on stdout).
+     * Relaxed: only decides whether this call logs at INFO; a duplicate line is harmless. */
+    static int logged_sql;
     if (*active == PAWL_SERVER_NATIVE)
-        PAWL_INFO("schema", "server functions: native (pawl_native %s)", NATIVE_VERSION);
+        PAWL_DEBUG("schema", "server functions: native (pawl_native %s)", NATIVE_VERSION);
+    else if (*active == PAWL_SERVER_AUTO)
+        PAWL_WARN("schema",
+                  "server functions: partly native, partly SQL (a switch did not complete: %s); "
+                  "run pawl init --server-path sql or native",
+                  why[0] ? why : "see above");
+    else if (why[0] &&
+             atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_sql), 1, memory_order_relaxed) == 0)
+        PAWL_INFO("schema", "server functions: SQL (%s)", why);
     else
-        PAWL_INFO("schema", "server functions: SQL%s%s%s", why[0] ? " (" : "", why,
-                  why[0] ? ")" : "");
+        PAWL_DEBUG("schema", "server functions: SQL%s%s%s", why[0] ? " (" : "", why,
+                   why[0] ? ")" : "");
     return 0;
 }
 
@@ -508,7 +533,7 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
         }
         if ((rc = run(c, "COMMIT", NULL, err, errlen)) != 0)
             goto unlock;
-        PAWL_INFO("schema", "applied migration %s", m->name);
+        PAWL_DEBUG("schema", "applied migration %s", m->name); /* pawl init sums them up */
     }
     rc = 0;
     if (target >= pawl_schema_lib_version()) {

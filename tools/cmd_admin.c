@@ -9,6 +9,7 @@
  * the command line only, never from the environment.
  */
 #include "pgq.h"
+#include "position.h"
 #include "progress.h"
 #include "scrape.h"
 #include "status.h"
@@ -358,10 +359,9 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
     const char *proc = proc_name(cfg, argc, argv, "reset", 1);
     if (proc == NULL)
         return TOOL_USAGE;
-    enum pawl_reset_kind kind;
-    int64_t value;
+    struct tool_pos to;
     char err[512];
-    if (tool_parse_reset_target(cfg->tool.to, pawl_wall_us(), &kind, &value, err, sizeof err)) {
+    if (tool_pos_parse("--to", cfg->tool.to, &to, err, sizeof err)) {
         tool_err("reset: %s", err);
         return TOOL_USAGE;
     }
@@ -375,33 +375,49 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
         stores_close(&s);
         return ex;
     }
-    /* The token the reset would set (the store computes it again when executing). */
-    int64_t target = value;
-    if (kind == PAWL_RESET_START)
-        target = PAWL_TOKEN_START;
-    else if (kind == PAWL_RESET_END)
-        target = st.head;
-    else if (kind == PAWL_RESET_TIME && (rc = s.src->ops->index_at(s.src, value, &target)) != 0) {
-        tool_err("reset: cannot find the log position at that time: %s",
-                 pawl_source_errmsg(s.src, (char[512]){0}, 512));
-        ex = tool_exit_for(rc);
+    /* The token the reset sets: the position resolved once, here (position.h). */
+    int64_t target = 0;
+    struct tool_pos_span span;
+    if ((rc = tool_pos_resolve(tool_dsn(cfg), "--to", &to, &target, &span, err, sizeof err)) != 0) {
+        tool_err("reset: %s; nothing changed", err);
+        ex = tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
         goto out;
     }
-    if (target > st.head) {
+    int64_t head = PAWL_MAX(st.head, span.last);
+    if (target > head) {
         /* A token past the head would skip events that do not exist yet: whatever is appended
          * next, up to the token, would never reach the processor. Almost always a typo. */
         tool_err("reset refused: --to %s is index %" PRId64 ", past the head of the log (%" PRId64
                  "); the processor would silently skip the next %" PRId64
                  " events appended; nothing changed",
-                 cfg->tool.to, target, st.head, target - st.head);
+                 cfg->tool.to, target, head, target - head);
         ex = TOOL_REFUSED;
         goto out;
+    }
+    if (target < span.first - 1) {
+        /* Below the log's start the processor could only fail to read (PAWL_ETRUNCATED). */
+        tool_err("reset refused: --to %s is index %" PRId64 ", before the log's start (retention "
+                 "moved it to index %" PRId64 "; --to start is %" PRId64
+                 "): the processor could not read from there; nothing changed",
+                 cfg->tool.to, target, span.first, span.first - 1);
+        ex = TOOL_REFUSED;
+        goto out;
+    }
+    char when[48], at_time[160] = "";
+    if (to.kind == TOOL_POS_AGO || to.kind == TOOL_POS_TIME) {
+        tool_pos_format_time(tool_pos_time_us(&to, &span), when, sizeof when);
+        if (target < span.last)
+            snprintf(at_time, sizeof at_time,
+                     "; the first event appended at or after %s is index %" PRId64, when,
+                     target + 1);
+        else
+            snprintf(at_time, sizeof at_time, "; no event was appended at or after %s", when);
     }
     ex = refuse_if_claimed(cfg, &st, "reset");
     if (ex != TOOL_OK)
         goto out;
-    printf("%s %s to token %" PRId64 " (--to %s):\n",
-           cfg->tool.execute ? "resetting" : "would reset", proc, target, cfg->tool.to);
+    printf("%s %s to token %" PRId64 " (--to %s%s):\n",
+           cfg->tool.execute ? "resetting" : "would reset", proc, target, cfg->tool.to, at_time);
     for (size_t i = 0; i < st.n; i++) {
         const struct pawl_segment_status *r = &st.rows[i].st;
         char shown[4 * PAWL_OWNER_MAX + 8];
@@ -418,7 +434,7 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
     if ((ex = release_expired(s.tok, &st, "reset")) != TOOL_OK)
         goto out;
     int64_t set = 0;
-    rc = pawl_processor_reset(s.tok, s.src, proc, kind, value, &set);
+    rc = pawl_processor_reset(s.tok, s.src, proc, PAWL_RESET_INDEX, target, &set);
     if (rc != 0) {
         tool_err("reset failed: %s (%s)", pawl_tokens_errmsg(s.tok, (char[512]){0}, 512),
                  pawl_strerror(rc));

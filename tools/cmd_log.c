@@ -15,6 +15,7 @@
 #include "load.h"
 #include "metrics.h"
 #include "pgq.h"
+#include "position.h"
 #include "progress.h"
 
 #include <errno.h>
@@ -689,6 +690,13 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
                  "the log, before anything could scrape it)");
         return TOOL_USAGE;
     }
+    struct tool_pos from;
+    char perr[512];
+    if (tool_pos_parse("--from", cfg->tool.from ? cfg->tool.from : "start", &from, perr,
+                       sizeof perr) != 0) {
+        tool_err("tail: %s", perr);
+        return TOOL_USAGE;
+    }
     const char *dsn = tool_dsn(cfg);
     if (dsn == NULL)
         return TOOL_NODB;
@@ -701,11 +709,15 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
         pawl_store_free(s);
         return ex;
     }
-    int64_t after = cfg->tool.from;
-    if (after < 0) {
-        int64_t last = 0;
-        pawl_finalize_now(s, NULL, NULL, &last);
-        after = PAWL_MAX(last, pawl_store_last_index(s));
+    int64_t after = 0;
+    if (from.kind != TOOL_POS_START && from.kind != TOOL_POS_INDEX)
+        pawl_finalize_now(s, NULL, NULL, NULL); /* the end is after what is committed now */
+    int rc0 = tool_pos_resolve(dsn, "--from", &from, &after, NULL, perr, sizeof perr);
+    if (rc0 != 0) {
+        tool_err("tail: %s%s", perr, rc0 == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+        tool_httpd_stop(h);
+        pawl_store_free(s);
+        return tool_exit_for(rc0) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc0);
     }
     struct pawl_read_batch b;
     pawl_read_batch_init(&b);

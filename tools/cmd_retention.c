@@ -9,6 +9,7 @@
  */
 #include "jsonl.h"
 #include "pgq.h"
+#include "position.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,12 +117,21 @@ int cmd_retention(struct tool_config *cfg, int argc, const char *const *argv)
         return TOOL_NODB;
     const struct tool_opts *o = &cfg->tool;
     const char *archive = o->archive && o->archive[0] ? o->archive : NULL;
-    if (archive && o->before <= 0) {
-        tool_err("retention: --archive needs --before INDEX (what to archive and drop)");
-        return TOOL_USAGE;
-    }
     char err[1024] = "";
     int rc;
+    /* --before: an index is the new start itself (0: none); another position (position.h) is
+     * where the kept events begin after, so the new start is the index just past it. */
+    struct tool_pos before = {.kind = TOOL_POS_INDEX, .value = 0};
+    if (o->before && o->before[0] &&
+        tool_pos_parse("--before", o->before, &before, err, sizeof err) != 0) {
+        tool_err("retention: %s", err);
+        return TOOL_USAGE;
+    }
+    int has_before = !(before.kind == TOOL_POS_INDEX && before.value == 0);
+    if (archive && !has_before) {
+        tool_err("retention: --archive needs --before (what to archive and drop)");
+        return TOOL_USAGE;
+    }
     if (o->rotate) {
         if (!o->execute) {
             printf("would close the open partition at the oldest running transaction (appends "
@@ -143,13 +153,22 @@ int cmd_retention(struct tool_config *cfg, int argc, const char *const *argv)
     size_t n = 0;
     int64_t first = 0, last = 0;
     char slow[1024] = "";
-    rc = tool_pgq_retention_plan(dsn, o->before, &rows, &n, &first, &last, slow, sizeof slow, err,
+    int64_t w = before.value;
+    if (before.kind != TOOL_POS_INDEX) {
+        int64_t pos = 0;
+        if ((rc = tool_pos_resolve(dsn, "--before", &before, &pos, NULL, err, sizeof err)) != 0) {
+            tool_err("retention: %s; nothing changed", err);
+            return tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
+        }
+        w = pos + 1;
+        printf("--before %s: the new start is index %" PRId64 "\n", o->before, w);
+    }
+    rc = tool_pgq_retention_plan(dsn, w, &rows, &n, &first, &last, slow, sizeof slow, err,
                                  sizeof err);
     if (rc != 0) {
         tool_err("retention: %s", err);
         return tool_exit_for(rc);
     }
-    int64_t w = o->before;
     int ex = TOOL_OK;
     if (w <= 0) {
         printf("the log holds indexes %" PRId64 " .. %" PRId64 "\n", first, last);
@@ -157,9 +176,9 @@ int cmd_retention(struct tool_config *cfg, int argc, const char *const *argv)
         goto out;
     }
     if (w < first || w > last + 1) {
-        tool_err("retention: --before %" PRId64 " is outside %" PRId64 " .. %" PRId64
+        tool_err("retention: --before %s is outside %" PRId64 " .. %" PRId64
                  " (the log starts at %" PRId64 " and ends at %" PRId64 "); nothing changed",
-                 w, first, last + 1, first, last);
+                 o->before, first, last + 1, first, last);
         ex = TOOL_USAGE;
         goto out;
     }

@@ -19,6 +19,7 @@
  * queue time-out each. While stopping, the store's reports of reconnects and retries are left
  * out of the log (run_log_sink): the stop's report says whether the database answers.
  */
+#include "position.h"
 #include "progress.h"
 
 #include <errno.h>
@@ -585,12 +586,94 @@ static void run_stop(struct pawl_processor *p, struct tool_sink *sink, struct to
         PQfinish(st.probe.c);
 }
 
+/*
+ * The positional arguments: the processor's name (as status takes it), then, for --handler
+ * exec, the command after "--". Without "--", `--processor NAME --handler exec CMD` still takes
+ * every argument as the command. A name given both ways must be the same; the argument wins
+ * over PAWL_PROCESSOR. Returns how many arguments were the name, or -1 after saying why not.
+ */
+static int run_name_arg(struct tool_config *cfg, int argc, const char *const *argv, int exec)
+{
+    enum pawl_config_source src = tool_config_source_of(cfg, "processor");
+    int nname = cfg->dashdash >= 0 ? cfg->dashdash : argc;
+    if (cfg->dashdash < 0 && exec)
+        nname = src != PAWL_SRC_DEFAULT || argc == 0 ? 0 : 1;
+    if (nname > 1) {
+        tool_err("run: unexpected argument '%s' (the processor's name is one argument; a command "
+                 "after -- is for --handler exec)",
+                 argv[1]);
+        return -1;
+    }
+    if (nname == 0)
+        return 0;
+    if (src == PAWL_SRC_FLAG && cfg->lib.processor.name &&
+        strcmp(cfg->lib.processor.name, argv[0]) != 0) {
+        tool_err("run: two processor names given (%s and --processor %s)", argv[0],
+                 cfg->lib.processor.name);
+        return -1;
+    }
+    char err[512];
+    if (tool_config_set_from(cfg, "processor", argv[0], PAWL_SRC_FLAG, err, sizeof err) != 0) {
+        tool_err("run: %s", err);
+        return -1;
+    }
+    return 1;
+}
+
+/*
+ * --initial-token for a new processor: resolved against the log (position.h) into the
+ * library's integer. A processor that has segments keeps its tokens; when the flag was given
+ * for one on the command line, say that it is not used (a node deployed with
+ * PAWL_INITIAL_TOKEN is not told so at every start).
+ */
+static int run_initial_token(struct tool_config *cfg, const char *dsn, struct pawl_tokens *tok,
+                             const struct tool_pos *init, const char *label)
+{
+    int64_t low = lowest_token(tok, cfg->lib.processor.name);
+    if (low >= 0) {
+        if (tool_config_source_of(cfg, "initial-token") == PAWL_SRC_FLAG)
+            tool_note("processor %s exists (lowest token %" PRId64 "): %s %s is for a new "
+                      "processor and is not used (pawl reset moves its tokens)",
+                      cfg->lib.processor.name, low, label, cfg->tool.initial_token);
+        return TOOL_OK;
+    }
+    char err[640];
+    int64_t token = 0;
+    int rc = tool_pos_resolve(dsn, label, init, &token, NULL, err, sizeof err);
+    if (rc != 0) {
+        tool_err("run: %s%s", err, rc == PAWL_ESCHEMA ? " (run `pawl init` first)" : "");
+        return tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
+    }
+    cfg->lib.processor.initial_token = token;
+    tool_note("new processor %s: its segments start at token %" PRId64 " (%s %s)",
+              cfg->lib.processor.name, token, label,
+              cfg->tool.initial_token ? cfg->tool.initial_token : "start");
+    return TOOL_OK;
+}
+
 int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *hname0 = cfg->tool.handler ? cfg->tool.handler : "count";
+    int nname = run_name_arg(cfg, argc, argv, strcmp(hname0, "exec") == 0);
+    if (nname < 0)
+        return TOOL_USAGE;
+    argc -= nname;
+    argv += nname;
     if (argc > 0 && strcmp(hname0, "exec") != 0) {
         tool_err("run: unexpected argument '%s' (a command after -- is for --handler exec)",
                  argv[0]);
+        return TOOL_USAGE;
+    }
+    /* --initial-token is checked now, and resolved once the log is open. */
+    char label[96], perr[640];
+    struct tool_pos init;
+    snprintf(label, sizeof label, "%s",
+             tool_config_source_of(cfg, "initial-token") == PAWL_SRC_ENV
+                 ? "PAWL_INITIAL_TOKEN (--initial-token)"
+                 : "--initial-token");
+    if (tool_pos_parse(label, cfg->tool.initial_token ? cfg->tool.initial_token : "start", &init,
+                       perr, sizeof perr) != 0) {
+        tool_err("run: %s", perr);
         return TOOL_USAGE;
     }
     char why[320];
@@ -600,7 +683,8 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
             tool_check_name("processor name", "", PAWL_NAME_MAX, why, sizeof why);
             tool_err("run: %s", why);
         } else {
-            tool_err("run: which processor? give --processor NAME (or PAWL_PROCESSOR)");
+            tool_err("run: which processor? give its name: pawl run NAME (or --processor NAME, "
+                     "or PAWL_PROCESSOR)");
         }
         return TOOL_USAGE;
     }
@@ -701,6 +785,8 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
         goto out;
     }
+    if ((ex = run_initial_token(cfg, dsn, tok, &init, label)) != TOOL_OK)
+        goto out;
     if ((rc = pawl_processor_new(&p, &cfg->lib.processor, src, tok, hs, nh)) != 0) {
         char tmsg[512];
         pawl_tokens_errmsg(tok, tmsg, sizeof tmsg);

@@ -6,8 +6,8 @@
  *      then the empty string, which makes libpq read them exactly as psql would;
  *   3. the embedded default: the private PostgreSQL run by the pawl-pg script installed next to
  *      the binary, one per user (or per project folder with PAWL_PG_KEY), never per working
- *      folder. It is started when it is not running and announced once on stderr, with where it
- *      lives and how to stop it.
+ *      folder. It is started when it is not running, and then announced once on stderr, with
+ *      where it lives and how to stop it (at debug when it was running already).
  * DSNs are always printed through the redactor: no password reaches a terminal or a log. A
  * password given in argv (--dsn) is visible to every local user in the process list: it is
  * warned about once.
@@ -164,11 +164,17 @@ const char *tool_dsn(struct tool_config *cfg)
         return NULL;
     }
     if (!announced) {
+        /* Said when this command started the cluster (with how to stop it); otherwise at debug
+         * (`pawl config` says which database every command uses, and why). */
         char stop[PATH_MAX * 2 + 64];
         stop_command(script, stop, sizeof stop);
-        fprintf(stderr, "pawl: no --dsn or PAWL_DSN: using the private PostgreSQL at %s (%s)%s%s\n",
-                dir, tool_dsn_printable(dsn), started ? "; started it, stop it with: " : "",
-                started ? stop : "");
+        if (started)
+            tool_note("no --dsn or PAWL_DSN: started the private PostgreSQL at %s (%s); stop it "
+                      "with: %s",
+                      dir, tool_dsn_printable(dsn), stop);
+        else
+            PAWL_DEBUG("tool", "database: no --dsn or PAWL_DSN: the private PostgreSQL at %s (%s)",
+                       dir, tool_dsn_printable(dsn));
         announced = 1;
     }
     return dsn;

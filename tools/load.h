@@ -3,9 +3,10 @@
  * --appenders threads, each appending --events-per-append events per transaction (asynchronous,
  * pipelined appends: many in flight, up to --max-inflight-appends; latency is measured from
  * submission to the acknowledged commit), paced
- * together to --rate events per second, spread over --streams stream ids, for --duration or
- * until --count events or an interrupt. Start and stop from one thread; the counters may be
- * read from any thread.
+ * together to --rate events per second, spread over --streams stream ids in turn (appends in
+ * flight together use distinct streams, so they never wait for each other's locks), for
+ * --duration or until --count events or an interrupt. Start and stop from one thread; the
+ * counters may be read from any thread.
  */
 #ifndef PAWL_TOOL_LOAD_H
 #define PAWL_TOOL_LOAD_H
@@ -24,8 +25,9 @@ struct tool_load {
     pthread_t *threads;
     struct thread_arg *args;
     _Atomic int stop;
-    _Atomic int64_t events;   /* appended (committed) */
-    _Atomic int64_t reserved; /* handed to appends (for --count) */
+    _Atomic int64_t events;       /* appended (committed) */
+    _Atomic int64_t reserved;     /* handed to appends (for --count) */
+    _Atomic uint64_t next_stream; /* the next stream id to use, round robin over --streams */
     _Atomic int64_t appends;
     _Atomic int64_t errors;
     _Atomic int running; /* threads still appending */

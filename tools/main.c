@@ -13,6 +13,7 @@
 #include "tool.h"
 
 #include "dsn.h"
+#include "position.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,6 +27,14 @@ static int cmd_help(struct tool_config *cfg, int argc, const char *const *argv);
 static int cmd_completion(struct tool_config *cfg, int argc, const char *const *argv);
 static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv);
 static int unknown_cmd(const char *name);
+
+/* The position syntax, for the commands that take one (position.h says how times resolve). */
+#define POSITIONS_TEXT                                                                             \
+    "A position is start (before the first event), end (after the last one), an index N (after "   \
+    "event N), -N (N events before the end, never before the start), a time ago with a unit "      \
+    "(-30s, -15m, -2h, -1d, on the database's clock) or an RFC 3339 time (2026-12-05T10:00:00Z, "  \
+    "or with an offset: +01:00): a time means just before the first event appended at or after "   \
+    "it (end when there is none). -15 is an offset, -15m a time."
 
 #define DB_NOTE                                                                                    \
     "Without --dsn or PAWL_DSN it uses libpq's PG* environment when set, else your private "       \
@@ -69,24 +78,28 @@ static const struct tool_cmd commands[] = {
      "valid input (index and appended_at are ignored). With --generate, --appenders threads "
      "append generated events at --rate for --duration (or --count events) instead.",
      cmd_append, 1},
-    {"tail", TOOL_SCOPE_TAIL, "[--from INDEX] [--follow] [--count N] [--json]",
+    {"tail", TOOL_SCOPE_TAIL, "[--from POSITION] [--follow] [--count N] [--json]",
      "Print events of the log, and follow it",
-     "Prints the finalized events after --from (0: from the start; -1: only new ones) in index "
-     "order, one per line (--json: as JSON lines that `pawl append` reads back). With --follow it "
-     "keeps waiting for new events, woken by the finalizer's notifications, until interrupted.",
+     "Prints the finalized events after the position --from (default start: the whole log) in "
+     "index order, one per line (--json: as JSON lines that `pawl append` reads back). With "
+     "--follow it keeps waiting for new events, woken by the finalizer's notifications, until "
+     "interrupted. " POSITIONS_TEXT " So --from end prints only new events, --from -10 the last "
+     "ten and then new ones, --from -1h what was appended in the last hour.",
      cmd_tail, 1},
     {"run", TOOL_SCOPE_RUN,
-     "--processor NAME [--handler count|print] | --handler exec -- CMD [ARGS]",
+     "[--processor] NAME [--handler count|print] | [--processor] NAME --handler exec -- CMD [ARGS]",
      "Run one node of a processor until interrupted",
-     "Runs the processor NAME against the log with the chosen handler: count (counts events), "
+     "Runs the processor NAME (the argument, or --processor; not both with different names) "
+     "against the log with the chosen handler: count (counts events), "
      "print (prints each event as a JSON line, with \"replay\": true on replays; a token is "
      "stored only once the lines are written, with --output-fsync also fsynced), exec (sends "
      "each claimed segment's events as JSON lines to its own long-lived CMD, which answers "
      "each line marked \"batch_end\": true with `ok INDEX`; a failure, an exit or no answer "
      "within --exec-ack-timeout restarts CMD and delivers the batch again; CMD does not get "
      "PGPASSWORD or any PAWL_*DSN variable unless --exec-pass-secrets). Creates the "
-     "processor's segments on first use (--segments, "
-     "--initial-token). Several nodes may run the same processor; they share its segments "
+     "processor's segments on first use (--segments; --initial-token, a position, default "
+     "start: --initial-token end handles only new events, -1h what was appended in the last "
+     "hour and after). Several nodes may run the same processor; they share its segments "
      "through their claims. A progress line shows the handling rate, the segments held, how "
      "far behind the head the processor is and, while catching up, an ETA. Ctrl-C (or SIGTERM) "
      "stops cleanly: batches finish, progress is stored, claims are released, and it exits 130; "
@@ -116,12 +129,13 @@ static const struct tool_cmd commands[] = {
      "refreshes every interval (in place on a terminal; one JSON document per line with "
      "--json). --metrics adds totals.",
      cmd_status, 1},
-    {"reset", TOOL_SCOPE_RESET, "[--processor] NAME --to start|end|INDEX|TIME [--execute]",
+    {"reset", TOOL_SCOPE_RESET, "[--processor] NAME --to POSITION [--execute]",
      "Move a stopped processor's tokens to a position",
-     "Moves every segment's token to the start of the log, its end, an index, or the position "
-     "at a time (ISO 8601 with a zone, e.g. 2026-11-30T06:00:00Z, or relative with a unit: -15m, "
-     "-1h30m). Prints what it would do, per segment, and changes nothing unless --execute is "
-     "given. An index past the head of the log is refused (exit 4). Refused (exit 4, naming the "
+     "Moves every segment's token to the position --to: the start of the log, its end, an "
+     "index, N events before the end, or the position at a time (-15m, -1h30m, -1d; "
+     "2026-11-30T06:00:00Z). " POSITIONS_TEXT " Prints what it would do, per segment, and "
+     "changes nothing unless --execute is given. An index past the head of the log or before "
+     "its start is refused (exit 4). Refused (exit 4, naming the "
      "owners, on stderr, with nothing on stdout) while any segment of the processor is claimed: "
      "stop its nodes first. A claim not extended for --claim-timeout (its node died) does not "
      "count: --execute "
@@ -138,14 +152,18 @@ static const struct tool_cmd commands[] = {
      "from the command line only.",
      cmd_delete, 1},
     {"retention", TOOL_SCOPE_RETENTION,
-     "[--before INDEX [--archive FILE] [--force]] [--rotate] [--execute]",
+     "[--before INDEX|POSITION [--archive FILE] [--force]] [--rotate] [--execute]",
      "Drop or archive the log's oldest events, a partition at a time",
      "Without --before, lists the partitions of the log (xid range, indexes, events, bytes). "
      "--before INDEX moves the log's start (its low-watermark) to INDEX: reads after an index "
      "below INDEX - 1 then fail naming it (PAWL_ETRUNCATED), and every partition whose events "
      "all lie below it is dropped, giving its space back; indexes at and above it do not "
-     "change. With --archive FILE the events below INDEX are first written to FILE (which must "
-     "not exist) as JSON lines that `pawl append` loads into another log, and fsynced. Refused "
+     "change. --before also takes the other forms of a position (start, end, -N, a time ago "
+     "such as -7d, an RFC 3339 time; see pawl help tail): the log then starts just after that "
+     "position, so --before -7d keeps the events appended in the last 7 days, --before -1000 "
+     "the last 1000 events. With --archive FILE the events below the new start are first "
+     "written to FILE (which must not exist) as JSON lines that `pawl append` loads into another "
+     "log, and fsynced. Refused "
      "(exit 4) while a processor's token is below INDEX - 1, unless --force. --rotate first "
      "closes the partition that receives new appends, so that a later retention can drop it: "
      "rotate regularly (daily, say). Prints what it would do and changes nothing unless "
@@ -218,6 +236,8 @@ static const struct tool_cmd *find_cmd(const char *name)
 
 static const char *type_word(const struct pawl_flag *f)
 {
+    if (tool_flag_is_position(f))
+        return " POSITION";
     switch (f->type) {
     case PAWL_FLAG_BOOL:
         return "";
@@ -257,6 +277,16 @@ static void print_wrapped(FILE *out, const char *text, int indent, int width)
     }
 }
 
+/* What f accepts, as help shows it: a position's forms, else the table's words. */
+static const char *allowed_text(const struct pawl_flag *f, char *out, size_t outlen)
+{
+    if (tool_flag_is_position(f)) {
+        snprintf(out, outlen, "a position: %s", TOOL_POS_FORMS);
+        return out;
+    }
+    return pawl_config_flag_allowed(f, out, outlen);
+}
+
 /* The flag's default as help shows it: "(none)" for an empty one. */
 static const char *default_text(const struct pawl_flag *f, char *out, size_t outlen)
 {
@@ -267,7 +297,7 @@ static const char *default_text(const struct pawl_flag *f, char *out, size_t out
 static void print_flag_help(FILE *out, const struct pawl_flag *f)
 {
     char def[64];
-    char env[96], allowed[256], line[512];
+    char env[96], allowed[256], line[1024];
     fprintf(out, "  --%s%s\n", f->name, type_word(f));
     char where[128];
     if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
@@ -276,7 +306,7 @@ static void print_flag_help(FILE *out, const struct pawl_flag *f)
         snprintf(where, sizeof where, "Env: %s.", pawl_config_flag_env(f, env, sizeof env));
     snprintf(line, sizeof line, "%s. Default: %s%s%s. Accepts %s. %s", f->help,
              default_text(f, def, sizeof def), f->unit ? " " : "", f->unit ? f->unit : "",
-             pawl_config_flag_allowed(f, allowed, sizeof allowed), where);
+             allowed_text(f, allowed, sizeof allowed), where);
     print_wrapped(out, line, 6, 100);
 }
 
@@ -387,7 +417,7 @@ static void print_markdown(FILE *out)
         fprintf(out, "| `--%s` | %s%s%s | %s%s%s | ", f->name, env[0] == '-' ? "" : "`", env,
                 env[0] == '-' ? "" : "`", default_text(f, def, sizeof def), f->unit ? " " : "",
                 f->unit ? f->unit : "");
-        md_cell(out, pawl_config_flag_allowed(f, allowed, sizeof allowed));
+        md_cell(out, allowed_text(f, allowed, sizeof allowed));
         fprintf(out, " | ");
         if ((tool_flag_scope(f) & TOOL_SCOPE_ALL) == TOOL_SCOPE_ALL) {
             fprintf(out, "all");
@@ -545,7 +575,8 @@ static int cmd_completion(struct tool_config *cfg, int argc, const char *const *
             printf("%s%s", k ? " " : "", f->choices[k]);
         printf("\" -- \"$cur\")); return ;;\n");
     }
-    printf("    --to) COMPREPLY=($(compgen -W \"start end\" -- \"$cur\")); return ;;\n"
+    printf("    --to|--from|--initial-token|--before) COMPREPLY=($(compgen -W \"start end\" -- "
+           "\"$cur\")); return ;;\n"
            "    --csv) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
            "    esac\n"
            "    if [[ -z $cmd && $cur != -* ]]; then\n"
@@ -626,7 +657,7 @@ static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv)
         char def[64];
         roff(o, default_text(f, def, sizeof def));
         fprintf(o, ". Accepts ");
-        roff(o, pawl_config_flag_allowed(f, allowed, sizeof allowed));
+        roff(o, allowed_text(f, allowed, sizeof allowed));
         fprintf(o, ". ");
         if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
             fprintf(o, "Command line only (an action).\n");
@@ -834,6 +865,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    cfg.dashdash = pargs.dashdash;
     rc = cmd->run(&cfg, pargs.npositional, pargs.positional);
     if (tool_stop && rc == TOOL_OK && interrupt_exits_130(cmd))
         rc = TOOL_INTERRUPTED;

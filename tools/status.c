@@ -3,6 +3,8 @@
  */
 #include "status.h"
 
+#include "position.h"
+
 #include "dsn.h"
 
 #include <ctype.h>
@@ -458,119 +460,43 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
     return rc == 0 ? 0 : PAWL_ESYS;
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (no time zone involved). */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const unsigned yoe = (unsigned)(y - era * 400);
-    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-static int parse_iso(const char *s, int64_t *us)
-{
-    int y, mo, d, h, mi, sec, n = 0;
-    /* Fixed widths and a checked count: the fields are range-checked below. */
-    // NOLINTNEXTLINE(cert-err34-c)
-    if (sscanf(s, "%4d-%2d-%2d%*[T ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n == 0)
-        return PAWL_EINVAL;
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
-        return PAWL_EINVAL;
-    const char *p = s + n;
-    int64_t frac = 0;
-    if (*p == '.') {
-        p++;
-        int digits = 0;
-        while (isdigit((unsigned char)*p)) {
-            if (digits < 6) {
-                frac = frac * 10 + (*p - '0');
-                digits++;
-            }
-            p++;
-        }
-        if (digits == 0)
-            return PAWL_EINVAL;
-        while (digits++ < 6)
-            frac *= 10;
-    }
-    int64_t offset_s = 0;
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        int oh, om, k = 0;
-        // NOLINTNEXTLINE(cert-err34-c): two fixed-width digits each, and all five characters used
-        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5)
-            return PAWL_EINVAL;
-        offset_s = ((int64_t)oh * 3600 + (int64_t)om * 60) * (*p == '-' ? -1 : 1);
-        p += 1 + k;
-    } else {
-        return PAWL_EINVAL; /* a time without a zone is ambiguous: refuse it */
-    }
-    if (*p != '\0')
-        return PAWL_EINVAL;
-    int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + (int64_t)h * 3600 +
-                   (int64_t)mi * 60 + sec - offset_s;
-    *us = secs * 1000000 + frac;
-    return 0;
-}
-
+/* Over tool_pos_parse (position.h), for the library's reset kinds: a time ago is taken from
+ * now_us; an offset (-N) has no reset kind (reset resolves positions itself). */
 int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind *kind,
                             int64_t *value, char *err, size_t errlen)
 {
+    struct tool_pos p;
     *value = 0;
-    if (to == NULL || to[0] == '\0') {
-        snprintf(err, errlen, "--to is required: start, end, an index, or a time");
-        return PAWL_EINVAL;
-    }
-    if (strcmp(to, "start") == 0) {
+    int rc = tool_pos_parse("--to", to, &p, err, errlen);
+    if (rc != 0)
+        return rc;
+    switch (p.kind) {
+    case TOOL_POS_START:
         *kind = PAWL_RESET_START;
         return 0;
-    }
-    if (strcmp(to, "end") == 0) {
+    case TOOL_POS_END:
         *kind = PAWL_RESET_END;
         return 0;
-    }
-    const char *p = to;
-    while (isdigit((unsigned char)*p))
-        p++;
-    if (*p == '\0') {
-        char *end;
-        errno = 0;
-        long long v = strtoll(to, &end, 10);
-        if (errno == ERANGE) {
-            snprintf(err, errlen, "--to %.40s: index out of range (at most %lld)", to, LLONG_MAX);
-            return PAWL_ERANGE;
-        }
-        *value = v;
+    case TOOL_POS_INDEX:
         *kind = PAWL_RESET_INDEX;
+        *value = p.value;
         return 0;
-    }
-    if (to[0] == '-') {
-        int64_t ms = 0;
-        if (pawl_config_parse_duration(to + 1, &ms) != 0 || ms < 0) {
-            snprintf(err, errlen,
-                     "--to %.40s: not a relative time (like -15m, -2h or -1m30s; a unit "
-                     "is required)",
-                     to);
-            return PAWL_EINVAL;
-        }
-        if (ms > now_us / 1000) { /* before 1970: also keeps ms * 1000 from overflowing */
+    case TOOL_POS_OFFSET:
+        snprintf(err, errlen, "--to %.40s: an offset from the end needs the log to resolve it", to);
+        return PAWL_EINVAL;
+    case TOOL_POS_AGO:
+        if (p.value > now_us) {
             snprintf(err, errlen, "--to %.40s: reaches back before 1970", to);
             return PAWL_ERANGE;
         }
         *kind = PAWL_RESET_TIME;
-        *value = now_us - ms * 1000;
+        *value = now_us - p.value;
         return 0;
-    }
-    if (parse_iso(to, value) == 0) {
+    case TOOL_POS_TIME:
         *kind = PAWL_RESET_TIME;
+        *value = p.value;
         return 0;
     }
-    snprintf(err, errlen,
-             "--to %s: expected start, end, an index, an ISO 8601 time with a zone "
-             "(2026-11-30T06:00:00Z) or a relative time (-15m)",
-             to);
+    snprintf(err, errlen, "--to %.40s: not a reset target", to);
     return PAWL_EINVAL;
 }

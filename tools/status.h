@@ -102,9 +102,10 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty);
 void tool_status_owners(const struct tool_status *st, char *out, size_t outlen);
 
 /*
- * A reset target: "start", "end", an index (digits), an ISO 8601 UTC time
- * ("2026-11-30T06:00:00Z", fractional seconds and +hh:mm offsets allowed), or a time relative to
- * now ("-15m", "-2h", any duration with a leading minus). now_us is "now" for relative times.
+ * A position (position.h) as the library's reset kinds: "start" (PAWL_RESET_START, token 0),
+ * "end", an index, an RFC 3339 time, or a time ago ("-15m", "-1d"; now_us is "now"). An offset
+ * (-N) is refused: it needs the log. `pawl reset` itself resolves positions with
+ * tool_pos_resolve, so that start is the log's start after retention and -N works.
  */
 int tool_parse_reset_target(const char *to, int64_t now_us, enum pawl_reset_kind *kind,
                             int64_t *value, char *err, size_t errlen);

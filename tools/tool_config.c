@@ -63,14 +63,37 @@ static const char *const server_paths[] = {"auto", "native", "sql", NULL};
 #define LIB_BOOL_NOFLAG(flag, sc) /* no flag */
 #define STORE_FLAG(type, field, flag, d, lo, hi, unit, help, choices)                              \
     LIB_##type(flag, SCOPE_OF(field, S_STORE))
+/*
+ * A processor flag the tool declares itself, in the library row's place (same name, same place
+ * in the table, so help and the environment variable stay where they were): OWN_<field> names
+ * the macro that makes its row. --initial-token is a position (position.h) here, resolved
+ * against the log by `pawl run` into the library's integer field.
+ */
+#define OWN_initial_token ~, OWN_POSITION_ROW
+#define PICK_(a, b, ...) b
+#define PICK(...) PICK_(__VA_ARGS__)
+#define ROW_MACRO(field, type) PICK(OWN_##field, LIB_##type, ~)
 #define PROCESSOR_FLAG(type, field, flag, d, lo, hi, unit, help, choices)                          \
-    LIB_##type(flag, SCOPE_OF(field, S_PROC))
+    ROW_MACRO(field, type)(flag, SCOPE_OF(field, S_PROC))
+#define OWN_POSITION_ROW(flag_, sc)                                                                \
+    {.row = {.name = flag_,                                                                        \
+             .type = PAWL_FLAG_STRING,                                                             \
+             .sdef = "start",                                                                      \
+             .max = 64,                                                                            \
+             .help = "run: where a new processor's segments start (end: only new events; -1h: "    \
+                     "those appended in the last hour); a processor that exists keeps its tokens " \
+                     "(pawl reset moves them)",                                                    \
+             AT(tool.initial_token)},                                                              \
+     .scope = sc,                                                                                  \
+     .kind = TOOL_FLAG_SETTING,                                                                    \
+     .position = 1},
 
 struct tool_flag {
     const char *lib;      /* a flag of pawl's table, by name; NULL: row is the tool's own */
     struct pawl_flag row; /* the tool's own flag: a field of struct tool_config */
     unsigned scope;       /* enum tool_scope bits */
     enum tool_flag_kind kind;
+    int position; /* a position in the log (position.h), kept as the text given */
 };
 
 static const struct tool_flag tflags[] = {
@@ -185,14 +208,16 @@ static const struct tool_flag tflags[] = {
 
     /* ---- reading ---- */
     {.row = {.name = "from",
-             .type = PAWL_FLAG_INT,
-             .def = 0,
-             .min = -1,
-             .max = INT64_MAX,
-             .help = "tail: print events after this index; -1: only events finalized from now on",
+             .type = PAWL_FLAG_STRING,
+             .sdef = "start",
+             .max = 64,
+             .help = "tail: print the events after this position (end: only new events; -10: the "
+                     "last 10; -15m: those appended in the last 15 minutes); -15 is an offset, "
+                     "-15m a time",
              AT(tool.from)},
      .scope = TOOL_SCOPE_TAIL,
-     .kind = TOOL_FLAG_ACTION},
+     .kind = TOOL_FLAG_ACTION,
+     .position = 1},
     {.row = {.name = "follow",
              .type = PAWL_FLAG_BOOL,
              .def = 0,
@@ -258,15 +283,17 @@ static const struct tool_flag tflags[] = {
               TOOL_SCOPE_RETENTION | TOOL_SCOPE_DEAD_LETTERS,
      .kind = TOOL_FLAG_ACTION},
     {.row = {.name = "before",
-             .type = PAWL_FLAG_INT,
-             .def = 0,
-             .min = 0,
-             .max = INT64_MAX,
-             .help = "retention: the new low-watermark: the log will start at this index (events "
-                     "below it are dropped); 0: only show the log's partitions",
+             .type = PAWL_FLAG_STRING,
+             .sdef = NULL,
+             .max = 64,
+             .help = "retention: the new low-watermark: an index N (the log will start at N, "
+                     "dropping the events below it; 0: only show the log's partitions), or another "
+                     "position, just after which the log will start (-1000: keep the last 1000 "
+                     "events; -7d: those appended in the last 7 days; end: none)",
              AT(tool.before)},
      .scope = TOOL_SCOPE_RETENTION,
-     .kind = TOOL_FLAG_ACTION},
+     .kind = TOOL_FLAG_ACTION,
+     .position = 1},
     {.row = {.name = "archive",
              .type = PAWL_FLAG_STRING,
              .sdef = NULL,
@@ -298,11 +325,13 @@ static const struct tool_flag tflags[] = {
              .type = PAWL_FLAG_STRING,
              .sdef = NULL,
              .max = 64,
-             .help = "reset target: start, end, an index, or a time (ISO 8601, e.g. "
-                     "2026-11-30T06:00:00Z); dead-letters drop: drop the letters up to this index",
+             .help = "reset: the position to move the tokens to (start: replay everything; end: "
+                     "skip everything so far; -1h: replay what was appended in the last hour); "
+                     "dead-letters drop: drop the letters up to this index (an index only)",
              AT(tool.to)},
      .scope = TOOL_SCOPE_RESET | TOOL_SCOPE_DEAD_LETTERS,
-     .kind = TOOL_FLAG_ACTION},
+     .kind = TOOL_FLAG_ACTION,
+     .position = 1},
     {.row = {.name = "stream",
              .type = PAWL_FLAG_STRING,
              .sdef = NULL,
@@ -494,6 +523,12 @@ enum tool_flag_kind tool_flag_kind(const struct pawl_flag *f)
     return i < 0 ? TOOL_FLAG_SETTING : tflags[i].kind;
 }
 
+int tool_flag_is_position(const struct pawl_flag *f)
+{
+    int i = index_of(f);
+    return i < 0 ? 0 : tflags[i].position;
+}
+
 /* Every flag's default, filled once under pthread_once and copied by each call (a default owns
  * no string). */
 static struct tool_config defaults;
@@ -502,6 +537,7 @@ static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
 static void defaults_fill(void)
 {
     pawl_config_defaults(&defaults.lib);
+    defaults.dashdash = -1;
     for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
         if (tflags[i].lib == NULL)
             pawl_flag_set_default(&tflags[i].row, &defaults, &defaults._owned[i]);
@@ -706,6 +742,7 @@ int tool_config_parse_args(struct tool_config *cfg, int argc, char *const *argv,
     if (cfg == NULL || out == NULL || (argc > 0 && argv == NULL))
         return PAWL_EINVAL;
     memset(out, 0, sizeof *out);
+    out->dashdash = -1;
     bool flags_done = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -720,6 +757,7 @@ int tool_config_parse_args(struct tool_config *cfg, int argc, char *const *argv,
         }
         if (strcmp(a, "--") == 0) {
             flags_done = true;
+            out->dashdash = out->npositional;
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

@@ -61,7 +61,7 @@ struct tool_opts {
     int payload_bytes;     /* demo/bench/append load: payload size of generated events */
     int streams;           /* demo/bench/append load: distinct stream ids */
     int64_t count;         /* append load: stop after this many events (0 = by duration); tail */
-    int64_t from;          /* tail: start after this index (-1 = from the current head) */
+    const char *from;      /* tail: the position to print after (position.h) */
     int follow;            /* tail: keep following new events */
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
@@ -72,7 +72,8 @@ struct tool_opts {
                             dead-letters drop: the highest index to drop */
     const char *stream;  /* dead-letters show/retry/drop: the stream */
     int segment;         /* split/merge: segment id */
-    int64_t before;      /* retention: the new low-watermark (0 = show the partitions) */
+    const char *before;  /* retention: the new low-watermark, an index or a position (NULL or
+                            "0": show the partitions) */
     const char *archive; /* retention: write the dropped events here as JSON lines */
     int rotate;          /* retention: close the open partition first */
     int force;           /* retention: even below a processor's token */
@@ -86,6 +87,8 @@ struct tool_opts {
     int exec_pass_secrets;       /* exec: leave PGPASSWORD and PAWL_*DSN in the command's env */
     int64_t stop_db_wait_ms;     /* run: while stopping, the longest wait for an absent database */
     int server_path;             /* init: an enum pawl_server_path (0 auto, 1 native, 2 sql) */
+    const char *initial_token;   /* run: where a new processor starts, a position (position.h);
+                                    resolved into lib.processor.initial_token */
 };
 
 #define TOOL_MAX_FLAGS 96
@@ -94,6 +97,10 @@ struct tool_config {
     struct pawl_config lib; /* the library's flags */
     int metrics_port;       /* loopback HTTP port for Prometheus text, 0 = off */
     struct tool_opts tool;
+    /* Not a flag: set by main from tool_config_args.dashdash, how many of the command's
+     * positional arguments came before "--" (-1: there was no "--"). run takes its processor
+     * name before it and the exec command after it. */
+    int dashdash;
 
     /* private: for the tool's own flags, where each value came from and which strings the
      * config owns (by index in the tool's table) */
@@ -118,6 +125,9 @@ const struct pawl_flag *tool_flag_at(size_t i);
 const struct pawl_flag *tool_flag_find(const char *name); /* "batch-size" or "batch_size" */
 unsigned tool_flag_scope(const struct pawl_flag *f);      /* enum tool_scope bits; 0: not ours */
 enum tool_flag_kind tool_flag_kind(const struct pawl_flag *f);
+/* Whether f takes a position in the log (position.h): tail --from, run --initial-token, reset
+ * --to, retention --before. Kept as text; each command parses and resolves it. */
+int tool_flag_is_position(const struct pawl_flag *f);
 
 /*
  * The tool's sources, as functions over arrays main hands in, so they can be tested and fuzzed
@@ -139,7 +149,8 @@ enum tool_flag_kind tool_flag_kind(const struct pawl_flag *f);
 #define TOOL_MAX_POSITIONAL 8
 struct tool_config_args {
     int help;
-    int version; /* -V or --version */
+    int version;  /* -V or --version */
+    int dashdash; /* how many positional arguments came before "--"; -1: no "--" */
     int npositional;
     const char *positional[TOOL_MAX_POSITIONAL];
 };

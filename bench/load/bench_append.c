@@ -18,6 +18,11 @@
  * means over rounds, the geometric mean of the rounds' own on/off ratios is reported with its
  * 95% interval, which says whether a difference of a few percent is the finalizer or the machine.
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
+ * The finalize delay's p50 and p99 over several rounds are the means of the rounds' own
+ * percentiles, not percentiles of all the rounds' samples pooled: the store reports its delay
+ * percentiles (pawl_store_stats), not the histogram they come from, so rounds cannot be pooled.
+ * The max is the largest of any round. Every output says so (the CSV in its last column,
+ * delay_percentiles: "one round" or "mean of N rounds").
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
@@ -926,13 +931,19 @@ int main(int argc, char **argv)
                                                 .finalizer = f};
             }
 
+    /* How the delay percentiles of a cell were formed (see the first comment). */
+    char pct_how[48];
+    if (rounds > 1)
+        snprintf(pct_how, sizeof pct_how, "mean of %d rounds", rounds);
+    else
+        snprintf(pct_how, sizeof pct_how, "one round");
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
     fprintf(csv, "design,connections,events_per_append,finalizer,target_rate,events_per_s,"
                  "finalize_delay_p50_ms,finalize_delay_p99_ms,finalize_delay_max_ms,"
                  "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event,"
                  "reruns_per_append,finalizer_cpu_us_per_event,round_ratio_events_per_s,"
                  "round_ratio_events_per_s_lo95,round_ratio_events_per_s_hi95,round_ratio_cpu,"
-                 "round_ratio_cpu_lo95,round_ratio_cpu_hi95\n");
+                 "round_ratio_cpu_lo95,round_ratio_cpu_hi95,delay_percentiles\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved, and
      * the figures are the means over rounds (max: the maximum). The order alternates, off, on,
@@ -1009,10 +1020,11 @@ int main(int argc, char **argv)
                     streams_per_append ? streams_per_append : c->batch, c->cpu_us_ev, c->retries,
                     c->fin_cpu_us_ev);
             if (c->thr_ratio.n > 0)
-                fprintf(csv, ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", c->thr_ratio.mean, c->thr_ratio.lo,
+                fprintf(csv, ",%.3f,%.3f,%.3f,%.3f,%.3f,%.3f", c->thr_ratio.mean, c->thr_ratio.lo,
                         c->thr_ratio.hi, c->cpu_ratio.mean, c->cpu_ratio.lo, c->cpu_ratio.hi);
             else
-                fputs(",,,,,,\n", csv);
+                fputs(",,,,,,", csv);
+            fprintf(csv, ",%s\n", pct_how);
             fflush(csv);
         }
         i += width - 1;
@@ -1039,6 +1051,12 @@ int main(int argc, char **argv)
             on->p99, on->max);
         with_ci |= on->thr_ratio.n > 1;
     }
+    if (rounds > 1)
+        fprintf(stderr,
+                "\ndelay p50 and p99: the means of the %d rounds' own percentiles (the store "
+                "reports percentiles, not its histogram, so the rounds' samples are not pooled); "
+                "max: the largest of any round\n",
+                rounds);
     /* The same pairs judged round by round: the geometric mean of each round's on/off and its
      * 95% interval (the means above are ratios of means over rounds). */
     if (with_ci) {
@@ -1060,9 +1078,9 @@ int main(int argc, char **argv)
         if (cells[i].target_rate)
             fprintf(stderr,
                     "\nrate-limited %d ev/s (%d-event appends, 4 conns, finalizer on): %.0f ev/s, "
-                    "delay p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                    "delay p50 %.2f ms, p99 %.2f ms (%s%s), max %.2f ms\n",
                     cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50, cells[i].p99,
-                    cells[i].max);
+                    pct_how, rounds > 1 ? "' percentiles" : "", cells[i].max);
     PQfinish(admin);
     return 0;
 }

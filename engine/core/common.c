@@ -113,7 +113,9 @@ int64_t pawl_wall_us(void)
 
 /* ---- logging ---- */
 
-static _Atomic int log_level = PAWL_LOG_INFO;
+/* Warn until the program says otherwise: a library embedded in a service is quiet about its
+ * routine work unless asked (pawl_log_set_level, pawl_config_apply_log; the tool sets info). */
+static _Atomic int log_level = PAWL_LOG_WARN;
 static enum pawl_log_format log_format = PAWL_LOG_TEXT;
 static pawl_log_fn log_sink;
 static void *log_sink_ud;

@@ -434,11 +434,13 @@ int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *hand
         *out = PAWL_CKPT_DEFERRED;
     } else {
         *out = PAWL_CKPT_AUTO;
-        PAWL_INFO(MOD,
-                  "processor '%s': %zu of %zu handlers are checkpointing units and %zu are not: "
-                  "auto mode, every batch asks the units to cover its end (they cannot defer; "
-                  "give them a processor of their own to defer)",
-                  processor ? processor : "?", units, n, n - units);
+        /* Debug: how the handlers' checkpoints combine is the processor's business, and a
+         * print or count handler beside a unit (pawl run) is auto mode without anyone asking. */
+        PAWL_DEBUG(MOD,
+                   "processor '%s': %zu of %zu handlers are checkpointing units and %zu are not: "
+                   "auto mode, every batch asks the units to cover its end (they cannot defer; "
+                   "give them a processor of their own to defer)",
+                   processor ? processor : "?", units, n, n - units);
     }
     return 0;
 }

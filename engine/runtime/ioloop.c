@@ -66,7 +66,7 @@ struct pawl_ioloop {
     struct slot *slots;
 };
 
-static int logged[3]; /* per backend, once per process at INFO */
+static int logged_fallback; /* a refused io_uring: once per process at INFO */
 
 const char *pawl_ioloop_backend(const struct pawl_ioloop *l)
 {
@@ -392,8 +392,11 @@ int pawl_ioloop_new(struct pawl_ioloop **out, unsigned nslots, const char *name,
         if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &e) != 0)
             goto fail;
     }
-    /* Relaxed: only decides whether this creation logs at INFO; a duplicate line is harmless. */
-    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged[l->backend]), 1, memory_order_relaxed) == 0)
+    /* The usual choice (io_uring, or epoll as asked) is start-up detail: debug. A refused
+     * io_uring is worth one line at info per process: it says why the fallback runs.
+     * Relaxed: only decides whether this creation logs at INFO; a duplicate line is harmless. */
+    if (l->backend == BACKEND_EPOLL && o.backend != PAWL_TIMER_BACKEND_EPOLL &&
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_fallback), 1, memory_order_relaxed) == 0)
         PAWL_INFO("ioloop", "%s: I/O loop backend: %s (%s)", name ? name : "",
                   pawl_ioloop_backend(l), l->reason);
     else

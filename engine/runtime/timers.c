@@ -8,8 +8,8 @@
  *   - epoll: a binary min-heap of deadlines, one timerfd set to the earliest, and the eventfd,
  *     both in one epoll set (one descriptor per object, however many timers).
  * The backend is chosen at creation: io_uring unless refused (setup fails, or a probe timeout
- * does not complete with -ETIME), then epoll, logged once per process; require_io_uring turns
- * the refusal into an error.
+ * does not complete with -ETIME), then epoll, logged at debug (a refusal once per process at
+ * info, with its reason); require_io_uring turns the refusal into an error.
  *
  * Threads and ownership. Any thread calls start/cancel; they change the timer's state word with
  * a CAS and queue the timer on a lock-free MPSC command queue (one entry at a time: _queued),
@@ -84,7 +84,7 @@ struct pawl_timers {
     int64_t tfd_deadline;
 };
 
-static int logged_backend; /* once per process */
+static int logged_fallback; /* a refused io_uring: once per process at INFO */
 
 void pawl_timers_opts_defaults(struct pawl_timers_opts *opts)
 {
@@ -780,8 +780,10 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
     if (pthread_create(&tm->thread, NULL, fn, tm) != 0)
         goto fail;
     pthread_setname_np(tm->thread, "pawl-timers");
-    /* Relaxed: only decides whether this creation logs; a duplicate line is harmless. */
-    if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_backend), 1, memory_order_relaxed) == 0)
+    /* io_uring (or epoll as asked) at debug; a refused io_uring once per process at info.
+     * Relaxed: only decides whether this creation logs; a duplicate line is harmless. */
+    if (tm->backend == BACKEND_EPOLL && o.backend != PAWL_TIMER_BACKEND_EPOLL &&
+        atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_fallback), 1, memory_order_relaxed) == 0)
         PAWL_INFO("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);
     else
         PAWL_DEBUG("timers", "timer backend: %s (%s)", pawl_timers_backend(tm), tm->reason);

@@ -136,6 +136,10 @@ enum pawl_log_format {
 /*
  * A log sink. Called on whichever thread logs, possibly several at once; msg is borrowed for the
  * duration of the call. The default sink writes one line to stderr.
+ *
+ * The level is process-wide and starts at PAWL_LOG_WARN: an embedding program hears only of
+ * warnings and errors until it asks for more, with pawl_log_set_level or pawl_config_apply_log
+ * (a struct pawl_config's log-level defaults to info, as in the pawl tool).
  */
 typedef void (*pawl_log_fn)(void *ud, enum pawl_log_level level, const char *module,
                             const char *msg);

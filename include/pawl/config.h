@@ -124,7 +124,8 @@ PAWL_API const char *pawl_config_source_name(enum pawl_config_source s); /* "def
  */
 PAWL_API int pawl_config_check(const struct pawl_config *cfg, char *err, size_t errlen);
 
-/* Apply cfg's logging settings (level, format) to the process-wide logger. */
+/* Apply cfg's logging settings (level, format) to the process-wide logger. cfg's log-level
+ * defaults to info, the pawl tool's level; the logger's own default, without this call, is warn. */
 PAWL_API void pawl_config_apply_log(const struct pawl_config *cfg);
 
 /*

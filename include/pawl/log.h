@@ -266,7 +266,8 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
       NULL)                                                                                        \
     X(ENUM, io_backend, "io-backend", PAWL_TIMER_BACKEND_AUTO, 0, 2, NULL,                         \
       "Event loop of the database connections: io_uring, or epoll where io_uring is "              \
-      "refused (auto tries io_uring first and logs which runs; epoll forces the fallback)",        \
+      "refused (auto tries io_uring first and logs a refusal at info, the choice at debug; "       \
+      "epoll forces the fallback)",                                                                \
       PAWL_CHOICES("auto", "io_uring", "epoll"))                                                   \
     X(BOOL, listen, "listen", 1, 0, 1, NULL,                                                       \
       "LISTEN for other processes' finalizations (wakes followers)", NULL)                         \

@@ -494,7 +494,7 @@ struct pawl_processor_opts {
       NULL)                                                                                        \
     X(ENUM, timer_backend, "timer-backend", PAWL_TIMER_BACKEND_AUTO, 0, 2, NULL,                   \
       "Timers that bound checkpoint futures: io_uring, or timerfd + epoll where io_uring "         \
-      "is refused (auto tries io_uring first and logs which runs)",                                \
+      "is refused (auto tries io_uring first and logs a refusal at info, the choice at debug)",    \
       PAWL_CHOICES("auto", "io_uring", "epoll"))                                                   \
     X(BOOL, require_io_uring, "require-io-uring", 0, 0, 1, NULL,                                   \
       "Fail instead of falling back to timerfd + epoll when io_uring is refused", NULL)            \

@@ -1,5 +1,5 @@
--- sql/native/activate.sql: point pawl.finalize and the runs_guard trigger's function at the native
--- implementations (pawl_native.c) in a database that has the pawl schema. Run as a superuser (a C
+-- sql/native/activate.sql: point pawl.finalize and the functions of the runs_guard and
+-- events_guard triggers at the native implementations (pawl_native.c) in a database that has the pawl schema. Run as a superuser (a C
 -- function can only be declared by one) after `make -C sql/native install`. CREATE OR REPLACE
 -- keeps each function's owner and grants, and the trigger on pawl.runs keeps firing (only its
 -- function's body changes). pawl.finalize stays SECURITY DEFINER with search_path pinned and needs
@@ -16,3 +16,11 @@ AS '$libdir/pawl_native', 'pawl_finalize';
 CREATE OR REPLACE FUNCTION pawl.runs_guard() RETURNS trigger
 LANGUAGE c
 AS '$libdir/pawl_native', 'pawl_runs_guard';
+
+-- pawl.events_guard, the statement trigger before every insert into pawl.events: the same check
+-- in C (sql/009_retention.sql has the PL/pgSQL one). SECURITY DEFINER as before (it reads
+-- pawl.log_guard with the owner's rights whoever inserts); no pinned search_path (it names the
+-- sequence with its schema and evaluates nothing by name).
+CREATE OR REPLACE FUNCTION pawl.events_guard() RETURNS trigger
+LANGUAGE c STABLE SECURITY DEFINER
+AS '$libdir/pawl_native', 'pawl_events_guard';

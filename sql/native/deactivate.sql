@@ -1,8 +1,9 @@
 -- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
--- activate.sql made pawl's functions native: pawl.finalize as sql/014_own_xid.sql defines it and
--- pawl.runs_guard as sql/006_log_guarantees.sql does, copied exactly (pg_test_server_path
--- compares the result with a database that never left the SQL path: a migration that changes
--- either function must change this file too). CREATE OR REPLACE keeps owners and grants.
+-- activate.sql made pawl's functions native: pawl.finalize as sql/014_own_xid.sql defines it,
+-- pawl.runs_guard as sql/006_log_guarantees.sql does and pawl.events_guard as
+-- sql/009_retention.sql does, copied exactly (pg_test_server_path compares the result with a
+-- database that never left the SQL path: a migration that changes any of them must change this
+-- file too). CREATE OR REPLACE keeps owners and grants.
 CREATE OR REPLACE FUNCTION pawl.finalize(max_appends int4 DEFAULT 2000)
 RETURNS TABLE (appends int8, events int8, last_index int8)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -152,5 +153,22 @@ BEGIN
             NEW.first_index, NEW.last_index USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     RETURN NEW;
+END
+$fn$;
+
+-- pawl.events_guard as sql/009_retention.sql defines it.
+CREATE OR REPLACE FUNCTION pawl.events_guard() RETURNS trigger
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    g int8 := pg_sequence_last_value('pawl.log_guard'::regclass);
+BEGIN
+    IF g > 1 AND NOT pg_visible_in_snapshot(g::text::xid8, pg_current_snapshot()) THEN
+        RAISE EXCEPTION 'pawl: the event log was rotated or truncated (transaction %) after this '
+            'transaction''s snapshot was taken; retry the transaction', g
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN NULL;
 END
 $fn$;

@@ -90,6 +90,7 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(pawl_finalize);
 PG_FUNCTION_INFO_V1(pawl_runs_guard);
+PG_FUNCTION_INFO_V1(pawl_events_guard);
 
 /* xid8's storage (pg_type: typlen 8, typbyval FLOAT8PASSBYVAL, typalign 'd'). */
 #define XID8_LEN 8
@@ -990,6 +991,64 @@ static ArrayType *array_field(HeapTuple tup, TupleDesc td, AttrNumber att)
 static char *int8_or_null(bool isnull, int64 v)
 {
     return isnull ? pstrdup("<NULL>") : psprintf(INT64_FORMAT, v);
+}
+
+/*
+ * pawl.events_guard, the statement trigger before every insert into pawl.events
+ * (sql/009_retention.sql): pawl.log_guard's last value is the transaction id of the last
+ * rotation or drop of the log; an insert whose snapshot does not see that transaction as
+ * completed could write below what the rotation moved or the drop dropped, so it is refused
+ * with serialization_failure (the appender retries). The same reads as the PL/pgSQL version
+ * (pg_sequence_last_value, pg_visible_in_snapshot over pg_current_snapshot, i.e. the inserting
+ * statement's snapshot), without its interpreter's set-up per statement.
+ */
+Datum pawl_events_guard(PG_FUNCTION_ARGS)
+{
+    Oid seq;
+    Datum last;
+    int64 g;
+
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("pawl.events_guard: not called by a trigger")));
+    seq = get_relname_relid("log_guard", get_namespace_oid("pawl", false));
+    if (!OidIsValid(seq))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("pawl.events_guard: the sequence pawl.log_guard does not exist")));
+    {
+        LOCAL_FCINFO(sfc, 1);
+
+        InitFunctionCallInfoData(*sfc, NULL, 1, InvalidOid, NULL, NULL);
+        sfc->args[0].value = ObjectIdGetDatum(seq);
+        sfc->args[0].isnull = false;
+        last = pg_sequence_last_value(sfc);
+        if (sfc->isnull)
+            return PointerGetDatum(NULL);
+    }
+    g = DatumGetInt64(last);
+    if (g > 1) {
+        Datum snap;
+        bool visible;
+
+        {
+            LOCAL_FCINFO(cfc, 0);
+
+            InitFunctionCallInfoData(*cfc, NULL, 0, InvalidOid, NULL, NULL);
+            snap = pg_current_snapshot(cfc);
+        }
+        visible = DatumGetBool(DirectFunctionCall2(
+            pg_visible_in_snapshot, FullTransactionIdGetDatum(FullTransactionIdFromU64((uint64)g)),
+            snap));
+        if (!visible)
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("pawl: the event log was rotated or truncated (transaction " INT64_FORMAT
+                        ") after this transaction's snapshot was taken; retry the "
+                        "transaction",
+                        g)));
+    }
+    return PointerGetDatum(NULL);
 }
 
 Datum pawl_runs_guard(PG_FUNCTION_ARGS)

@@ -506,6 +506,7 @@ int main(void)
     pawl_test_exec(dsn, "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = "
                         "''all''', current_database()); END$$");
     pawl_log_set_sink(sink, NULL);
+    pawl_log_set_level(PAWL_LOG_INFO); /* "read: reading again" is info; the default is warn */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_follower_survives_lost_connections),
         cmocka_unit_test(test_hostile_notify_is_only_a_wakeup),

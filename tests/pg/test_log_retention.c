@@ -3,11 +3,14 @@
  * grant on pawl.events) is converted with its data (the same events, indexes and grants, the
  * partitions granting nothing), rotated and truncated; pawl_read below the low-watermark fails
  * with PAWL_ETRUNCATED and a message naming it, from it reads on unchanged, and a stream whose
- * events were all dropped continues its sequence through pawl_append.
+ * events were all dropped continues its sequence through pawl_append. And the log's guard: an
+ * append whose snapshot predates a rotation is refused (serialization failure, retry), on the
+ * server path this run has (C or PL/pgSQL; the *_sql rerun takes the other).
  */
 #include "pawl_test.h"
 #include "schema.h"
 
+#include <libpq-fe.h>
 #include <pawl.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,7 +90,8 @@ static void test_convert_rotate_drop(void **state)
                                .payload_len = 2,
                                .stream_seq = PAWL_SEQ_ANY};
     struct pawl_append_result r;
-    assert_int_equal(pawl_append(s, &again, 1, &r), 0);
+    if (pawl_append(s, &again, 1, &r) != 0)
+        fail_msg("append to s6: %s (%s)", r.message, r.sqlstate);
     assert_int_equal(pawl_test_query_i64(d, "SELECT max(stream_seq) FROM pawl.events WHERE "
                                             "stream_id = 's6'"),
                      29);
@@ -100,10 +104,46 @@ static void test_convert_rotate_drop(void **state)
     pawl_test_db_drop(pawl_test_dsn(), name);
 }
 
+static void test_guard_refuses_stale_snapshot(void **state)
+{
+    (void)state;
+    char err[512], d[1024], name[160];
+    snprintf(name, sizeof name, "t_log_guard_%d", (int)getpid());
+    pawl_test_db_make(pawl_test_dsn(), name, NULL, d, sizeof d);
+    assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
+    pawl_test_exec(d, "SELECT pawl_api.append('g-1', 'T', '\\x01')");
+    PGconn *a = PQconnectdb(d);
+    assert_int_equal(PQstatus(a), CONNECTION_OK);
+    /* A's snapshot, taken before the rotation commits. */
+    PQclear(PQexec(a, "BEGIN ISOLATION LEVEL REPEATABLE READ"));
+    PQclear(PQexec(a, "SELECT 1"));
+    assert_int_equal(pawl_test_query_i64(d, "SELECT (pawl.rotate() IS NOT NULL)::int"), 1);
+    PGresult *r = PQexec(a, "SELECT pawl_api.append('g-1', 'T', '\\x02')");
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(r, PG_DIAG_SQLSTATE), "40001");
+    assert_non_null(strstr(PQresultErrorMessage(r), "rotated or truncated"));
+    PQclear(r);
+    PQclear(PQexec(a, "ROLLBACK"));
+    /* A new transaction appends. */
+    r = PQexec(a, "SELECT pawl_api.append('g-1', 'T', '\\x02')");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(r, 0, 0), "2");
+    PQclear(r);
+    PQfinish(a);
+    print_message("the guard is %s\n",
+                  pawl_test_query_i64(d, "SELECT (l.lanname = 'c')::int FROM pg_proc p JOIN "
+                                         "pg_language l ON l.oid = p.prolang WHERE p.oid = "
+                                         "'pawl.events_guard()'::regprocedure")
+                      ? "the C function"
+                      : "the PL/pgSQL function");
+    pawl_test_db_drop(pawl_test_dsn(), name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convert_rotate_drop),
+        cmocka_unit_test(test_guard_refuses_stale_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,8 @@ check "the server has pawl_native (make native installs it)" $?
 out=$(PAWL_DSN="$DSN" "$PAWL" init 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q 'server functions: native' <<<"$out"; check "init takes the native path and says so (exit $rc)" $?
 [ "$(lang "$DSN")" = c ]; check "pawl.finalize is the C function" $?
+[ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.events_guard()'::regprocedure")" = c ]
+check "events_guard is the C function" $?
 
 # A second database that never leaves the SQL path (the setting holds from its first init):
 # the migrations' own definitions, the reference for what switching back must restore.
@@ -80,10 +82,12 @@ got=$(jq -r '.index' "$tmp/tail" 2>/dev/null | awk 'NR != $1 { bad++ } END { pri
 
 # The SQL version put back is the migrations' own.
 PAWL_DSN="$DSN" "$PAWL" init --server-path sql >/dev/null 2>&1
-def() { psql "$1" -qAtc "SELECT md5(pg_get_functiondef('pawl.finalize(int4)'::regprocedure) || pg_get_functiondef('pawl.runs_guard()'::regprocedure))"; }
-[ "$(def "$DSN")" = "$(def "$DSN2")" ]; check "switching back to SQL restores the migrations' definitions exactly (finalize, runs_guard)" $?
+def() { psql "$1" -qAtc "SELECT md5(pg_get_functiondef('pawl.finalize(int4)'::regprocedure) || pg_get_functiondef('pawl.runs_guard()'::regprocedure) || pg_get_functiondef('pawl.events_guard()'::regprocedure))"; }
+[ "$(def "$DSN")" = "$(def "$DSN2")" ]; check "switching back to SQL restores the migrations' definitions exactly (finalize, runs_guard, events_guard)" $?
 [ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.runs_guard()'::regprocedure")" = plpgsql ]
 check "runs_guard is PL/pgSQL again" $?
+[ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.events_guard()'::regprocedure")" = plpgsql ]
+check "events_guard is PL/pgSQL again" $?
 
 # The database setting keeps a choice; a bad value is refused naming it.
 psql "$BASE_DSN" -qAtc "ALTER DATABASE $db SET pawl.server_path = 'sql'"

@@ -128,8 +128,11 @@ check "the summary says what was appended" $?
 timeout 20 "$PAWL" status p --watch 2 >/dev/null 2>"$tmp/err"; expect_rc "--watch 2 refused" 2 $?
 grep -q -- '--watch' "$tmp/err" && grep -q '2s' "$tmp/err" && grep -q '2000ms' "$tmp/err"; check "the refusal names the flag and suggests 2s/2000ms" $?
 PAWL_CLAIM_TIMEOUT=5000 "$PAWL" status p >/dev/null 2>"$tmp/err"; expect_rc "PAWL_CLAIM_TIMEOUT=5000 refused" 2 $?
-"$PAWL" reset p --to -5 >/dev/null 2>"$tmp/err"; expect_rc "reset --to -5 refused (no unit)" 2 $?
+"$PAWL" reset p --to -5x >/dev/null 2>"$tmp/err"; expect_rc "reset --to -5x refused (no such unit)" 2 $?
 grep -q 'unit' "$tmp/err"; check "the refusal asks for a unit" $?
+# -5 is not a duration without its unit but a position: five events before the end.
+"$PAWL" reset p --to -5 >"$tmp/out" 2>"$tmp/err"; expect_rc "reset --to -5: an offset (preview)" 0 $?
+grep -q "to token $(($(sql "SELECT pawl_api.last_index()") - 5)) " "$tmp/out"; check "reset --to -5 is five events before the end" $?
 timeout 20 "$PAWL" status p --watch 1m30s --help >/dev/null; expect_rc "compound durations accepted" 0 $?
 
 # ---- 4. processors as objects -------------------------------------------------------------------

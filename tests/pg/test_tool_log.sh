@@ -96,7 +96,7 @@ grep -qi 'conflict' "$tmp/err"; check "conflict reported" $?
 expect_rc "tail --json | append into other streams" 0 $?
 
 # follow: a background tail waits for two new events
-"$PAWL" tail --follow --from -1 --count 2 --json >"$tmp/follow.jsonl" 2>/dev/null &
+"$PAWL" tail --follow --from end --count 2 --json >"$tmp/follow.jsonl" 2>/dev/null &
 bg=$!
 sleep 1
 printf '{"stream":"f","type":"A"}\n{"stream":"f","type":"B"}\n' | "$PAWL" append 2>/dev/null
@@ -170,8 +170,10 @@ grep -q '^\[[0-9]*s\] .*events/s' "$tmp/gen.err"; check "plain progress lines wh
 
 # ---- the embedded default and password redaction ------------------------------------------------
 ( cd "${PAWL_SOURCE_DIR:-.}" && env -u PAWL_DSN "$PAWL" init >/dev/null 2>"$tmp/err" ); expect_rc "init on the embedded default" 0 $?
-[ "$(grep -c 'no --dsn or PAWL_DSN: using the private PostgreSQL' "$tmp/err")" -eq 1 ]
-check "embedded default announced once" $?
+! grep -q 'private PostgreSQL' "$tmp/err"; check "embedded default, running already: not announced" $?
+( cd "${PAWL_SOURCE_DIR:-.}" && env -u PAWL_DSN "$PAWL" init --log-level debug >/dev/null 2>"$tmp/err" )
+[ "$(grep -c 'no --dsn or PAWL_DSN: the private PostgreSQL at' "$tmp/err")" -eq 1 ]
+check "embedded default named once at debug" $?
 "$PAWL" tail --dsn "host=/nonexistent-dir dbname=x user=u password=s3cretpw connect_timeout=2" \
     --open-timeout 2s 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ]; check "unreachable database: exit 3 (got $rc)" $?

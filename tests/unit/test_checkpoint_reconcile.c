@@ -674,7 +674,7 @@ static void sink(void *ud, enum pawl_log_level level, const char *module, const 
 {
     (void)ud;
     (void)module;
-    if (level == PAWL_LOG_INFO && strstr(msg, "auto mode") && strstr(msg, "'orders'"))
+    if (level == PAWL_LOG_DEBUG && strstr(msg, "auto mode") && strstr(msg, "'orders'"))
         log_auto++;
 }
 
@@ -684,7 +684,14 @@ static void test_auto_mode_is_logged(void **state)
     pawl_log_set_sink(sink, NULL);
     struct pawl_handler hs[2] = {{"a", NULL, NULL, NULL}, {"b", NULL, NULL, &with_release}};
     enum pawl_ckpt_mode m;
+    /* At debug only: at the default level (warn) and at info nothing is said. */
     assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    pawl_log_set_level(PAWL_LOG_INFO);
+    assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    assert_int_equal(log_auto, 0);
+    pawl_log_set_level(PAWL_LOG_DEBUG);
+    assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    pawl_log_set_level(PAWL_LOG_WARN);
     pawl_log_set_sink(NULL, NULL);
     assert_int_equal(log_auto, 1);
 }

@@ -51,6 +51,8 @@ static void sink(void *ud, enum pawl_log_level level, const char *module, const 
 static void test_log_sink_and_level(void **state)
 {
     (void)state;
+    /* The library's default: warnings and errors only, until the program asks for more. */
+    assert_int_equal(pawl_log_get_level(), PAWL_LOG_WARN);
     pawl_log_set_sink(sink, NULL);
     pawl_log_set_level(PAWL_LOG_WARN);
     last_msg[0] = '\0';
