@@ -63,11 +63,16 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done | tee -a "$w/all"
 med() { grep -E '^-?[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }'; }
+# Ratios per round (the three cells of a round ran next to each other), then their median: a
+# shared machine's drift between rounds cancels out of each round's ratio.
 for n in 1 100; do
     b=$(awk -v n=$n '$2 == n && $3 == "before" { print $5 }' "$w/all" | med)
     o=$(awk -v n=$n '$2 == n && $3 == "none" { print $5 }' "$w/all" | med)
     i=$(awk -v n=$n '$2 == n && $3 == "ids" { print $5 }' "$w/all" | med)
-    awk -v n=$n -v b="$b" -v o="$o" -v i="$i" -v r="$ROUNDS" 'BEGIN {
-        printf "%3d-event appends: backend CPU per event (median of %d rounds) before %s us, none %s us, ids %s us: none/before %.2f, ids/none %.2f\n",
-               n, r, b, o, i, (b > 0 ? o / b : 0), (o > 0 ? i / o : 0) }'
+    ob=$(awk -v n=$n '$5 == "nan" { next } $2 == n { v[$1 " " $3] = $5 }
+        END { for (k in v) { split(k, a, " "); if (a[2] == "none" && v[a[1] " before"] > 0) print v[k] / v[a[1] " before"] } }' "$w/all" | med)
+    io=$(awk -v n=$n '$5 == "nan" { next } $2 == n { v[$1 " " $3] = $5 }
+        END { for (k in v) { split(k, a, " "); if (a[2] == "ids" && v[a[1] " none"] > 0) print v[k] / v[a[1] " none"] } }' "$w/all" | med)
+    printf '%3d-event appends: backend CPU per event, medians of %d rounds: before %s us, none %s us, ids %s us; median of the rounds'"'"' ratios: none/before %s, ids/none %s\n' \
+        "$n" "$ROUNDS" "$b" "$o" "$i" "$ob" "$io"
 done
