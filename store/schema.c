@@ -454,12 +454,30 @@ static int migrate_one_locking(PGconn *c, const struct pawl_migration *m, char *
     }
 }
 
+static int migrate(const char *dsn, int target, int want, int *active, char *err, size_t errlen);
+
 int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
 {
-    return pawl_schema_migrate_to(dsn, pawl_schema_lib_version(), err, errlen);
+    return migrate(dsn, pawl_schema_lib_version(), PAWL_SERVER_AUTO, NULL, err, errlen);
+}
+
+int pawl_schema_migrate_path(const char *dsn, int want, int *active, char *err, size_t errlen)
+{
+    if (want != PAWL_SERVER_AUTO && want != PAWL_SERVER_NATIVE && want != PAWL_SERVER_SQL) {
+        put_err(err, errlen, "server path %d is not auto, native or sql", want);
+        return PAWL_EINVAL;
+    }
+    return migrate(dsn, pawl_schema_lib_version(), want, active, err, errlen);
 }
 
 int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen)
+{
+    return migrate(dsn, target, PAWL_SERVER_AUTO, NULL, err, errlen);
+}
+
+/* The migrations up to target; at this library's version, then the server path want (the
+ * path now active in *active, when not NULL). */
+static int migrate(const char *dsn, int target, int want, int *active, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -537,8 +555,10 @@ int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen
     }
     rc = 0;
     if (target >= pawl_schema_lib_version()) {
-        int active = 0;
-        rc = server_path_locked(c, PAWL_SERVER_AUTO, &active, err, errlen);
+        int now = 0;
+        rc = server_path_locked(c, want, &now, err, errlen);
+        if (active)
+            *active = now;
     }
 unlock:
     PQclear(PQexec(c, MIGRATE_UNLOCK));

@@ -208,7 +208,7 @@ static int status_list(struct tool_config *cfg)
             printf("no processors yet (pawl run --processor NAME creates one)\n");
         } else {
             printf("%-24s %-9s %-8s %-12s %-12s %-12s %s\n", "PROCESSOR", "SEGMENTS", "CLAIMED",
-                   "LOWEST-TOKEN", "HEAD", "LAG", "OWNERS");
+                   "LOWEST-TOKEN", "HEAD", "LAG-EVENTS", "OWNERS");
             for (size_t i = 0; i < n; i++) {
                 char owners[4 * sizeof rows[i].owners];
                 tool_printable(rows[i].owners, owners, sizeof owners);
@@ -633,6 +633,75 @@ static void print_time_us(int64_t us, char *out, size_t len)
     strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* --json: a string member, or null for NULL. */
+static void json_member(const char *key, const char *value, int first)
+{
+    printf("%s\"%s\":", first ? "" : ",", key);
+    if (value == NULL) {
+        fputs("null", stdout);
+        return;
+    }
+    putchar('"');
+    pawl_json_escape(stdout, value);
+    putchar('"');
+}
+
+/* dead-letters list --json: one object per parked stream. */
+static void dead_stream_json(const struct pawl_dead_stream *d)
+{
+    putchar('{');
+    json_member("stream", d->stream_id, 1);
+    printf(",\"letters\":%" PRIu64 ",\"first_index\":%" PRId64 ",\"last_index\":%" PRId64
+           ",\"age_ms\":%" PRId64 ",\"attempts\":%u",
+           d->letters, d->first_index, d->last_index, d->oldest_age_ms, d->attempts);
+    json_member("last_error", d->last_error, 0);
+    printf(",\"retry_requested\":%s}\n", d->retry_requested ? "true" : "false");
+}
+
+/* dead-letters show|retry|drop --json: one object per letter. */
+static void dead_letter_json(const struct pawl_dead_letter *l)
+{
+    char at[32];
+    print_time_us(l->parked_us, at, sizeof at);
+    putchar('{');
+    json_member("stream", l->ev.stream_id, 1);
+    printf(",\"index\":%" PRId64 ",\"seq\":%" PRId64, l->ev.index, l->ev.stream_seq);
+    json_member("type", l->ev.type, 0);
+    if (l->ev.id && l->ev.id[0])
+        json_member("id", l->ev.id, 0);
+    printf(",\"segment\":%u,\"mask\":%u", l->seg.id, l->seg.mask);
+    json_member("parked", at, 0);
+    printf(",\"attempts\":%u", l->attempts);
+    if (l->behind)
+        printf(",\"behind\":%" PRId64 ",\"error\":null", l->behind);
+    else {
+        fputs(",\"behind\":null", stdout);
+        json_member("error", l->last_error, 0);
+    }
+    printf(",\"retry_requested\":%s}\n", l->retry_requested ? "true" : "false");
+}
+
+/* Whether proc has segments in the token store: 0 yes, else the exit code (the message said). */
+static int dead_letters_proc_exists(struct pawl_tokens *tok, const char *proc)
+{
+    struct pawl_segment_status *rows = NULL;
+    size_t n = 0;
+    int rc = tok->ops->list(tok, proc, &rows, &n);
+    pawl_tokens_rows_free(rows);
+    if (rc != 0) {
+        tool_err("dead-letters: cannot list the segments of %s: %s", proc,
+                 pawl_tokens_errmsg(tok, (char[512]){0}, 512));
+        return tool_exit_for(rc);
+    }
+    if (n == 0) {
+        tool_err("dead-letters: no processor named %s (it has no segments in the token store; "
+                 "pawl status lists the processors)",
+                 proc);
+        return TOOL_NOTFOUND;
+    }
+    return TOOL_OK;
+}
+
 int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *what = "list";
@@ -670,10 +739,19 @@ int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
         }
         up_to = v;
     }
+    int json = cfg->tool.json;
+    if (json && changes) {
+        tool_err("dead-letters %s: --json applies to list and show only", what);
+        return TOOL_USAGE;
+    }
     struct stores s;
     int ex = stores_open(cfg, &s);
     if (ex != TOOL_OK)
         return ex;
+    if ((ex = dead_letters_proc_exists(s.tok, proc)) != TOOL_OK) {
+        stores_close(&s);
+        return ex;
+    }
     struct pawl_dead_letter *letters = NULL;
     struct pawl_dead_stream *streams = NULL;
     size_t n = 0;
@@ -682,11 +760,16 @@ int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
         rc = pawl_dead_letters_streams(s.tok, proc, &streams, &n);
         if (rc)
             goto fail;
+        if (json) {
+            for (size_t i = 0; i < n; i++)
+                dead_stream_json(&streams[i]);
+            goto out;
+        }
         if (n == 0)
             printf("processor %s has no dead letters\n", proc);
         else
             printf("%-32s %-8s %-12s %-12s %-10s %-8s %s\n", "STREAM", "LETTERS", "FIRST", "LAST",
-                   "AGE", "ATTEMPTS", "LAST-ERROR");
+                   "AGE-S", "ATTEMPTS", "LAST-ERROR");
         for (size_t i = 0; i < n; i++) {
             char id[4 * PAWL_STREAM_ID_MAX + 1], err[1024];
             printf("%-32s %-8" PRIu64 " %-12" PRId64 " %-12" PRId64 " %-10.1f %-8u %s%s\n",
@@ -706,6 +789,11 @@ int cmd_dead_letters(struct tool_config *cfg, int argc, const char *const *argv)
         tool_err("dead-letters %s: stream %s of %s has no dead letters", what,
                  tool_printable(stream, id, sizeof id), proc);
         ex = TOOL_NOTFOUND;
+        goto out;
+    }
+    if (json) {
+        for (size_t i = 0; i < n; i++)
+            dead_letter_json(&letters[i]);
         goto out;
     }
     size_t shown = 0;

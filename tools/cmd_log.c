@@ -72,9 +72,10 @@ int cmd_init(struct tool_config *cfg, int argc, const char *const *argv)
         return TOOL_NODB;
     char err[512] = "";
     int before = 0, lib = 0;
+    int active = 0;
     int rc = pawl_schema_version(dsn, &before, &lib, err, sizeof err);
-    if (rc == 0)
-        rc = pawl_schema_migrate(dsn, err, sizeof err);
+    if (rc == 0) /* the migrations, then the path asked for (online), in one go */
+        rc = pawl_schema_migrate_path(dsn, cfg->tool.server_path, &active, err, sizeof err);
     if (rc != 0) {
         tool_err("init: %s", err[0] ? err : pawl_strerror(rc));
         return rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
@@ -86,13 +87,6 @@ int cmd_init(struct tool_config *cfg, int argc, const char *const *argv)
     else
         printf("schema %s version %d (was %d) at %s\n", before ? "upgraded to" : "created at",
                after, before, tool_dsn_printable(dsn));
-    /* The migration applied auto; an explicit choice switches now (online). */
-    int active = 0;
-    rc = pawl_schema_server_path(dsn, cfg->tool.server_path, &active, err, sizeof err);
-    if (rc != 0) {
-        tool_err("init: %s", err[0] ? err : pawl_strerror(rc));
-        return rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
-    }
     printf("server functions: %s\n",
            active == PAWL_SERVER_NATIVE ? "native (pawl_native)" : "SQL (portable)");
     return TOOL_OK;

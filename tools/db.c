@@ -130,6 +130,25 @@ void tool_dsn_warn_argv(const struct tool_config *cfg)
             "the DSN) or PAWL_DSN instead\n");
 }
 
+void tool_dsn_explain_nodb(const struct tool_config *cfg)
+{
+    if ((cfg->lib.dsn && cfg->lib.dsn[0]) || libpq_env_var() == NULL)
+        return;
+    char vars[256] = "";
+    size_t used = 0;
+    for (int i = 0; libpq_vars[i] && used < sizeof vars; i++) {
+        const char *v = getenv(libpq_vars[i]);
+        if (v && v[0]) {
+            int w =
+                snprintf(vars + used, sizeof vars - used, "%s%s", used ? ", " : "", libpq_vars[i]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    tool_err("%s from the environment chose the database (no --dsn or PAWL_DSN given): check "
+             "them, or give --dsn",
+             vars);
+}
+
 const char *tool_dsn(struct tool_config *cfg)
 {
     static char dsn[2048];

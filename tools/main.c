@@ -170,18 +170,21 @@ static const struct tool_cmd commands[] = {
      "--execute is given.",
      cmd_retention, 1},
     {"dead-letters", TOOL_SCOPE_DEAD_LETTERS,
-     "[--processor] NAME [list|show|retry|drop] [--stream S] [--to INDEX] [--execute]",
+     "[--processor] NAME [list|show|retry|drop] [--stream S] [--to INDEX] [--execute] [--json]",
      "List, show, retry or drop a processor's dead letters (parked streams)",
      "A processor run with --dead-letter-attempts parks an event its handlers cannot handle, "
      "and every later event of its stream behind it, while the other streams go on. list (the "
      "default) prints each parked stream: letters, first and last index, age of the oldest, "
-     "attempts and last error. show --stream S prints the stream's letters in order. retry "
+     "attempts and last error (AGE-S in seconds). show --stream S prints the stream's letters in "
+     "order. With --json, list and show print one JSON object per line: per stream, or per "
+     "letter (with the event's id when it has one). retry "
      "--stream S asks the node holding the stream's segment to hand its letters to the "
      "handlers again, in order, before any newer event of the stream: if they succeed the "
      "stream flows again, if not it stays parked with the attempt counted. drop --stream S "
      "[--to INDEX] deletes the stream's letters (up to INDEX) for good. retry and drop print "
      "what they would do and change nothing unless --execute is given. The processor name is "
-     "taken from the command line only for retry and drop.",
+     "taken from the command line only for retry and drop. A processor with no segments in "
+     "the token store is exit 5.",
      cmd_dead_letters, 1},
     {"split", TOOL_SCOPE_SPLIT, "[--processor] NAME --segment ID [--execute]",
      "Split a segment in two",
@@ -493,9 +496,13 @@ int cmd_config(struct tool_config *cfg, int argc, const char *const *argv)
                 else
                     putchar(*p);
             }
-            printf("\", \"source\": \"%s\", \"env\": \"%s\"}",
-                   pawl_config_source_name(tool_config_source_of(cfg, f->name)),
-                   pawl_config_flag_env(f, env, sizeof env));
+            printf("\", \"source\": \"%s\", \"env\": ",
+                   pawl_config_source_name(tool_config_source_of(cfg, f->name)));
+            /* An action comes from the command line only: it has no variable. */
+            if (tool_flag_kind(f) == TOOL_FLAG_ACTION)
+                printf("null}");
+            else
+                printf("\"%s\"}", pawl_config_flag_env(f, env, sizeof env));
         }
         tool_dsn_config(cfg, stdout, 1); /* the database actually used, and from where */
         printf("\n}\n");
@@ -818,6 +825,8 @@ int main(int argc, char **argv)
     /* `pawl config` takes every flag, to show what it would mean. */
     unsigned scope = cmd->run == cmd_config ? TOOL_SCOPE_ALL : cmd->scope;
     rc = tool_config_parse_args(&cfg, nargs, args, scope, &pargs, err, sizeof err);
+    if (rc == 0)
+        tool_set_quiet(tool_config_resolve_quiet(&cfg));
     tool_config_apply_log(&cfg); /* so even a usage error follows --log-format */
     if (rc != 0) {
         tool_err("%s: %s (pawl %s --help lists its flags)", cmd->name, err, cmd->name);
@@ -867,6 +876,8 @@ int main(int argc, char **argv)
 
     cfg.dashdash = pargs.dashdash;
     rc = cmd->run(&cfg, pargs.npositional, pargs.positional);
+    if (rc == TOOL_NODB)
+        tool_dsn_explain_nodb(&cfg);
     if (tool_stop && rc == TOOL_OK && interrupt_exits_130(cmd))
         rc = TOOL_INTERRUPTED;
     tool_config_fini(&cfg);

@@ -349,7 +349,7 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
         fputc('\n', f);
     }
     fprintf(f, "%-8s %-10s %-24s %-9s %-12s %-12s %-11s %-9s %-8s %s\n", "SEGMENT", "MASK", "OWNER",
-            "CLAIM-AGE", "TOKEN", "HEAD", "LAG", "LAG-SEC", "MODE", "NOTE");
+            "CLAIM-AGE", "TOKEN", "HEAD", "LAG-EVENTS", "LAG-SEC", "MODE", "NOTE");
     for (size_t i = 0; i < st->n; i++) {
         const struct tool_seg_row *r = &st->rows[i];
         char age[32], lag[32], lagsec[32], note[96] = "", owner[4 * PAWL_OWNER_MAX + 8];

@@ -97,6 +97,8 @@ void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, 
 /* An error (level error) / a note (level info). */
 void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tool_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* --quiet: the tool's info-level lines (notes) are not shown from now on. */
+void tool_set_quiet(int quiet);
 /* With --log-format json: turn every other line written to stderr into a JSON object too. */
 void tool_log_json_stderr(void);
 
@@ -119,6 +121,9 @@ const char *tool_dsn(struct tool_config *cfg);
 const char *tool_dsn_printable(const char *dsn);
 /* Warn once on stderr when --dsn (argv, visible in ps) carries a password. */
 void tool_dsn_warn_argv(const struct tool_config *cfg);
+/* After a command could not reach the database (exit 3): when libpq's PG* variables chose it
+ * (no --dsn or PAWL_DSN), say so, naming the variables set. */
+void tool_dsn_explain_nodb(const struct tool_config *cfg);
 /* For `pawl config`: the database the tool would use (redacted) and where that came from (--dsn,
  * PAWL_DSN, libpq's environment, the private cluster at PATH); starts nothing. json: as a
  * ",\n  \"database\": {...}" member to append to the flags' object. */

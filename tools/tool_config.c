@@ -99,6 +99,14 @@ struct tool_flag {
 static const struct tool_flag tflags[] = {
     LIB("log-level", TOOL_SCOPE_ALL),
     LIB("log-format", TOOL_SCOPE_ALL),
+    {.row = {.name = "quiet",
+             .type = PAWL_FLAG_BOOL,
+             .def = 0,
+             .help = "Print only results, warnings and errors: no info-level notes of the tool or "
+                     "the library (as --log-level warn; an explicit --log-level wins); also -q",
+             AT(tool.quiet)},
+     .scope = TOOL_SCOPE_ALL,
+     .kind = TOOL_FLAG_SETTING},
     LIB("dsn", S_DB),
     PAWL_STORE_TUNABLES(STORE_FLAG)
 
@@ -232,7 +240,7 @@ static const struct tool_flag tflags[] = {
              .def = 0,
              .help = "Print JSON instead of a table",
              AT(tool.json)},
-     .scope = TOOL_SCOPE_STATUS | TOOL_SCOPE_CONFIG | TOOL_SCOPE_TAIL,
+     .scope = TOOL_SCOPE_STATUS | TOOL_SCOPE_CONFIG | TOOL_SCOPE_TAIL | TOOL_SCOPE_DEAD_LETTERS,
      .kind = TOOL_FLAG_ACTION},
     {.row = {.name = "watch",
              .type = PAWL_FLAG_DURATION,
@@ -641,6 +649,18 @@ void tool_config_apply_log(const struct tool_config *cfg)
     pawl_config_apply_log(cfg ? &cfg->lib : NULL);
 }
 
+int tool_config_resolve_quiet(struct tool_config *cfg)
+{
+    if (cfg == NULL || !cfg->tool.quiet)
+        return 0;
+    enum pawl_config_source qsrc = tool_config_source_of(cfg, "quiet");
+    if (tool_config_source_of(cfg, "log-level") >= qsrc && qsrc != PAWL_SRC_DEFAULT)
+        return 0; /* --log-level given as explicitly as --quiet: it wins */
+    if (tool_config_set_from(cfg, "log-level", "warn", qsrc, NULL, 0) != 0)
+        return 0;
+    return 1;
+}
+
 int tool_config_load_env(struct tool_config *cfg, char *const *envp, char *err, size_t errlen)
 {
     if (cfg == NULL)
@@ -766,6 +786,17 @@ int tool_config_parse_args(struct tool_config *cfg, int argc, char *const *argv,
         }
         if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
             out->version = 1;
+            continue;
+        }
+        if (strcmp(a, "-q") == 0) {
+            if ((tflags[flag_index("quiet")].scope & scope) == 0) {
+                if (err && errlen)
+                    snprintf(err, errlen, "-q does not apply to this command");
+                return PAWL_EINVAL;
+            }
+            int rc = set_index(cfg, flag_index("quiet"), "true", PAWL_SRC_FLAG, err, errlen);
+            if (rc != 0)
+                return rc;
             continue;
         }
         if (a[1] != '-') {

@@ -53,6 +53,7 @@ enum tool_scope {
 
 /* The tool's own settings and actions. */
 struct tool_opts {
+    int quiet;             /* every command: as --log-level warn, unless --log-level is given */
     int generate;          /* append: generate load instead of reading stdin */
     double rate;           /* append/demo: target events per second in total, 0 = as fast */
     int64_t duration_ms;   /* demo/bench/append load: how long to generate */
@@ -118,6 +119,10 @@ int tool_config_get(const struct tool_config *cfg, const char *name, char *out, 
 enum pawl_config_source tool_config_source_of(const struct tool_config *cfg, const char *name);
 int tool_config_check(const struct tool_config *cfg, char *err, size_t errlen);
 void tool_config_apply_log(const struct tool_config *cfg);
+/* --quiet (-q): sets the log level to warn, with --quiet's source, unless the log level came from
+ * a source as explicit (an environment variable against PAWL_QUIET, a flag against --quiet).
+ * Returns 1 when it did: the tool's info-level notes are then not shown either. */
+int tool_config_resolve_quiet(struct tool_config *cfg);
 
 /* The table: every flag of the tool, library flags and the tool's own, in help order. */
 size_t tool_flag_count(void);
@@ -140,7 +145,8 @@ int tool_flag_is_position(const struct pawl_flag *f);
  *
  * tool_config_parse_args: argv[0..argc) after the subcommand. Accepts --name value, --name=value,
  * a bare --name for booleans (never consuming the next argument), --no-name to turn a boolean
- * off, -h/--help (sets out->help), -V/--version (out->version) and "--" to end the flags. Other
+ * off, -h/--help (sets out->help), -V/--version (out->version), -q (--quiet) and "--" to end the
+ * flags. Other
  * arguments are positional. An unknown flag's message suggests the closest flag ("did you mean").
  * A flag whose scope does not include any bit of scope is refused. Source: flag. Stops at the
  * first error (PAWL_ENOTFOUND for an unknown flag, PAWL_EINVAL or PAWL_ERANGE for a bad value),

@@ -96,12 +96,22 @@ static int json_mode(void)
     return pawl_log_get_format() == PAWL_LOG_JSON;
 }
 
+static int quiet_notes; /* --quiet: set once by main before any thread starts */
+
+void tool_set_quiet(int quiet)
+{
+    quiet_notes = quiet;
+}
+
 void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, const char *fmt,
                va_list ap)
 {
     /* The tool's own notes, summaries, warnings and errors are its output on stderr and always
-     * shown (--log-level filters the library's log); only its debug lines follow the level. */
+     * shown (--log-level filters the library's log), unless --quiet hides the notes (level info);
+     * only its debug lines follow the level. */
     if (level == PAWL_LOG_DEBUG && level < pawl_log_get_level())
+        return;
+    if (level == PAWL_LOG_INFO && quiet_notes)
         return;
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);

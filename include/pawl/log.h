@@ -295,6 +295,16 @@ PAWL_API void pawl_store_opts_defaults(struct pawl_store_opts *o);
 PAWL_API int pawl_schema_migrate(const char *dsn, char *err, size_t errlen);
 
 /*
+ * pawl_schema_migrate, then the server path `want` (an enum pawl_server_path, below) instead of
+ * AUTO, in one session: a database created with want = SQL never runs the native functions even
+ * for a moment. *active (may be NULL) gets the path now active. Returns pawl_schema_migrate's
+ * errors and pawl_schema_server_path's (PAWL_ENOTSUP: NATIVE asked and not available), and
+ * PAWL_EINVAL for a want that is not a path.
+ */
+PAWL_API int pawl_schema_migrate_path(const char *dsn, int want, int *active, char *err,
+                                      size_t errlen);
+
+/*
  * Which implementation of pawl's server functions a database runs. The SQL functions (PL/pgSQL)
  * work on any PostgreSQL; the native ones come from the server extension pawl_native (built
  * from sql/native and installed into the server's library folder), with the same contract

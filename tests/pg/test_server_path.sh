@@ -50,6 +50,15 @@ check "events_guard is the C function" $?
 # the migrations' own definitions, the reference for what switching back must restore.
 PGOPTIONS="-c pawl.server_path=sql" PAWL_DSN="$DSN2" "$PAWL" init >/dev/null 2>&1
 [ "$(lang "$DSN2")" = plpgsql ]; check "pawl.server_path=sql from the first init gives the PL/pgSQL function" $?
+# --server-path sql on a new database: the native functions never run there, not even between
+# the migrations and the switch (the extension is created only by a switch to native).
+db3=${db}_3
+psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db3" && psql "$BASE_DSN" -qAtc "CREATE DATABASE $db3"
+PAWL_DSN="$BASE_DSN dbname=$db3" "$PAWL" init --server-path sql >/dev/null 2>&1
+[ "$(lang "$BASE_DSN dbname=$db3")" = plpgsql ] &&
+    [ "$(psql "$BASE_DSN dbname=$db3" -qAtc "SELECT count(*) FROM pg_extension WHERE extname = 'pawl_native'")" = 0 ]
+check "init --server-path sql on a new database never switches to native on the way" $?
+psql "$BASE_DSN" -qAtc "DROP DATABASE IF EXISTS $db3 WITH (FORCE)" >/dev/null
 
 # Switch both ways while an appender appends and a follower reads.
 PAWL_DSN="$DSN" "$PAWL" tail --from 0 --follow --json >"$tmp/tail" 2>"$tmp/tail.err" &

@@ -3,11 +3,13 @@
 # PostgreSQL: list, show, retry and drop (preview without --execute, applied with it), bad
 # input refused with a clear message, and the processor name taken from the command line only
 # for the changing actions. The letters are written straight into pawl.dead_letters (the
-# processor side is tests/pg/test_dead_letters_pg.c).
+# processor side is tests/pg/test_dead_letters_pg.c). list and show --json print one object per
+# stream / letter; a processor that does not exist is exit 5, named.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
 BASE_DSN=${PAWL_TEST_DSN:?run through ctest}
 command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
+command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
 
 tmp=$(mktemp -d)
 db=t_tool_dl_$$
@@ -37,11 +39,39 @@ done
 "$PAWL" dead-letters p >"$tmp/list" 2>&1; expect_rc "list" 0 $?
 grep -q 'orders-7 *3 *10 *30' "$tmp/list"; check "list shows the stream, 3 letters, 10..30" $?
 grep -q 'bad json' "$tmp/list"; check "list shows the last error" $?
+grep -q '^STREAM .* AGE-S ' "$tmp/list"; check "list's AGE column says its unit" $?
 "$PAWL" status p >"$tmp/status" 2>&1; expect_rc "status" 0 $?
 grep -q 'dead letters: 3 in 1 parked stream' "$tmp/status"; check "status has a dead-letters line" $?
 "$PAWL" dead-letters p show --stream orders-7 >"$tmp/show" 2>&1; expect_rc "show" 0 $?
 [ "$(grep -c '^orders-7 index' "$tmp/show")" = 3 ]; check "show prints the 3 letters" $?
 grep -q 'waits behind index 10' "$tmp/show"; check "show says what a letter waits behind" $?
+
+# --json: one object per stream (list) or letter (show), the event's id when it has one.
+q "UPDATE pawl.dead_letters SET event_id = 'ev-10' WHERE global_index = 10"
+"$PAWL" dead-letters p --json >"$tmp/json" 2>"$tmp/err"; expect_rc "list --json" 0 $?
+[ "$(jq -s length "$tmp/json")" = 1 ] &&
+    jq -e '.stream == "orders-7" and .letters == 3 and .first_index == 10 and .last_index == 30
+           and .attempts == 3 and .last_error == "bad json" and .retry_requested == false
+           and (.age_ms | type) == "number"' "$tmp/json" >/dev/null
+check "list --json: one object with the stream's columns" $?
+"$PAWL" dead-letters p show --stream orders-7 --json >"$tmp/json" 2>"$tmp/err"
+expect_rc "show --json" 0 $?
+[ "$(jq -s length "$tmp/json")" = 3 ] &&
+    jq -se '.[0] | .stream == "orders-7" and .index == 10 and .seq == 1 and .type == "Placed"
+            and .id == "ev-10" and .segment == 1 and .mask == 3 and .attempts == 3
+            and .behind == null and .error == "bad json" and (.parked | test("Z$"))' \
+        "$tmp/json" >/dev/null &&
+    jq -se '.[1] | .index == 20 and .behind == 10 and .error == null and (has("id") | not)' \
+        "$tmp/json" >/dev/null
+check "show --json: one object per letter, with the event id when present" $?
+"$PAWL" dead-letters p retry --stream orders-7 --json >"$tmp/out" 2>&1
+expect_rc "retry --json refused" 2 $?
+"$PAWL" dead-letters nosuch >"$tmp/out" 2>"$tmp/err"; expect_rc "unknown processor" 5 $?
+grep -q 'no processor named nosuch' "$tmp/err" && [ ! -s "$tmp/out" ]
+check "unknown processor: named on stderr, nothing on stdout" $?
+"$PAWL" dead-letters nosuch show --stream orders-7 >/dev/null 2>&1
+expect_rc "unknown processor (show)" 5 $?
+"$PAWL" dead-letters nosuch --json >"$tmp/out" 2>/dev/null; expect_rc "unknown processor (--json)" 5 $?
 
 "$PAWL" dead-letters p retry --stream orders-7 >"$tmp/out" 2>&1; expect_rc "retry preview" 0 $?
 grep -q 'would retry 3 letters' "$tmp/out" && grep -q 'add --execute' "$tmp/out"

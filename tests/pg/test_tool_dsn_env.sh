@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_tool_dsn_env.sh — where the tool connects without --dsn: libpq's own environment (PGHOST,
 # PGPORT, PGDATABASE, PGUSER, PGPASSFILE; PGSERVICE with PGSERVICEFILE) is honoured before the
-# private cluster, and `pawl config` says so; without any of them, the private cluster is the
+# private cluster, and `pawl config` says so, and a connection error too; without any of them, the private cluster is the
 # same from every working folder (one per user, or per PAWL_PG_KEY), never one per folder.
 set -uo pipefail
 PAWL=${PAWL_BIN:?run through ctest}/pawl
@@ -61,6 +61,14 @@ PGHOST=/nonexistent-pawl PGDATABASE=nope PAWL_DSN="$BASE_DSN dbname=$db" "$PAWL"
 check "PAWL_DSN wins over libpq's variables" $?
 PGHOST=/nonexistent-pawl PGDATABASE=nope "$PAWL" tail --from 0 --count 1 --dsn "$BASE_DSN dbname=$db" >/dev/null 2>&1
 check "--dsn wins over libpq's variables" $?
+# A connection error says that libpq's variables chose the database, naming the ones set.
+PGHOST=/nonexistent-pawl PGDATABASE=nope "$PAWL" status >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 3 ] && grep -q 'PGHOST, PGDATABASE from the environment chose the database' "$tmp/err"
+check "no database: names the PG* variables that chose it (exit $rc: $(tr '\n' ' ' <"$tmp/err" | head -c 300))" $?
+PGHOST=/nonexistent-pawl "$PAWL" tail --from 0 --count 1 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 3 ] && grep -q 'PGHOST from the environment chose' "$tmp/err"; check "the same for tail (exit $rc)" $?
+PGHOST=/nonexistent-pawl PAWL_DSN="host=/nonexistent-pawl dbname=nope" "$PAWL" status >/dev/null 2>"$tmp/err"
+! grep -q 'from the environment chose' "$tmp/err"; check "not said when PAWL_DSN chose the database" $?
 
 # ---- the client encoding: always UTF-8 -----------------------------------------------------------
 # PGCLIENTENCODING, client_encoding in the DSN and the database's default would make the server

@@ -47,6 +47,9 @@ expect_rc "config --json" 0 $?
 [ "$(jq -r '.appenders.source + " " + .appenders.value' "$tmp/cfg.json")" = "flag 3" ] &&
 [ "$(jq -r '.duration.source + " " + .duration.value' "$tmp/cfg.json")" = "default 20s" ]
 check "config: flag > env > default, with sources" $?
+[ "$(jq -r '.rate.env' "$tmp/cfg.json")" = PAWL_RATE ] && [ "$(jq -r '.execute.env' "$tmp/cfg.json")" = null ] &&
+    [ "$(jq '[to_entries[] | select(.value | type == "object" and has("env") and .env == null)] | length' "$tmp/cfg.json")" -gt 5 ]
+check "config --json: settings name their variable, actions (command line only) have none" $?
 "$PAWL" config >"$tmp/cfg.txt"; grep -Eq '^--rate +2000 +default$' "$tmp/cfg.txt"; check "config table" $?
 
 "$PAWL" help >"$tmp/help"; expect_rc "pawl help" 0 $?

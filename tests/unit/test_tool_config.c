@@ -189,6 +189,51 @@ static void test_precedence(void **state)
     tool_config_fini(&cfg);
 }
 
+/* --quiet (-q) sets the log level to warn unless the level came from as explicit a source. */
+static int quiet_case(char **envp, int argc, char **argv, int *level)
+{
+    struct tool_config cfg;
+    char err[512];
+    struct tool_config_args args;
+    tool_config_defaults(&cfg);
+    assert_int_equal(tool_config_load_env(&cfg, envp, err, sizeof err), 0);
+    assert_int_equal(
+        tool_config_parse_args(&cfg, argc, argv, TOOL_SCOPE_STATUS, &args, err, sizeof err), 0);
+    int quiet = tool_config_resolve_quiet(&cfg);
+    *level = (int)cfg.lib.log.level;
+    tool_config_fini(&cfg);
+    return quiet;
+}
+
+static void test_quiet(void **state)
+{
+    (void)state;
+    int level;
+    char *none[] = {NULL};
+    char *qenv[] = {"PAWL_QUIET=1", NULL};
+    char *lenv[] = {"PAWL_LOG_LEVEL=debug", NULL};
+    char *q[] = {"-q"}, *quiet[] = {"--quiet"}, *noquiet[] = {"--no-quiet"};
+    char *q_info[] = {"--quiet", "--log-level", "info"}, *info[] = {"--log-level=info"};
+    assert_int_equal(quiet_case(none, 0, NULL, &level), 0);
+    assert_int_equal(level, PAWL_LOG_INFO);
+    assert_int_equal(quiet_case(none, 1, q, &level), 1);
+    assert_int_equal(level, PAWL_LOG_WARN);
+    assert_int_equal(quiet_case(none, 1, quiet, &level), 1);
+    assert_int_equal(level, PAWL_LOG_WARN);
+    assert_int_equal(quiet_case(qenv, 0, NULL, &level), 1);
+    assert_int_equal(level, PAWL_LOG_WARN);
+    assert_int_equal(quiet_case(none, 3, q_info, &level), 0); /* an explicit --log-level wins */
+    assert_int_equal(level, PAWL_LOG_INFO);
+    assert_int_equal(quiet_case(qenv, 1, info, &level), 0);
+    assert_int_equal(level, PAWL_LOG_INFO);
+    assert_int_equal(quiet_case(lenv, 1, q, &level), 1); /* a flag over a variable */
+    assert_int_equal(level, PAWL_LOG_WARN);
+    assert_int_equal(quiet_case(lenv, 0, NULL, &level), 0);
+    assert_int_equal(level, PAWL_LOG_DEBUG);
+    assert_int_equal(quiet_case(qenv, 1, noquiet, &level), 0);
+    assert_int_equal(level, PAWL_LOG_INFO);
+}
+
 struct bad {
     const char *flag;
     const char *value;
@@ -396,13 +441,10 @@ static void test_apply_log(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_valid),
-        cmocka_unit_test(test_every_flag_every_source),
-        cmocka_unit_test(test_precedence),
-        cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_args_forms),
-        cmocka_unit_test(test_apply_log),
-        cmocka_unit_test(test_defaults_match_modules),
+        cmocka_unit_test(test_defaults_valid), cmocka_unit_test(test_every_flag_every_source),
+        cmocka_unit_test(test_precedence),     cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_args_forms),     cmocka_unit_test(test_apply_log),
+        cmocka_unit_test(test_quiet),          cmocka_unit_test(test_defaults_match_modules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

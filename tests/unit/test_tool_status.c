@@ -94,6 +94,7 @@ static void test_collect_exact(void **state)
     assert_non_null(strstr(buf, "PROCESSOR proc"));
     assert_non_null(strstr(buf, "node-a"));
     assert_non_null(strstr(buf, "CLAIM-AGE"));
+    assert_non_null(strstr(buf, "LAG-EVENTS")); /* a column of counts says what it counts */
     free(buf);
     m = open_memstream(&buf, &len);
     assert_int_equal(tool_status_print_json(m, &st, 0), 0);
