@@ -567,8 +567,8 @@ static void run_stop(struct pawl_processor *p, struct tool_sink *sink, struct to
             secs(down, t, sizeof t);
             secs(wait_ns - down, left, sizeof left);
             snprintf(db, sizeof db,
-                     "the database does not answer (%s; for %s now): waiting at most %s more for "
-                     "it (--stop-db-wait), then the claims not released are left to expire; ",
+                     "the database does not answer (%.180s; for %s now): waiting at most %s more "
+                     "for it (--stop-db-wait), then the claims not released are left to expire; ",
                      st.probe.err, t, left);
             strncat(key, " db-down", sizeof key - strlen(key) - 1);
         }
