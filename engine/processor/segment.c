@@ -182,6 +182,7 @@ static int arena_reserve(struct pawl_event_batch *b, size_t need)
             REBASE_(type)
             REBASE_(payload)
             REBASE_(metadata)
+            REBASE_(id)
 #undef REBASE_
         }
     }

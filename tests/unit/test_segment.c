@@ -95,7 +95,8 @@ static void test_batch_arena(void **state)
                                    .type = "T",
                                    .payload = big,
                                    .payload_len = (size_t)(i % 7) * 400,
-                                   .metadata = i % 2 ? "{}" : NULL};
+                                   .metadata = i % 2 ? "{}" : NULL,
+                                   .id = i % 3 ? s : NULL};
             assert_int_equal(pawl_event_batch_push(&b, &e), 0);
         }
         assert_int_equal(b.n, 500);
@@ -111,6 +112,11 @@ static void test_batch_arena(void **state)
                 assert_string_equal(b.events[i].metadata, "{}");
             else
                 assert_null(b.events[i].metadata);
+            /* Event ids are copied, and rebased when the arena moves, like every string. */
+            if (i % 3)
+                assert_string_equal(b.events[i].id, s);
+            else
+                assert_null(b.events[i].id);
         }
     }
     pawl_event_batch_fini(&b);
