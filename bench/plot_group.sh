@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # plot_group.sh — the plot of a bench_group CSV: for each cell, each pawl variant's events/s as
-# a multiple of the plain-INSERT ceiling measured in the same round (bar: mean over rounds;
-# error bar: the lowest and highest round), with the issue's target per cell as a mark.
+# a multiple of the better plain-INSERT baseline measured in the same round (bar: mean over
+# rounds; error bar: the lowest and highest round), with the issue's target per cell as a mark.
+# CSVs written before 2026-12-05 (column ratio_to_ceiling: one INSERT baseline, then called the
+# ceiling) plot the same way.
 #
 #   bench/plot_group.sh [CSV] [PNG]     defaults: bench/results/bench_group.csv, same name .png
 #
-# Needs gnuplot. The "half" cell (an open loop at half the grouped rate) has no ceiling ratio of
+# Needs gnuplot. The "half" cell (an open loop at half the grouped rate) has no baseline ratio of
 # its own meaning and is left out; its latency is in the CSV and the tables.
 set -euo pipefail
 
@@ -14,7 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 csv=${1:-$here/results/bench_group.csv}
 png=${2:-${csv%.csv}.png}
 [ -s "$csv" ] || { echo "plot_group.sh: no such CSV: $csv" >&2; exit 1; }
-head -1 "$csv" | grep -q '^round,cell,variant,events_per_s,ratio_to_ceiling' ||
+head -1 "$csv" | grep -Eq '^round,cell,variant,events_per_s,ratio_to_(ceiling|best_insert),' ||
     { echo "plot_group.sh: $csv is not a bench_group CSV (header differs)" >&2; exit 1; }
 command -v gnuplot >/dev/null || { echo "plot_group.sh: gnuplot is not installed" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -26,7 +28,7 @@ trap 'rm -rf "$tmp"' EXIT
 # counts one as a row.
 awk -F, '
     NR == 1 { next }
-    $2 == "half" || $3 == "ceiling" { next }
+    $2 == "half" || $3 ~ /^(ceiling|insert_|write_message)/ { next }
     {
         k = $2 SUBSEP $3
         s[k] += $5; n[k]++
@@ -58,8 +60,8 @@ gnuplot <<GP
 $bench_gnuplot_histogram
 set style histogram errorbars gap 2 lw 1
 set output "$png"
-set title "pawl group append: events/s as a multiple of one plain INSERT per transaction (same round; bars: mean of $rounds rounds, whiskers: lowest and highest round)"
-set ylabel "x the INSERT ceiling"
+set title "pawl group append: events/s as a multiple of the better plain-INSERT baseline of the same round (bars: mean of $rounds rounds, whiskers: lowest and highest)"
+set ylabel "x the better INSERT baseline"
 set yrange [0:*]
 set key top right
 plot "$tmp/g.dat" using 2:3:4:xtic(1) title "grouped (default)", \

@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "dsn.h"
+#include "filter.h"
 #include "futex.h"
 #include "log_int.h"
 #include "metrics.h"
@@ -122,6 +123,13 @@ static const char RESOLVE_SQL[] =
 static const char READ_SQL[] =
     "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at, event_id"
     "  FROM pawl_api.read($1::int8, $2::int4)";
+/* Its rows, then one position row (stream_id NULL, global_index the position looked up to). */
+static const char READ_FILTERED_SQL[] =
+    "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at, event_id"
+    "  FROM pawl_api.read_filtered($1::int8, $2::int4, $3::text[], $4::text[], $5::text[])";
+static const char READ_STREAM_SQL[] =
+    "SELECT global_index, stream_id, stream_seq, type, payload, metadata, appended_at, event_id"
+    "  FROM pawl_api.read_stream($3::text, $1::int8, $2::int4)";
 
 static const char FINALIZE_SQL[] =
     "SELECT appends, events, last_index FROM pawl.finalize($1::int4)";
@@ -290,8 +298,10 @@ struct pawl_store {
     struct pawl_pgpool *listen;
     struct pawl_timers *timers; /* every timed wait's deadline (pawl_timed_wait); no pool */
     int stmt_append, stmt_append_group, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
-    struct pawl_standby *sb; /* read_dsn: where reads go (standby.c); NULL: the main pool */
-    int stmt_read_sb;        /* READ_SQL on the standby's pool */
+    struct pawl_standby *sb;      /* read_dsn: where reads go (standby.c); NULL: the main pool */
+    int stmt_read_sb;             /* READ_SQL on the standby's pool */
+    int stmt_read_f, stmt_read_s; /* READ_FILTERED_SQL, READ_STREAM_SQL */
+    int stmt_read_f_sb, stmt_read_s_sb; /* the same on the standby's pool */
     char fin_batch_text[16];
     pthread_mutex_t cov_mu; /* record_delays: covered and the delay histogram */
     int fin_stmt;
@@ -2967,12 +2977,21 @@ static int64_t get64(const char *p)
     return (int64_t)__builtin_bswap64(v);
 }
 
+/* What a read asks for: the log (pawl_read), the log through a filter, or one stream. */
+enum read_kind { READ_LOG, READ_FILTERED, READ_STREAM };
+struct read_q {
+    enum read_kind kind;
+    const char *arr[3]; /* READ_FILTERED: the text[] literals of categories, prefixes, types */
+    const char *stream; /* READ_STREAM */
+    int64_t position;   /* READ_FILTERED, out: the position the read looked up to */
+};
+
 /*
- * One read, no retry. On failure the store's error is set and the server's SQLSTATE (or "")
- * copied to sqlstate.
+ * One read, no retry: after is an index (READ_STREAM: a stream sequence number). On failure the
+ * store's error is set and the server's SQLSTATE (or "") copied to sqlstate.
  */
-static int read_once(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
-                     char sqlstate[6], int on_standby, int *not_standby)
+static int read_once(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
+                     struct pawl_read_batch *b, char sqlstate[6], int on_standby, int *not_standby)
 {
     *not_standby = 0;
     sqlstate[0] = '\0';
@@ -2981,6 +3000,7 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
         b->_res = NULL;
     }
     b->count = 0;
+    q->position = after;
     /* Nothing can lie beyond INT64_MAX: ask only for what fits, so the last index wanted
      * (after + max) cannot overflow in the query. */
     if ((uint64_t)(INT64_MAX - after) < max)
@@ -2990,11 +3010,24 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     char after_be[8], max_be[4];
     put64(after_be, (uint64_t)after);
     put32(max_be, (uint32_t)max);
-    const char *vals[2] = {after_be, max_be};
-    int lens[2] = {8, 4}, fmts[2] = {1, 1};
+    const char *vals[5] = {after_be, max_be, NULL, NULL, NULL};
+    int lens[5] = {8, 4, 0, 0, 0}, fmts[5] = {1, 1, 0, 0, 0};
+    int nparams = 2, stmt;
+    if (q->kind == READ_FILTERED) {
+        for (int i = 0; i < 3; i++)
+            vals[2 + i] = q->arr[i];
+        nparams = 5;
+        stmt = on_standby ? s->stmt_read_f_sb : s->stmt_read_f;
+    } else if (q->kind == READ_STREAM) {
+        vals[2] = q->stream;
+        nparams = 3;
+        stmt = on_standby ? s->stmt_read_s_sb : s->stmt_read_s;
+    } else {
+        stmt = on_standby ? s->stmt_read_sb : s->stmt_read;
+    }
     PGresult *res = NULL;
-    struct pawl_pgstmt st[2] = {{.prepared = on_standby ? s->stmt_read_sb : s->stmt_read,
-                                 .nparams = 2,
+    struct pawl_pgstmt st[2] = {{.prepared = stmt,
+                                 .nparams = nparams,
                                  .values = vals,
                                  .lengths = lens,
                                  .formats = fmts,
@@ -3023,6 +3056,9 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
          * log's start (its low-watermark). */
         if (rc == PAWL_ESQL && strcmp(req.sqlstate, "PW020") == 0)
             rc = PAWL_ETRUNCATED;
+        /* 22023: the server refused an argument (a filter the checks here let through). */
+        if (rc == PAWL_ESQL && strcmp(req.sqlstate, "22023") == 0)
+            rc = PAWL_EINVAL;
         memcpy(sqlstate, req.sqlstate, 6);
         sqlstate[5] = '\0';
         set_err(s, req.sqlstate, req.message[0] ? req.message : "read failed");
@@ -3031,6 +3067,21 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
         return rc;
     }
     size_t n = (size_t)PQntuples(res);
+    if (q->kind == READ_FILTERED) {
+        /* The last row is the position row. */
+        if (n == 0 || !PQgetisnull(res, (int)n - 1, 1)) {
+            set_err(s, NULL, "the filtered read returned no position row");
+            PQclear(res);
+            return PAWL_ESQL;
+        }
+        n--;
+        q->position = get64(PQgetvalue(res, (int)n, 0));
+        if (q->position < after) {
+            set_err(s, NULL, "the filtered read went backwards");
+            PQclear(res);
+            return PAWL_ESQL;
+        }
+    }
     if (n > b->_cap) {
         struct pawl_event *ne = pawl_malloc(n * sizeof *ne);
         if (ne == NULL) {
@@ -3056,8 +3107,18 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
             e->metadata = PQgetvalue(res, r, 5) + 1; /* skip the jsonb version byte */
         e->appended_at_us = get64(PQgetvalue(res, r, 6)) + PG_EPOCH_OFFSET_US;
         e->id = PQgetisnull(res, r, 7) ? NULL : PQgetvalue(res, r, 7);
-        if (e->index != after + 1 + (int64_t)i) {
-            set_err(s, NULL, "the log returned a gap: index order broken");
+        const char *broken = NULL;
+        if (q->kind == READ_LOG && e->index != after + 1 + (int64_t)i)
+            broken = "the log returned a gap: index order broken";
+        else if (q->kind == READ_FILTERED &&
+                 (e->index <= (i ? e[-1].index : after) || e->index > q->position))
+            broken = "the filtered read returned events out of index order";
+        else if (q->kind == READ_STREAM &&
+                 (e->stream_seq != after + 1 + (int64_t)i || strcmp(e->stream_id, q->stream) != 0 ||
+                  (i > 0 && e->index <= e[-1].index)))
+            broken = "the stream read returned events out of sequence order";
+        if (broken) {
+            set_err(s, NULL, broken);
             PQclear(res);
             b->count = 0;
             return PAWL_ESQL;
@@ -3065,7 +3126,9 @@ static int read_once(struct pawl_store *s, int64_t after, size_t max, struct paw
     }
     b->count = n;
     b->_res = res;
-    if (n > 0)
+    if (q->kind == READ_FILTERED)
+        raise_index(s, q->position);
+    else if (n > 0)
         raise_index(s, b->events[n - 1].index);
     return 0;
 }
@@ -3197,6 +3260,9 @@ static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
  * count 0 and the outage goes on (the next call continues it: the episode, its one log line and
  * its long deadline belong to the store, not to one call).
  */
+static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
+                     struct pawl_read_batch *b, int64_t deadline_ns);
+
 int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                     int64_t deadline_ns)
 {
@@ -3204,6 +3270,32 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
         return PAWL_EINVAL;
     if (after < 0 || max < 1 || max > 100000)
         return PAWL_ERANGE;
+    struct read_q q = {.kind = READ_LOG};
+    return read_loop(s, &q, after, max, b, deadline_ns);
+}
+
+/*
+ * Whether a read that succeeded found nothing where the known highest index promised
+ * something: no event after `after` (READ_LOG), no position beyond it (READ_FILTERED: the read
+ * looks up to the head of its snapshot). A stream read has no such promise.
+ */
+static int read_found_nothing(const struct read_q *q, int64_t after,
+                              const struct pawl_read_batch *b)
+{
+    switch (q->kind) {
+    case READ_LOG:
+        return b->count == 0;
+    case READ_FILTERED:
+        return q->position <= after;
+    case READ_STREAM:
+        break;
+    }
+    return 0;
+}
+
+static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
+                     struct pawl_read_batch *b, int64_t deadline_ns)
+{
     int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
     int primary = 0;          /* this call reads from the primary in the standby's stead */
     for (;;) {
@@ -3221,13 +3313,13 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
                 ss[0] = '\0';
                 rc = PAWL_ECONN;
             } else {
-                rc = read_once(s, after, max, b, ss, 1, &not_sb);
+                rc = read_once(s, q, after, max, b, ss, 1, &not_sb);
             }
             enum pawl_sb_outcome what;
             if (rc == 0)
-                what = not_sb                           ? PAWL_SB_NOT_STANDBY
-                       : b->count == 0 && known > after ? PAWL_SB_BEHIND
-                                                        : PAWL_SB_GOT;
+                what = not_sb                                             ? PAWL_SB_NOT_STANDBY
+                       : read_found_nothing(q, after, b) && known > after ? PAWL_SB_BEHIND
+                                                                          : PAWL_SB_GOT;
             else if (read_lost(rc, ss))
                 what = PAWL_SB_LOST;
             else
@@ -3251,7 +3343,7 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
             int not_sb;
             if (s->sb)
                 pawl_standby_note_primary_read(s->sb);
-            rc = read_once(s, after, max, b, ss, 0, &not_sb);
+            rc = read_once(s, q, after, max, b, ss, 0, &not_sb);
         }
         if (rc == 0) {
             int64_t since = 0;
@@ -3259,9 +3351,11 @@ int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl
                 (since = atomic_exchange_explicit(&s->rd_down_since, 0, memory_order_relaxed)) != 0)
                 PAWL_INFO("log", "read: reading again after index %lld (the outage lasted %.1f s)",
                           (long long)after, (double)(pawl_now_ns() - since) / 1e9);
-            if (b->count == 0 && known > after)
+            int nothing = read_found_nothing(q, after, b);
+            if (nothing && known > after)
                 return read_gap(s, after, known);
-            if (b->count > 0 && atomic_load_explicit(&s->gap_active, memory_order_relaxed) &&
+            if (!nothing && q->kind != READ_STREAM &&
+                atomic_load_explicit(&s->gap_active, memory_order_relaxed) &&
                 atomic_exchange_explicit(&s->gap_active, 0, memory_order_relaxed)) {
                 atomic_store_explicit(&s->gap_backoff_ns, 0, memory_order_relaxed);
                 PAWL_WARN("log", "read: the log has events after %lld again", (long long)after);
@@ -3348,6 +3442,135 @@ int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_rea
             return PAWL_ETIMEDOUT;
         }
     }
+}
+
+/* Fill q for f (its literals allocated; free with filter_q_fini). */
+static int filter_q_init(struct pawl_store *s, struct read_q *q, const struct pawl_filter *f)
+{
+    memset(q, 0, sizeof *q);
+    q->kind = READ_FILTERED;
+    char why[300];
+    if (pawl_filter_check(f, why, sizeof why) != 0) {
+        char m[340];
+        snprintf(m, sizeof m, "read filter: %s", why);
+        set_err(s, NULL, m);
+        return PAWL_EINVAL;
+    }
+    const char *const *v[3] = {f->categories, f->stream_prefixes, f->types};
+    size_t n[3] = {f->n_categories, f->n_stream_prefixes, f->n_types};
+    for (int i = 0; i < 3; i++) {
+        if (n[i] == 0)
+            continue;
+        char *lit = pawl_filter_array_literal(v[i], n[i]);
+        if (lit == NULL) {
+            for (int j = 0; j < i; j++)
+                pawl_free((char *)q->arr[j]);
+            return PAWL_ENOMEM;
+        }
+        q->arr[i] = lit;
+    }
+    return 0;
+}
+
+static void filter_q_fini(struct read_q *q)
+{
+    for (int i = 0; i < 3; i++)
+        pawl_free((char *)q->arr[i]);
+}
+
+static int read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
+                               const struct pawl_filter *f, struct pawl_read_batch *b,
+                               int64_t *position, int64_t deadline_ns)
+{
+    if (s == NULL || b == NULL || position == NULL)
+        return PAWL_EINVAL;
+    *position = after;
+    b->count = 0;
+    if (after < 0 || max < 1 || max > 100000)
+        return PAWL_ERANGE;
+    struct read_q q;
+    int rc = filter_q_init(s, &q, f);
+    if (rc != 0)
+        return rc;
+    rc = read_loop(s, &q, after, max, b, deadline_ns);
+    if (rc == 0)
+        *position = q.position;
+    filter_q_fini(&q);
+    return rc;
+}
+
+int pawl_read_filtered(struct pawl_store *s, int64_t after, size_t max, const struct pawl_filter *f,
+                       struct pawl_read_batch *b, int64_t *position)
+{
+    return read_filtered_until(s, after, max, f, b, position, 0);
+}
+
+int pawl_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
+                             const struct pawl_filter *f, struct pawl_read_batch *b,
+                             int64_t *position, int64_t deadline_ns)
+{
+    return read_filtered_until(s, after, max, f, b, position, deadline_ns);
+}
+
+int pawl_follow_filtered(struct pawl_store *s, int64_t after, size_t max,
+                         const struct pawl_filter *f, struct pawl_read_batch *b, int64_t *position,
+                         int timeout_ms)
+{
+    if (position == NULL)
+        return PAWL_EINVAL;
+    *position = after;
+    int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    int64_t at = after;
+    for (;;) {
+        int64_t pos = at;
+        int rc = read_filtered_until(s, at, max, f, b, &pos, deadline);
+        if (rc == 0)
+            *position = at = PAWL_MAX(pos, at);
+        if (rc != 0 && rc != PAWL_ETIMEDOUT)
+            return rc;
+        if (rc == 0 && b->count > 0)
+            return 0;
+        /* Nothing matched up to the position: look on from there once the log moves past it
+         * (at once when the read stopped short of the known head). */
+        int left = -1;
+        if (timeout_ms >= 0) {
+            int64_t l = deadline - pawl_now_ns();
+            if (l <= 0)
+                return PAWL_ETIMEDOUT;
+            left = (int)((l + 999999) / 1000000);
+        }
+        rc = pawl_store_wait(s, at, left);
+        if (rc == PAWL_ESHUTDOWN)
+            return rc;
+        if (rc == PAWL_ETIMEDOUT) {
+            rc = read_filtered_until(s, at, max, f, b, &pos, deadline);
+            if (rc == 0)
+                *position = PAWL_MAX(pos, at);
+            if (rc != 0 || b->count > 0)
+                return rc;
+            return PAWL_ETIMEDOUT;
+        }
+    }
+}
+
+int pawl_read_stream(struct pawl_store *s, const char *stream_id, int64_t after_seq, size_t max,
+                     struct pawl_read_batch *b)
+{
+    if (s == NULL || b == NULL)
+        return PAWL_EINVAL;
+    b->count = 0;
+    size_t len = stream_id ? strlen(stream_id) : 0;
+    if (len == 0 || len > PAWL_STREAM_ID_MAX) {
+        set_err(s, NULL,
+                stream_id == NULL ? "read_stream: no stream id"
+                : len == 0        ? "read_stream: an empty stream id"
+                                  : "read_stream: the stream id is over 255 bytes");
+        return PAWL_EINVAL;
+    }
+    if (after_seq < 0 || max < 1 || max > 100000)
+        return PAWL_ERANGE;
+    struct read_q q = {.kind = READ_STREAM, .stream = stream_id};
+    return read_loop(s, &q, after_seq, max, b, 0);
 }
 
 /* ---- statistics ---------------------------------------------------------------------------- */
@@ -3651,8 +3874,14 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         rc = pawl_standby_new(&s->sb, dsn, o, s->timers, raise_index_cb, s, err, errlen);
         if (rc != 0)
             goto fail;
-        s->stmt_read_sb = pawl_pgpool_prepare(pawl_standby_pool(s->sb), READ_SQL, 2, rd_types);
-        if (s->stmt_read_sb < 0) {
+        static const Oid rdf_types[5] = {OID_INT8, OID_INT4, OID_TEXT_ARRAY, OID_TEXT_ARRAY,
+                                         OID_TEXT_ARRAY};
+        static const Oid rds_types[3] = {OID_INT8, OID_INT4, OID_TEXT};
+        struct pawl_pgpool *sbp = pawl_standby_pool(s->sb);
+        s->stmt_read_sb = pawl_pgpool_prepare(sbp, READ_SQL, 2, rd_types);
+        s->stmt_read_f_sb = pawl_pgpool_prepare(sbp, READ_FILTERED_SQL, 5, rdf_types);
+        s->stmt_read_s_sb = pawl_pgpool_prepare(sbp, READ_STREAM_SQL, 3, rds_types);
+        if (s->stmt_read_sb < 0 || s->stmt_read_f_sb < 0 || s->stmt_read_s_sb < 0) {
             rc = PAWL_ENOMEM;
             goto fail;
         }
@@ -3684,6 +3913,11 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
         OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     s->stmt_append_group = pawl_pgpool_prepare(s->main, APPEND_GROUP_SQL, 10, group_types);
     s->stmt_read = pawl_pgpool_prepare(s->main, READ_SQL, 2, read_types);
+    static const Oid readf_types[5] = {OID_INT8, OID_INT4, OID_TEXT_ARRAY, OID_TEXT_ARRAY,
+                                       OID_TEXT_ARRAY};
+    static const Oid reads_types[3] = {OID_INT8, OID_INT4, OID_TEXT};
+    s->stmt_read_f = pawl_pgpool_prepare(s->main, READ_FILTERED_SQL, 5, readf_types);
+    s->stmt_read_s = pawl_pgpool_prepare(s->main, READ_STREAM_SQL, 3, reads_types);
     s->stmt_last = pawl_pgpool_prepare(s->main, LAST_INDEX_SQL, 0, NULL);
     static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
                                          OID_INT4};
@@ -3692,7 +3926,8 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
     s->fin_stmt = pawl_pgpool_prepare(s->fin, FINALIZE_SQL, 1, NULL);
     if (s->stmt_append < 0 || s->stmt_append_group < 0 || s->stmt_read < 0 || s->stmt_last < 0 ||
-        s->fin_stmt < 0 || s->stmt_resolve < 0 || s->stmt_fin_main < 0) {
+        s->stmt_read_f < 0 || s->stmt_read_s < 0 || s->fin_stmt < 0 || s->stmt_resolve < 0 ||
+        s->stmt_fin_main < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }

@@ -29,5 +29,10 @@ struct pawl_read_batch;
 struct pawl_store;
 int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                     int64_t deadline_ns);
+/* pawl_read_filtered, bounded the same way. */
+struct pawl_filter;
+int pawl_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
+                             const struct pawl_filter *f, struct pawl_read_batch *b,
+                             int64_t *position, int64_t deadline_ns);
 
 #endif

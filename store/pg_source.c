@@ -35,6 +35,11 @@ struct source_pg {
     char *dsn;
     pthread_mutex_t mu;
     char err[512];
+    /* The filter (pawl_source_pg_set_filter): its copy, in one allocation, and its JSON. */
+    int filtered;
+    struct pawl_filter f;
+    void *f_mem;
+    char *f_json;
 };
 
 static struct source_pg *from(struct pawl_source *s)
@@ -88,7 +93,11 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
     /* A lost connection is retried inside the store; after PG_READ_PATIENCE_NS of it this read
      * reports "nothing yet" (the processor waits and reads again, and the outage's retries go
      * on), so that a processor stays responsive to stop requests while the database is away. */
-    int rc = pawl_read_until(s->store, after, max, &tls.b, pawl_now_ns() + PG_READ_PATIENCE_NS);
+    int64_t position = after;
+    int rc = s->filtered ? pawl_read_filtered_until(s->store, after, max, &s->f, &tls.b, &position,
+                                                    pawl_now_ns() + PG_READ_PATIENCE_NS)
+                         : pawl_read_until(s->store, after, max, &tls.b,
+                                           pawl_now_ns() + PG_READ_PATIENCE_NS);
     if (rc == PAWL_ETIMEDOUT) {
         if (last_seen)
             *last_seen = after;
@@ -105,6 +114,9 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
         rc = pawl_event_batch_push(out, &tls.b.events[i]);
         last = tls.b.events[i].index;
     }
+    /* A filtered read looked further than its last event: nothing up to its position matched. */
+    if (s->filtered && rc == 0 && position > last)
+        last = position;
     if (last_seen)
         *last_seen = last;
     return rc;
@@ -180,9 +192,76 @@ static const char *pg_errmsg(struct pawl_source *src)
     return copy;
 }
 
+static const char *pg_filter(struct pawl_source *src)
+{
+    struct source_pg *s = from(src);
+    return s->filtered ? s->f_json : NULL;
+}
+
+/* Copies of n strings of v, packed after *at in mem (sized by the caller). */
+static const char *const *copy_strings(const char *const *v, size_t n, char **at)
+{
+    if (n == 0)
+        return NULL;
+    const char **out = (const char **)(void *)*at;
+    *at += n * sizeof(char *);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(v[i]) + 1;
+        memcpy(*at, v[i], len);
+        out[i] = *at;
+        *at += len;
+    }
+    return out;
+}
+
+int pawl_source_pg_set_filter(struct pawl_source *src, const struct pawl_filter *f)
+{
+    if (src == NULL || src->ops->read != pg_read)
+        return PAWL_ENOTSUP;
+    struct source_pg *s = from(src);
+    char why[300];
+    if (pawl_filter_check(f, why, sizeof why) != 0) {
+        set_err(s, why);
+        return PAWL_EINVAL;
+    }
+    const char *const *v[3] = {f->categories, f->stream_prefixes, f->types};
+    size_t n[3] = {f->n_categories, f->n_stream_prefixes, f->n_types};
+    size_t need = 0;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++)
+            need += sizeof(char *) + strlen(v[k][i]) + 1;
+    int jl = pawl_filter_json(f, NULL, 0);
+    if (jl < 0)
+        return jl;
+    char *mem = pawl_malloc(need + 1), *json = pawl_malloc((size_t)jl + 1);
+    if (mem == NULL || json == NULL) {
+        pawl_free(mem);
+        pawl_free(json);
+        return PAWL_ENOMEM;
+    }
+    pawl_filter_json(f, json, (size_t)jl + 1);
+    char *at = mem;
+    struct pawl_filter c = {0};
+    c.categories = copy_strings(v[0], n[0], &at);
+    c.n_categories = n[0];
+    c.stream_prefixes = copy_strings(v[1], n[1], &at);
+    c.n_stream_prefixes = n[1];
+    c.types = copy_strings(v[2], n[2], &at);
+    c.n_types = n[2];
+    pawl_free(s->f_mem);
+    pawl_free(s->f_json);
+    s->f = c;
+    s->f_mem = mem;
+    s->f_json = json;
+    s->filtered = 1;
+    return 0;
+}
+
 static void pg_free(struct pawl_source *src)
 {
     struct source_pg *s = from(src);
+    pawl_free(s->f_mem);
+    pawl_free(s->f_json);
     if (s->owns_store)
         pawl_store_free(s->store);
     pawl_free(s->dsn);
@@ -197,6 +276,7 @@ static const struct pawl_source_ops pg_ops = {
     .index_at = pg_index_at,
     .errmsg = pg_errmsg,
     .free = pg_free,
+    .filter = pg_filter,
 };
 
 static struct source_pg *alloc_source(void)

@@ -413,6 +413,59 @@ static int pg_reset(struct pawl_tokens *tk, const char *proc, int64_t token)
     return run(from(tk), &s, 1);
 }
 
+struct filter_cap {
+    char *recorded;
+    size_t len;
+    int same, got;
+};
+
+static void on_filter(void *ud, const PGresult *r)
+{
+    struct filter_cap *c = ud;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 2)
+        return;
+    c->got = 1;
+    snprintf(c->recorded, c->len, "%s", PQgetvalue(r, 0, 0));
+    c->same = PQgetvalue(r, 0, 1)[0] == 't';
+}
+
+static int pg_filter(struct pawl_tokens *tk, const char *proc, const char *filter_json,
+                     char *recorded, size_t len)
+{
+    const char *v[2] = {proc, filter_json};
+    struct filter_cap c = {.recorded = recorded, .len = len};
+    if (len > 0)
+        recorded[0] = '\0';
+    struct pawl_pgstmt s = {.sql = "SELECT f::text, f = $2::jsonb"
+                                   "  FROM pawl.processor_filter($1, $2::jsonb) f",
+                            .nparams = 2,
+                            .values = v,
+                            .on_result = on_filter,
+                            .ud = &c};
+    int rc = run(from(tk), &s, 1);
+    if (rc == 0 && !c.got) {
+        set_err(from(tk), "pawl.processor_filter returned no row");
+        rc = PAWL_ESQL;
+    }
+    if (rc == 0 && !c.same) {
+        set_err(from(tk), "processor %s was created with filter %s, not %s", proc,
+                strcmp(recorded, "{}") == 0 ? "none (it reads every event)" : recorded,
+                strcmp(filter_json, "{}") == 0 ? "none" : filter_json);
+        rc = PAWL_EFILTER;
+    }
+    return rc;
+}
+
+static int pg_filter_reset(struct pawl_tokens *tk, const char *proc, const char *filter_json,
+                           int64_t token)
+{
+    char a[24];
+    const char *v[3] = {proc, filter_json, I64(a, token)};
+    struct pawl_pgstmt s = {
+        .sql = "SELECT pawl.processor_filter_reset($1, $2::jsonb, $3)", .nparams = 3, .values = v};
+    return run(from(tk), &s, 1);
+}
+
 /* ---- batch transactions ----
  *
  * A transaction object is reused (a free list on the store), and its statements live in one
@@ -939,6 +992,8 @@ static const struct pawl_tokens_ops pg_ops = {
     .dl_retry = pg_dl_retry,
     .dl_drop = pg_dl_drop,
     .dl_retry_failed = pg_dl_retry_failed,
+    .filter = pg_filter,
+    .filter_reset = pg_filter_reset,
 };
 
 int pawl_tokens_pg_new(struct pawl_tokens **out, const char *dsn)

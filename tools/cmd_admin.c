@@ -8,6 +8,7 @@
  * could be made. The commands that change a processor take its name (and every action) from
  * the command line only, never from the environment.
  */
+#include "filter_opt.h"
 #include "pgq.h"
 #include "position.h"
 #include "progress.h"
@@ -107,6 +108,33 @@ static int status_collect(struct tool_config *cfg, struct stores *s, const char 
     return TOOL_OK;
 }
 
+/*
+ * The processor's recorded filter (JSON into json, "{}" when none), set on s->src so that lag
+ * is counted in the events the processor reads.
+ */
+static int status_filter(struct tool_config *cfg, struct stores *s, const char *proc, char **json)
+{
+    char err[512];
+    int rc = tool_pgq_processor_filter(tool_dsn(cfg), proc, json, err, sizeof err);
+    if (rc != 0) {
+        tool_err("status: cannot read the filter of %s: %s", proc, err);
+        return tool_exit_for(rc);
+    }
+    struct tool_filter tf;
+    if (tool_filter_from_json(*json, &tf, err, sizeof err) != 0) {
+        tool_err("status: processor %s: %s", proc, err);
+        return TOOL_FAILED;
+    }
+    if (tf.given && (rc = pawl_source_pg_set_filter(s->src, &tf.f)) != 0) {
+        tool_err("status: processor %s: its filter: %s", proc,
+                 pawl_source_errmsg(s->src, (char[512]){0}, 512));
+        tool_filter_fini(&tf);
+        return TOOL_FAILED;
+    }
+    tool_filter_fini(&tf);
+    return TOOL_OK;
+}
+
 /* The processor name: --processor, or the one positional argument. A command that changes the
  * processor (changes != 0) does not take it from PAWL_PROCESSOR. */
 static const char *proc_name(struct tool_config *cfg, int argc, const char *const *argv,
@@ -198,25 +226,32 @@ static int status_list(struct tool_config *cfg)
                 printf("%s{\"processor\": \"%s\", \"segments\": %" PRId64 ", \"claimed\": %" PRId64
                        ", \"expired_claims\": %" PRId64
                        ", \"owners\": %s, \"lowest_token\": %" PRId64 ", \"head\": %" PRId64
-                       ", \"lag_events\": %" PRId64 "}",
+                       ", \"lag_events\": %" PRId64 ", \"filter\": %s}",
                        i ? ", " : "", rows[i].name, rows[i].segments, rows[i].claimed,
                        rows[i].expired, owners, rows[i].lowest_token, rows[i].head,
-                       PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0));
+                       PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
+                       strcmp(rows[i].filter, "{}") == 0 ? "null" : rows[i].filter);
             }
             printf("]}\n");
         } else if (n == 0) {
             printf("no processors yet (pawl run --processor NAME creates one)\n");
         } else {
-            printf("%-24s %-9s %-8s %-12s %-12s %-12s %s\n", "PROCESSOR", "SEGMENTS", "CLAIMED",
-                   "LOWEST-TOKEN", "HEAD", "LAG-EVENTS", "OWNERS");
+            printf("%-24s %-9s %-8s %-12s %-12s %-12s %-24s %s\n", "PROCESSOR", "SEGMENTS",
+                   "CLAIMED", "LOWEST-TOKEN", "HEAD", "LAG-EVENTS", "FILTER", "OWNERS");
             for (size_t i = 0; i < n; i++) {
-                char owners[4 * sizeof rows[i].owners];
+                char owners[4 * sizeof rows[i].owners], desc[1024] = "-", e[256];
                 tool_printable(rows[i].owners, owners, sizeof owners);
+                struct tool_filter tf;
+                if (tool_filter_from_json(rows[i].filter, &tf, e, sizeof e) == 0 && tf.given)
+                    tool_filter_describe(&tf, desc, sizeof desc);
+                else if (strcmp(rows[i].filter, "{}") != 0)
+                    snprintf(desc, sizeof desc, "(long: pawl status %s)", rows[i].name);
+                tool_filter_fini(&tf);
                 printf("%-24s %-9" PRId64 " %-8" PRId64 " %-12" PRId64 " %-12" PRId64 " %-12" PRId64
-                       " %s%s\n",
+                       " %-24s %s%s\n",
                        rows[i].name, rows[i].segments, rows[i].claimed, rows[i].lowest_token,
                        rows[i].head, PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
-                       owners[0] ? owners : "-",
+                       desc, owners[0] ? owners : "-",
                        rows[i].expired ? "  (expired claims: nodes gone?)" : "");
             }
             printf("\n(lag: head - lowest token, an upper bound; pawl status NAME counts it per "
@@ -247,6 +282,12 @@ int cmd_status(struct tool_config *cfg, int argc, const char *const *argv)
     int ex = stores_open(cfg, &s);
     if (ex != TOOL_OK)
         return ex;
+    char *fjson = NULL;
+    if ((ex = status_filter(cfg, &s, proc, &fjson)) != TOOL_OK) {
+        free(fjson);
+        stores_close(&s);
+        return ex;
+    }
     int live = cfg->tool.watch_ms > 0 && isatty(STDOUT_FILENO) && !cfg->tool.json;
     int64_t shown = 0;
     for (;;) {
@@ -254,6 +295,7 @@ int cmd_status(struct tool_config *cfg, int argc, const char *const *argv)
         char err[512];
         if ((ex = status_collect(cfg, &s, proc, TOOL_STATUS_SCAN_LIMIT, &st, "status")) != TOOL_OK)
             break;
+        st.filter = fjson;
         tool_status_finalizer_lock(tool_dsn(cfg), &st.fin);
         if (live)
             fputs("\033[H\033[2J", stdout); /* home and clear: redraw in place */
@@ -303,6 +345,7 @@ int cmd_status(struct tool_config *cfg, int argc, const char *const *argv)
     }
     if (tool_stop && ex == TOOL_OK)
         tool_note("interrupted: stopped watching %s after %" PRId64 " refreshes", proc, shown);
+    free(fjson);
     stores_close(&s);
     return ex;
 }
@@ -354,6 +397,9 @@ static int release_expired(struct pawl_tokens *tok, const struct tool_status *st
     return TOOL_OK;
 }
 
+static int reset_run(struct tool_config *cfg, const char *proc, const struct tool_pos *top,
+                     const struct tool_filter *tf);
+
 int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
 {
     const char *proc = proc_name(cfg, argc, argv, "reset", 1);
@@ -365,13 +411,58 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
         tool_err("reset: %s", err);
         return TOOL_USAGE;
     }
+    /* A new filter (or --no-filter): recorded with the tokens, in the same transaction. */
+    struct tool_filter tf;
+    if (tool_filter_from_flags(cfg->tool.categories, cfg->tool.stream_prefixes, cfg->tool.types,
+                               &tf, err, sizeof err) != 0) {
+        tool_err("reset: %s", err);
+        return TOOL_USAGE;
+    }
+    if (tf.given && cfg->tool.no_filter) {
+        tool_filter_fini(&tf);
+        tool_err("reset: --no-filter drops the filter; it takes no --category, --stream-prefix "
+                 "or --types");
+        return TOOL_USAGE;
+    }
+    int ex = reset_run(cfg, proc, &to, &tf);
+    tool_filter_fini(&tf);
+    return ex;
+}
+
+static int reset_run(struct tool_config *cfg, const char *proc, const struct tool_pos *top,
+                     const struct tool_filter *tf)
+{
+    struct tool_pos to = *top;
+    char err[512];
+    int change_filter = tf->given || cfg->tool.no_filter;
+    char *new_json = NULL, *old_json = NULL;
+    if (change_filter) {
+        int need = tf->given ? pawl_filter_json(&tf->f, NULL, 0) : 2;
+        if (need < 0 || (new_json = malloc((size_t)need + 1)) == NULL)
+            return TOOL_FAILED;
+        if (tf->given)
+            pawl_filter_json(&tf->f, new_json, (size_t)need + 1);
+        else
+            snprintf(new_json, 3, "{}");
+    }
     struct stores s;
     int ex = stores_open(cfg, &s);
-    if (ex != TOOL_OK)
+    if (ex != TOOL_OK) {
+        free(new_json);
         return ex;
+    }
+    /* Lag and the preview go by the filter in force now. */
+    if ((ex = status_filter(cfg, &s, proc, &old_json)) != TOOL_OK) {
+        free(new_json);
+        free(old_json);
+        stores_close(&s);
+        return ex;
+    }
     struct tool_status st;
     int rc;
     if ((ex = status_collect(cfg, &s, proc, 0, &st, "reset")) != TOOL_OK) {
+        free(new_json);
+        free(old_json);
         stores_close(&s);
         return ex;
     }
@@ -427,6 +518,16 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
             r->seg.id, r->seg.mask, r->token, target, d < 0 ? "replays" : "skips", d < 0 ? -d : d,
             r->owner[0] ? "  claimed by " : "", tool_printable(r->owner, shown, sizeof shown));
     }
+    if (change_filter) {
+        struct tool_filter oldf;
+        char od[1024] = "none (every event)", nd[1024] = "none (every event)", e[256];
+        if (tool_filter_from_json(old_json, &oldf, e, sizeof e) == 0 && oldf.given)
+            tool_filter_describe(&oldf, od, sizeof od);
+        tool_filter_fini(&oldf);
+        if (tf->given)
+            tool_filter_describe(tf, nd, sizeof nd);
+        printf("  filter: %s -> %s\n", od, nd);
+    }
     if (!cfg->tool.execute) {
         printf("nothing changed: add --execute to apply\n");
         goto out;
@@ -434,7 +535,12 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
     if ((ex = release_expired(s.tok, &st, "reset")) != TOOL_OK)
         goto out;
     int64_t set = 0;
-    rc = pawl_processor_reset(s.tok, s.src, proc, PAWL_RESET_INDEX, target, &set);
+    if (change_filter) {
+        rc = s.tok->ops->filter_reset(s.tok, proc, new_json, target);
+        set = target;
+    } else {
+        rc = pawl_processor_reset(s.tok, s.src, proc, PAWL_RESET_INDEX, target, &set);
+    }
     if (rc != 0) {
         tool_err("reset failed: %s (%s)", pawl_tokens_errmsg(s.tok, (char[512]){0}, 512),
                  pawl_strerror(rc));
@@ -447,6 +553,8 @@ int cmd_reset(struct tool_config *cfg, int argc, const char *const *argv)
 out:
     tool_status_fini(&st);
     stores_close(&s);
+    free(new_json);
+    free(old_json);
     return ex;
 }
 

@@ -10,6 +10,7 @@
  * JSON (so a stream of bytes without newlines is refused at once, in bounded memory), and
  * Ctrl-C ends it cleanly with a summary of what was appended.
  */
+#include "filter_opt.h"
 #include "httpd.h"
 #include "jsonl.h"
 #include "load.h"
@@ -642,6 +643,93 @@ int cmd_append(struct tool_config *cfg, int argc, const char *const *argv)
 
 /* ---- tail ---- */
 
+static void print_event(const struct tool_config *cfg, const struct pawl_event *e);
+
+/*
+ * `pawl tail --stream S`: the stream's finalized events after --from, a sequence number of the
+ * stream (start: 0; end: its last; -N: its last N), in order; --follow waits for more.
+ */
+static int tail_stream(struct tool_config *cfg)
+{
+    const char *stream = cfg->tool.stream;
+    const char *f = cfg->tool.from ? cfg->tool.from : "start";
+    const char *dsn = tool_dsn(cfg);
+    if (dsn == NULL)
+        return TOOL_NODB;
+    int64_t after = 0;
+    int rel = 0; /* 1: end, 2: -N */
+    char *endp = NULL;
+    if (strcmp(f, "start") == 0) {
+        after = 0;
+    } else if (strcmp(f, "end") == 0) {
+        rel = 1;
+    } else {
+        errno = 0;
+        long long v = strtoll(f, &endp, 10);
+        if (errno || endp == f || *endp != '\0') {
+            tool_err("tail: --from %s: with --stream, a position is a sequence number of the "
+                     "stream (N, start, end, or -N for its last N events)",
+                     f);
+            return TOOL_USAGE;
+        }
+        if (v < 0) {
+            rel = 2;
+            after = -(int64_t)v;
+        } else {
+            after = (int64_t)v;
+        }
+    }
+    if (rel) {
+        char err[512];
+        int64_t version = 0;
+        int rc = tool_pgq_stream_version(dsn, stream, &version, err, sizeof err);
+        if (rc != 0) {
+            tool_err("tail: %s", err);
+            return tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
+        }
+        after = rel == 1 ? version : PAWL_MAX((int64_t)0, version - after);
+    }
+    struct pawl_store *s = NULL;
+    int ex = open_store(cfg, dsn, &s);
+    if (ex != TOOL_OK)
+        return ex;
+    struct pawl_read_batch b;
+    pawl_read_batch_init(&b);
+    int64_t printed = 0;
+    while (!tool_stop) {
+        size_t want = 1000;
+        if (cfg->tool.count > 0)
+            want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
+        if (want == 0)
+            break;
+        int64_t known = pawl_store_last_index(s);
+        int rc = pawl_read_stream(s, stream, after, want, &b);
+        if (rc != 0) {
+            char err[256];
+            pawl_store_errmsg(s, err, sizeof err);
+            tool_err("tail: %s (%s)", pawl_strerror(rc), err);
+            ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
+            break;
+        }
+        if (b.count == 0) {
+            if (!cfg->tool.follow)
+                break;
+            /* Look again once the log moves (the stream's next event is finalized then). */
+            pawl_store_wait(s, known, 500);
+            continue;
+        }
+        for (size_t i = 0; i < b.count; i++) {
+            print_event(cfg, &b.events[i]);
+            after = b.events[i].stream_seq;
+        }
+        printed += (int64_t)b.count;
+        fflush(stdout);
+    }
+    pawl_read_batch_fini(&b);
+    pawl_store_free(s);
+    return ex;
+}
+
 static void print_event(const struct tool_config *cfg, const struct pawl_event *e)
 {
     if (cfg->tool.json) {
@@ -673,6 +761,8 @@ static void print_event(const struct tool_config *cfg, const struct pawl_event *
            e->payload_len > shown ? "..." : "");
 }
 
+static int tail_log(struct tool_config *cfg, const struct tool_filter *tfp);
+
 int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
 {
     if (argc > 0) {
@@ -684,8 +774,33 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
                  "the log, before anything could scrape it)");
         return TOOL_USAGE;
     }
-    struct tool_pos from;
+    struct tool_filter tf;
     char perr[512];
+    if (tool_filter_from_flags(cfg->tool.categories, cfg->tool.stream_prefixes, cfg->tool.types,
+                               &tf, perr, sizeof perr) != 0) {
+        tool_err("tail: %s", perr);
+        return TOOL_USAGE;
+    }
+    if (cfg->tool.stream) {
+        if (tf.given) {
+            tool_filter_fini(&tf);
+            tool_err("tail: --stream reads one stream; it takes no --category, --stream-prefix "
+                     "or --types");
+            return TOOL_USAGE;
+        }
+        return tail_stream(cfg);
+    }
+    int ex = tail_log(cfg, &tf);
+    tool_filter_fini(&tf);
+    return ex;
+}
+
+/* `pawl tail` of the log, or through a filter (tf->given). */
+static int tail_log(struct tool_config *cfg, const struct tool_filter *tfp)
+{
+    const struct tool_filter tf = *tfp;
+    char perr[512];
+    struct tool_pos from;
     if (tool_pos_parse("--from", cfg->tool.from ? cfg->tool.from : "start", &from, perr,
                        sizeof perr) != 0) {
         tool_err("tail: %s", perr);
@@ -722,10 +837,19 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
             want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
         if (want == 0)
             break;
-        int rc =
-            cfg->tool.follow ? pawl_follow(s, after, want, &b, 500) : pawl_read(s, after, want, &b);
-        if (rc == PAWL_ETIMEDOUT)
+        int64_t pos = after;
+        int rc;
+        if (tf.given)
+            rc = cfg->tool.follow ? pawl_follow_filtered(s, after, want, &tf.f, &b, &pos, 500)
+                                  : pawl_read_filtered(s, after, want, &tf.f, &b, &pos);
+        else
+            rc = cfg->tool.follow ? pawl_follow(s, after, want, &b, 500)
+                                  : pawl_read(s, after, want, &b);
+        if (rc == PAWL_ETIMEDOUT) {
+            if (tf.given)
+                after = PAWL_MAX(after, pos);
             continue;
+        }
         if (rc != 0) {
             char err[256];
             pawl_store_errmsg(s, err, sizeof err);
@@ -733,7 +857,8 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
             ex = tool_exit_for(rc) == TOOL_NODB ? TOOL_NODB : TOOL_FAILED;
             break;
         }
-        if (b.count == 0 && !cfg->tool.follow)
+        /* Unfiltered, an empty read is the end; filtered, a read that looked no further is. */
+        if (b.count == 0 && !cfg->tool.follow && (!tf.given || pos <= after))
             break;
         for (size_t i = 0; i < b.count; i++) {
             print_event(cfg, &b.events[i]);
@@ -741,6 +866,8 @@ int cmd_tail(struct tool_config *cfg, int argc, const char *const *argv)
                                     (pawl_wall_us() - b.events[i].appended_at_us) * 1000);
             after = b.events[i].index;
         }
+        if (tf.given)
+            after = PAWL_MAX(after, pos);
         pawl_metric_add(PAWL_M_EVENTS_READ, b.count);
         printed += (int64_t)b.count;
         fflush(stdout);

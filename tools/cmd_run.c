@@ -19,6 +19,7 @@
  * queue time-out each. While stopping, the store's reports of reconnects and retries are left
  * out of the log (run_log_sink): the stop's report says whether the database answers.
  */
+#include "filter_opt.h"
 #include "position.h"
 #include "progress.h"
 
@@ -696,6 +697,13 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         tool_err("run: %s", why);
         return TOOL_USAGE;
     }
+    /* The filter: part of the processor's definition, checked before anything connects. */
+    struct tool_filter tf;
+    if (tool_filter_from_flags(cfg->tool.categories, cfg->tool.stream_prefixes, cfg->tool.types,
+                               &tf, perr, sizeof perr) != 0) {
+        tool_err("run: %s", perr);
+        return TOOL_USAGE;
+    }
     const char *hname = cfg->tool.handler ? cfg->tool.handler : "count";
     struct builtin b;
     memset(&b, 0, sizeof b);
@@ -785,13 +793,26 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         ex = rc == PAWL_ESCHEMA ? TOOL_NOTFOUND : rc == PAWL_ECONN ? TOOL_NODB : TOOL_FAILED;
         goto out;
     }
+    if (tf.given && (rc = pawl_source_pg_set_filter(src, &tf.f)) != 0) {
+        tool_err("run: the filter: %s", pawl_source_errmsg(src, (char[512]){0}, 512));
+        ex = TOOL_USAGE;
+        goto out;
+    }
     if ((ex = run_initial_token(cfg, dsn, tok, &init, label)) != TOOL_OK)
         goto out;
     if ((rc = pawl_processor_new(&p, &cfg->lib.processor, src, tok, hs, nh)) != 0) {
         char tmsg[512];
         pawl_tokens_errmsg(tok, tmsg, sizeof tmsg);
-        tool_err("run: cannot create processor %s: %s%s%s", cfg->lib.processor.name,
-                 pawl_strerror(rc), tmsg[0] ? ": " : "", tmsg);
+        if (rc == PAWL_EFILTER) {
+            tool_err("run: refused: %s. A processor's filter is part of its definition: to "
+                     "change it, stop its nodes and run `pawl reset %s --to POSITION` with the "
+                     "new filter flags (or --no-filter), or give the new filter to a new "
+                     "processor name",
+                     tmsg, cfg->lib.processor.name);
+        } else {
+            tool_err("run: cannot create processor %s: %s%s%s", cfg->lib.processor.name,
+                     pawl_strerror(rc), tmsg[0] ? ": " : "", tmsg);
+        }
         ex = tool_exit_for(rc);
         goto out;
     }
@@ -885,5 +906,6 @@ out:
     pawl_store_free(store);
     pawl_log_set_sink(NULL, NULL);
     tool_abandon_here = 0;
+    tool_filter_fini(&tf);
     return ex;
 }

@@ -74,7 +74,10 @@ int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_p
                  "SELECT processor, count(*), count(*) FILTER (WHERE live), "
                  "  count(*) FILTER (WHERE owner IS NOT NULL AND NOT live), "
                  "  coalesce(string_agg(DISTINCT owner, ', ') FILTER (WHERE live), ''), "
-                 "  min(token), (SELECT pawl_api.last_index()) "
+                 "  min(token), (SELECT pawl_api.last_index()), "
+                 "  (SELECT CASE WHEN length(f.filter::text) < 1000 THEN f.filter::text "
+                 "               ELSE '{\"too_long\": true}' END "
+                 "     FROM pawl.processor_filters f WHERE f.processor = t.processor) "
                  "FROM t GROUP BY processor ORDER BY processor",
                  1, v, state, err, errlen);
     int rc = 0;
@@ -95,6 +98,8 @@ int tool_pgq_processors(const char *dsn, int64_t claim_timeout_ms, struct tool_p
                 snprintf(p->owners, sizeof p->owners, "%s", PQgetvalue(r, i, 4));
                 p->lowest_token = int_at(r, i, 5);
                 p->head = int_at(r, i, 6);
+                snprintf(p->filter, sizeof p->filter, "%s",
+                         PQgetisnull(r, i, 7) ? "{}" : PQgetvalue(r, i, 7));
             }
             *n = (size_t)nt;
         }
@@ -149,6 +154,10 @@ int tool_pgq_delete_processor(const char *dsn, const char *proc, int64_t claim_t
     if (r == NULL)
         goto rollback;
     PQclear(r);
+    r = query(c, "DELETE FROM pawl.processor_filters WHERE processor = $1", 1, v, err, errlen);
+    if (r == NULL)
+        goto rollback;
+    PQclear(r);
     r = query(c, "COMMIT", 0, NULL, err, errlen);
     if (r == NULL)
         goto out;
@@ -163,6 +172,24 @@ out:
     PQfinish(c);
     if (rc != 0)
         *deleted = 0;
+    return rc;
+}
+
+int tool_pgq_processor_filter(const char *dsn, const char *proc, char **json, char *err,
+                              size_t errlen)
+{
+    *json = NULL;
+    PGconn *c = connect_db(dsn, err, errlen);
+    if (c == NULL)
+        return PAWL_ECONN;
+    const char *v[1] = {proc};
+    PGresult *r =
+        query(c, "SELECT coalesce(pawl.processor_filter_show($1)::text, '{}')", 1, v, err, errlen);
+    int rc = r == NULL ? PAWL_ESQL : 0;
+    if (r && (*json = strdup(PQgetvalue(r, 0, 0))) == NULL)
+        rc = PAWL_ENOMEM;
+    PQclear(r);
+    PQfinish(c);
     return rc;
 }
 

@@ -21,7 +21,12 @@ struct tool_proc_row {
     char owners[512]; /* the live owners, comma-separated (raw: escape for printing) */
     int64_t lowest_token;
     int64_t head;
+    char filter[1024]; /* the recorded filter as JSON ("{}": none; raw: escape for printing) */
 };
+
+/* proc's recorded filter as JSON in *json, malloc'ed ("{}" when none is recorded). */
+int tool_pgq_processor_filter(const char *dsn, const char *proc, char **json, char *err,
+                              size_t errlen);
 
 /* Every processor in pawl.tokens, by name; *rows is malloc'ed (free it). PAWL_* code, with the
  * server's message in err: PAWL_ESCHEMA when the database has no pawl schema (by SQLSTATE). */

@@ -3,6 +3,7 @@
  */
 #include "status.h"
 
+#include "filter_opt.h"
 #include "position.h"
 
 #include "dsn.h"
@@ -340,6 +341,14 @@ void tool_status_print_table(FILE *f, const struct tool_status *st)
     /* Processor names are checked ([A-Za-z0-9_.:-]); owners are any printable text, escaped. */
     fprintf(f, "PROCESSOR %s   HEAD %" PRId64 "   SEGMENTS %zu   LAG %s%" PRId64 " events\n\n",
             st->proc, st->head, st->n, exact ? "" : "<= ", total);
+    if (st->filter && strcmp(st->filter, "{}") != 0) {
+        struct tool_filter tf;
+        char desc[1024] = "", e[256];
+        if (tool_filter_from_json(st->filter, &tf, e, sizeof e) == 0)
+            tool_filter_describe(&tf, desc, sizeof desc);
+        tool_filter_fini(&tf);
+        fprintf(f, "filter: %s (lag counts the events it selects)\n\n", desc[0] ? desc : "?");
+    }
     if (st->fin.known != 0) {
         char line[2048];
         for (int i = 0; i < tool_status_fin_lock_lines(&st->fin); i++) {
@@ -420,6 +429,9 @@ int tool_status_print_json(FILE *f, const struct tool_status *st, int pretty)
     json_object_set_new(o, "head", json_integer(st->head));
     json_object_set_new(o, "lag_events", json_integer(total));
     json_object_set_new(o, "lag_exact", json_boolean(exact));
+    json_t *fj =
+        st->filter && strcmp(st->filter, "{}") != 0 ? json_loads(st->filter, 0, NULL) : NULL;
+    json_object_set_new(o, "filter", fj ? fj : json_null());
     json_object_set_new(o, "time_us", json_integer(st->now_us));
     if (st->fin.known > 0) {
         /* held, and the first session's pid, application and seconds at the top as before;

@@ -59,6 +59,9 @@ struct tool_status {
     size_t n;
     struct tool_seg_row *rows; /* owned */
     struct tool_fin_lock fin;  /* filled by tool_status_finalizer_lock; known 0 otherwise */
+    const char *filter;        /* the processor's recorded filter as JSON (NULL or "{}": none;
+                                  the caller's); the source given to tool_status_collect must
+                                  read with it */
 };
 
 #define TOOL_STATUS_SCAN_LIMIT 1000000

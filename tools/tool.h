@@ -26,7 +26,8 @@ enum tool_exit {
     TOOL_FAILED = 1,        /* the operation failed (database error, I/O error) */
     TOOL_USAGE = 2,         /* unknown command or flag, a bad value, a missing argument */
     TOOL_NODB = 3,          /* cannot reach the database (or start the private one) */
-    TOOL_REFUSED = 4,       /* refused: segments are claimed, or a merge is still running */
+    TOOL_REFUSED = 4,       /* refused: segments are claimed, a merge is still running, or
+                               (run) the processor was created with another filter */
     TOOL_NOTFOUND = 5,      /* no such processor or segment; no schema (run `pawl init`) */
     TOOL_BADINPUT = 6,      /* append: an input line is not a valid event (or too long) */
     TOOL_CONFLICT = 7,      /* append: a stream is not at the expected version */

@@ -67,11 +67,15 @@ struct tool_opts {
     int json;              /* status/config/tail: JSON output */
     int64_t watch_ms;      /* status: refresh every watch_ms (0 = once) */
     int metrics;           /* status: also print the metrics snapshot */
-    int execute;         /* reset/split/merge/delete/retention/dead-letters: do it (else preview) */
-    int wait;            /* append: wait for the final indexes and print them */
-    const char *to;      /* reset target: start | end | <index> | <ISO 8601 time>;
-                            dead-letters drop: the highest index to drop */
-    const char *stream;  /* dead-letters show/retry/drop: the stream */
+    int execute;        /* reset/split/merge/delete/retention/dead-letters: do it (else preview) */
+    int wait;           /* append: wait for the final indexes and print them */
+    const char *to;     /* reset target: start | end | <index> | <ISO 8601 time>;
+                           dead-letters drop: the highest index to drop */
+    const char *stream; /* dead-letters show/retry/drop: the stream; tail: the stream to read */
+    const char *categories; /* tail/run/reset: the filter's lists, comma-separated */
+    const char *stream_prefixes;
+    const char *types;
+    int no_filter;       /* reset: drop the processor's filter */
     int segment;         /* split/merge: segment id */
     const char *before;  /* retention: the new low-watermark, an index or a position (NULL or
                             "0": show the partitions) */

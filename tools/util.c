@@ -297,6 +297,8 @@ int tool_exit_for(int rc)
     case PAWL_ECONFLICT:
     case PAWL_EIDUSED:
         return TOOL_CONFLICT;
+    case PAWL_EFILTER:
+        return TOOL_REFUSED;
     default:
         return TOOL_FAILED;
     }

@@ -13,16 +13,20 @@
  * Each cell starts with a CHECKPOINT (see checkpoint()), and after each cell everything
  * appended is finalized (untimed), so each cell starts clean. Per cell: the whole system's CPU
  * per event and, of it, the finalizer's own (its server process and the store's threads that
- * serve it; see fin_cpu_ns_now()).
+ * serve it; see fin_cpu_ns_now()); and the server CPU per event of the cell's own backends
+ * (every client backend of the database but the run's admin connection: the store's or the
+ * pool's connections and the finalizer's, each one's task clock summed over the measured
+ * window, see server_cpu.h), which other work on a shared server does not inflate.
  * Each off/on pair runs --rounds times, the two cells of a round next to each other; besides the
  * means over rounds, the geometric mean of the rounds' own on/off ratios is reported with its
  * 95% interval, which says whether a difference of a few percent is the finalizer or the machine.
  * Output: CSV (stdout, or --csv FILE) and a markdown table on stderr.
- * The finalize delay's p50 and p99 over several rounds are the means of the rounds' own
- * percentiles, not percentiles of all the rounds' samples pooled: the store reports its delay
- * percentiles (pawl_store_stats), not the histogram they come from, so rounds cannot be pooled.
- * The max is the largest of any round. Every output says so (the CSV in its last column,
- * delay_percentiles: "one round" or "mean of N rounds").
+ * The finalize delay's p50 and p99 are percentiles of every round's delays pooled: a per-run
+ * cell's delays come from the library's process-wide histogram (pawl/metrics.h,
+ * PAWL_H_FINALIZE_DELAY, the figure behind pawl_store_stats' delay percentiles) read around the
+ * cell, a per-event cell's from this program's own measurements in the same geometry (within
+ * 6.25 %), and the rounds' histograms are added. The max is the largest of any round. The CSV's
+ * delay_percentiles column says "one round" or "pooled over N rounds".
  *
  * Usage: bench_append --dsn DSN [--seconds 10] [--rounds 3] [--rate 10000] [--inflight 64]
  *                     [--csv FILE] [--baseline] [--quick] [--min-interval-us N] [--streams N]
@@ -39,6 +43,7 @@
 #include "flags.h"
 #include "log_int.h"
 #include "pgconn.h"
+#include "server_cpu.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -79,6 +84,10 @@ struct cell {
     double fin_runs_s;
     double retries;       /* re-runs per append (conflicts on shared streams; per-run cells only) */
     double fin_cpu_us_ev; /* of cpu_us_ev, the finalizer's own: its backend and its threads */
+    double srv_us_ev;     /* the cell's backends' CPU per event (server_cpu.h); 0 = unknown */
+    double srv_fin_us_ev; /* of srv_us_ev, the finalizer backend's */
+    int srv_known;        /* 1: the backends were read (a local server) */
+    struct pawl_metrics_hist delay; /* the finalize delays (pooled over rounds in main) */
     /* On an "on" cell of an off/on pair: the on/off ratios of each round's two cells (run next
      * to each other), as a geometric mean and its 95% interval; n = 0 when not computed. */
     struct ratio_ci {
@@ -327,6 +336,33 @@ static double cpu_us_per_event(int64_t cpu0, int64_t cpu1, int64_t events)
     return postmaster && events > 0 ? (double)(cpu1 - cpu0) / 1e3 / (double)events : 0;
 }
 
+/* The cell's backends (every client backend of this database but admin's), read at the start
+ * of the measured window. */
+static void srv_cells_start(struct srv_cpu *sc)
+{
+    sc->n = 0;
+    if (PQstatus(admin) == CONNECTION_OK)
+        srv_cpu_add_db_backends(sc, admin);
+    srv_cpu_start(sc);
+}
+
+/* ... and at its end: their CPU per event into c. */
+static void srv_cells_stop(const struct srv_cpu *sc, struct cell *c, int64_t events)
+{
+    struct srv_cpu_result r;
+    srv_cpu_stop(sc, &r);
+    c->srv_known = r.local && events > 0;
+    c->srv_us_ev = c->srv_known ? (double)r.ns / 1e3 / (double)events : 0;
+    c->srv_fin_us_ev = c->srv_known ? (double)r.fin_ns / 1e3 / (double)events : 0;
+    if (c->srv_known)
+        fprintf(stderr,
+                "  the cell's %d backends: %.1f µs of CPU per event, the finalizer's %.1f\n",
+                r.backends, c->srv_us_ev, c->srv_fin_us_ev);
+    if (r.lost)
+        fprintf(stderr, "  (%d backend%s exited inside the window: not counted)\n", r.lost,
+                r.lost == 1 ? "" : "s");
+}
+
 /* ---- closed-loop admission ----------------------------------------------------------------- */
 
 /*
@@ -499,14 +535,22 @@ static void run_store_cell(struct cell *c)
     struct wal_mark w0 = {0, 0};
     pid_t fin_pid = c->finalizer ? fin_backend() : 0;
     int64_t fin_cpu0 = 0;
+    struct srv_cpu sc = {0};
+    struct pawl_metrics_snapshot *m0 = calloc(2, sizeof *m0), *m1 = m0 ? m0 + 1 : NULL;
+    if (m0 == NULL) {
+        fprintf(stderr, "bench_append: out of memory\n");
+        exit(1);
+    }
     while (1) {
         int64_t now = now_ns();
         if (!measuring && now >= t_measure) {
             w0 = wal_now();
             cpu0 = cpu_ns_now();
             fin_cpu0 = fin_cpu_ns_now(fin_pid);
+            srv_cells_start(&sc);
             ev0 = atomic_load(&d.done_events);
             pawl_store_stats(s, &st0, 1); /* reset the delay histogram */
+            pawl_metrics_snapshot(m0);    /* and the pooled one's start */
             measuring = 1;
             t_measure = now;
         }
@@ -532,6 +576,7 @@ static void run_store_cell(struct cell *c)
     int64_t t1 = now_ns();
     c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
     c->fin_cpu_us_ev = cpu_us_per_event(fin_cpu0, fin_cpu_ns_now(fin_pid), ev1 - ev0);
+    srv_cells_stop(&sc, c, ev1 - ev0);
     struct wal_mark w1 = wal_now();
     double secs = (double)(t1 - t_measure) / 1e9, appends = (double)(ev1 - ev0) / c->batch;
     if (fin_pid)
@@ -547,6 +592,10 @@ static void run_store_cell(struct cell *c)
     if (c->finalizer)
         usleep(100000);
     pawl_store_stats(s, &st, 0);
+    pawl_metrics_snapshot(m1);
+    pawl_metrics_diff(m1, m1, m0);
+    c->delay = m1->hists[PAWL_H_FINALIZE_DELAY];
+    free(m0);
     c->ev_s = (double)(ev1 - ev0) / ((double)(t1 - t_measure) / 1e9);
     c->p50 = st.delay_p50_ms;
     c->p99 = st.delay_p99_ms;
@@ -647,6 +696,8 @@ static void *pe_finalizer(void *arg)
 {
     struct pe *pe = arg;
     PGconn *c = PQconnectdb(dsn);
+    /* Named so that the cell's server CPU shows its share (srv_cpu_add_db_backends). */
+    PQclear(PQexec(c, "SET application_name = 'per-event finalizer'"));
     long long covered = 0;
     while (!atomic_load(&pe->stop)) {
         if (!atomic_exchange(&pe->signal, 0)) {
@@ -705,10 +756,12 @@ static void run_pe_cell(struct cell *c)
     int64_t ev0 = -1;
     int max_inflight = inflight_per_conn * c->conns;
     int64_t cpu0 = 0;
+    struct srv_cpu sc = {0};
     while (1) {
         int64_t now = now_ns();
         if (ev0 < 0 && now >= t_measure) {
             cpu0 = cpu_ns_now();
+            srv_cells_start(&sc);
             ev0 = atomic_load(&pe->done_events);
             t_measure = now;
             pe->ndelays = 0;
@@ -751,6 +804,7 @@ static void run_pe_cell(struct cell *c)
     int64_t ev1 = atomic_load(&pe->done_events);
     int64_t t1 = now_ns();
     c->cpu_us_ev = cpu_us_per_event(cpu0, cpu_ns_now(), ev1 - ev0);
+    srv_cells_stop(&sc, c, ev1 - ev0);
     while (atomic_load(&pe->g.inflight) > 0)
         usleep(1000);
     usleep(100000);
@@ -764,6 +818,8 @@ static void run_pe_cell(struct cell *c)
         c->p99 = pe->delays[(pe->ndelays * 99) / 100] / 1e6;
         c->max = pe->delays[pe->ndelays - 1] / 1e6;
         c->delay_count = (int64_t)pe->ndelays;
+        for (size_t k = 0; k < pe->ndelays; k++)
+            bench_hist_add(&c->delay, pe->delays[k]);
     }
     c->fin_runs_s = pe->runs / ((t1 - t0) / 1e9);
     pawl_pgpool_free(pe->pool);
@@ -934,7 +990,7 @@ int main(int argc, char **argv)
     /* How the delay percentiles of a cell were formed (see the first comment). */
     char pct_how[48];
     if (rounds > 1)
-        snprintf(pct_how, sizeof pct_how, "mean of %d rounds", rounds);
+        snprintf(pct_how, sizeof pct_how, "pooled over %d rounds", rounds);
     else
         snprintf(pct_how, sizeof pct_how, "one round");
     FILE *csv = csv_path ? fopen(csv_path, "w") : stdout;
@@ -943,7 +999,8 @@ int main(int argc, char **argv)
                  "delay_samples,finalize_runs_per_s,streams_per_append,cpu_us_per_event,"
                  "reruns_per_append,finalizer_cpu_us_per_event,round_ratio_events_per_s,"
                  "round_ratio_events_per_s_lo95,round_ratio_events_per_s_hi95,round_ratio_cpu,"
-                 "round_ratio_cpu_lo95,round_ratio_cpu_hi95,delay_percentiles\n");
+                 "round_ratio_cpu_lo95,round_ratio_cpu_hi95,delay_percentiles,"
+                 "server_backends_cpu_us_per_event,server_finalizer_backend_cpu_us_per_event\n");
     /*
      * The machine is shared and noisy: each off/on pair runs `rounds` times, interleaved, and
      * the figures are the means over rounds (max: the maximum). The order alternates, off, on,
@@ -980,8 +1037,10 @@ int main(int argc, char **argv)
                     run_pe_cell(&one);
                 acc[w].ev_s += one.ev_s / rounds;
                 acc[w].cpu_us_ev += one.cpu_us_ev / rounds;
-                acc[w].p50 += one.p50 / rounds;
-                acc[w].p99 += one.p99 / rounds;
+                bench_hist_merge(&acc[w].delay, &one.delay);
+                acc[w].srv_us_ev += one.srv_us_ev / rounds;
+                acc[w].srv_fin_us_ev += one.srv_fin_us_ev / rounds;
+                acc[w].srv_known |= one.srv_known;
                 acc[w].max = one.max > acc[w].max ? one.max : acc[w].max;
                 acc[w].delay_count += one.delay_count;
                 acc[w].fin_runs_s += one.fin_runs_s / rounds;
@@ -1007,9 +1066,13 @@ int main(int argc, char **argv)
             struct cell *c = &cells[i + w];
             c->ev_s = acc[w].ev_s;
             c->cpu_us_ev = acc[w].cpu_us_ev;
-            c->p50 = acc[w].p50;
-            c->p99 = acc[w].p99;
+            /* Percentiles of every round's delays pooled (the first comment). */
+            c->p50 = bench_hist_ms(&acc[w].delay, 0.50);
+            c->p99 = bench_hist_ms(&acc[w].delay, 0.99);
             c->max = acc[w].max;
+            c->srv_us_ev = acc[w].srv_us_ev;
+            c->srv_fin_us_ev = acc[w].srv_fin_us_ev;
+            c->srv_known = acc[w].srv_known;
             c->delay_count = acc[w].delay_count;
             c->fin_runs_s = acc[w].fin_runs_s;
             c->retries = acc[w].retries;
@@ -1024,7 +1087,11 @@ int main(int argc, char **argv)
                         c->thr_ratio.hi, c->cpu_ratio.mean, c->cpu_ratio.lo, c->cpu_ratio.hi);
             else
                 fputs(",,,,,,", csv);
-            fprintf(csv, ",%s\n", pct_how);
+            fprintf(csv, ",%s", pct_how);
+            if (c->srv_known)
+                fprintf(csv, ",%.2f,%.2f\n", c->srv_us_ev, c->srv_fin_us_ev);
+            else
+                fputs(",,\n", csv);
             fflush(csv);
         }
         i += width - 1;
@@ -1033,8 +1100,9 @@ int main(int argc, char **argv)
         fclose(csv);
 
     fprintf(stderr, "\n| design | conns | events/append | off ev/s | on ev/s | on/off | CPU/event "
-                    "off | on | on/off | finalizer's own | delay p50 | p99 | max |\n"
-                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                    "off | on | on/off | finalizer's own | backends' CPU/event off | on | of it "
+                    "finalizer's | delay p50 | p99 | max |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int with_ci = 0;
     for (int i = 0; i + 1 < nc; i++) {
         struct cell *off = &cells[i], *on = &cells[i + 1];
@@ -1043,20 +1111,22 @@ int main(int argc, char **argv)
             continue;
         fprintf(
             stderr,
-            "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.1f µs | %.2f ms "
-            "| %.2f ms | %.2f ms |\n",
+            "| %s | %d | %d | %.0f | %.0f | %.3f | %.1f µs | %.1f µs | %.3f | %.1f µs | %.1f µs "
+            "| %.1f µs | %.1f µs | %.2f ms | %.2f ms | %.2f ms |\n",
             on->design, on->conns, on->batch, off->ev_s, on->ev_s, on->ev_s / off->ev_s,
             off->cpu_us_ev, on->cpu_us_ev,
-            off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->fin_cpu_us_ev, on->p50,
-            on->p99, on->max);
+            off->cpu_us_ev > 0 ? on->cpu_us_ev / off->cpu_us_ev : 0.0, on->fin_cpu_us_ev,
+            off->srv_us_ev, on->srv_us_ev, on->srv_fin_us_ev, on->p50, on->p99, on->max);
         with_ci |= on->thr_ratio.n > 1;
     }
-    if (rounds > 1)
-        fprintf(stderr,
-                "\ndelay p50 and p99: the means of the %d rounds' own percentiles (the store "
-                "reports percentiles, not its histogram, so the rounds' samples are not pooled); "
-                "max: the largest of any round\n",
-                rounds);
+    fprintf(stderr,
+            "\nCPU/event: every process of the cluster and this one (the whole machine's share "
+            "of the cell); backends' CPU/event: the cell's own backends summed (its connections' "
+            "and the finalizer's; %s over the window), which other databases' work does not "
+            "inflate.\ndelay p50 and p99: %s (histograms within 6.25%%); max: the largest of "
+            "any round\n",
+            srv_cpu_clock_name(),
+            rounds > 1 ? "percentiles of every round's delays pooled" : "one round");
     /* The same pairs judged round by round: the geometric mean of each round's on/off and its
      * 95% interval (the means above are ratios of means over rounds). */
     if (with_ci) {
@@ -1078,9 +1148,9 @@ int main(int argc, char **argv)
         if (cells[i].target_rate)
             fprintf(stderr,
                     "\nrate-limited %d ev/s (%d-event appends, 4 conns, finalizer on): %.0f ev/s, "
-                    "delay p50 %.2f ms, p99 %.2f ms (%s%s), max %.2f ms\n",
+                    "delay p50 %.2f ms, p99 %.2f ms (%s), max %.2f ms\n",
                     cells[i].target_rate, cells[i].batch, cells[i].ev_s, cells[i].p50, cells[i].p99,
-                    pct_how, rounds > 1 ? "' percentiles" : "", cells[i].max);
+                    pct_how, cells[i].max);
     PQfinish(admin);
     return 0;
 }

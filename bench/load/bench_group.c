@@ -1,45 +1,62 @@
 /*
- * bench_group.c — group append against the plain-INSERT ceiling, side by side in one run.
+ * bench_group.c — group append beside plain-INSERT baselines (and, at one writer, message-db's
+ * write_message), side by side in one run.
  *
- * Cells. Each round runs, next to each other: the ceiling (a plain
- * table of pawl.events' row shape and indexes, bench_ceiling.events, one INSERT per
- * transaction with a client-chosen sequence, the rows' types and payloads sent as binary
- * arrays as pawl sends its events, one blocking client per connection), pawl with
- * group append (the default), pawl without it (append_group_max 1), and pawl grouped with its
- * finalizer off. pawl's callers are blocking pawl_append calls, one thread each. In one64 and
- * ten64 a fifth variant, "async", keeps as many appends in flight from one thread with
- * pawl_append_async (grouped, finalizer on): what the appends cost without a thread per caller,
- * as an event-loop service submits them; its client CPU is the library's own. Cells of more
- * than one event per append also report "ceiling_server_rows": the same INSERT sending one
- * payload and making its rows in the server (generate_series), which no client with distinct
- * rows can do; until 2026-12-03 it was the ceiling.
+ * Cells. Each round runs, next to each other: the cell's INSERT baselines (a plain table of
+ * pawl.events' row shape and indexes, bench_ceiling.events, one INSERT of one append's rows per
+ * transaction with a client-chosen sequence, the rows' types and payloads sent as binary arrays
+ * as pawl sends its events, one blocking client per connection), at one writer message-db's
+ * write_message, then pawl with group append (the default), pawl without it (append_group_max
+ * 1), and pawl grouped with its finalizer off. pawl's callers are blocking pawl_append calls,
+ * one thread each. In one64 and ten64 a fifth variant, "async", keeps as many appends in flight
+ * from one thread with pawl_append_async (grouped, finalizer on): what the appends cost without
+ * a thread per caller, as an event-loop service submits them; its client CPU is the library's
+ * own. Cells of more than one event per append also report "insert_server_rows_4clients": the
+ * same INSERT sending one payload and making its rows in the server (generate_series), which no
+ * client with distinct rows can do; it is not one of the baselines the ratios are taken against.
  *
  *   one64    1-event appends, random streams of 100 000, 64 callers, 4 connections
- *            | ceiling: 1-row INSERT, 4 clients
- *   one1     one writer, blocking 1-event appends, 1 connection | 1-row INSERT, 1 client
+ *            | 1-row INSERT, 4 clients and 64 clients
+ *   one1     one writer, blocking 1-event appends, 1 connection | 1-row INSERT, 1 client;
+ *            message-db's write_message, 1 client
  *   ten64    10-event appends (one random stream each), 64 callers, 4 connections
- *            | 10-row INSERT, 4 clients
+ *            | 10-row INSERT, 4 clients and 64 clients
  *   hundred  100-event appends, one stream per caller, explicit versions, 4 callers, 4
  *            connections | 100-row INSERT, 4 clients
  *   half     one64 at half of the grouped rate measured in the same round (paced callers):
  *            the append latency p99 there
  *
- * Per cell: events/s, the ratio to the ceiling, append p50/p99 (submit to acknowledged
- * commit), WAL flushes per event (pg_stat_wal.wal_sync), mean group size, and this process's
- * CPU per event and context switches per event (getrusage: the pawl library and the callers,
- * every thread, not the server; on a small VM a context switch costs several µs of CPU, so
- * at one event per append the switches are most of the CPU). Means over
- * --rounds with the min..max of the per-round ratios.
+ * No baseline is called a ceiling: 4 INSERT clients against 64 pawl callers is not the same
+ * concurrency, and 64 INSERT clients are not faster on a small machine. Every ratio is taken
+ * against the better (more events/s) of the cell's INSERT baselines in the same round.
+ *
+ * Per variant: events/s, the ratio to the better INSERT (and at one writer to write_message),
+ * append p50/p99, WAL flushes per event (pg_stat_wal.wal_sync), mean group size, this process's
+ * CPU and context switches per event (getrusage: the pawl library and the callers, every thread;
+ * on a small VM a context switch costs several µs of CPU, so at one event per append the
+ * switches are most of it), and the server's CPU per event: the sum over the variant's backends
+ * (every connection it opened; pawl's pool and its finalizer's) of each backend's task clock
+ * across the measured window (server_cpu.h says how), with the finalizer backend's share apart.
+ * Latency: blocking calls are timed by the caller around the call (pawl and baselines alike);
+ * the async variant's come from the library's append-latency histogram (submit to acknowledged
+ * commit). Rows per round, then a summary: means over --rounds with the min..max of the
+ * per-round ratios, and p50/p99 of every round's samples pooled.
  *
  * Usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] [--cells a,b,...]
  *                    [--latency-share PCT] [--min-interval-us N] [--busy-share PCT]
- *                    (the finalizer's cadence: the store options of those names)
- * DSN names a scratch database whose log is empty: every cell starts with both tables empty.
+ *                    [--messagedb DSN|none]
+ * (--latency-share, --min-interval-us, --busy-share: the finalizer's cadence, the store options
+ * of those names; --messagedb: where message-db's schema is, default the --dsn server's database
+ * pawl_peer_messagedb as bench/peers/setup.sh installs it; when that has no write_message, the
+ * variant is left out with a note.)
+ * DSN names a scratch database whose log is empty: every cell starts with the tables empty.
  */
 #include "pawl.h"
+#include "pawl/metrics.h"
 
 #include "common.h"
 #include "flags.h"
+#include "server_cpu.h"
 
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -54,6 +71,7 @@
 #include <unistd.h>
 
 static const char *dsn;
+static const char *messagedb; /* --messagedb: NULL = the default database, "none" = off */
 static int seconds = 5;
 static int warmup_ms = 1000;
 static int rounds = 3;
@@ -62,6 +80,10 @@ static int min_interval_us = -1; /* --min-interval-us: finalizer_min_interval_us
 static int busy_share = -1;      /* --busy-share: finalizer_busy_share_pct (< 0: default) */
 
 static const char PAYLOAD[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
+static const char MESSAGEDB_DB[] = "pawl_peer_messagedb";
+
+/* The run's own connection to the scratch database: WAL counters, resets, finding backends. */
+static PGconn *admin;
 
 static PGconn *connect_or_die(void)
 {
@@ -71,6 +93,16 @@ static PGconn *connect_or_die(void)
         exit(1);
     }
     return c;
+}
+
+/* message-db's database: --messagedb, or the --dsn server with dbname pawl_peer_messagedb. */
+static PGconn *connect_messagedb(void)
+{
+    if (messagedb != NULL)
+        return PQconnectdb(messagedb);
+    const char *keys[] = {"dbname", "dbname", NULL};
+    const char *vals[] = {dsn, MESSAGEDB_DB, NULL};
+    return PQconnectdbParams(keys, vals, 1); /* the second dbname overrides the DSN's */
 }
 
 static void exec_or_die(PGconn *c, const char *sql)
@@ -95,10 +127,7 @@ static double q_double(PGconn *c, const char *sql)
 
 static double wal_syncs(void)
 {
-    PGconn *c = connect_or_die();
-    double v = q_double(c, "SELECT wal_sync FROM pg_stat_wal");
-    PQfinish(c);
-    return v;
+    return q_double(admin, "SELECT wal_sync FROM pg_stat_wal");
 }
 
 /* Context switches of this process (every thread), voluntary and not. */
@@ -120,68 +149,147 @@ static int64_t cpu_ns_self(void)
 /*
  * Start clean: no leftovers, a checkpoint, so cells do not pay for each other's dirt. Both logs
  * start every cell empty: a pawl log that grew by millions of rows over earlier cells (or runs)
- * against a ceiling table emptied per cell would measure the table's size, not the append path
+ * against an INSERT table emptied per cell would measure the table's size, not the append path
  * (an append on a 12.6-million-row log measured 0.8 ms in pgbench against 0.45 ms on an empty
  * one). Hence a scratch database (main() checks the log is empty before the first cell).
  */
 static void reset_tables(void)
 {
-    PGconn *c = connect_or_die();
-    exec_or_die(c, "CREATE SCHEMA IF NOT EXISTS bench_ceiling");
-    exec_or_die(c, "CREATE TABLE IF NOT EXISTS bench_ceiling.events (LIKE pawl.events "
-                   "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)");
+    exec_or_die(admin, "CREATE SCHEMA IF NOT EXISTS bench_ceiling");
+    exec_or_die(admin, "CREATE TABLE IF NOT EXISTS bench_ceiling.events (LIKE pawl.events "
+                       "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)");
     /* pawl.events is partitioned: LIKE copies only the parent's (xid, k) key, and its
-     * (stream_id, stream_seq) key lives on the partitions. The ceiling needs both to do the same
-     * index work per row; its rows take no ticket (pawl takes one per append, not per row). */
-    exec_or_die(c, "CREATE UNIQUE INDEX IF NOT EXISTS events_stream_key ON bench_ceiling.events"
-                   " (stream_id, stream_seq)");
-    exec_or_die(c, "ALTER TABLE bench_ceiling.events ALTER COLUMN ticket DROP DEFAULT");
-    exec_or_die(c, "TRUNCATE bench_ceiling.events");
-    exec_or_die(c, "CHECKPOINT");
-    PQfinish(c);
+     * (stream_id, stream_seq) key lives on the partitions. The baseline needs both to do the
+     * same index work per row; its rows take no ticket (pawl takes one per append, not per
+     * row). */
+    exec_or_die(admin, "CREATE UNIQUE INDEX IF NOT EXISTS events_stream_key ON"
+                       " bench_ceiling.events (stream_id, stream_seq)");
+    exec_or_die(admin, "ALTER TABLE bench_ceiling.events ALTER COLUMN ticket DROP DEFAULT");
+    exec_or_die(admin, "TRUNCATE bench_ceiling.events");
+    exec_or_die(admin, "CHECKPOINT");
 }
 
 /* Empty pawl's log (every append finalized first, see settle) before a pawl variant. */
 static void reset_log(void)
 {
-    PGconn *c = connect_or_die();
-    exec_or_die(c, "TRUNCATE pawl.events");
-    exec_or_die(c, "CHECKPOINT");
-    PQfinish(c);
+    exec_or_die(admin, "TRUNCATE pawl.events");
+    exec_or_die(admin, "CHECKPOINT");
 }
 
 /* The log must start empty: bench_group empties it between cells. */
 static int log_is_empty(void)
 {
-    PGconn *c = connect_or_die();
-    PGresult *r = PQexec(c, "SELECT EXISTS (SELECT 1 FROM pawl.events)");
+    PGresult *r = PQexec(admin, "SELECT EXISTS (SELECT 1 FROM pawl.events)");
     int empty = PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "f") == 0;
     PQclear(r);
-    PQfinish(c);
     return empty;
+}
+
+/*
+ * Whether message-db is installed where --messagedb points, and if so empty its store; as the
+ * DSN's own user (TRUNCATE needs the table's owner or a superuser). 0: ready; -1: not usable,
+ * with the reason in why.
+ */
+static int messagedb_reset(char *why, size_t len)
+{
+    PGconn *c = connect_messagedb();
+    int rc = -1;
+    if (PQstatus(c) != CONNECTION_OK) {
+        snprintf(why, len, "%s", PQerrorMessage(c));
+        goto out;
+    }
+    PGresult *r = PQexec(c, "SELECT to_regproc('message_store.write_message') IS NOT NULL");
+    int there = PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!there) {
+        snprintf(why, len, "no message_store.write_message in database %s",
+                 PQdb(c) ? PQdb(c) : "?");
+        goto out;
+    }
+    r = PQexec(c, "TRUNCATE message_store.messages RESTART IDENTITY");
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        snprintf(why, len, "%s", PQerrorMessage(c));
+    else
+        rc = 0;
+    PQclear(r);
+    if (rc == 0)
+        exec_or_die(admin, "CHECKPOINT");
+out:
+    PQfinish(c);
+    return rc;
 }
 
 struct cell_def {
     const char *name;
-    int batch, callers, conns, explicit_v, ceil_clients;
+    int batch, callers, conns, explicit_v;
+    int insert_clients[2]; /* the INSERT baselines' client counts (0: none) */
+    int write_message;     /* 1: message-db's write_message beside it, one client */
 };
 
 static const struct cell_def CELLS[] = {
-    {"one64", 1, 64, 4, 0, 4},
-    {"one1", 1, 1, 1, 0, 1},
-    {"ten64", 10, 64, 4, 0, 4},
-    {"hundred", 100, 4, 4, 1, 4},
+    {"one64", 1, 64, 4, 0, {4, 64}, 0},
+    {"one1", 1, 1, 1, 0, {1, 0}, 1},
+    {"ten64", 10, 64, 4, 0, {4, 64}, 0},
+    {"hundred", 100, 4, 4, 1, {4, 0}, 0},
 };
 #define NCELLS (sizeof CELLS / sizeof CELLS[0])
+#define MAX_CLIENTS 64
 
-/* ---- the ceiling: plain INSERTs ------------------------------------------------------------ */
+/* What one variant measured in one round. */
+struct result {
+    int pawl;          /* 1: a pawl variant (group size and the finalizer's runs apply) */
+    double secs, ev_s; /* the measured window, and events per second over it */
+    double flushes_ev, group_size, cpu_us_ev, csw_ev;
+    double runs_s, run_ms; /* the finalizer's runs per second and their mean wall time */
+    struct srv_cpu_result srv;
+    double srv_us_ev, fin_us_ev;  /* server CPU per event, and of it the finalizer backend's */
+    struct pawl_metrics_hist lat; /* append latency samples of the window */
+};
 
-struct ceil_arg {
+/* ---- the measured window, shared by every variant ------------------------------------------ */
+
+/*
+ * Measure one variant for --seconds: the WAL counter, this process's CPU and switches, and the
+ * server CPU of the backends in sc, read around the window in which *measuring is raised (the
+ * clients count events and latencies only then).
+ */
+static void measure(struct srv_cpu *sc, atomic_int *measuring, const atomic_llong *events,
+                    struct result *res)
+{
+    double w0 = wal_syncs();
+    long x0 = csw_self();
+    int64_t c0 = cpu_ns_self();
+    srv_cpu_start(sc);
+    int64_t t0 = pawl_now_ns();
+    atomic_store(measuring, 1);
+    usleep((useconds_t)seconds * 1000000);
+    atomic_store(measuring, 0);
+    int64_t t1 = pawl_now_ns();
+    srv_cpu_stop(sc, &res->srv);
+    int64_t c1 = cpu_ns_self();
+    long x1 = csw_self();
+    double w1 = wal_syncs();
+    double ev = (double)atomic_load(events);
+    res->secs = (double)(t1 - t0) / 1e9;
+    res->ev_s = ev / res->secs;
+    res->flushes_ev = ev > 0 ? (w1 - w0) / ev : 0;
+    res->cpu_us_ev = ev > 0 ? (double)(c1 - c0) / 1000.0 / ev : 0;
+    res->csw_ev = ev > 0 ? (double)(x1 - x0) / ev : 0;
+    res->srv_us_ev = ev > 0 ? (double)res->srv.ns / 1000.0 / ev : 0;
+    res->fin_us_ev = ev > 0 ? (double)res->srv.fin_ns / 1000.0 / ev : 0;
+}
+
+/* ---- the baselines: plain INSERTs, message-db's write_message -------------------------------- */
+
+enum base_kind { B_INSERT, B_INSERT_SERVER_ROWS, B_WRITE_MESSAGE };
+
+struct base_arg {
     int id, batch;
-    int server_rows; /* 1: one payload sent, the rows made in the server (generate_series) */
-    atomic_int *stop;
+    enum base_kind kind;
+    atomic_int *stop, *measuring, *ready;
     atomic_llong *events;
-    atomic_int *measuring;
+    pid_t backend;                /* written before *ready is raised */
+    struct pawl_metrics_hist lat; /* this client's latencies while measuring */
 };
 
 /* A one-dimensional binary array (PostgreSQL's array_send format) of n copies of v. */
@@ -199,65 +307,108 @@ static size_t binary_array(char *out, uint32_t elem_oid, int n, const char *v, s
     return off;
 }
 
-static void *ceil_main(void *arg)
+static void prepare_or_die(PGconn *c, const char *sql, int nparams)
 {
-    struct ceil_arg *a = arg;
-    PGconn *c = connect_or_die();
-    /*
-     * The row shape of pawl.events, a client-chosen sequence; n rows of one stream. As a client
-     * inserting rows sends them, the types and payloads go as binary arrays (as pawl sends its
-     * events), one element per row. The server_rows form sends one payload and makes the rows
-     * in the server: less than any client with distinct rows can do, reported for reference.
-     */
-    PGresult *r =
-        a->server_rows
-            ? PQprepare(c, "ins",
-                        "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
-                        " type, payload) SELECT pg_current_xact_id(), $1::int8 + g, g::int4,"
-                        " $2::int4, $3, 'OrderPlaced', $4::bytea"
-                        " FROM generate_series(0, $2::int4 - 1) g",
-                        4, NULL)
-            : PQprepare(c, "ins",
-                        "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
-                        " type, payload) SELECT pg_current_xact_id(), $1::int8 + u.o - 1,"
-                        " (u.o - 1)::int4, $2::int4, $3, u.t, u.p"
-                        " FROM unnest($4::text[], $5::bytea[]) WITH ORDINALITY AS u(t, p, o)",
-                        5, NULL);
+    PGresult *r = PQprepare(c, "ins", sql, nparams, NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        fprintf(stderr, "prepare: %s", PQerrorMessage(c));
+        exit(1);
+    }
     PQclear(r);
+}
+
+static void *base_main(void *arg)
+{
+    struct base_arg *a = arg;
+    PGconn *c = a->kind == B_WRITE_MESSAGE ? connect_messagedb() : connect_or_die();
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "connect: %s", PQerrorMessage(c));
+        exit(1);
+    }
+    /*
+     * INSERT: the row shape of pawl.events, a client-chosen sequence; n rows of one stream. As a
+     * client inserting rows sends them, the types and payloads go as binary arrays (as pawl
+     * sends its events), one element per row. The server-rows form sends one payload and makes
+     * the rows in the server: less than any client with distinct rows can do.
+     * write_message: message-db's own call, as its clients make it (the function's body names
+     * its tables and helpers unqualified: message_store must be on the search path).
+     */
+    if (a->kind == B_WRITE_MESSAGE) {
+        exec_or_die(c, "SET search_path = message_store, public");
+        prepare_or_die(c, "SELECT message_store.write_message($1, $2, $3, $4::jsonb)", 4);
+    } else if (a->kind == B_INSERT_SERVER_ROWS) {
+        prepare_or_die(c,
+                       "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
+                       " type, payload) SELECT pg_current_xact_id(), $1::int8 + g, g::int4,"
+                       " $2::int4, $3, 'OrderPlaced', $4::bytea"
+                       " FROM generate_series(0, $2::int4 - 1) g",
+                       4);
+    } else {
+        prepare_or_die(c,
+                       "INSERT INTO bench_ceiling.events (xid, stream_seq, k, n, stream_id,"
+                       " type, payload) SELECT pg_current_xact_id(), $1::int8 + u.o - 1,"
+                       " (u.o - 1)::int4, $2::int4, $3, u.t, u.p"
+                       " FROM unnest($4::text[], $5::bytea[]) WITH ORDINALITY AS u(t, p, o)",
+                       5);
+    }
+    a->backend = PQbackendPID(c);
+    atomic_fetch_add(a->ready, 1); /* seq_cst: backend is written before main reads it */
     static const char TYPE[] = "OrderPlaced";
     size_t cap = 20 + (size_t)a->batch * (4 + sizeof PAYLOAD);
     char *types = malloc(cap), *payloads = malloc(cap);
     int types_len = (int)binary_array(types, 25, a->batch, TYPE, sizeof TYPE - 1);
     int payloads_len = (int)binary_array(payloads, 17, a->batch, PAYLOAD, sizeof PAYLOAD - 1);
-    char sid[48], seq[24], n[16];
+    char sid[48], seq[24], n[16], uuid[40];
     snprintf(n, sizeof n, "%d", a->batch);
     int64_t next = 1;
-    unsigned streams = 0;
+    unsigned streams = 0, seed = 2654435761u * (unsigned)(a->id + 1);
+    /* message ids: unique within the run (the store is emptied before each variant). */
+    unsigned long long id_hi = ((unsigned long long)time(NULL) << 16) ^ (unsigned)getpid(),
+                       id_n = 0;
     snprintf(sid, sizeof sid, "ceil-%d-%u-%ld", a->id, streams++, (long)time(NULL));
     while (!atomic_load(a->stop)) {
-        if (a->batch == 1 || next > 100000) {
-            /* One-event rows spread over many streams, as pawl's random ones. */
-            snprintf(sid, sizeof sid, "ceil-%d-%u-%ld", a->id, streams++, (long)time(NULL));
-            next = 1;
-        }
-        snprintf(seq, sizeof seq, "%lld", (long long)next);
-        if (a->server_rows) {
-            const char *vals[4] = {seq, n, sid, PAYLOAD};
+        PGresult *r;
+        int64_t t0;
+        if (a->kind == B_WRITE_MESSAGE) {
+            /* One category (bench), random streams of 100 000, as pawl's one1 callers. */
+            unsigned long long lo = ++id_n;
+            snprintf(uuid, sizeof uuid, "%08llx-%04llx-4%03llx-8%03llx-%012llx",
+                     (id_hi >> 32) & 0xffffffffULL, (id_hi >> 16) & 0xffffULL, id_hi & 0xfffULL,
+                     (lo >> 48) & 0xfffULL, lo & 0xffffffffffffULL);
+            snprintf(sid, sizeof sid, "bench-%u", (unsigned)rand_r(&seed) % 100000u);
+            const char *vals[4] = {uuid, sid, TYPE, PAYLOAD};
+            t0 = pawl_now_ns();
             r = PQexecPrepared(c, "ins", 4, vals, NULL, NULL, 0);
         } else {
+            if (a->batch == 1 || next > 100000) {
+                /* One-event rows spread over many streams, as pawl's random ones. */
+                snprintf(sid, sizeof sid, "ceil-%d-%u-%ld", a->id, streams++, (long)time(NULL));
+                next = 1;
+            }
+            snprintf(seq, sizeof seq, "%lld", (long long)next);
             const char *vals[5] = {seq, n, sid, types, payloads};
             int lens[5] = {0, 0, 0, types_len, payloads_len};
             int fmts[5] = {0, 0, 0, 1, 1};
-            r = PQexecPrepared(c, "ins", 5, vals, lens, fmts, 0);
+            t0 = pawl_now_ns();
+            if (a->kind == B_INSERT_SERVER_ROWS) {
+                vals[3] = PAYLOAD; /* $4: the one payload, as text */
+                r = PQexecPrepared(c, "ins", 4, vals, NULL, NULL, 0);
+            } else {
+                r = PQexecPrepared(c, "ins", 5, vals, lens, fmts, 0);
+            }
         }
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-            fprintf(stderr, "ceiling insert: %s", PQerrorMessage(c));
+        int64_t t1 = pawl_now_ns();
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+            fprintf(stderr, "%s: %s", a->kind == B_WRITE_MESSAGE ? "write_message" : "insert",
+                    PQerrorMessage(c));
             exit(1);
         }
         PQclear(r);
         next += a->batch;
-        if (atomic_load(a->measuring))
+        if (atomic_load(a->measuring)) {
             atomic_fetch_add(a->events, a->batch);
+            bench_hist_add(&a->lat, t1 - t0);
+        }
     }
     free(types);
     free(payloads);
@@ -265,36 +416,40 @@ static void *ceil_main(void *arg)
     return NULL;
 }
 
-struct result {
-    double ev_s, p50, p99, flushes_ev, group_size, cpu_us_ev, csw_ev;
-    double runs_s, run_ms; /* the finalizer's runs per second and their mean wall time */
-};
-
-static void run_ceiling(const struct cell_def *d, int server_rows, struct result *res)
+static void run_base(const struct cell_def *d, enum base_kind kind, int clients, struct result *res)
 {
-    atomic_int stop = 0, measuring = 0;
+    atomic_int stop = 0, measuring = 0, ready = 0;
     atomic_llong events = 0;
-    pthread_t th[64];
-    struct ceil_arg args[64];
-    for (int i = 0; i < d->ceil_clients; i++) {
-        args[i] = (struct ceil_arg){i, d->batch, server_rows, &stop, &events, &measuring};
-        pthread_create(&th[i], NULL, ceil_main, &args[i]);
+    pthread_t th[MAX_CLIENTS];
+    struct base_arg *args = calloc((size_t)clients, sizeof *args);
+    if (args == NULL) {
+        fprintf(stderr, "bench_group: out of memory\n");
+        exit(1);
     }
+    for (int i = 0; i < clients; i++) {
+        args[i] = (struct base_arg){.id = i,
+                                    .batch = d->batch,
+                                    .kind = kind,
+                                    .stop = &stop,
+                                    .measuring = &measuring,
+                                    .ready = &ready,
+                                    .events = &events};
+        pthread_create(&th[i], NULL, base_main, &args[i]);
+    }
+    while (atomic_load(&ready) < clients) /* every client connected: its backend is known */
+        usleep(1000);
     usleep((useconds_t)warmup_ms * 1000);
-    double w0 = wal_syncs();
-    int64_t t0 = pawl_now_ns();
-    atomic_store(&measuring, 1);
-    usleep((useconds_t)seconds * 1000000);
-    atomic_store(&measuring, 0);
-    int64_t t1 = pawl_now_ns();
-    double w1 = wal_syncs();
-    atomic_store(&stop, 1);
-    for (int i = 0; i < d->ceil_clients; i++)
-        pthread_join(th[i], NULL);
+    struct srv_cpu sc = {0};
+    for (int i = 0; i < clients; i++)
+        srv_cpu_add(&sc, args[i].backend, 0);
     memset(res, 0, sizeof *res);
-    double ev = (double)atomic_load(&events);
-    res->ev_s = ev / ((double)(t1 - t0) / 1e9);
-    res->flushes_ev = ev > 0 ? (w1 - w0) / ev : 0;
+    measure(&sc, &measuring, &events, res);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < clients; i++) {
+        pthread_join(th[i], NULL);
+        bench_hist_merge(&res->lat, &args[i].lat);
+    }
+    free(args);
 }
 
 /* ---- pawl ------------------------------------------------------------------------------------ */
@@ -307,6 +462,7 @@ struct caller_arg {
     atomic_llong *events;
     atomic_llong *errors;
     atomic_int *measuring;
+    struct pawl_metrics_hist lat; /* this caller's append latencies while measuring */
 };
 
 static void *caller_main(void *arg)
@@ -336,11 +492,15 @@ static void *caller_main(void *arg)
                                         .payload_len = sizeof PAYLOAD - 1,
                                         .stream_seq = a->explicit_v ? seq + 1 + k : 0};
         struct pawl_append_result r;
+        int64_t t0 = pawl_now_ns();
         int rc = pawl_append(a->s, ev, (size_t)a->batch, &r);
+        int64_t t1 = pawl_now_ns();
         if (rc == 0) {
             seq += a->batch;
-            if (atomic_load(a->measuring))
+            if (atomic_load(a->measuring)) {
                 atomic_fetch_add(a->events, a->batch);
+                bench_hist_add(&a->lat, t1 - t0);
+            }
         } else {
             atomic_fetch_add(a->errors, 1);
             if (a->explicit_v && rc == PAWL_ECONFLICT)
@@ -439,8 +599,13 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     }
     atomic_int stop = 0, measuring = 0;
     atomic_llong events = 0, errors = 0;
-    pthread_t th[64];
-    struct caller_arg args[64];
+    pthread_t th[MAX_CLIENTS];
+    struct caller_arg *args = calloc(MAX_CLIENTS, sizeof *args);
+    struct pawl_metrics_snapshot *m0 = calloc(2, sizeof *m0), *m1 = m0 ? m0 + 1 : NULL;
+    if (args == NULL || m0 == NULL) {
+        fprintf(stderr, "bench_group: out of memory\n");
+        exit(1);
+    }
     struct async_arg aa = {.s = s,
                            .batch = d->batch,
                            .window = d->callers,
@@ -456,25 +621,29 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
         pthread_create(&th[0], NULL, async_main, &aa);
     } else {
         for (int i = 0; i < nthreads; i++) {
-            args[i] = (struct caller_arg){s,     i,       d->batch, d->explicit_v, pace,
-                                          &stop, &events, &errors,  &measuring};
+            args[i] = (struct caller_arg){.s = s,
+                                          .id = i,
+                                          .batch = d->batch,
+                                          .explicit_v = d->explicit_v,
+                                          .pace_ns = pace,
+                                          .stop = &stop,
+                                          .events = &events,
+                                          .errors = &errors,
+                                          .measuring = &measuring};
             pthread_create(&th[i], NULL, caller_main, &args[i]);
         }
     }
     usleep((useconds_t)warmup_ms * 1000);
+    /* The store's backends: every client backend of the scratch database but admin's. */
+    struct srv_cpu sc = {0};
+    srv_cpu_add_db_backends(&sc, admin);
     struct pawl_log_stats st0, st1;
     pawl_store_stats(s, &st0, 1);
-    double w0 = wal_syncs();
-    long x0 = csw_self();
-    int64_t c0 = cpu_ns_self();
-    int64_t t0 = pawl_now_ns();
-    atomic_store(&measuring, 1);
-    usleep((useconds_t)seconds * 1000000);
-    atomic_store(&measuring, 0);
-    int64_t t1 = pawl_now_ns();
-    int64_t c1 = cpu_ns_self();
-    long x1 = csw_self();
-    double w1 = wal_syncs();
+    memset(res, 0, sizeof *res);
+    res->pawl = 1;
+    pawl_metrics_snapshot(m0);
+    measure(&sc, &measuring, &events, res);
+    pawl_metrics_snapshot(m1);
     pawl_store_stats(s, &st1, 0);
     atomic_store(&stop, 1);
     pthread_mutex_lock(&aa.mu);
@@ -485,21 +654,22 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     pawl_store_free(s);
     pthread_mutex_destroy(&aa.mu);
     pthread_cond_destroy(&aa.cv);
-    memset(res, 0, sizeof *res);
-    double ev = (double)atomic_load(&events);
-    res->ev_s = ev / ((double)(t1 - t0) / 1e9);
-    res->p50 = st1.append_p50_ms;
-    res->p99 = st1.append_p99_ms;
-    res->flushes_ev = ev > 0 ? (w1 - w0) / ev : 0;
+    if (async) {
+        pawl_metrics_diff(m1, m1, m0);
+        res->lat = m1->hists[PAWL_H_APPEND_LATENCY];
+    } else {
+        for (int i = 0; i < nthreads; i++)
+            bench_hist_merge(&res->lat, &args[i].lat);
+    }
     double g = (double)(st1.append_groups - st0.append_groups);
     res->group_size =
         g > 0 ? (double)(st1.append_groups_appends - st0.append_groups_appends) / g : 1.0;
-    res->cpu_us_ev = ev > 0 ? (double)(c1 - c0) / 1000.0 / ev : 0;
-    res->csw_ev = ev > 0 ? (double)(x1 - x0) / ev : 0;
-    res->runs_s = (double)(st1.finalize_runs - st0.finalize_runs) / ((double)(t1 - t0) / 1e9);
+    res->runs_s = (double)(st1.finalize_runs - st0.finalize_runs) / res->secs;
     res->run_ms = st1.finalizer_run_avg_ms;
     if (atomic_load(&errors))
         fprintf(stderr, "  (%lld append errors)\n", (long long)atomic_load(&errors));
+    free(args);
+    free(m0);
 }
 
 /* Finalize what the cell appended (untimed), so the next one starts clean. */
@@ -515,20 +685,166 @@ static void settle(void)
     pawl_store_free(s);
 }
 
+/* ---- output ------------------------------------------------------------------------------ */
+
 static FILE *csv;
 
-static void report(int round, const char *cell, const char *variant, const struct result *r,
-                   double ceiling)
+/* The summary's accumulators: one per cell and variant, over the rounds. */
+struct agg {
+    char cell[16], variant[40];
+    int pawl, n, nwm;
+    double ev_s, ratio, ratio_lo, ratio_hi, wm, wm_lo, wm_hi;
+    double srv_us_ev, fin_us_ev, cpu_us_ev, csw_ev, flushes_ev, group_size;
+    int srv_local;
+    struct pawl_metrics_hist lat; /* every round's samples */
+};
+static struct agg aggs[64];
+static int naggs;
+
+static struct agg *agg_of(const char *cell, const char *variant)
 {
-    double ratio = ceiling > 0 ? r->ev_s / ceiling : 0;
+    for (int i = 0; i < naggs; i++)
+        if (!strcmp(aggs[i].cell, cell) && !strcmp(aggs[i].variant, variant))
+            return &aggs[i];
+    if (naggs == (int)(sizeof aggs / sizeof aggs[0]))
+        return NULL;
+    struct agg *a = &aggs[naggs++];
+    snprintf(a->cell, sizeof a->cell, "%s", cell);
+    snprintf(a->variant, sizeof a->variant, "%s", variant);
+    return a;
+}
+
+/* A number for the CSV, or nothing when it does not apply. */
+static const char *opt(char *buf, size_t len, int has, const char *fmt, double v)
+{
+    if (!has)
+        return "";
+    snprintf(buf, len, fmt, v);
+    return buf;
+}
+
+/*
+ * One row: best is the better INSERT baseline's events/s in this cell and round, wm
+ * write_message's (0: not run).
+ */
+static void report(int round, const char *cell, const char *variant, const struct result *r,
+                   double best, double wm)
+{
+    double ratio = best > 0 ? r->ev_s / best : 0;
+    double wm_ratio = wm > 0 ? r->ev_s / wm : 0;
+    double p50 = bench_hist_ms(&r->lat, 0.50), p99 = bench_hist_ms(&r->lat, 0.99);
+    char wmtxt[48] = "", srvtxt[128] = "server CPU: the server is not on this machine";
+    char grptxt[80] = "";
+    if (wm > 0)
+        snprintf(wmtxt, sizeof wmtxt, "  %5.2fx write_message", wm_ratio);
+    if (r->srv.local) {
+        int n = snprintf(srvtxt, sizeof srvtxt, "server CPU %.1f us/ev", r->srv_us_ev);
+        if (r->srv.finalizers && n > 0 && (size_t)n < sizeof srvtxt)
+            n += snprintf(srvtxt + n, sizeof srvtxt - (size_t)n, " (finalizer %.1f)", r->fin_us_ev);
+        if (n > 0 && (size_t)n < sizeof srvtxt)
+            snprintf(srvtxt + n, sizeof srvtxt - (size_t)n, " over %d backend%s%s", r->srv.backends,
+                     r->srv.backends == 1 ? "" : "s",
+                     r->srv.lost ? ", some exited inside the window" : "");
+    }
+    if (r->pawl)
+        snprintf(grptxt, sizeof grptxt, "  group %.1f  runs %.0f/s of %.2f ms", r->group_size,
+                 r->runs_s, r->run_ms);
     fprintf(stderr,
-            "  %-8s %-14s %9.0f ev/s  %5.2fx ceiling  p50 %6.2f ms p99 %6.2f ms  %.3f flushes/ev"
-            "  group %.1f  client CPU %.2f us/ev  %.2f csw/ev  runs %.0f/s of %.2f ms\n",
-            cell, variant, r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size,
-            r->cpu_us_ev, r->csw_ev, r->runs_s, r->run_ms);
-    fprintf(csv, "%d,%s,%s,%.1f,%.4f,%.3f,%.3f,%.4f,%.2f,%.3f,%.2f\n", round, cell, variant,
-            r->ev_s, ratio, r->p50, r->p99, r->flushes_ev, r->group_size, r->cpu_us_ev, r->csw_ev);
+            "  %-8s %-27s %9.0f ev/s  %5.2fx best INSERT%s  p50 %6.2f ms p99 %6.2f ms  %s"
+            "  client CPU %.2f us/ev  %.2f csw/ev  %.3f flushes/ev%s\n",
+            cell, variant, r->ev_s, ratio, wmtxt, p50, p99, srvtxt, r->cpu_us_ev, r->csw_ev,
+            r->flushes_ev, grptxt);
+    char b[6][32];
+    fprintf(csv, "%d,%s,%s,%.1f,%.4f,%s,%.3f,%.3f,%.4f,%s,%.3f,%.2f,%s,%s,%s\n", round, cell,
+            variant, r->ev_s, ratio, opt(b[0], sizeof b[0], wm > 0, "%.4f", wm_ratio), p50, p99,
+            r->flushes_ev, opt(b[1], sizeof b[1], r->pawl, "%.2f", r->group_size), r->cpu_us_ev,
+            r->csw_ev, opt(b[2], sizeof b[2], r->srv.local, "%.2f", r->srv_us_ev),
+            opt(b[3], sizeof b[3], r->srv.local && r->srv.finalizers, "%.2f", r->fin_us_ev),
+            opt(b[4], sizeof b[4], r->srv.local, "%.0f", r->srv.backends));
     fflush(csv);
+    struct agg *a = agg_of(cell, variant);
+    if (a == NULL)
+        return;
+    if (a->n == 0 || ratio < a->ratio_lo)
+        a->ratio_lo = ratio;
+    if (a->n == 0 || ratio > a->ratio_hi)
+        a->ratio_hi = ratio;
+    if (wm > 0) {
+        if (a->nwm == 0 || wm_ratio < a->wm_lo)
+            a->wm_lo = wm_ratio;
+        if (a->nwm == 0 || wm_ratio > a->wm_hi)
+            a->wm_hi = wm_ratio;
+        a->wm += wm_ratio;
+        a->nwm++;
+    }
+    a->pawl = r->pawl;
+    a->n++;
+    a->ev_s += r->ev_s;
+    a->ratio += ratio;
+    a->srv_us_ev += r->srv_us_ev;
+    a->fin_us_ev += r->fin_us_ev;
+    a->srv_local |= r->srv.local;
+    a->cpu_us_ev += r->cpu_us_ev;
+    a->csw_ev += r->csw_ev;
+    a->flushes_ev += r->flushes_ev;
+    a->group_size += r->group_size;
+    bench_hist_merge(&a->lat, &r->lat);
+}
+
+static void print_header(int with_wm)
+{
+    fprintf(stderr,
+            "bench_group: pawl beside plain INSERT baselines in one run (none is a ceiling).\n"
+            "  insert_Nclients: N blocking clients, one INSERT of one append's rows per "
+            "transaction into bench_ceiling.events (pawl.events' row shape and indexes);\n"
+            "  'x best INSERT' is against the better of the cell's insert_Nclients rows in the "
+            "same round (insert_server_rows_* is not a baseline: no client makes rows that "
+            "way).\n"
+            "%s"
+            "  p50/p99: blocking calls timed by the caller around the call; async: the "
+            "library's append-latency histogram (submit to acknowledged commit).\n"
+            "  server CPU: the sum over the variant's backends (every connection it opened; "
+            "pawl: its pool and its finalizer's, whose share is shown apart) of\n"
+            "    %s from just before to just after the measured window, divided by "
+            "its events; background processes (WAL writer, checkpointer, autovacuum) "
+            "not counted.\n"
+            "  client CPU: this process, every thread (getrusage).\n",
+            with_wm ? "  write_message_1client (one1): message-db's message_store.write_message, "
+                      "one blocking call per transaction, in its own database on the same "
+                      "server.\n"
+                    : "",
+            srv_cpu_clock_name());
+}
+
+static void print_summary(void)
+{
+    fprintf(stderr,
+            "\nsummary, %d round%s: means over the rounds (min-max of the per-round ratios); "
+            "append p50/p99 of every round's samples pooled\n\n"
+            "| cell | variant | events/s | x best INSERT | x write_message | append p50 / p99 ms "
+            "| server CPU us/event | of it finalizer | client CPU us/event | WAL flushes/event "
+            "| mean group |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            rounds, rounds == 1 ? "" : "s");
+    for (int i = 0; i < naggs; i++) {
+        struct agg *a = &aggs[i];
+        double n = a->n;
+        char wm[48] = "", srv[24] = "", fin[24] = "", grp[16] = "";
+        if (a->nwm)
+            snprintf(wm, sizeof wm, "%.2f (%.2f-%.2f)", a->wm / a->nwm, a->wm_lo, a->wm_hi);
+        if (a->srv_local)
+            snprintf(srv, sizeof srv, "%.1f", a->srv_us_ev / n);
+        if (a->srv_local && a->fin_us_ev > 0)
+            snprintf(fin, sizeof fin, "%.1f", a->fin_us_ev / n);
+        if (a->pawl)
+            snprintf(grp, sizeof grp, "%.1f", a->group_size / n);
+        fprintf(stderr,
+                "| %s | %s | %.0f | %.2f (%.2f-%.2f) | %s | %.2f / %.2f | %s | %s | %.2f | %.3f "
+                "| %s |\n",
+                a->cell, a->variant, a->ev_s / n, a->ratio / n, a->ratio_lo, a->ratio_hi, wm,
+                bench_hist_ms(&a->lat, 0.50), bench_hist_ms(&a->lat, 0.99), srv, fin,
+                a->cpu_us_ev / n, a->flushes_ev / n, grp);
+    }
 }
 
 int main(int argc, char **argv)
@@ -541,10 +857,11 @@ int main(int argc, char **argv)
                                        {"latency-share", required_argument, 0, 'L'},
                                        {"min-interval-us", required_argument, 0, 'I'},
                                        {"busy-share", required_argument, 0, 'B'},
+                                       {"messagedb", required_argument, 0, 'M'},
                                        {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:M:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -573,10 +890,13 @@ int main(int argc, char **argv)
             if (int_arg("--busy-share", optarg, 0, 100, &busy_share) != 0)
                 return 2;
             break;
+        case 'M':
+            messagedb = optarg;
+            break;
         default:
             fprintf(stderr, "usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] "
                             "[--cells one64,one1,ten64,hundred,half] [--latency-share PCT] "
-                            "[--min-interval-us N] [--busy-share PCT]\n");
+                            "[--min-interval-us N] [--busy-share PCT] [--messagedb DSN|none]\n");
             return 2;
         }
     }
@@ -596,63 +916,99 @@ int main(int argc, char **argv)
         fprintf(stderr, "migrate: %s\n", err);
         return 1;
     }
+    admin = connect_or_die();
+    exec_or_die(admin, "SET client_min_messages = warning"); /* not "already exists, skipping" */
     if (!log_is_empty()) {
         fprintf(stderr, "bench_group: the log is not empty; use a scratch database (the benchmark "
                         "empties pawl.events between cells)\n");
         return 1;
     }
-    fprintf(csv, "round,cell,variant,events_per_s,ratio_to_ceiling,append_p50_ms,append_p99_ms,"
-                 "wal_flushes_per_event,mean_group_size,client_cpu_us_per_event,"
-                 "context_switches_per_event\n");
+    /* message-db: an explicit --messagedb must work; the default database may be missing. */
+    int with_wm = strstr(cells, "one1") != NULL && !(messagedb && !strcmp(messagedb, "none"));
+    if (with_wm && messagedb_reset(err, sizeof err) != 0) {
+        fprintf(stderr, "bench_group: write_message %s: %s%s", messagedb ? "unusable" : "left out",
+                err, strchr(err, '\n') ? "" : "\n");
+        if (messagedb)
+            return 1;
+        fprintf(stderr, "  (bench/peers/setup.sh installs message-db into %s)\n", MESSAGEDB_DB);
+        with_wm = 0;
+    }
+    print_header(with_wm);
+    fprintf(csv, "round,cell,variant,events_per_s,ratio_to_best_insert,ratio_to_write_message,"
+                 "append_p50_ms,append_p99_ms,wal_flushes_per_event,mean_group_size,"
+                 "client_cpu_us_per_event,context_switches_per_event,server_cpu_us_per_event,"
+                 "finalizer_cpu_us_per_event,server_backends\n");
     for (int round = 1; round <= rounds; round++) {
         fprintf(stderr, "round %d\n", round);
-        double one64_grouped = 0, one64_ceiling = 0;
+        double one64_grouped = 0, one64_best = 0;
         for (size_t i = 0; i < NCELLS; i++) {
             const struct cell_def *d = &CELLS[i];
             if (strstr(cells, d->name) == NULL && !(i == 0 && strstr(cells, "half")))
                 continue;
-            struct result ceil, r;
-            reset_tables();
-            run_ceiling(d, 0, &ceil);
-            report(round, d->name, "ceiling", &ceil, ceil.ev_s);
+            /* The baselines first, reported once the better INSERT is known. */
+            static struct result base[2], r;
+            char name[40];
+            double best = 0, wm = 0;
+            int nb = 0;
+            for (int k = 0; k < 2 && d->insert_clients[k]; k++, nb++) {
+                reset_tables();
+                run_base(d, B_INSERT, d->insert_clients[k], &base[k]);
+                best = base[k].ev_s > best ? base[k].ev_s : best;
+            }
+            for (int k = 0; k < nb; k++) {
+                snprintf(name, sizeof name, "insert_%dclient%s", d->insert_clients[k],
+                         d->insert_clients[k] == 1 ? "" : "s");
+                report(round, d->name, name, &base[k], best, 0);
+            }
             if (d->batch > 1) {
                 reset_tables();
-                run_ceiling(d, 1, &r);
-                report(round, d->name, "ceiling_server_rows", &r, ceil.ev_s);
+                run_base(d, B_INSERT_SERVER_ROWS, 4, &r);
+                report(round, d->name, "insert_server_rows_4clients", &r, best, 0);
+            }
+            if (d->write_message && with_wm) {
+                if (messagedb_reset(err, sizeof err) != 0) {
+                    fprintf(stderr, "write_message: %s", err);
+                    return 1;
+                }
+                run_base(d, B_WRITE_MESSAGE, 1, &r);
+                wm = r.ev_s;
+                report(round, d->name, "write_message_1client", &r, best, 0);
             }
             settle();
             reset_log();
             run_pawl(d, 256, 1, 0, 0, &r);
-            report(round, d->name, "grouped", &r, ceil.ev_s);
+            report(round, d->name, "grouped", &r, best, wm);
             if (i == 0) {
                 one64_grouped = r.ev_s;
-                one64_ceiling = ceil.ev_s;
+                one64_best = best;
             }
             settle();
             reset_log();
             run_pawl(d, 1, 1, 0, 0, &r);
-            report(round, d->name, "ungrouped", &r, ceil.ev_s);
+            report(round, d->name, "ungrouped", &r, best, wm);
             settle();
             reset_log();
             run_pawl(d, 256, 0, 0, 0, &r);
-            report(round, d->name, "grouped_fin_off", &r, ceil.ev_s);
+            report(round, d->name, "grouped_fin_off", &r, best, wm);
             settle();
             if (d->callers > 1 && d->batch < 100) {
                 reset_log();
                 run_pawl(d, 256, 1, 0, 1, &r);
-                report(round, d->name, "async", &r, ceil.ev_s);
+                report(round, d->name, "async", &r, best, wm);
                 settle();
             }
         }
         if (strstr(cells, "half") && one64_grouped > 0) {
-            struct result r;
+            static struct result r;
             reset_log();
             run_pawl(&CELLS[0], 256, 1, one64_grouped / 2, 0, &r);
-            report(round, "half", "grouped", &r, one64_ceiling);
+            report(round, "half", "grouped", &r, one64_best, 0);
             settle();
         }
     }
+    print_summary();
     if (csv != stdout)
         fclose(csv);
+    PQfinish(admin);
     return 0;
 }

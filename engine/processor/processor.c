@@ -877,6 +877,33 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
         if (rc)
             goto fail;
     }
+    /* The filter is part of the processor's definition: recorded by the first node, and the
+     * same for every node after it (before the segments exist, so that two first nodes with
+     * different filters cannot both create it). */
+    const char *fj = source->ops->filter ? source->ops->filter(source) : NULL;
+    if (tokens->ops->filter) {
+        char recorded[4096];
+        rc = tokens->ops->filter(tokens, p->name, fj ? fj : "{}", recorded, sizeof recorded);
+        if (rc && rc != PAWL_EFILTER) {
+            PAWL_ERROR(MOD, "%s: recording its filter failed: %s", p->name,
+                       tokens->ops->errmsg(tokens));
+            goto fail;
+        }
+        if (rc == PAWL_EFILTER) {
+            PAWL_DEBUG(MOD,
+                       "%s was created with filter %s; refusing to run it with filter %s (to "
+                       "change a processor's filter, reset it with the new filter: pawl reset "
+                       "%s --to POSITION plus the filter flags, or use a new processor name)",
+                       p->name, strcmp(recorded, "{}") == 0 ? "none (every event)" : recorded,
+                       fj ? fj : "none (every event)", p->name);
+            goto fail;
+        }
+    } else if (fj) {
+        PAWL_ERROR(MOD, "%s: the token store cannot record a filter, and the source has one",
+                   p->name);
+        rc = PAWL_ENOTSUP;
+        goto fail;
+    }
     rc = tokens->ops->init(tokens, p->name, opts->segments, opts->initial_token);
     if (rc) {
         PAWL_ERROR(MOD, "%s: initialising segments failed: %s", p->name,

@@ -77,7 +77,8 @@ extern "C" {
     X(PAWL_EPERM, -22, "permission denied")                                                        \
     X(PAWL_ETRUNCATED, -23, "retention dropped these events (below the low-watermark)")            \
     X(PAWL_EPOISON, -24, "the event can never be handled (poison)")                                \
-    X(PAWL_EIDUSED, -25, "an event id is already in the log for other events")
+    X(PAWL_EIDUSED, -25, "an event id is already in the log for other events")                     \
+    X(PAWL_EFILTER, -26, "the processor was created with another filter")
 
 enum pawl_error {
 #define PAWL_ERROR_ENUM_(name, value, text) name = value,

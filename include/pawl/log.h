@@ -527,6 +527,75 @@ PAWL_API int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct p
 PAWL_API int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
                          int timeout_ms);
 
+/*
+ * A filter evaluated in the server, with index support (schema 16). An event matches when its
+ * stream matches and, if types are given, its type is one of them. A stream matches when no
+ * categories or prefixes are given, or its category (message-db's convention: the stream id up
+ * to its first '-', the whole id without one) is one of categories, or its id starts with one
+ * of stream_prefixes. Every string is 1..PAWL_STREAM_ID_MAX bytes; a category has no '-'; at
+ * most PAWL_FILTER_MAX of each; at least one string in all. The arrays are the caller's.
+ */
+#define PAWL_FILTER_MAX 1000
+struct pawl_filter {
+    const char *const *categories;
+    size_t n_categories;
+    const char *const *stream_prefixes;
+    size_t n_stream_prefixes;
+    const char *const *types;
+    size_t n_types;
+};
+
+/*
+ * Check f: 0, or PAWL_EINVAL with why in err (NULL f, no string at all, a NULL, empty or too
+ * long string, a category with '-', more than PAWL_FILTER_MAX of one kind).
+ */
+PAWL_API int pawl_filter_check(const struct pawl_filter *f, char *err, size_t errlen);
+
+/*
+ * f as canonical JSON (each list sorted and without duplicates, empty lists left out), as the
+ * token store records it as part of a processor's definition: {"categories":[...],
+ * "stream_prefixes":[...],"types":[...]}; "{}" for NULL. Returns the length it needs (like
+ * snprintf), or a negative PAWL_E* code (PAWL_EINVAL for a filter pawl_filter_check refuses,
+ * PAWL_ENOMEM).
+ */
+PAWL_API int pawl_filter_json(const struct pawl_filter *f, char *buf, size_t len);
+
+/*
+ * Read the matching finalized events with index > after: up to max (1..100000), in index
+ * order, and *position, the index up to which the read looked: every matching event with an
+ * index in (after, *position] is in the batch, so the next read starts after *position (not
+ * after the last event: an idle filter's position follows the log's head). Returns 0 (count may
+ * be 0 while *position moved), or pawl_read's errors; PAWL_EINVAL for a filter
+ * pawl_filter_check refuses. A read looks at up to about 4 million indexes; when it stops there
+ * it returns what it found and its position, and the next read goes on. Lost connections are
+ * retried as pawl_read retries them.
+ */
+PAWL_API int pawl_read_filtered(struct pawl_store *s, int64_t after, size_t max,
+                                const struct pawl_filter *f, struct pawl_read_batch *b,
+                                int64_t *position);
+
+/*
+ * Follow with a filter: like pawl_read_filtered, but when no matching event is available after
+ * `after`, wait (as pawl_follow does) and look again. Returns 0 with count >= 1, or
+ * PAWL_ETIMEDOUT after timeout_ms with count 0 and *position where the looking stopped (store
+ * it: nothing up to there matched), or pawl_follow's errors.
+ */
+PAWL_API int pawl_follow_filtered(struct pawl_store *s, int64_t after, size_t max,
+                                  const struct pawl_filter *f, struct pawl_read_batch *b,
+                                  int64_t *position, int timeout_ms);
+
+/*
+ * Read one stream: up to max (1..100000) finalized events of stream_id with stream_seq >
+ * after_seq, in sequence order and consecutive (events[i].stream_seq == after_seq + 1 + i),
+ * each with its final index. The finalized events of a stream are a prefix of it, so a later
+ * read never returns a sequence number at or below one an earlier read returned. Returns 0
+ * (count may be 0), PAWL_EINVAL (a NULL, empty or too long stream id), PAWL_ERANGE (negative
+ * after_seq, max outside 1..100000), PAWL_ETRUNCATED (retention dropped the stream's events
+ * after after_seq; the message names where the stream now starts), or pawl_read's errors.
+ */
+PAWL_API int pawl_read_stream(struct pawl_store *s, const char *stream_id, int64_t after_seq,
+                              size_t max, struct pawl_read_batch *b);
+
 /* The highest final index this process knows of: from the local finalizer's runs, events read,
  * and the log's own answer to `SELECT pawl_api.last_index()`, which the listener asks after
  * (re)connecting and when notifications arrive (at most once per millisecond). A notification is

@@ -189,6 +189,7 @@ PAWL_API void pawl_event_batch_clear(struct pawl_event_batch *b);
 PAWL_API int pawl_event_batch_push(struct pawl_event_batch *b, const struct pawl_event *e);
 
 struct pawl_source;
+struct pawl_filter; /* pawl/log.h */
 struct pawl_source_ops {
     /*
      * Append to out up to max events with index > after, in index order (the log's forward-only
@@ -209,6 +210,9 @@ struct pawl_source_ops {
     /* Text of the last failure; never NULL. */
     const char *(*errmsg)(struct pawl_source *s);
     void (*free)(struct pawl_source *s);
+    /* Optional: the source's filter as pawl_filter_json gives it (pawl/log.h), or NULL (or no
+     * function) when it reads every event. A processor records it with its definition. */
+    const char *(*filter)(struct pawl_source *s);
 };
 /* Implementations embed this as their first member. */
 struct pawl_source {
@@ -234,6 +238,14 @@ PAWL_API int pawl_source_mem_append(struct pawl_source *s, const struct pawl_eve
  * connections, wait() listens for the log's notifications. The dsn is copied.
  */
 PAWL_API int pawl_source_pg_new(struct pawl_source **out, const char *dsn);
+/*
+ * Read only the events f selects (pawl/log.h, struct pawl_filter; evaluated in the server):
+ * copies f, before the source is shared or read. A processor over the source handles only
+ * matching events, and its tokens move past the rest. Returns 0, PAWL_EINVAL (a filter
+ * pawl_filter_check refuses; the reason in pawl_source_errmsg), PAWL_ENOMEM, PAWL_ENOTSUP (not
+ * a PostgreSQL source).
+ */
+PAWL_API int pawl_source_pg_set_filter(struct pawl_source *s, const struct pawl_filter *f);
 /*
  * An event source over an open log store (pawl/log.h), borrowed: it must outlive the source.
  * dsn (copied; may be NULL) serves the administration queries of reset (END by the database's
@@ -394,6 +406,20 @@ struct pawl_tokens_ops {
                    int64_t *n);
     int (*dl_retry_failed)(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
                            const char *owner, const char *stream, int64_t index, const char *why);
+
+    /*
+     * Optional (NULL: the store keeps no filters, and a processor with a filtered source
+     * refuses it with PAWL_ENOTSUP). Record filter_json (pawl_filter_json's form, "{}" for
+     * none) as proc's filter if proc has none recorded yet (a processor whose segments exist
+     * without one was created unfiltered: "{}"), and copy the recorded one into recorded.
+     * Returns 0 when the recorded filter is filter_json, PAWL_EFILTER when it is another.
+     */
+    int (*filter)(struct pawl_tokens *t, const char *proc, const char *filter_json, char *recorded,
+                  size_t len);
+    /* Optional: change proc's filter and set every segment's token to token at once (as
+     * reset; refused with PAWL_EBUSY while any segment is claimed). */
+    int (*filter_reset)(struct pawl_tokens *t, const char *proc, const char *filter_json,
+                        int64_t token);
 };
 /* Implementations embed this as their first member. */
 struct pawl_tokens {

@@ -153,6 +153,9 @@ BEGIN
     IF to_regclass('pawl.dead_letters') IS NOT NULL THEN
         REVOKE ALL ON pawl.dead_letters FROM pawl_processor;
     END IF;
+    IF to_regclass('pawl.processor_filters') IS NOT NULL THEN
+        REVOKE ALL ON pawl.processor_filters FROM pawl_processor;
+    END IF;
 END
 $dl$;
 GRANT EXECUTE ON FUNCTION pawl.finalize(int4) TO pawl_processor;
@@ -169,7 +172,8 @@ BEGIN
                                   'dead_letters_show', 'dead_letters_list',
                                   'dead_letters_stats', 'dead_letters_retry',
                                   'dead_letters_drop', 'dead_letters_unpark',
-                                  'dead_letters_retry_failed')
+                                  'dead_letters_retry_failed', 'processor_filter',
+                                  'processor_filter_reset', 'processor_filter_show')
     LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pawl_processor', f);
     END LOOP;

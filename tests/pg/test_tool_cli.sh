@@ -141,7 +141,7 @@ bg=$!
 for _ in $(seq 1 100); do [ "$(sql "SELECT count(*) FROM pawl.tokens WHERE processor = 'q' AND owner IS NOT NULL")" = 2 ] && break; sleep 0.1; done
 "$PAWL" status >"$tmp/list.txt" 2>"$tmp/err"; expect_rc "status without a name" 0 $?
 head=$(sql "SELECT pawl_api.last_index()")
-grep -Eq "^p +4 +0 +100 +$head +$((head - 100)) +-\$" "$tmp/list.txt"; rc=$?
+grep -Eq "^p +4 +0 +100 +$head +$((head - 100)) +- +-\$" "$tmp/list.txt"; rc=$?
 check "lists p: 4 segments, none claimed, token 100, lag head - 100" $rc
 [ $rc = 0 ] || { echo "head $head; the listing:"; cat "$tmp/list.txt"; }
 grep -Eq '^q +2 +2 ' "$tmp/list.txt"; check "lists q with its 2 claimed segments" $?
