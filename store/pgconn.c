@@ -1,15 +1,19 @@
 /*
  * pgconn.c — the pipelined connection pool (see pgconn.h for the contract).
  *
- * One I/O thread runs an event loop (engine/ioloop.h: io_uring, or epoll where io_uring is
- * refused) over the pool's sockets, the connections' deadlines and a wake-up that submitters
- * trigger. Each connection is a state machine:
- *
+ * One I/O thread runs an event loop (engine/runtime/ioloop.h: io_uring, or epoll where io_uring
+ * is refused) over the pool's sockets, the connections' deadlines and a wake-up that submitters
+ * trigger. Each connection is a state machine (the drawing is kept out of clang-format's reach,
+ * which would reflow its lines):
+ */
+// clang-format off
+/*
  *   DOWN --start--> CONNECTING --PQconnectPoll OK--> SETUP --session Sync--> READY
- *     ^                 | fail/timeout                  | error                 | socket/libpq
- * error
+ *     ^                 | fail/timeout                  | error                 | socket/libpq error
  *     +---- BACKOFF <---+-------------------------------+-----------------------+
- *
+ */
+// clang-format on
+/*
  * Send cursor: requests move from the pool queue (or the connection's pinned queue) to the
  * connection while it is READY, has fewer than max_inflight requests outstanding, and its
  * output is drained (PQflush() returned 0). Receive cursor: a FIFO of "expected results"

@@ -817,11 +817,12 @@ static void bm_timer_delay(pawl_bench_state *st, void *arg)
  * thread beside the consuming benchmark thread (on a loaded machine this measures scheduling
  * as much as the structure). The rings are 16384 slots, as the pool's. A full or empty ring spins
  * briefly, then yields (both sides, all rows alike). Rows:
- *   ring_spsc/pawl      the protocol of the pool's producer rings (pool.c, spsc_push_sp and
- *                       spsc_take_sc), copied here without the pool's wake-up hand-shake: the
- *                       producer reads the consumer's head only when the ring looks full; the
- *                       consumer takes up to 32 slots per acquire of tail and release of head.
- *   ring_spsc/ck_ring   ck_ring_enqueue_spsc / ck_ring_dequeue_spsc.
+ *   ring_spsc/pawl      pawl's own protocol for the pool's producer rings, before they became
+ *                       ck_ring (kept as the baseline): the producer reads the consumer's head
+ *                       only when the ring looks full; the consumer takes up to 32 slots per
+ *                       acquire of tail and release of head.
+ *   ring_spsc/ck_ring   ck_ring_enqueue_spsc / ck_ring_dequeue_spsc, what the pool's producer
+ *                       rings now are (pool.c, through ckring.h, without its wake-up hand-shake).
  *   ring_mp/pawl        the pool's injection ring (pool.c, ring_push_mp and ring_take_sc),
  *                       copied: one CAS reserves the slot, the slot is published tagged with its
  *                       lap, so producers never wait for each other.

@@ -31,7 +31,6 @@ struct source_mem {
     size_t nchunks;
     size_t chunks_cap;
     int64_t head;
-    int fail_reads;
     char err[128];
 };
 
@@ -46,8 +45,7 @@ static int mem_read(struct pawl_source *s, int64_t after, size_t max, struct paw
     struct source_mem *m = from(s);
     int rc = 0;
     pthread_mutex_lock(&m->mu);
-    if (m->fail_reads > 0) {
-        m->fail_reads--;
+    if (pawl_fault_sim(PAWL_FAULT_SOURCE_MEM_READ, s)) { /* tests: SOURCE_MEM_FAIL_READS */
         snprintf(m->err, sizeof m->err, "injected read failure");
         pthread_mutex_unlock(&m->mu);
         return PAWL_ECONN;
@@ -122,6 +120,7 @@ static const char *mem_errmsg(struct pawl_source *s)
 static void mem_free(struct pawl_source *s)
 {
     struct source_mem *m = from(s);
+    pawl_fault_forget(s);
     pawl_timers_free(m->timers); /* nobody waits any more */
     for (size_t i = 0; i < m->nchunks; i++)
         pawl_event_batch_fini(&m->chunks[i]);
@@ -190,14 +189,6 @@ int pawl_source_mem_append(struct pawl_source *s, const struct pawl_event *event
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     return rc;
-}
-
-void pawl_source_mem_fail_reads(struct pawl_source *s, int n)
-{
-    struct source_mem *m = from(s);
-    pthread_mutex_lock(&m->mu);
-    m->fail_reads = n;
-    pthread_mutex_unlock(&m->mu);
 }
 
 void pawl_source_free(struct pawl_source *s)

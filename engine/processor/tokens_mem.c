@@ -7,7 +7,8 @@
  * the token and the statements' effects (through the exec hook) become visible together or not
  * at all, exactly like the database transaction. The commit re-checks the claim first: a node
  * whose claim was taken gets PAWL_ECLAIM and nothing is applied. Claim times use the monotonic
- * clock (one process). Fault hooks fail the Nth commit or hand a claim to another owner.
+ * clock (one process). For tests, a fault switch (testctl.h) fails the Nth commit, and a
+ * test-control handler hands a claim to another owner.
  */
 #include "common.h"
 #include "segment.h"
@@ -39,7 +40,6 @@ struct tokens_mem {
     size_t nnodes, nodes_cap;
     pawl_tokens_mem_exec_fn exec;
     void *exec_ud;
-    int fail_commit; /* the Nth commit from now fails; 0: none */
     char err[512];
 };
 
@@ -362,7 +362,7 @@ static int txn_commit(struct pawl_txn *t)
     if (x->failed) {
         snprintf(m->err, sizeof m->err, "a statement could not be queued");
         rc = PAWL_ENOMEM;
-    } else if (m->fail_commit > 0 && --m->fail_commit == 0) {
+    } else if (pawl_fault_sim(PAWL_FAULT_TOKENS_MEM_COMMIT, &m->base)) {
         snprintf(m->err, sizeof m->err, "injected commit failure");
         rc = PAWL_ECONN;
     } else if (r == NULL || strcmp(r->st.owner, x->owner) != 0) {
@@ -542,6 +542,7 @@ static const char *mem_errmsg(struct pawl_tokens *t)
 static void mem_free(struct pawl_tokens *t)
 {
     struct tokens_mem *m = from(t);
+    pawl_fault_forget(t);
     pawl_free(m->rows);
     pawl_free(m->nodes);
     pthread_mutex_destroy(&m->mu);
@@ -564,37 +565,15 @@ static const struct pawl_tokens_ops mem_ops = {
     .free = mem_free,
 };
 
-int pawl_tokens_mem_new(struct pawl_tokens **out)
+/* PAWL_TESTCTL_TOKENS_MEM_STEAL's end (installed by pawl_tokens_mem_new; see testctl.h). */
+static int steal(va_list ap)
 {
-    struct tokens_mem *m = pawl_calloc(1, sizeof *m);
-    if (m == NULL)
-        return PAWL_ENOMEM;
-    m->base.ops = &mem_ops;
-    pthread_mutex_init(&m->mu, NULL);
-    *out = &m->base;
-    return 0;
-}
-
-void pawl_tokens_mem_set_exec(struct pawl_tokens *t, pawl_tokens_mem_exec_fn fn, void *ud)
-{
-    struct tokens_mem *m = from(t);
-    pthread_mutex_lock(&m->mu);
-    m->exec = fn;
-    m->exec_ud = ud;
-    pthread_mutex_unlock(&m->mu);
-}
-
-void pawl_tokens_mem_fail_commit(struct pawl_tokens *t, int nth)
-{
-    struct tokens_mem *m = from(t);
-    pthread_mutex_lock(&m->mu);
-    m->fail_commit = nth;
-    pthread_mutex_unlock(&m->mu);
-}
-
-int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_id,
-                          const char *thief)
-{
+    struct pawl_tokens *t = va_arg(ap, struct pawl_tokens *);
+    const char *proc = va_arg(ap, const char *);
+    uint32_t seg_id = va_arg(ap, uint32_t);
+    const char *thief = va_arg(ap, const char *);
+    if (t == NULL || t->ops != &mem_ops || proc == NULL || thief == NULL)
+        return PAWL_EINVAL;
     struct tokens_mem *m = from(t);
     int rc = 0;
     pthread_mutex_lock(&m->mu);
@@ -607,6 +586,27 @@ int pawl_tokens_mem_steal(struct pawl_tokens *t, const char *proc, uint32_t seg_
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
+}
+
+int pawl_tokens_mem_new(struct pawl_tokens **out)
+{
+    struct tokens_mem *m = pawl_calloc(1, sizeof *m);
+    if (m == NULL)
+        return PAWL_ENOMEM;
+    m->base.ops = &mem_ops;
+    pthread_mutex_init(&m->mu, NULL);
+    pawl_testctl_install(PAWL_TESTCTL_TOKENS_MEM_STEAL, steal);
+    *out = &m->base;
+    return 0;
+}
+
+void pawl_tokens_mem_set_exec(struct pawl_tokens *t, pawl_tokens_mem_exec_fn fn, void *ud)
+{
+    struct tokens_mem *m = from(t);
+    pthread_mutex_lock(&m->mu);
+    m->exec = fn;
+    m->exec_ud = ud;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void pawl_tokens_free(struct pawl_tokens *t)

@@ -8,12 +8,13 @@
  * the thief runs the oldest and keeps the rest in its own deque, so a fan-out is split in a few
  * steals instead of one steal per task on the victim's cache lines. Threads outside the pool
  * submit single tasks through a ring of their own (a single-producer ring per outside thread and
- * pool, see spsc_push_sp), batches through the injection ring (an array of task pointers, one CAS
- * per batch; see ring_push_mp), and both through a lock-free MPSC list (mpsc.c) when their ring is
- * full or missing: producers never wait; the consumer role over all of them is taken by one worker
- * at a time with a try-lock, and a worker that gets it moves a small batch into its own deque (one
- * publication for the batch) so that others can steal from there. Every 61st task a worker looks at
- * the injection queue first, so outside work is not starved by a worker feeding itself.
+ * pool: ConcurrencyKit's ck_ring, see spsc_push_sp), batches through the injection ring (an array
+ * of task pointers, one CAS per batch; see ring_push_mp), and both through a lock-free MPSC list
+ * (mpsc.c) when their ring is full or missing: producers never wait; the consumer role over all of
+ * them is taken by one worker at a time with a try-lock, and a worker that gets it moves a small
+ * batch into its own deque (one publication for the batch) so that others can steal from there.
+ * Every 61st task a worker looks at the injection queue first, so outside work is not starved by a
+ * worker feeding itself.
  *
  * A batch (pawl_pool_submit_batch) costs what one task costs: from a worker, its tasks are
  * written into the deque and published with one store of bottom; from outside, they
@@ -51,6 +52,7 @@
  */
 #include "pool.h"
 
+#include "ckring.h"
 #include "common.h"
 #include "deque.h"
 #include "futex.h"
@@ -76,10 +78,10 @@
 #define RING_SIZE PAWL_POOL_RING
 #define LIST_TURN 4 /* the consumer looks at the list first on every LIST_TURN-th take */
 #ifndef PAWL_POOL_SPSC
-/* Slots of an outside thread's own ring (a power of two): as many as the shared ring, since a
- * full ring costs each further submission a read of the consumer's head plus the list (1024
- * slots cost a fifth of the single-task submit_run/inject throughput, where the submitter runs
- * ahead of the workers by thousands of tasks). 128 KiB per outside thread and pool. */
+/* Slots of an outside thread's own ring (a power of two; it holds one task fewer): as many as the
+ * shared ring, since a full ring sends each further submission to the list (1024 slots cost a
+ * fifth of the single-task submit_run/inject throughput, where the submitter runs ahead of the
+ * workers by thousands of tasks). 128 KiB per outside thread and pool. */
 #define PAWL_POOL_SPSC 16384
 #endif
 #define SPSC_SIZE PAWL_POOL_SPSC
@@ -166,25 +168,23 @@ struct worker {
  * belongs to the pool (registered in pool->spsc, taken from only under the consumer role, drained
  * and freed by pawl_pool_free) and is lent to one thread at a time (owned). A thread that exits
  * while its ring still holds tasks gives it back to the pool (see spsc_let_go); a thread whose
- * ring's pool was freed never touches the ring again. Lines by writer: the producer's shared one
- * (tail) and private one (done, head_seen), the consumer's (head), and the hand-over word.
+ * ring's pool was freed never touches the ring again. Lines by writer: ck_ring's own three (the
+ * consumer's c_head, the producer's p_tail, and size and mask, which nothing writes after
+ * registration; owned and raw share that one, written only on a hand-over), the producer's
+ * private one (done), then the slots.
  */
 struct spsc_ring {
-    int64_t tail; /* next slot to write; by the owning thread (release), read by the consumer */
-    char pad3[PAWL_CACHELINE - sizeof(int64_t)];
-    /* Lines only the owner touches while the pool runs: done is stored after the fence, and on
-     * tail's line, which the workers keep reading, that store would miss and hold up the next
-     * submission's fence. */
-    int64_t done;      /* tail whose wake-up check has finished (read by pawl_pool_free) */
-    int64_t head_seen; /* owner only: a value of head it read (acquire), a lower bound of head */
-    char pad0[PAWL_CACHELINE - 2 * sizeof(int64_t)];
-    int64_t head; /* next slot to take; by the consumer role (release), read by the owner */
-    char pad1[PAWL_CACHELINE - sizeof(int64_t)];
+    ck_ring_t ck;   /* SPSC_SIZE slots; see ckring.h for who may call what */
     uint32_t owned; /* 1 while a thread submits through it; 0: free for another thread to adopt */
     void *raw;      /* what to free */
-    char pad2[PAWL_CACHELINE - 2 * sizeof(void *)];
-    struct pawl_task *slot[SPSC_SIZE]; /* accessed atomically (relaxed): see spsc_push_sp */
+    /* A line only the owner writes while the pool runs: done is stored after the fence, and on
+     * p_tail's line, which the workers keep reading, that store would miss and hold up the next
+     * submission's fence. */
+    _Alignas(PAWL_CACHELINE) unsigned done; /* p_tail whose wake-up check has finished (read by
+                                               pawl_pool_free) */
+    _Alignas(PAWL_CACHELINE) ck_ring_buffer_t slot[SPSC_SIZE];
 };
+_Static_assert((SPSC_SIZE & (SPSC_SIZE - 1)) == 0, "a producer ring's size is a power of two");
 
 /*
  * Cache lines by who writes them, so that each writer keeps its line: the injection count
@@ -256,11 +256,9 @@ static inline int64_t spsc_estimate(struct pawl_pool *pool)
     uint32_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->nspsc), memory_order_acquire);
     int64_t sum = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct spsc_ring *r = pool->spsc[i];
-        /* Acquire: orders the load of tail after the load of head (head only grows). */
-        int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_acquire);
-        /* Relaxed: ordered by the caller's fence where it matters (park), a hint elsewhere. */
-        sum += atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_relaxed) - h;
+        /* ck_pr loads, head first (head only grows, so the count can only be larger); ordered by
+         * the caller's fence where it matters (park), a hint elsewhere. */
+        sum += pawl_ckring_count(&pool->spsc[i]->ck);
     }
     return sum;
 }
@@ -630,19 +628,19 @@ static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, in
  * (registered with the pool on its first submission), so that a submission writes only lines of
  * its own and the consumer reads task pointers from consecutive slots, up to INJECT_BATCH at
  * once, prefetching the tasks, instead of following one link per task through the list (each a
- * miss on a line the submitter just wrote, one after the other). The protocol:
- *   - the owning thread writes slot tail (relaxed) and publishes it with a release store of tail:
- *     no read-modify-write. It writes only if tail - head < SPSC_SIZE for a head it read with
- *     acquire (kept in head_seen: it reads the consumer's line only when the ring looks full);
- *     the consumer read every slot below head before publishing head (release).
+ * miss on a line the submitter just wrote, one after the other). The ring is ConcurrencyKit's
+ * ck_ring (through ckring.h, which tells ThreadSanitizer about its hand-off). The protocol:
+ *   - the owning thread pushes with ck_ring_enqueue_spsc: it writes the slot, then p_tail after
+ *     a store fence; no read-modify-write. It reads the consumer's c_head on each push (the full
+ *     check) and writes a slot only after the consumer stored a c_head past it.
  *   - then a seq_cst fence and wake_one(): the submitter half of the Dekker pattern with park(),
- *     whose re-check reads every ring's tail (spsc_estimate). The fence is what the seq_cst
+ *     whose re-check reads every ring's p_tail (spsc_estimate). The fence is what the seq_cst
  *     read-modify-write on inject_in gave the list's submitters.
- *   - then a release store of done = tail, the submitter's last access to the pool's state:
- *     pawl_pool_free waits until done == tail on every ring, so it cannot free the pool under a
- *     submitter still checking for sleepers.
- *   - the consumer role reads tail (acquire: the slots below it are written), the slots, and
- *     publishes its new head (release).
+ *   - then a release store of done = p_tail, the submitter's last access to the pool's state:
+ *     pawl_pool_free waits until done == p_tail on every ring, so it cannot free the pool under
+ *     a submitter still checking for sleepers.
+ *   - the consumer role pops with ck_ring_dequeue_spsc: it reads p_tail, then (after a load
+ *     fence) the slot, then stores c_head after a store fence.
  * A full ring, or no ring (the registry is full, or this thread cannot register a thread-exit
  * hook), sends the task to the list. The ring is the pool's (drained and freed by pawl_pool_free)
  * and lent to the thread: a thread that exits (or keeps rings of more than SPSC_TLS pools) gives
@@ -678,8 +676,7 @@ static void spsc_let_go(struct pawl_pool *pool, uint64_t id, struct spsc_ring *r
     pthread_mutex_lock(&live_lock);
     for (struct pawl_pool *p = live_pools; p != NULL; p = p->live_next) {
         if (p == pool && p->id == id) {
-            /* Release: our slots, tail, done and head_seen happen before the adopter's
-             * acquire. */
+            /* Release: our slots, p_tail and done happen before the adopter's acquire. */
             atomic_store_explicit(PAWL_ATOMIC_OF(&r->owned), 0, memory_order_release);
             break;
         }
@@ -727,6 +724,7 @@ static struct spsc_ring *spsc_register(struct pawl_pool *pool)
         void *raw;
         r = calloc_lines(sizeof(*r), &raw);
         if (r != NULL) {
+            ck_ring_init(&r->ck, SPSC_SIZE);
             r->raw = raw;
             r->owned = 1;
             pool->spsc[n] = r;
@@ -773,50 +771,33 @@ static struct spsc_ring *spsc_mine(struct pawl_pool *pool)
  * the ring is full (nothing done). */
 static bool spsc_push_sp(struct pawl_pool *pool, struct spsc_ring *r, struct pawl_task *t)
 {
-    /* Relaxed: only we write tail. */
-    int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_relaxed);
-    if (tail - r->head_seen >= SPSC_SIZE) {
-        /* Acquire: the consumer's reads of the slots below head are done (see above). */
-        r->head_seen = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_acquire);
-        if (tail - r->head_seen >= SPSC_SIZE)
-            return false;
-    }
-    /* Relaxed: published by the release store of tail below. */
-    atomic_store_explicit(PAWL_ATOMIC_OF(&r->slot[tail & (SPSC_SIZE - 1)]), t,
-                          memory_order_relaxed);
-    /* Release: a consumer that reads the new tail (acquire) sees the slot and the task. */
-    atomic_store_explicit(PAWL_ATOMIC_OF(&r->tail), tail + 1, memory_order_release);
-    /* Seq_cst fence: orders the tail store before wake_one()'s load of sleepers (the submitter
-     * half of the Dekker pattern with park(), whose re-check reads our tail). */
+    /* ck_ring's store fence orders the slot (and the task) before its store of p_tail. */
+    if (!pawl_ckring_push_sp(&r->ck, r->slot, t))
+        return false;
+    /* Seq_cst fence: orders the p_tail store before wake_one()'s load of sleepers (the
+     * submitter half of the Dekker pattern with park(), whose re-check reads our p_tail). */
     pawl_fence_seq_cst();
     wake_one(pool);
-    /* Release: everything we did to the pool happens before pawl_pool_free's acquire of done. */
-    atomic_store_explicit(PAWL_ATOMIC_OF(&r->done), tail + 1, memory_order_release);
+    /* Release: everything we did to the pool happens before pawl_pool_free's acquire of done.
+     * Only we write p_tail, so the plain ck_pr load reads our own push. */
+    atomic_store_explicit(PAWL_ATOMIC_OF(&r->done), pawl_ckring_tail(&r->ck), memory_order_release);
     return true;
 }
 
 /* Consumer role only: take up to want tasks from ring r, oldest first, prefetching each. */
 static int64_t spsc_take_sc(struct spsc_ring *r, struct pawl_task **out, int64_t want)
 {
-    /* Relaxed: written only under the consumer role, whose acquisition acquired it. */
-    int64_t h = atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_relaxed);
-    /* Acquire: pairs with the owner's release store; the slots below tail are written. Loaded
-     * once, outside PAWL_MIN (which evaluates its arguments twice). */
-    int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_acquire);
-    int64_t n = PAWL_MIN(tail - h, want);
-    if (n <= 0)
-        return 0;
-    for (int64_t i = 0; i < n; i++) {
-        /* Relaxed: ordered by the acquire load of tail. */
-        out[i] = atomic_load_explicit(PAWL_ATOMIC_OF(&r->slot[(h + i) & (SPSC_SIZE - 1)]),
-                                      memory_order_relaxed);
+    int64_t n = 0;
+    void *v;
+    /* Each pop stores c_head (after ck_ring's store fence), so the owner may reuse the slot. */
+    while (n < want && pawl_ckring_pop_sc(&r->ck, r->slot, &v)) {
+        out[n] = v;
         /* The task's line will be written when it runs (and often read sooner): start its miss
          * now, so that the misses of the batch overlap instead of queueing one behind the
          * other. */
-        pawl_prefetch_w(out[i]);
+        pawl_prefetch_w(out[n]);
+        n++;
     }
-    /* Release: the owner that reads the new head (acquire) may reuse the slots we read. */
-    atomic_store_explicit(PAWL_ATOMIC_OF(&r->head), h + n, memory_order_release);
     return n;
 }
 
@@ -828,12 +809,12 @@ static bool spsc_in_flight(struct pawl_pool *pool)
     uint32_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&pool->nspsc), memory_order_acquire);
     for (uint32_t i = 0; i < n; i++) {
         struct spsc_ring *r = pool->spsc[i];
-        /* Acquire: pairs with the release stores of done and tail; what the submitter did to
-         * the pool before them happens before our free. Relaxed for head: ours now. */
-        int64_t done = atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire);
-        int64_t tail = atomic_load_explicit(PAWL_ATOMIC_OF(&r->tail), memory_order_acquire);
-        if (done != tail ||
-            tail != atomic_load_explicit(PAWL_ATOMIC_OF(&r->head), memory_order_relaxed))
+        /* Acquire: pairs with the release store of done; what the submitter did to the pool
+         * before it happens before our free. Then p_tail and c_head (ck_pr loads; c_head is
+         * ours now). */
+        unsigned done = atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire);
+        unsigned tail = pawl_ckring_tail(&r->ck);
+        if (done != tail || tail != pawl_ckring_head(&r->ck))
             return true;
     }
     return false;

@@ -2,7 +2,7 @@
  * pawl/metrics.h — process-wide counters, gauges and latency histograms, read as a snapshot.
  *
  * Every pawl module records into one process-wide registry (the modules' recording calls are
- * private; see engine/metrics.h). An embedder reads it with pawl_metrics_snapshot(), derives
+ * private; see engine/core/metrics.h). An embedder reads it with pawl_metrics_snapshot(), derives
  * interval figures with pawl_metrics_diff(), percentiles with pawl_metrics_quantile_ns(), and
  * renders the Prometheus text exposition format with pawl_metrics_format_prometheus(). Two pawl
  * stores in one process add into the same figures.
