@@ -688,6 +688,19 @@ int cmd_delete(struct tool_config *cfg, int argc, const char *const *argv)
     int ex = stores_open(cfg, &s);
     if (ex != TOOL_OK)
         return ex;
+    /* A processor whose first node recorded its filter and stopped before creating segments:
+     * only the record is left, which would refuse a new start with another filter. */
+    char oerr[512];
+    int orphan = 0;
+    if (tool_pgq_orphan_filter(tool_dsn(cfg), proc, cfg->tool.execute, &orphan, oerr,
+                               sizeof oerr) == 0 &&
+        orphan) {
+        printf("%s the recorded filter of processor %s, which has no segments\n%s",
+               cfg->tool.execute ? "deleted" : "would delete", proc,
+               cfg->tool.execute ? "" : "nothing changed: add --execute to apply\n");
+        stores_close(&s);
+        return TOOL_OK;
+    }
     struct tool_status st;
     if ((ex = status_collect(cfg, &s, proc, 0, &st, "delete")) != TOOL_OK) {
         stores_close(&s);

@@ -175,6 +175,31 @@ out:
     return rc;
 }
 
+int tool_pgq_orphan_filter(const char *dsn, const char *proc, int execute, int *found, char *err,
+                           size_t errlen)
+{
+    *found = 0;
+    PGconn *c = connect_db(dsn, err, errlen);
+    if (c == NULL)
+        return PAWL_ECONN;
+    const char *v[1] = {proc};
+    PGresult *r = query(c,
+                        execute ? "WITH d AS (DELETE FROM pawl.processor_filters f "
+                                  "  WHERE f.processor = $1 AND NOT EXISTS (SELECT 1 FROM "
+                                  "  pawl.tokens t WHERE t.processor = $1) RETURNING 1) "
+                                  "SELECT count(*) FROM d"
+                                : "SELECT count(*) FROM pawl.processor_filters f "
+                                  "  WHERE f.processor = $1 AND NOT EXISTS (SELECT 1 FROM "
+                                  "  pawl.tokens t WHERE t.processor = $1)",
+                        1, v, err, errlen);
+    int rc = r == NULL ? PAWL_ESQL : 0;
+    if (r)
+        *found = int_at(r, 0, 0) > 0;
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
 int tool_pgq_processor_filter(const char *dsn, const char *proc, char **json, char *err,
                               size_t errlen)
 {

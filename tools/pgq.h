@@ -24,6 +24,11 @@ struct tool_proc_row {
     char filter[1024]; /* the recorded filter as JSON ("{}": none; raw: escape for printing) */
 };
 
+/* A filter recorded for proc, which has no segments (its first node stopped between recording
+ * the filter and creating them): *found says whether there is one; execute deletes it. */
+int tool_pgq_orphan_filter(const char *dsn, const char *proc, int execute, int *found, char *err,
+                           size_t errlen);
+
 /* proc's recorded filter as JSON in *json, malloc'ed ("{}" when none is recorded). */
 int tool_pgq_processor_filter(const char *dsn, const char *proc, char **json, char *err,
                               size_t errlen);
