@@ -81,11 +81,32 @@ struct run_view {
     struct tool_sink *sink;
     const char *proc;
     pthread_mutex_t mu;
-    char *seg_text;     /* owned, under mu */
-    int64_t last_ok_ns; /* when the token store last answered; under mu */
-    int claimable;      /* some segment is unowned or its claim expired; under mu */
-    char last_err[160]; /* under mu */
+    char *seg_text;                   /* owned, under mu */
+    int64_t last_ok_ns;               /* when the token store last answered; under mu */
+    int claimable;                    /* some segment is unowned or its claim expired; under mu */
+    char last_err[160];               /* under mu */
+    const struct tool_filter *filter; /* the processor's filter (given 0: none) */
 };
+
+/* A filter list as a Prometheus label value ("a,b"; backslash, quote and newline escaped). */
+static void label_list(const char *const *v, size_t n, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        for (const char *c = i ? "," : ""; *c && at + 1 < len; c++)
+            out[at++] = *c;
+        for (const char *c = v[i]; *c && at + 2 < len; c++) {
+            if (*c == '\\' || *c == '"' || *c == '\n') {
+                out[at++] = '\\';
+                out[at++] = *c == '\n' ? 'n' : *c;
+            } else {
+                out[at++] = *c;
+            }
+        }
+        out[at] = '\0';
+    }
+}
 
 static size_t run_metrics(void *ud, char *buf, size_t cap)
 {
@@ -110,6 +131,21 @@ static size_t run_metrics(void *ud, char *buf, size_t cap)
     size_t add = tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp, n,
                                        sizeof tmp);
     used += add;
+    if (v->filter && v->filter->given) {
+        char c[600], sp[600], ty[600];
+        label_list(v->filter->f.categories, v->filter->f.n_categories, c, sizeof c);
+        label_list(v->filter->f.stream_prefixes, v->filter->f.n_stream_prefixes, sp, sizeof sp);
+        label_list(v->filter->f.types, v->filter->f.n_types, ty, sizeof ty);
+        n = snprintf(tmp, sizeof tmp,
+                     "# HELP pawl_processor_filter_info The processor's filter (it handles only "
+                     "the events it selects)\n"
+                     "# TYPE pawl_processor_filter_info gauge\n"
+                     "pawl_processor_filter_info{processor=\"%s\",categories=\"%s\","
+                     "stream_prefixes=\"%s\",types=\"%s\"} 1\n",
+                     v->proc, c, sp, ty);
+        used += tool_httpd_extra_text(buf ? buf + used : NULL, cap > used ? cap - used : 0, tmp, n,
+                                      sizeof tmp);
+    }
     if (v->sink) {
         struct tool_sink_stats ss;
         tool_sink_stats(v->sink, &ss);
@@ -821,6 +857,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         tool_sink_set_processor(sink, p);
     }
     view.p = p;
+    view.filter = &tf;
     view.store = store;
     view.sink = sink;
     if (cfg->metrics_port > 0) {

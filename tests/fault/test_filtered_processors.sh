@@ -177,8 +177,26 @@ grep -Eq '^fbc .* category b,c ' "$work/list"; check "status lists each processo
 "$PAWL" reset fz --to start --category d --types T1 --execute >"$work/reset.out" 2>&1
 grep -q 'filter: category zzz -> category d; types T1' "$work/reset.out"
 check "reset --category --types changes fz's filter (and says so)" $?
-timeout -s INT 6 "$PAWL" run fz --category d --types T1 --handler count --progress off --claim-poll 100ms \
-    >/dev/null 2>"$work/fz2.err"
+port=$((20000 + $$ % 20000))
+"$PAWL" run fz --category d --types T1 --handler count --progress off --claim-poll 100ms \
+    --metrics-port $port >/dev/null 2>"$work/fz2.err" &
+fz2=$!
+pids+=("$fz2")
+got_metric=1
+for _ in $(seq 1 50); do
+    if exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+        printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+        cat <&3 | tr -d '\r' >"$work/metrics"
+        exec 3<&-
+        grep -qx 'pawl_processor_filter_info{processor="fz",categories="d",stream_prefixes="",types="T1"} 1' "$work/metrics" &&
+            { got_metric=0; break; }
+    fi
+    sleep 0.2
+done
+check "fz: its metrics name its filter (pawl_processor_filter_info)" $got_metric
+sleep 4
+kill -INT $fz2
+wait $fz2
 want=$(q "SELECT count(*) FROM pawl_api.events WHERE split_part(stream_id, '-', 1) = 'd' AND type = 'T1'")
 grep -q "stopped: $want events in" "$work/fz2.err" && tokens_at_head fz 2
 check "fz after the reset handles exactly the $want events of its new filter" $?
