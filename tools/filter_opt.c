@@ -22,7 +22,7 @@ void tool_filter_fini(struct tool_filter *tf)
     memset(tf, 0, sizeof *tf);
 }
 
-static void assign(struct tool_filter *tf, const char **lists[3], size_t n[3])
+static void assign(struct tool_filter *tf, const char **lists[3], const size_t n[3])
 {
     tf->f.categories = lists[0];
     tf->f.n_categories = n[0];
