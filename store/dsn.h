@@ -4,27 +4,15 @@
  * so that pawl accepts exactly what libpq accepts. A password never leaves this module in
  * printable form: everything that logs or reports a DSN goes through pawl_dsn_redact(), and
  * every message that may quote the DSN (libpq's parse and connection errors quote parts of it,
- * a malformed URI whole) goes through pawl_dsn_scrub().
+ * a malformed URI whole) goes through pawl_dsn_scrub(). Checking, redacting and connecting are
+ * public (pawl/log.h); scrubbing is the library's own.
  */
 #ifndef PAWL_STORE_DSN_H
 #define PAWL_STORE_DSN_H
 
+#include "pawl/log.h" /* pawl_dsn_check, pawl_dsn_redact, pawl_dsn_has_password, pawl_pq_connect */
+
 #include <stddef.h>
-
-/*
- * Check that dsn parses. On failure returns PAWL_EINVAL and writes libpq's reason into err,
- * scrubbed (pawl_dsn_scrub): libpq quotes the malformed part, which may be the password. err
- * may be NULL.
- */
-int pawl_dsn_check(const char *dsn, char *err, size_t errlen);
-
-/*
- * Write a printable form of dsn into out: every keyword that was set, in key=value form, with
- * the password replaced by "***". Always NUL-terminates (when outlen > 0); an unparsable dsn
- * prints as "<invalid dsn>"; the empty dsn (libpq's environment and defaults) prints as the
- * values libpq would use, password hidden. Returns out.
- */
-char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen);
 
 /*
  * Copy msg into out with every secret of dsn replaced by "***": the values of password= and
@@ -34,18 +22,5 @@ char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen);
  * a message cut short by outlen never ends in part of a secret. Returns out.
  */
 char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen);
-
-/* 1 when dsn carries a password (password= or sslpassword=, a URI's userinfo or query), else 0. */
-int pawl_dsn_has_password(const char *dsn);
-
-/*
- * Open a libpq connection to dsn with the settings every pawl connection fixes, whatever the DSN,
- * libpq's environment or the database's defaults say: client_encoding UTF8. Stream ids, types and
- * metadata are UTF-8 text; under another client encoding (PGCLIENTENCODING=LATIN1, say) the
- * server converts them, so a stream appended by pawl and the same stream appended in SQL would
- * be two streams, and text read back would not be UTF-8. start: begin a non-blocking connection
- * (PQconnectStartParams) instead of connecting (PQconnectdbParams). NULL only when out of memory.
- */
-struct pg_conn *pawl_pq_connect(const char *dsn, int start);
 
 #endif

@@ -77,13 +77,13 @@ static void closest_processor(struct tool_config *cfg, const char *proc, char *o
         return;
     size_t best = 99, bi = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t d = pawl_edit_distance(proc, rows[i].name);
+        size_t d = tool_edit_distance(proc, rows[i].name);
         if (d < best) {
             best = d;
             bi = i;
         }
     }
-    if (n > 0 && best <= PAWL_MAX(strlen(proc) / 3, (size_t)1))
+    if (n > 0 && best <= TOOL_MAX(strlen(proc) / 3, (size_t)1))
         snprintf(out, outlen, " (did you mean %s? pawl status lists them)", rows[bi].name);
     else if (n > 0)
         snprintf(out, outlen, " (pawl status lists the %zu processors)", n);
@@ -168,7 +168,7 @@ static const char *proc_name(struct tool_config *cfg, int argc, const char *cons
 static void sleep_ms_interruptible(int64_t ms)
 {
     while (ms > 0 && !tool_stop) {
-        int64_t step = PAWL_MIN(ms, (int64_t)100);
+        int64_t step = TOOL_MIN(ms, (int64_t)100);
         struct timespec ts = {0, (long)step * 1000000L};
         nanosleep(&ts, NULL);
         ms -= step;
@@ -188,7 +188,7 @@ static void dead_letters_line(struct pawl_tokens *tok, const char *proc)
     int64_t oldest = 0;
     for (size_t i = 0; i < n; i++) {
         letters += rows[i].letters;
-        oldest = PAWL_MAX(oldest, rows[i].oldest_age_ms);
+        oldest = TOOL_MAX(oldest, rows[i].oldest_age_ms);
     }
     printf("\ndead letters: %" PRIu64 " in %zu parked stream%s, the oldest parked %.0f s ago "
            "(pawl dead-letters %s lists them)\n",
@@ -229,7 +229,7 @@ static int status_list(struct tool_config *cfg)
                        ", \"lag_events\": %" PRId64 ", \"filter\": %s}",
                        i ? ", " : "", rows[i].name, rows[i].segments, rows[i].claimed,
                        rows[i].expired, owners, rows[i].lowest_token, rows[i].head,
-                       PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
+                       TOOL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
                        strcmp(rows[i].filter, "{}") == 0 ? "null" : rows[i].filter);
             }
             printf("]}\n");
@@ -250,7 +250,7 @@ static int status_list(struct tool_config *cfg)
                 printf("%-24s %-9" PRId64 " %-8" PRId64 " %-12" PRId64 " %-12" PRId64 " %-12" PRId64
                        " %-24s %s%s\n",
                        rows[i].name, rows[i].segments, rows[i].claimed, rows[i].lowest_token,
-                       rows[i].head, PAWL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
+                       rows[i].head, TOOL_MAX(rows[i].head - rows[i].lowest_token, (int64_t)0),
                        desc, owners[0] ? owners : "-",
                        rows[i].expired ? "  (expired claims: nodes gone?)" : "");
             }
@@ -474,7 +474,7 @@ static int reset_run(struct tool_config *cfg, const char *proc, const struct too
         ex = tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
         goto out;
     }
-    int64_t head = PAWL_MAX(st.head, span.last);
+    int64_t head = TOOL_MAX(st.head, span.last);
     if (target > head) {
         /* A token past the head would skip events that do not exist yet: whatever is appended
          * next, up to the token, would never reach the processor. Almost always a typo. */
@@ -641,8 +641,8 @@ static int split_or_merge(struct tool_config *cfg, int argc, const char *const *
                  " are not redelivered\n",
                  cfg->tool.execute ? "merging" : "would merge", row->st.seg.id, row->st.seg.mask,
                  row->st.token, sib->st.seg.id, sib->st.seg.mask, sib->st.token, parent.id,
-                 parent.mask, PAWL_MIN(row->st.token, sib->st.token),
-                 PAWL_MAX(row->st.token, sib->st.token));
+                 parent.mask, TOOL_MIN(row->st.token, sib->st.token),
+                 TOOL_MAX(row->st.token, sib->st.token));
     }
     ex = refuse_if_claimed(cfg, &involved, what);
     if (ex != TOOL_OK)
@@ -711,7 +711,7 @@ int cmd_delete(struct tool_config *cfg, int argc, const char *const *argv)
         goto out;
     int64_t lowest = INT64_MAX;
     for (size_t i = 0; i < st.n; i++)
-        lowest = PAWL_MIN(lowest, st.rows[i].st.token);
+        lowest = TOOL_MIN(lowest, st.rows[i].st.token);
     printf("%s processor %s: %zu segments (tokens from %" PRId64 ", head %" PRId64
            "), their claims and node records; the log is not touched\n",
            cfg->tool.execute ? "deleting" : "would delete", proc, st.n, lowest, st.head);
@@ -763,7 +763,7 @@ static void json_member(const char *key, const char *value, int first)
         return;
     }
     putchar('"');
-    pawl_json_escape(stdout, value);
+    tool_json_escape(stdout, value);
     putchar('"');
 }
 

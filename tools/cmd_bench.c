@@ -8,7 +8,6 @@
  * (FILE with .png) when gnuplot is installed.
  */
 #include "load.h"
-#include "metrics.h"
 #include "progress.h"
 
 #include <inttypes.h>
@@ -44,7 +43,7 @@ static void *bench_follow(void *arg)
             continue;
         int64_t now_us = pawl_wall_us();
         for (size_t i = 0; i < b.count; i++)
-            pawl_metric_hist_record(PAWL_H_E2E_LAG, (now_us - b.events[i].appended_at_us) * 1000);
+            pawl_metrics_hist_observe(PAWL_H_E2E_LAG, (now_us - b.events[i].appended_at_us) * 1000);
         if (b.count)
             f->after = b.events[b.count - 1].index;
     }

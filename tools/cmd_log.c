@@ -14,7 +14,6 @@
 #include "httpd.h"
 #include "jsonl.h"
 #include "load.h"
-#include "metrics.h"
 #include "pgq.h"
 #include "position.h"
 #include "progress.h"
@@ -111,7 +110,7 @@ static int append_generated(struct tool_config *cfg, struct pawl_store *s)
         if (!tool_progress_due(&prog))
             continue;
         int64_t ev = atomic_load(&load.events), now = pawl_now_ns();
-        double rate = (double)(ev - last) * 1e9 / (double)PAWL_MAX(now - last_ns, 1);
+        double rate = (double)(ev - last) * 1e9 / (double)TOOL_MAX(now - last_ns, 1);
         last = ev;
         last_ns = now;
         double remaining =
@@ -131,7 +130,7 @@ static int append_generated(struct tool_config *cfg, struct pawl_store *s)
     tool_note("%sappended %" PRId64 " events in %" PRId64 " appends in %.1fs (%.0f/s), %" PRId64
               " failed appends%s%s",
               tool_stop ? "interrupted: " : "", ev, atomic_load(&load.appends), secs,
-              (double)ev / PAWL_MAX(secs, 1e-9), errs, errs ? "; first: " : "",
+              (double)ev / TOOL_MAX(secs, 1e-9), errs, errs ? "; first: " : "",
               errs ? load.first_error : "");
     return errs ? TOOL_FAILED : TOOL_OK;
 }
@@ -259,7 +258,7 @@ static void report_conflict(struct append_ctx *c, const struct group *g)
         struct tool_kv kv[] = {TOOL_KV_S("stream", e->stream_id), TOOL_KV_I("line", g->line[i]),
                                TOOL_KV_I("expected_version", e->stream_seq - 1),
                                TOOL_KV_I("actual_version", actual)};
-        tool_log(PAWL_LOG_ERROR, kv, PAWL_ARRAY_LEN(kv),
+        tool_log(PAWL_LOG_ERROR, kv, TOOL_ARRAY_LEN(kv),
                  "append: line %ld: conflict on stream %s: expected version %" PRId64
                  " (the event's seq %" PRId64 " follows it), but the stream is at version %" PRId64
                  "; nothing of this append (lines %ld-%ld) was written",
@@ -361,7 +360,7 @@ static int wait_final(struct append_ctx *c, int64_t after)
     size_t next = 0;
     int64_t quiet_since = pawl_now_ns();
     int64_t limit_ns =
-        PAWL_MAX((int64_t)c->cfg->lib.store.open_timeout_ms, (int64_t)1000) * 1000000;
+        TOOL_MAX((int64_t)c->cfg->lib.store.open_timeout_ms, (int64_t)1000) * 1000000;
     int rc = 0;
     while (next < c->ndone && !tool_stop) {
         rc = pawl_read(c->s, after, 1000, &b);
@@ -452,7 +451,7 @@ static int next_line(struct line_reader *r, const char **line, size_t *len)
         }
         if (r->end == r->cap) {
             size_t ncap = r->cap ? r->cap * 2 : 65536;
-            ncap = PAWL_MIN(ncap, r->max_line + 2); /* a line, its newline, and one byte more */
+            ncap = TOOL_MIN(ncap, r->max_line + 2); /* a line, its newline, and one byte more */
             char *nb = realloc(r->buf, ncap);
             if (nb == NULL)
                 return -1;
@@ -543,7 +542,7 @@ static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const cha
             break;
         if (tool_progress_due(&prog)) {
             double secs = (double)(pawl_now_ns() - prog.start_ns) / 1e9;
-            double rate = (double)c.appended / PAWL_MAX(secs, 1e-3);
+            double rate = (double)c.appended / TOOL_MAX(secs, 1e-3);
             char r[32], eta[32];
             double left = total_bytes > 0 && bytes > 0
                               ? secs * (double)(total_bytes - bytes) / (double)bytes
@@ -607,7 +606,7 @@ static int append_stdin(struct tool_config *cfg, struct pawl_store *s, const cha
     char last[256] = "";
     if (c.last_line)
         snprintf(last, sizeof last, " (last: line %ld, %s)", c.last_line, c.last_ev);
-    tool_log(ex == TOOL_OK ? PAWL_LOG_INFO : PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+    tool_log(ex == TOOL_OK ? PAWL_LOG_INFO : PAWL_LOG_WARN, kv, TOOL_ARRAY_LEN(kv),
              "%sappended %" PRId64 " events in %" PRId64 " appends from %ld lines%s%s%s",
              tool_stop ? "interrupted: " : "", c.appended, c.appends, lineno, extra, last,
              ex == TOOL_OK ? "" : "; stopped at the first failure (nothing after it was appended)");
@@ -687,7 +686,7 @@ static int tail_stream(struct tool_config *cfg)
             tool_err("tail: %s", err);
             return tool_exit_for(rc) == TOOL_USAGE ? TOOL_FAILED : tool_exit_for(rc);
         }
-        after = rel == 1 ? version : PAWL_MAX((int64_t)0, version - after);
+        after = rel == 1 ? version : TOOL_MAX((int64_t)0, version - after);
     }
     struct pawl_store *s = NULL;
     int ex = open_store(cfg, dsn, &s);
@@ -699,7 +698,7 @@ static int tail_stream(struct tool_config *cfg)
     while (!tool_stop) {
         size_t want = 1000;
         if (cfg->tool.count > 0)
-            want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
+            want = (size_t)TOOL_MIN((int64_t)want, cfg->tool.count - printed);
         if (want == 0)
             break;
         int64_t known = pawl_store_last_index(s);
@@ -745,7 +744,7 @@ static void print_event(const struct tool_config *cfg, const struct pawl_event *
     }
     /* Ids, types and payloads are anyone's bytes: escaped, so that none can move the cursor,
      * retitle the terminal or forge a line of this output. */
-    size_t shown = PAWL_MIN(e->payload_len, (size_t)120);
+    size_t shown = TOOL_MIN(e->payload_len, (size_t)120);
     char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)];
     char type[PAWL_PRINTABLE_SIZE(PAWL_EVENT_TYPE_MAX)];
     char payload[PAWL_PRINTABLE_SIZE(120)];
@@ -834,7 +833,7 @@ static int tail_log(struct tool_config *cfg, const struct tool_filter *tfp)
     while (!tool_stop) {
         size_t want = 1000;
         if (cfg->tool.count > 0)
-            want = (size_t)PAWL_MIN((int64_t)want, cfg->tool.count - printed);
+            want = (size_t)TOOL_MIN((int64_t)want, cfg->tool.count - printed);
         if (want == 0)
             break;
         int64_t pos = after;
@@ -847,7 +846,7 @@ static int tail_log(struct tool_config *cfg, const struct tool_filter *tfp)
                                   : pawl_read(s, after, want, &b);
         if (rc == PAWL_ETIMEDOUT) {
             if (tf.given)
-                after = PAWL_MAX(after, pos);
+                after = TOOL_MAX(after, pos);
             continue;
         }
         if (rc != 0) {
@@ -862,13 +861,13 @@ static int tail_log(struct tool_config *cfg, const struct tool_filter *tfp)
             break;
         for (size_t i = 0; i < b.count; i++) {
             print_event(cfg, &b.events[i]);
-            pawl_metric_hist_record(PAWL_H_E2E_LAG,
-                                    (pawl_wall_us() - b.events[i].appended_at_us) * 1000);
+            pawl_metrics_hist_observe(PAWL_H_E2E_LAG,
+                                      (pawl_wall_us() - b.events[i].appended_at_us) * 1000);
             after = b.events[i].index;
         }
         if (tf.given)
-            after = PAWL_MAX(after, pos);
-        pawl_metric_add(PAWL_M_EVENTS_READ, b.count);
+            after = TOOL_MAX(after, pos);
+        pawl_metrics_counter_add(PAWL_M_EVENTS_READ, b.count);
         printed += (int64_t)b.count;
         fflush(stdout);
     }
@@ -920,8 +919,8 @@ static void *follow_main(void *arg)
             break;
         int64_t now_us = pawl_wall_us();
         for (size_t i = 0; i < b.count; i++)
-            pawl_metric_hist_record(PAWL_H_E2E_LAG, (now_us - b.events[i].appended_at_us) * 1000);
-        pawl_metric_add(PAWL_M_EVENTS_READ, b.count);
+            pawl_metrics_hist_observe(PAWL_H_E2E_LAG, (now_us - b.events[i].appended_at_us) * 1000);
+        pawl_metrics_counter_add(PAWL_M_EVENTS_READ, b.count);
         if (b.count) {
             after = b.events[b.count - 1].index;
             atomic_fetch_add_explicit(&f->read, (int64_t)b.count, memory_order_relaxed);
@@ -1002,7 +1001,7 @@ int cmd_demo(struct tool_config *cfg, int argc, const char *const *argv)
         int64_t read = atomic_load(&f.read);
         struct pawl_store_stats st;
         pawl_store_stats(s, &st, 1);
-        worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
+        worst_fin_p99 = TOOL_MAX(worst_fin_p99, st.delay_p99_ms);
         char a[32], r[32], p50[32], p99[32], eta[32];
         double left =
             (double)(load.start_ns + cfg->tool.duration_ms * 1000000 - pawl_now_ns()) / 1e9;
@@ -1041,7 +1040,7 @@ int cmd_demo(struct tool_config *cfg, int argc, const char *const *argv)
     pawl_metrics_snapshot(now);
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
-    worst_fin_p99 = PAWL_MAX(worst_fin_p99, st.delay_p99_ms);
+    worst_fin_p99 = TOOL_MAX(worst_fin_p99, st.delay_p99_ms);
     int64_t ev = atomic_load(&load.events), errs = atomic_load(&load.errors);
     const struct pawl_metrics_hist *al = &now->hists[PAWL_H_APPEND_LATENCY];
     const struct pawl_metrics_hist *e2e = &now->hists[PAWL_H_E2E_LAG];
@@ -1056,7 +1055,7 @@ int cmd_demo(struct tool_config *cfg, int argc, const char *const *argv)
         "  finalize delay  worst 1-interval p99 %.1fms  (runs every %.1fms at the end)\n"
         "  re-runs         %" PRId64 "  (appends run again after racing another for a stream)\n"
         "  errors          %" PRId64 "%s%s\n",
-        ev, atomic_load(&load.appends), secs, (double)ev / PAWL_MAX(secs, 1e-9),
+        ev, atomic_load(&load.appends), secs, (double)ev / TOOL_MAX(secs, 1e-9),
         cfg->tool.rate > 0 ? tool_fmt_count(cfg->tool.rate, b0, sizeof b0) : "max",
         atomic_load(&f.read), atomic_load(&f.last_index),
         atomic_load(&f.read) >= ev ? "" : " (fewer: the follower was stopped before it caught up)",

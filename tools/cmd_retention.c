@@ -69,7 +69,7 @@ static int write_archive(struct tool_config *cfg, const char *dsn, const char *p
     int64_t after = from - 1;
     int ex = TOOL_OK;
     while (after < w - 1 && ex == TOOL_OK) {
-        size_t want = (size_t)PAWL_MIN((int64_t)1000, w - 1 - after);
+        size_t want = (size_t)TOOL_MIN((int64_t)1000, w - 1 - after);
         rc = pawl_read(s, after, want, &b);
         if (rc == 0 && b.count == 0)
             rc = PAWL_ENOTFOUND;

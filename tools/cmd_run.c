@@ -65,7 +65,7 @@ static int64_t lowest_token(struct pawl_tokens *tok, const char *proc)
     }
     int64_t low = rows[0].token;
     for (size_t i = 1; i < n; i++)
-        low = PAWL_MIN(low, rows[i].token);
+        low = TOOL_MIN(low, rows[i].token);
     pawl_tokens_rows_free(rows);
     return low;
 }
@@ -383,7 +383,7 @@ static void *stop_main(void *arg)
 
 static void secs(int64_t ns, char *buf, size_t len)
 {
-    snprintf(buf, len, "%.*f s", ns < 10000000000LL ? 1 : 0, (double)PAWL_MAX(ns, 0) / 1e9);
+    snprintf(buf, len, "%.*f s", ns < 10000000000LL ? 1 : 0, (double)TOOL_MAX(ns, 0) / 1e9);
 }
 
 static int by_segment(const void *a, const void *b)
@@ -398,7 +398,7 @@ static struct pawl_segment_activity *held_rows(struct pawl_processor *p, size_t 
 {
     size_t want = pawl_processor_activity(p, NULL, 0);
     struct pawl_segment_activity *rows = want ? calloc(want, sizeof *rows) : NULL;
-    *n = rows ? PAWL_MIN(pawl_processor_activity(p, rows, want), want) : 0;
+    *n = rows ? TOOL_MIN(pawl_processor_activity(p, rows, want), want) : 0;
     if (*n > 1)
         qsort(rows, *n, sizeof *rows, by_segment);
     return rows;
@@ -417,12 +417,12 @@ static void describe_waits(struct run_stop *st, int64_t now, char *out, size_t l
     struct pawl_segment_activity *rows = held_rows(st->p, &n);
     struct tool_sink_wait kids[64];
     size_t nk =
-        PAWL_MIN(tool_sink_waits(st->sink, kids, PAWL_ARRAY_LEN(kids)), PAWL_ARRAY_LEN(kids));
+        TOOL_MIN(tool_sink_waits(st->sink, kids, TOOL_ARRAY_LEN(kids)), TOOL_ARRAY_LEN(kids));
     out[0] = key[0] = '\0';
     /* The longest waits first: commands with a deadline, the database, the handlers. */
     static const int order[] = {PAWL_SEG_UNITS, PAWL_SEG_STORE, PAWL_SEG_HANDLING, PAWL_SEG_READING,
                                 PAWL_SEG_IDLE};
-    for (size_t o = 0; o < PAWL_ARRAY_LEN(order); o++) {
+    for (size_t o = 0; o < TOOL_ARRAY_LEN(order); o++) {
         for (size_t i = 0; i < n; i++) {
             const struct pawl_segment_activity *r = &rows[i];
             if ((int)r->doing != order[o])
@@ -530,10 +530,10 @@ static _Noreturn void run_abandon(struct run_stop *st, const char *why)
     struct tool_kv kv[] = {TOOL_KV_I("segments_left", n), TOOL_KV_S("claim_timeout", ct),
                            TOOL_KV_I("exit", TOOL_ABANDONED)};
     if (n == 0 && ps.releases_failed == 0)
-        tool_log(PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+        tool_log(PAWL_LOG_WARN, kv, TOOL_ARRAY_LEN(kv),
                  "stop abandoned (%s): every claim was released already%s", why, killed);
     else
-        tool_log(PAWL_LOG_WARN, kv, PAWL_ARRAY_LEN(kv),
+        tool_log(PAWL_LOG_WARN, kv, TOOL_ARRAY_LEN(kv),
                  "stop abandoned (%s): %zu segment%s still claimed by this node%s%s%s%s %s left "
                  "to expire after --claim-timeout %s; then another node takes %s over from %s "
                  "stored token%s (events handled since are delivered again)%s",
@@ -895,7 +895,7 @@ int cmd_run(struct tool_config *cfg, int argc, const char *const *argv)
         struct pawl_processor_stats ps;
         pawl_processor_stats(p, &ps);
         int64_t now = pawl_now_ns();
-        double rate = (double)(ps.events - last_events) * 1e9 / (double)PAWL_MAX(now - last_ns, 1);
+        double rate = (double)(ps.events - last_events) * 1e9 / (double)TOOL_MAX(now - last_ns, 1);
         last_events = ps.events;
         last_ns = now;
         int64_t head = 0, low = lowest_token(tok, cfg->lib.processor.name);

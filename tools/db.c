@@ -14,8 +14,6 @@
  */
 #include "tool.h"
 
-#include "dsn.h"
-
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -154,14 +152,14 @@ const char *tool_dsn(struct tool_config *cfg)
     static char dsn[2048];
     static int announced;
     if (cfg->lib.dsn && cfg->lib.dsn[0]) {
-        PAWL_DEBUG("tool", "database: %s (%s)", tool_dsn_printable(cfg->lib.dsn),
-                   tool_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
+        pawl_log(PAWL_LOG_DEBUG, "tool", "database: %s (%s)", tool_dsn_printable(cfg->lib.dsn),
+                 tool_config_source_of(cfg, "dsn") == PAWL_SRC_FLAG ? "--dsn" : "PAWL_DSN");
         return cfg->lib.dsn;
     }
     const char *var = libpq_env_var();
     if (var) {
-        PAWL_DEBUG("tool", "database: libpq's environment (%s is set): %s", var,
-                   tool_dsn_printable(""));
+        pawl_log(PAWL_LOG_DEBUG, "tool", "database: libpq's environment (%s is set): %s", var,
+                 tool_dsn_printable(""));
         return "";
     }
     char script[PATH_MAX + 16];
@@ -192,8 +190,9 @@ const char *tool_dsn(struct tool_config *cfg)
                       "with: %s",
                       dir, tool_dsn_printable(dsn), stop);
         else
-            PAWL_DEBUG("tool", "database: no --dsn or PAWL_DSN: the private PostgreSQL at %s (%s)",
-                       dir, tool_dsn_printable(dsn));
+            pawl_log(PAWL_LOG_DEBUG, "tool",
+                     "database: no --dsn or PAWL_DSN: the private PostgreSQL at %s (%s)", dir,
+                     tool_dsn_printable(dsn));
         announced = 1;
     }
     return dsn;

@@ -519,7 +519,8 @@ static void print_round(struct tool_sink *s, struct ship *list)
         rc = PAWL_ESYS;
     }
     if (rc)
-        PAWL_WARN(MOD, "print: %s; the batches are rolled back and delivered again", msg);
+        pawl_log(PAWL_LOG_WARN, MOD, "print: %s; the batches are rolled back and delivered again",
+                 msg);
     while (list) {
         struct ship *next = list->next;
         struct chan *c = list->close ? list->ch : NULL;
@@ -658,7 +659,8 @@ static int spawn_child(struct tool_sink *s, struct chan *c, char *msg, size_t ms
     c->rlen = 0;
     kid_add(s, c);
     atomic_fetch_add_explicit(&s->starts, 1, memory_order_relaxed);
-    PAWL_INFO(MOD, "exec: segment %u: started %s (pid %d)", c->seg.id, s->o.argv[0], (int)pid);
+    pawl_log(PAWL_LOG_INFO, MOD, "exec: segment %u: started %s (pid %d)", c->seg.id, s->o.argv[0],
+             (int)pid);
     return 0;
 fail:
     for (int i = 0; i < 2; i++) {
@@ -746,10 +748,11 @@ static void chan_fail(struct tool_sink *s, struct chan *c, const char *why)
         snprintf(ended, sizeof ended, "; %s (pid %d) %s", s->o.argv[0], (int)pid, how);
     }
     /* Stopping, the segment goes to whichever node claims it next: no back-off here. */
-    PAWL_WARN(MOD, "%s%s; the batch is rolled back and delivered again %s", msg, ended,
-              atomic_load_explicit(&s->stopping, memory_order_relaxed)
-                  ? "by the segment's next owner"
-                  : "to a new process after the back-off");
+    pawl_log(PAWL_LOG_WARN, MOD, "%s%s; the batch is rolled back and delivered again %s", msg,
+             ended,
+             atomic_load_explicit(&s->stopping, memory_order_relaxed)
+                 ? "by the segment's next owner"
+                 : "to a new process after the back-off");
     int closed = 0;
     struct ship *lists[2] = {c->aq, c->sq};
     c->aq = c->sq = NULL;
@@ -937,7 +940,7 @@ static int exec_event_failed(struct tool_sink *s, struct chan *c, int64_t index,
     redeliv_failed(s, c->seg, h->idx + j, h->nidx - j);
     char msg[512];
     snprintf(msg, sizeof msg, "exec: segment %u: %s", c->seg.id, why);
-    PAWL_INFO(MOD, "%s; the command goes on with the next batch", msg);
+    pawl_log(PAWL_LOG_INFO, MOD, "%s; the command goes on with the next batch", msg);
     c->aq = h->next;
     if (c->aq == NULL)
         c->aq_tail = &c->aq;
@@ -1132,8 +1135,9 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 char how[64];
                 describe_exit(st, how, sizeof how);
-                PAWL_WARN(MOD, "exec: segment %u: %s (pid %d) %s after its input ended", c->seg.id,
-                          s->o.argv[0], (int)pid, how);
+                pawl_log(PAWL_LOG_WARN, MOD,
+                         "exec: segment %u: %s (pid %d) %s after its input ended", c->seg.id,
+                         s->o.argv[0], (int)pid, how);
             }
             unlist(s, c);
             chan_free(c);
@@ -1150,8 +1154,9 @@ static void exec_readable(struct tool_sink *s, struct chan *c)
         if (c->sq || c->aq)
             chan_fail(s, c, why);
         else
-            PAWL_WARN(MOD, "exec: segment %u: %s between batches; a new one starts with the next",
-                      c->seg.id, why);
+            pawl_log(PAWL_LOG_WARN, MOD,
+                     "exec: segment %u: %s between batches; a new one starts with the next",
+                     c->seg.id, why);
         return;
     }
 }
@@ -1185,16 +1190,16 @@ static int64_t exec_deadlines(struct tool_sink *s)
         nextc = c->io_next;
         if (c->closing) {
             if (now >= c->close_deadline_ns) {
-                PAWL_WARN(MOD,
-                          "exec: segment %u: %s (pid %d) did not exit within %" PRId64
-                          " ms after its input ended; killed",
-                          c->seg.id, s->o.argv[0], (int)c->pid, s->o.ack_timeout_ms);
+                pawl_log(PAWL_LOG_WARN, MOD,
+                         "exec: segment %u: %s (pid %d) did not exit within %" PRId64
+                         " ms after its input ended; killed",
+                         c->seg.id, s->o.argv[0], (int)c->pid, s->o.ack_timeout_ms);
                 child_end(s, c, END_KILL, NULL);
                 unlist(s, c);
                 chan_free(c);
                 continue;
             }
-            next = PAWL_MIN(next, c->close_deadline_ns);
+            next = TOOL_MIN(next, c->close_deadline_ns);
             continue;
         }
         struct ship *head = c->aq ? c->aq : c->sq;
@@ -1209,7 +1214,7 @@ static int64_t exec_deadlines(struct tool_sink *s)
             chan_fail(s, c, why);
             continue;
         }
-        next = PAWL_MIN(next, head->deadline_ns);
+        next = TOOL_MIN(next, head->deadline_ns);
     }
     return next;
 }
@@ -1240,7 +1245,7 @@ static void *sink_thread(void *arg)
         int timeout = -1;
         if (next != INT64_MAX) {
             int64_t ms = (next - mono_ns()) / 1000000 + 1;
-            timeout = (int)PAWL_MAX(0, PAWL_MIN(ms, 1000));
+            timeout = (int)TOOL_MAX(0, TOOL_MIN(ms, 1000));
         }
         int n = epoll_wait(s->epfd, evs, 32, timeout);
         int stop = 0;
@@ -1367,10 +1372,10 @@ int tool_sink_new(struct tool_sink **out, const struct tool_sink_opts *o, char *
                                      len, environ[i]);
         }
         if (names[0])
-            PAWL_INFO(MOD,
-                      "exec: %s not passed on to %s (connection secrets; --exec-pass-secrets "
-                      "passes them)",
-                      names, o->argv[0]);
+            pawl_log(PAWL_LOG_INFO, MOD,
+                     "exec: %s not passed on to %s (connection secrets; --exec-pass-secrets "
+                     "passes them)",
+                     names, o->argv[0]);
     }
     *out = s;
     return 0;

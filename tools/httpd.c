@@ -347,8 +347,8 @@ void tool_httpd_stop(struct tool_httpd *h)
         pthread_mutex_unlock(&h->mu);
         pthread_join(h->reaper, NULL);
     }
-    PAWL_DEBUG("httpd", "slow clients dropped: %lu past their deadline, %lu evicted", h->expired,
-               h->evicted);
+    pawl_log(PAWL_LOG_DEBUG, "httpd", "slow clients dropped: %lu past their deadline, %lu evicted",
+             h->expired, h->evicted);
     /* Closes what is still open; on_connection(CLOSED) unlinks and frees each. */
     MHD_stop_daemon(h->daemon);
     pthread_cond_destroy(&h->cond);

@@ -2,12 +2,10 @@
  * load.c — see load.h. Pacing is by schedule, not by sleeping a fixed gap: append k of a thread
  * is due at start + k * gap, so slow appends do not lower the achieved rate while the database
  * keeps up; a thread that falls more than a second behind drops the backlog instead of
- * bursting. The generator records append latency and counts into the metrics registry (the
- * store does not record those itself yet).
+ * bursting. Append latency and counts reach the metrics registry through the store, which
+ * records them itself.
  */
 #include "load.h"
-
-#include "metrics.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -104,7 +102,7 @@ static void *appender(void *arg)
             int64_t before = atomic_fetch_add_explicit(&l->reserved, n, memory_order_relaxed);
             if (before >= t->count)
                 break;
-            take = (int)PAWL_MIN((int64_t)n, t->count - before);
+            take = (int)TOOL_MIN((int64_t)n, t->count - before);
         }
         /* Streams in turn, shared by every thread: appends in flight together touch distinct
          * streams (until more than --streams events are in flight), so the generator's own

@@ -12,7 +12,6 @@
  */
 #include "tool.h"
 
-#include "dsn.h"
 #include "position.h"
 
 #include <stdarg.h>
@@ -231,7 +230,7 @@ static const struct tool_cmd commands[] = {
 
 static const struct tool_cmd *find_cmd(const char *name)
 {
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++)
         if (strcmp(commands[i].name, name) == 0)
             return &commands[i];
     return NULL;
@@ -350,7 +349,7 @@ static void print_usage(FILE *out)
     fprintf(out, "usage: pawl COMMAND [FLAGS] [ARGS]\n\n"
                  "pawl: a forward-only event log and pooled streaming processors on PostgreSQL.\n\n"
                  "COMMANDS\n");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nFLAGS ACCEPTED BY EVERY COMMAND\n");
     for (size_t i = 0; i < tool_flag_count(); i++) {
@@ -382,7 +381,7 @@ static void md_cell(FILE *out, const char *s)
 static void print_markdown(FILE *out)
 {
     fprintf(out, "### Commands\n\n");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++) {
         const struct tool_cmd *c = &commands[i];
         fprintf(out, "#### `pawl %s`\n\n```\npawl %s %s\n```\n\n%s", c->name, c->name, c->synopsis,
                 c->description);
@@ -426,7 +425,7 @@ static void print_markdown(FILE *out)
             fprintf(out, "all");
         } else {
             int first = 1;
-            for (size_t j = 0; j < PAWL_ARRAY_LEN(commands); j++) {
+            for (size_t j = 0; j < TOOL_ARRAY_LEN(commands); j++) {
                 if (commands[j].scope & tool_flag_scope(f)) {
                     fprintf(out, "%s%s", first ? "" : ", ", commands[j].name);
                     first = 0;
@@ -556,7 +555,7 @@ static int cmd_completion(struct tool_config *cfg, int argc, const char *const *
            "    done\n"
            "    local flags\n"
            "    case $cmd in\n");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++) {
         const struct tool_cmd *c = &commands[i];
         printf("    %s) flags=\"--help --version", c->name);
         for (size_t j = 0; j < tool_flag_count(); j++) {
@@ -588,14 +587,14 @@ static int cmd_completion(struct tool_config *cfg, int argc, const char *const *
            "    esac\n"
            "    if [[ -z $cmd && $cur != -* ]]; then\n"
            "        COMPREPLY=($(compgen -W \"");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++)
         printf("%s%s", i ? " " : "", commands[i].name);
     printf("\" -- \"$cur\"))\n"
            "    elif [[ $cmd == completion && $cur != -* ]]; then\n"
            "        COMPREPLY=($(compgen -W \"bash\" -- \"$cur\"))\n"
            "    elif [[ $cmd == help && $cur != -* ]]; then\n"
            "        COMPREPLY=($(compgen -W \"");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++)
         printf("%s%s", i ? " " : "", commands[i].name);
     printf("\" -- \"$cur\"))\n"
            "    else\n"
@@ -640,7 +639,7 @@ static int cmd_man(struct tool_config *cfg, int argc, const char *const *argv)
             "marked so below) are taken from the command line only. Durations need a unit: "
             "250ms, 2s, 1m30s, 1.5h.");
     fprintf(o, "\n.SH COMMANDS\n");
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++) {
         const struct tool_cmd *c = &commands[i];
         fprintf(o, ".TP\n.B pawl %s ", c->name);
         roff(o, c->synopsis);
@@ -715,14 +714,14 @@ static const char *closest_cmd(const char *name)
 {
     const char *best = NULL;
     size_t bestd = 99;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(commands); i++) {
-        size_t d = pawl_edit_distance(name, commands[i].name);
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(commands); i++) {
+        size_t d = tool_edit_distance(name, commands[i].name);
         if (d < bestd) {
             bestd = d;
             best = commands[i].name;
         }
     }
-    return bestd <= PAWL_MAX(strlen(name) / 3, (size_t)1) ? best : NULL;
+    return bestd <= TOOL_MAX(strlen(name) / 3, (size_t)1) ? best : NULL;
 }
 
 static int unknown_cmd(const char *name)
@@ -864,7 +863,7 @@ int main(int argc, char **argv)
         free(args);
         return TOOL_USAGE;
     }
-    PAWL_DEBUG("tool", "pawl %s %s", PAWL_VERSION, cmd->name);
+    pawl_log(PAWL_LOG_DEBUG, "tool", "pawl %s %s", PAWL_VERSION, cmd->name);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -3,8 +3,6 @@
  */
 #include "pgq.h"
 
-#include "dsn.h"
-
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,6 @@
  */
 #include "position.h"
 
-#include "dsn.h"
 #include "tool.h"
 
 #include <ctype.h>
@@ -270,7 +269,7 @@ int tool_pos_at(const struct tool_pos *p, const struct tool_pos_span *span, int6
         return 0;
     case TOOL_POS_OFFSET:
         /* last >= 0 and value >= 0: last - value cannot overflow */
-        *pos = PAWL_MAX(span->last - p->value, start);
+        *pos = TOOL_MAX(span->last - p->value, start);
         return 0;
     case TOOL_POS_AGO:
     case TOOL_POS_TIME:
@@ -285,7 +284,7 @@ int tool_pos_search(int64_t first, int64_t last, int64_t t_us,
 {
     /* Invariant: the event at lo (or none, at first - 1) is before t_us; the event at hi (or
      * none, at last + 1) is at or after it. */
-    int64_t lo = first - 1, hi = PAWL_MAX(last, first - 1) + 1;
+    int64_t lo = first - 1, hi = TOOL_MAX(last, first - 1) + 1;
     int n = 0;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2, us = 0;
@@ -426,10 +425,10 @@ int tool_pos_resolve(const char *dsn, const char *flag, const struct tool_pos *p
         return rc;
     }
     char when[48];
-    PAWL_DEBUG("tool",
-               "%s: the position before the first event appended at or after %s is %lld "
-               "(%d reads over %lld .. %lld)",
-               flag, tool_pos_format_time(t, when, sizeof when), (long long)*pos, probes,
-               (long long)s.first, (long long)s.last);
+    pawl_log(PAWL_LOG_DEBUG, "tool",
+             "%s: the position before the first event appended at or after %s is %lld "
+             "(%d reads over %lld .. %lld)",
+             flag, tool_pos_format_time(t, when, sizeof when), (long long)*pos, probes,
+             (long long)s.first, (long long)s.last);
     return 0;
 }

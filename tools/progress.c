@@ -59,7 +59,7 @@ void tool_progress_show(struct tool_progress *p, const char *fmt, ...)
     if (pawl_log_get_format() == PAWL_LOG_JSON) {
         struct tool_kv kv[] = {TOOL_KV_I("elapsed_ms", (pawl_now_ns() - p->start_ns) / 1000000),
                                TOOL_KV_S("kind", "progress")};
-        tool_log(PAWL_LOG_INFO, kv, PAWL_ARRAY_LEN(kv), "%s", line);
+        tool_log(PAWL_LOG_INFO, kv, TOOL_ARRAY_LEN(kv), "%s", line);
         return;
     }
     if (p->mode == TOOL_PROGRESS_LIVE) {

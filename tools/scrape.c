@@ -134,7 +134,7 @@ void tool_scrape_summary(FILE *f, const char *text)
         const char *eol = strchr(p, '\n');
         size_t len = eol ? (size_t)(eol - p) : strlen(p);
         char line[512];
-        snprintf(line, sizeof line, "%.*s", (int)PAWL_MIN(len, sizeof line - 1), p);
+        snprintf(line, sizeof line, "%.*s", (int)TOOL_MIN(len, sizeof line - 1), p);
         p += len + (eol ? 1 : 0);
         if (line[0] == '#' || line[0] == '\0')
             continue;

@@ -6,8 +6,6 @@
 #include "filter_opt.h"
 #include "position.h"
 
-#include "dsn.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -91,7 +89,7 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
         }
         pawl_event_batch_clear(&b);
         int64_t seen = after;
-        size_t want = (size_t)PAWL_MIN((int64_t)1000, scan_limit - out->scanned);
+        size_t want = (size_t)TOOL_MIN((int64_t)1000, scan_limit - out->scanned);
         rc = source->ops->read(source, after, want, &b, &seen);
         if (rc != 0) {
             snprintf(err, errlen, "cannot read the log: %s",
@@ -124,9 +122,9 @@ int tool_status_collect(struct pawl_tokens *tokens, struct pawl_source *source, 
         if (!complete && r->lag_events == 0)
             r->lag_events = out->head > r->st.token ? out->head - r->st.token : 0;
         else if (!complete)
-            r->lag_events = PAWL_MAX(r->lag_events, out->head - r->st.token);
+            r->lag_events = TOOL_MAX(r->lag_events, out->head - r->st.token);
         if (r->oldest_us > 0 && r->lag_events > 0)
-            r->lag_seconds = PAWL_MAX(0.0, (double)(out->now_us - r->oldest_us) / 1e6);
+            r->lag_seconds = TOOL_MAX(0.0, (double)(out->now_us - r->oldest_us) / 1e6);
     }
     return 0;
 }

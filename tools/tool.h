@@ -10,7 +10,6 @@
 #ifndef PAWL_TOOL_H
 #define PAWL_TOOL_H
 
-#include "common.h"
 #include "pawl.h"
 #include "tool_config.h"
 
@@ -19,6 +18,23 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
+
+/* The tool is a client of the public API (pawl.h) and nothing more: these are its own. */
+#define TOOL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TOOL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TOOL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * TOOL_ASSERT(cond): an invariant of the tool's own tables, checked where the library checks its
+ * PAWL_ASSERTs (builds with PAWL_ASSERTIONS defined: Debug, sanitizer, fuzz), else not evaluated.
+ */
+#ifdef PAWL_ASSERTIONS
+#define TOOL_ASSERT(cond) ((cond) ? (void)0 : tool_assert_fail(#cond, __FILE__, __LINE__, __func__))
+#else
+#define TOOL_ASSERT(cond) ((void)(0 && (cond)))
+#endif
+void tool_assert_fail(const char *expr, const char *file, int line, const char *func)
+    __attribute__((noreturn, cold));
 
 /* Exit codes; the README's table is generated from tool_exit_codes[]. */
 enum tool_exit {
@@ -105,11 +121,20 @@ void tool_log_json_stderr(void);
 
 /* s with control characters escaped (C0 and DEL as \xNN, C1 as \u00NN, a backslash doubled), for
  * terminals and tables: an id or an owner cannot move the cursor or fake a line. Cut with "..."
- * to fit; returns out. The library's pawl_printable (engine/core/common.h) over strlen(s); use
- * that one directly for bytes that need not end in a NUL (payloads). */
+ * to fit; returns out. The library's pawl_printable (pawl/common.h) over strlen(s); use that one
+ * directly for bytes that need not end in a NUL (payloads). */
 const char *tool_printable(const char *s, char *out, size_t outlen);
 /* s as a quoted JSON string (cut to fit); returns out. */
 const char *tool_json_string(const char *s, char *out, size_t outlen);
+/* Write s as a JSON string body (without quotes), escaping what JSON requires, as the library's
+ * JSON log lines do. */
+void tool_json_escape(FILE *f, const char *s);
+/* The wall-clock time now as the library's log lines show it ("2026-12-02T17:28:29.612Z");
+ * returns out. */
+char *tool_utc_stamp(char *out, size_t len);
+/* Edit distance between two short names (over 64 bytes: 99), for "did you mean": insertions,
+ * deletions, substitutions and swaps of two neighbours cost 1 each. */
+size_t tool_edit_distance(const char *a, const char *b);
 
 /*
  * The database to use: cfg->lib.dsn when set; else "" (libpq's environment) when a PG* connection

@@ -13,7 +13,7 @@
  */
 #include "tool_config.h"
 
-#include "common.h"
+#include "tool.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -467,11 +467,11 @@ static const struct tool_flag tflags[] = {
      .kind = TOOL_FLAG_ACTION},
 };
 
-_Static_assert(PAWL_ARRAY_LEN(tflags) <= TOOL_MAX_FLAGS, "raise TOOL_MAX_FLAGS");
+_Static_assert(TOOL_ARRAY_LEN(tflags) <= TOOL_MAX_FLAGS, "raise TOOL_MAX_FLAGS");
 
 size_t tool_flag_count(void)
 {
-    return PAWL_ARRAY_LEN(tflags);
+    return TOOL_ARRAY_LEN(tflags);
 }
 
 /*
@@ -480,10 +480,10 @@ size_t tool_flag_count(void)
  * in name order for lookups by name (a binary search). Written once under pthread_once,
  * read-only after.
  */
-static const struct pawl_flag *rows[PAWL_ARRAY_LEN(tflags)];
-static unsigned char by_name[PAWL_ARRAY_LEN(tflags)];
+static const struct pawl_flag *rows[TOOL_ARRAY_LEN(tflags)];
+static unsigned char by_name[TOOL_ARRAY_LEN(tflags)];
 static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
-_Static_assert(PAWL_ARRAY_LEN(tflags) <= 256, "by_name holds indexes as unsigned char");
+_Static_assert(TOOL_ARRAY_LEN(tflags) <= 256, "by_name holds indexes as unsigned char");
 
 static int by_name_order(const void *a, const void *b)
 {
@@ -492,18 +492,18 @@ static int by_name_order(const void *a, const void *b)
 
 static void rows_resolve(void)
 {
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++) {
         rows[i] = tflags[i].lib ? pawl_config_flag_find(tflags[i].lib) : &tflags[i].row;
-        PAWL_ASSERT(rows[i] != NULL); /* every LIB() name is a row of pawl's table */
-        PAWL_ASSERT(pawl_flag_named(rows[i], rows[i]->name)); /* stored folded */
+        TOOL_ASSERT(rows[i] != NULL); /* every LIB() name is a row of pawl's table */
+        TOOL_ASSERT(pawl_flag_named(rows[i], rows[i]->name)); /* stored folded */
         by_name[i] = (unsigned char)i;
     }
-    qsort(by_name, PAWL_ARRAY_LEN(tflags), sizeof by_name[0], by_name_order);
+    qsort(by_name, TOOL_ARRAY_LEN(tflags), sizeof by_name[0], by_name_order);
 }
 
 const struct pawl_flag *tool_flag_at(size_t i)
 {
-    if (i >= PAWL_ARRAY_LEN(tflags))
+    if (i >= TOOL_ARRAY_LEN(tflags))
         return NULL;
     pthread_once(&rows_once, rows_resolve);
     return rows[i];
@@ -527,7 +527,7 @@ static int flag_index(const char *name)
     if (name == NULL)
         return -1;
     pthread_once(&rows_once, rows_resolve);
-    size_t lo = 0, hi = PAWL_ARRAY_LEN(tflags);
+    size_t lo = 0, hi = TOOL_ARRAY_LEN(tflags);
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = name_cmp(name, rows[by_name[mid]]->name);
@@ -543,7 +543,7 @@ static int flag_index(const char *name)
 
 static int index_of(const struct pawl_flag *f)
 {
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++)
         if (tool_flag_at(i) == f)
             return (int)i;
     return -1;
@@ -582,7 +582,7 @@ static void defaults_fill(void)
 {
     pawl_config_defaults(&defaults.lib);
     defaults.dashdash = -1;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++)
         if (tflags[i].lib == NULL)
             pawl_flag_set_default(&tflags[i].row, &defaults, &defaults._owned[i]);
 }
@@ -598,7 +598,7 @@ void tool_config_fini(struct tool_config *cfg)
     if (cfg == NULL)
         return;
     pawl_config_fini(&cfg->lib);
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++)
         if (tflags[i].lib == NULL)
             pawl_flag_fini(&tflags[i].row, cfg, &cfg->_owned[i]);
 }
@@ -674,7 +674,7 @@ int tool_config_check(const struct tool_config *cfg, char *err, size_t errlen)
     if (cfg == NULL)
         return PAWL_EINVAL;
     int rc = pawl_config_check(&cfg->lib, err, errlen);
-    for (size_t i = 0; rc == 0 && i < PAWL_ARRAY_LEN(tflags); i++)
+    for (size_t i = 0; rc == 0 && i < TOOL_ARRAY_LEN(tflags); i++)
         if (tflags[i].lib == NULL)
             rc = pawl_flag_check(&tflags[i].row, cfg, err, errlen);
     return rc;
@@ -706,7 +706,7 @@ int tool_config_load_env(struct tool_config *cfg, char *const *envp, char *err, 
     /* One pass over the environment: each PAWL_NAME=value entry whose name is exactly a flag's
      * variable gives that flag its value (the last one wins, like getenv's usual behaviour).
      * The values are then set in the table's order, as they always were. */
-    const char *value[PAWL_ARRAY_LEN(tflags)] = {0};
+    const char *value[TOOL_ARRAY_LEN(tflags)] = {0};
     for (char *const *e = envp; *e; e++) {
         if (strncmp(*e, "PAWL_", 5) != 0)
             continue;
@@ -722,7 +722,7 @@ int tool_config_load_env(struct tool_config *cfg, char *const *envp, char *err, 
             strcmp(pawl_config_flag_env(tool_flag_at((size_t)i), env, sizeof env), name) == 0)
             value[i] = eq + 1;
     }
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++) {
         if (value[i] == NULL || tflags[i].kind == TOOL_FLAG_ACTION)
             continue; /* actions come only from the command line */
         int rc = set_index(cfg, (int)i, value[i], PAWL_SRC_ENV, err, errlen);
@@ -737,12 +737,12 @@ static const char *closest_flag(const char *name, unsigned scope)
 {
     const char *best = NULL;
     size_t len = strlen(name);
-    size_t allowed = PAWL_MAX(len / 3, (size_t)1);
+    size_t allowed = TOOL_MAX(len / 3, (size_t)1);
     size_t bestd = allowed + 1;
     int letters[256] = {0}; /* of name */
     for (const char *p = name; *p; p++)
         letters[(unsigned char)*p]++;
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(tflags); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(tflags); i++) {
         if ((tflags[i].scope & scope) == 0)
             continue;
         /* Every edit adds or removes at most one letter on each side (a swap none), so the
@@ -755,9 +755,9 @@ static const char *closest_flag(const char *name, unsigned scope)
         for (const char *p = cand; *p; p++)
             letters[(unsigned char)*p]++;
         size_t missing = len - (clen - extra); /* letters of name that cand has not */
-        if (PAWL_MAX(extra, missing) >= bestd)
+        if (TOOL_MAX(extra, missing) >= bestd)
             continue;
-        size_t d = pawl_edit_distance(name, cand);
+        size_t d = tool_edit_distance(name, cand);
         if (d < bestd) {
             bestd = d;
             best = cand;
@@ -772,7 +772,7 @@ int tool_config_env_actions(char *const *envp, char *out, size_t outlen)
     size_t used = 0;
     if (out && outlen)
         out[0] = '\0';
-    for (size_t i = 0; envp && i < PAWL_ARRAY_LEN(tflags); i++) {
+    for (size_t i = 0; envp && i < TOOL_ARRAY_LEN(tflags); i++) {
         if (tflags[i].kind != TOOL_FLAG_ACTION)
             continue;
         char env[96];

@@ -87,7 +87,7 @@ static const char *const level_names[] = {"debug", "info", "warn", "error", "off
 static void json_head(FILE *f, enum pawl_log_level level)
 {
     char when[40];
-    fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", pawl_utc_stamp(when, sizeof when),
+    fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", tool_utc_stamp(when, sizeof when),
             level_names[level]);
 }
 
@@ -118,15 +118,15 @@ void tool_logv(enum pawl_log_level level, const struct tool_kv *kv, size_t nkv, 
     flockfile(stderr);
     if (json_mode()) {
         json_head(stderr, level);
-        pawl_json_escape(stderr, msg);
+        tool_json_escape(stderr, msg);
         fputc('"', stderr);
         for (size_t i = 0; i < nkv; i++) {
             fputs(",\"", stderr);
-            pawl_json_escape(stderr, kv[i].key);
+            tool_json_escape(stderr, kv[i].key);
             fputs("\":", stderr);
             if (kv[i].str) {
                 fputc('"', stderr);
-                pawl_json_escape(stderr, kv[i].str);
+                tool_json_escape(stderr, kv[i].str);
                 fputc('"', stderr);
             } else {
                 fprintf(stderr, "%lld", (long long)kv[i].num);
@@ -194,7 +194,7 @@ static void filter_emit(struct line_filter *lf)
         if (strncmp(s, "pawl: ", 6) == 0)
             s += 6;
         json_head(lf->real, level);
-        pawl_json_escape(lf->real, s);
+        tool_json_escape(lf->real, s);
         fputs("\"}\n", lf->real);
     }
     fflush(lf->real);
@@ -241,7 +241,83 @@ void tool_log_json_stderr(void)
     installed = 1;
 }
 
+void tool_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    /* Straight to stderr, as the library's assertions do. */
+    fprintf(stderr, "pawl: assertion failed: %s (%s:%d, %s)\n", expr, file, line, func);
+    fflush(stderr);
+    abort();
+}
+
 /* ---- text ---- */
+
+char *tool_utc_stamp(char *out, size_t len)
+{
+    struct timespec ts;
+    struct tm tm;
+    char when[32];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%s.%03dZ", when, (int)(ts.tv_nsec / 1000000) % 1000);
+    return out;
+}
+
+void tool_json_escape(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+}
+
+size_t tool_edit_distance(const char *a, const char *b)
+{
+    /* Optimal string alignment: insertions, deletions, substitutions and swaps of two
+     * neighbours ("dns" for "dsn") cost 1 each. */
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 99;
+    size_t d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
 
 const char *tool_printable(const char *s, char *out, size_t outlen)
 {

@@ -288,31 +288,3 @@ void pawl_log(enum pawl_log_level level, const char *module, const char *fmt, ..
     pawl_logv(level, module, fmt, ap);
     va_end(ap);
 }
-
-size_t pawl_edit_distance(const char *a, const char *b)
-{
-    /* Optimal string alignment: insertions, deletions, substitutions and swaps of two
-     * neighbours ("dns" for "dsn") cost 1 each. */
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return 99;
-    size_t d[65][65];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        for (size_t j = 1; j <= lb; j++) {
-            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[la][lb];
-}

@@ -135,30 +135,12 @@ void pawl_cond_init_monotonic(pthread_cond_t *c);
 char *pawl_utc_stamp(char *out, size_t len);
 /* Write s as a JSON string body (without quotes), escaping what JSON requires. */
 void pawl_json_escape(FILE *f, const char *s);
-/* The default log sink: one line on stderr in the current format. For a sink of the tool's that
- * leaves some lines out and passes the rest on as they would have been written. */
-void pawl_log_stderr(enum pawl_log_level level, const char *module, const char *msg);
-
-/*
- * The n bytes at s (no NUL needed) as text that a terminal shows as it is: C0 controls and DEL
- * as \xNN, the C1 controls in their UTF-8 form as \u00NN, a backslash doubled, anything else
- * unchanged. For untrusted text (stream ids, types, payloads, handlers' messages) in log lines
- * and tables: it can then neither move the cursor, retitle the window (OSC) nor forge a line
- * (CR, LF). Cut with "..." to fit outlen; PAWL_PRINTABLE_SIZE(n) always fits n bytes. Returns
- * out (NUL-terminated when outlen > 0).
- */
-#define PAWL_PRINTABLE_SIZE(n) (4 * (size_t)(n) + 4)
-const char *pawl_printable(const void *s, size_t n, char *out, size_t outlen);
-/* The same for a NUL-terminated string (NULL as ""). */
-const char *pawl_printable_str(const char *s, char *out, size_t outlen);
+/* pawl_log_stderr (the default sink) and pawl_printable (untrusted text for terminals) are
+ * public: pawl/common.h. */
 
 #define PAWL_DEBUG(mod, ...) pawl_log(PAWL_LOG_DEBUG, mod, __VA_ARGS__)
 #define PAWL_INFO(mod, ...) pawl_log(PAWL_LOG_INFO, mod, __VA_ARGS__)
 #define PAWL_WARN(mod, ...) pawl_log(PAWL_LOG_WARN, mod, __VA_ARGS__)
 #define PAWL_ERROR(mod, ...) pawl_log(PAWL_LOG_ERROR, mod, __VA_ARGS__)
-
-/* Edit distance between two short names (over 64 bytes: 99), for "did you mean": insertions,
- * deletions, substitutions and swaps of two neighbours cost 1 each. */
-size_t pawl_edit_distance(const char *a, const char *b);
 
 #endif

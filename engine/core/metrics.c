@@ -247,6 +247,22 @@ int pawl_metrics_format_prometheus(const struct pawl_metrics_snapshot *s, char *
     return 0;
 }
 
+int pawl_metrics_counter_add(enum pawl_metric_counter id, uint64_t n)
+{
+    if ((unsigned)id >= PAWL_M__COUNT)
+        return PAWL_EINVAL;
+    pawl_metric_add(id, n);
+    return 0;
+}
+
+int pawl_metrics_hist_observe(enum pawl_metric_hist id, int64_t ns)
+{
+    if ((unsigned)id >= PAWL_H__COUNT)
+        return PAWL_EINVAL;
+    pawl_metric_hist_record(id, ns);
+    return 0;
+}
+
 void pawl_metrics_reset(void)
 {
     for (unsigned s = 0; s < PAWL_METRICS_SHARDS; s++) {

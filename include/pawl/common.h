@@ -159,6 +159,28 @@ PAWL_API void pawl_logv(enum pawl_log_level level, const char *module, const cha
 /* Parse "debug", "info", "warn", "error", "off"; PAWL_EINVAL otherwise. */
 PAWL_API int pawl_log_level_parse(const char *s, enum pawl_log_level *out);
 
+/*
+ * The default sink: one line on stderr in the current format, as the library writes it when no
+ * sink is set. For a sink of the caller's that leaves some lines out and passes the rest on as
+ * they would have been written. Any thread; a line is written whole (stderr is locked for it).
+ */
+PAWL_API void pawl_log_stderr(enum pawl_log_level level, const char *module, const char *msg);
+
+/*
+ * Untrusted text for terminals and log lines. Event fields (stream ids, types, ids, payloads)
+ * and handlers' messages are whatever their writers sent; printed as they are, they could move
+ * the cursor, retitle the window (OSC) or forge a line (CR, LF). pawl_printable writes the n
+ * bytes at s (no NUL needed; NULL as "") into out as text that a terminal shows as it is: C0
+ * controls and DEL as \xNN, the C1 controls in their UTF-8 form as \u00NN, a backslash doubled,
+ * anything else unchanged. Cut with "..." to fit outlen (out is the caller's);
+ * PAWL_PRINTABLE_SIZE(n) always fits n bytes. Returns out (NUL-terminated when outlen > 0).
+ * The library's own log lines quote such text this way.
+ */
+#define PAWL_PRINTABLE_SIZE(n) (4 * (size_t)(n) + 4)
+PAWL_API const char *pawl_printable(const void *s, size_t n, char *out, size_t outlen);
+/* The same for a NUL-terminated string (NULL as ""). */
+PAWL_API const char *pawl_printable_str(const char *s, char *out, size_t outlen);
+
 /* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
 PAWL_API int64_t pawl_now_ns(void);
 /* Wall clock in microseconds since the Unix epoch (CLOCK_REALTIME). */

@@ -473,6 +473,48 @@ PAWL_API int pawl_append_in(struct pg_conn *conn, const struct pawl_event *event
 PAWL_API int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *events, size_t n,
                                  int64_t *seqs, struct pawl_append_result *res);
 
+/* ---- connection strings ----------------------------------------------------------------- */
+
+/*
+ * A DSN is a libpq connection string in either form ("host=... dbname=..." or
+ * "postgresql://user:pass@host/db"), parsed by libpq itself, so pawl accepts exactly what libpq
+ * accepts. These are the library's own checks and printable form, for programs that handle the
+ * same strings (a command line, a settings page): a password never appears in their output.
+ * Any thread; they keep no state.
+ */
+
+/*
+ * Check that dsn parses. On failure (NULL included) returns PAWL_EINVAL and writes libpq's
+ * reason into err (errlen bytes, the caller's; err may be NULL) with every password in it
+ * replaced by "***": libpq quotes the malformed part, which may be the password.
+ */
+PAWL_API int pawl_dsn_check(const char *dsn, char *err, size_t errlen);
+
+/*
+ * Write a printable form of dsn into out (outlen bytes, the caller's): every keyword that was
+ * set, in key=value form, with the password replaced by "***". Always NUL-terminates (when
+ * outlen > 0), never cuts an option in half; an unparsable dsn prints as "<invalid dsn>"; the
+ * empty dsn (libpq's environment and defaults) prints as what the PG* variables set and the user
+ * name libpq would use, password hidden. Returns out.
+ */
+PAWL_API char *pawl_dsn_redact(const char *dsn, char *out, size_t outlen);
+
+/* 1 when dsn carries a password (password= or sslpassword=, a URI's userinfo or query), else 0;
+ * for a program that warns when a secret was given where others can read it (argv). */
+PAWL_API int pawl_dsn_has_password(const char *dsn);
+
+/*
+ * Open a libpq connection to dsn with the settings every pawl connection fixes, whatever the DSN,
+ * libpq's environment or the database's defaults say: client_encoding UTF8. Stream ids, types
+ * and metadata are UTF-8 text; under another client encoding (PGCLIENTENCODING=LATIN1, say) the
+ * server converts them, so a stream appended by pawl and the same stream appended in SQL would be
+ * two streams, and text read back would not be UTF-8. For pawl_append_in and for a program's own
+ * SQL on pawl's tables. start = 0 connects (PQconnectdbParams); start = 1 begins a non-blocking
+ * connection (PQconnectStartParams) for the caller to drive with PQconnectPoll. The connection
+ * is the caller's (PQfinish); check PQstatus. NULL only when out of memory.
+ */
+PAWL_API struct pg_conn *pawl_pq_connect(const char *dsn, int start);
+
 /* ---- reading ---------------------------------------------------------------------------- */
 
 /*

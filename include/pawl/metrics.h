@@ -2,7 +2,8 @@
  * pawl/metrics.h — process-wide counters, gauges and latency histograms, read as a snapshot.
  *
  * Every pawl module records into one process-wide registry (the modules' recording calls are
- * private; see engine/core/metrics.h). An embedder reads it with pawl_metrics_snapshot(), derives
+ * private; a program adds its own reads with pawl_metrics_counter_add and
+ * pawl_metrics_hist_observe). An embedder reads it with pawl_metrics_snapshot(), derives
  * interval figures with pawl_metrics_diff(), percentiles with pawl_metrics_quantile_ns(), and
  * renders the Prometheus text exposition format with pawl_metrics_format_prometheus(). Two pawl
  * stores in one process add into the same figures.
@@ -143,6 +144,17 @@ PAWL_API int pawl_metrics_format_prometheus(const struct pawl_metrics_snapshot *
 
 /* Zero every figure. For tests and tools; records racing with it may be lost or kept. */
 PAWL_API void pawl_metrics_reset(void);
+
+/*
+ * Add to the figures from outside the library: a program that reads events itself (pawl_read,
+ * pawl_follow) rather than through a processor counts them as processors do, so the registry
+ * says the same whichever way it reads. pawl_metrics_counter_add adds n to a counter;
+ * pawl_metrics_hist_observe records one value in nanoseconds (a negative value, clock skew
+ * between hosts, records as 0). Lock-free and allocation-free, any thread. PAWL_EINVAL for an id
+ * out of range (nothing recorded).
+ */
+PAWL_API int pawl_metrics_counter_add(enum pawl_metric_counter id, uint64_t n);
+PAWL_API int pawl_metrics_hist_observe(enum pawl_metric_hist id, int64_t ns);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@ static void test_duration_forms(void **state)
         {"0s", 0},         {".5s", 500},     {"1h30m", 5400000},
         {"10ms", 10},
     };
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(ok); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(ok); i++) {
         int64_t ms = -1;
         assert_int_equal(pawl_config_parse_duration(ok[i].text, &ms), 0);
         assert_int_equal(ms, ok[i].ms);
@@ -34,7 +34,7 @@ static void test_duration_forms(void **state)
         "1s ", "1d",    "1sm",  "1s1s",   "1s1m", "1m1h", "0.5ms", "1e3s", "0x10s",
         "+1s", "1..5s", "--1s", "1.2.3s", "5S",   "1mss", "1s-2s", ".s",
     };
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(bad); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(bad); i++) {
         int64_t ms = 7;
         int rc = pawl_config_parse_duration(bad[i], &ms);
         if (rc == 0)
@@ -92,7 +92,7 @@ static void test_env_actions_ignored(void **state)
     /* Every action is marked in the table, and the ones named in the rule are actions. */
     static const char *const actions[] = {"execute", "to",   "segment", "count", "follow",
                                           "json",    "from", "wait",    "watch", "generate"};
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(actions); i++)
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(actions); i++)
         assert_int_equal(tool_flag_kind(tool_flag_find(actions[i])), TOOL_FLAG_ACTION);
     assert_int_equal(tool_flag_kind(tool_flag_find("dsn")), TOOL_FLAG_SETTING);
     tool_config_fini(&cfg);
@@ -121,8 +121,8 @@ static void test_did_you_mean_and_version(void **state)
     assert_int_equal(tool_config_parse_args(&cfg, 1, argv4, TOOL_SCOPE_RESET, &a, err, sizeof err),
                      0);
     assert_int_equal(a.version, 1);
-    assert_int_equal(pawl_edit_distance("stauts", "status"), 1);
-    assert_int_equal(pawl_edit_distance("", "abc"), 3);
+    assert_int_equal(tool_edit_distance("stauts", "status"), 1);
+    assert_int_equal(tool_edit_distance("", "abc"), 3);
     tool_config_fini(&cfg);
 }
 

@@ -59,7 +59,7 @@ static void test_forms(void **state)
         {"2024-02-29T00:00:00Z", TOOL_POS_TIME, INT64_C(1709164800) * 1000000},
     };
     char err[512];
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(ok); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(ok); i++) {
         struct tool_pos p;
         err[0] = '\0';
         int rc = tool_pos_parse("--from", ok[i].text, &p, err, sizeof err);
@@ -118,7 +118,7 @@ static void test_refusals(void **state)
         "2026-12-05X10:00:00Z",
     };
     char err[512];
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(bad); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(bad); i++) {
         struct tool_pos p;
         err[0] = '\0';
         int rc = tool_pos_parse("--from", bad[i], &p, err, sizeof err);
@@ -163,7 +163,7 @@ static void test_bounds(void **state)
         {TOOL_POS_OFFSET, 0, 20, 21, 0},   {TOOL_POS_OFFSET, 20, 0, 15, 0},
         {TOOL_POS_OFFSET, 1000, 0, 15, 0}, {TOOL_POS_OFFSET, INT64_MAX, 0, 15, 0},
     };
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(cases); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(cases); i++) {
         struct tool_pos p = {.kind = cases[i].kind, .value = cases[i].value};
         int64_t pos = -99;
         assert_int_equal(tool_pos_at(&p, &fresh, &pos), 0);
@@ -280,7 +280,7 @@ static void test_flags(void **state)
 {
     (void)state;
     static const char *const positions[] = {"from", "initial-token", "to", "before"};
-    for (size_t i = 0; i < PAWL_ARRAY_LEN(positions); i++) {
+    for (size_t i = 0; i < TOOL_ARRAY_LEN(positions); i++) {
         const struct pawl_flag *f = tool_flag_find(positions[i]);
         assert_non_null(f);
         assert_true(tool_flag_is_position(f));
