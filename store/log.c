@@ -2955,16 +2955,6 @@ void pawl_read_batch_fini(struct pawl_read_batch *b)
     memset(b, 0, sizeof *b);
 }
 
-void pawl_batch_init(struct pawl_read_batch *b)
-{
-    pawl_read_batch_init(b);
-}
-
-void pawl_batch_fini(struct pawl_read_batch *b)
-{
-    pawl_read_batch_fini(b);
-}
-
 static void keep_result(void *ud, const PGresult *res)
 {
     *(PGresult **)ud = (PGresult *)res;
@@ -3575,7 +3565,7 @@ int pawl_read_stream(struct pawl_store *s, const char *stream_id, int64_t after_
 
 /* ---- statistics ---------------------------------------------------------------------------- */
 
-void pawl_store_stats(struct pawl_store *s, struct pawl_log_stats *st, int reset)
+void pawl_store_stats(struct pawl_store *s, struct pawl_store_stats *st, int reset)
 {
     memset(st, 0, sizeof *st);
     /* relaxed: statistics. */

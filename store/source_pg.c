@@ -1,5 +1,5 @@
 /*
- * pg_source.c — the event source over the PostgreSQL log (pawl/log.h).
+ * source_pg.c — the event source over the PostgreSQL log (pawl/log.h).
  *
  * Reads go through the log store's pipelined connections (pawl_read_until, thread-safe, so
  * the coordinator and detached work packages read at once); a read that lost its connection is

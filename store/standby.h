@@ -86,7 +86,7 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
 /* A read went to the primary in the standby's stead (statistics). */
 void pawl_standby_note_primary_read(struct pawl_standby *sb);
 
-/* Statistics (see struct pawl_log_stats). */
+/* Statistics (see struct pawl_store_stats). */
 void pawl_standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
                         int64_t *episodes, int *fallback_active, double *replay_delay_ms);
 

@@ -1,5 +1,5 @@
 /*
- * pg_tokens.c — the PostgreSQL token store (table pawl.tokens, sql/002_tokens.sql).
+ * tokens_pg.c — the PostgreSQL token store (table pawl.tokens, sql/002_tokens.sql).
  *
  * Every read and write goes through pawl's token functions (sql/007_token_isolation.sql:
  * tokens_list, tokens_claim, tokens_extend, nodes_live, nodes_leave, tokens_release,

@@ -534,13 +534,6 @@ struct pawl_read_batch {
 PAWL_API void pawl_read_batch_init(struct pawl_read_batch *b);
 PAWL_API void pawl_read_batch_fini(struct pawl_read_batch *b);
 
-/* Deprecated names of the above, kept for existing callers: struct pawl_batch is the same type. */
-#define pawl_batch pawl_read_batch
-PAWL_API void pawl_batch_init(struct pawl_read_batch *b)
-    __attribute__((deprecated("use pawl_read_batch_init")));
-PAWL_API void pawl_batch_fini(struct pawl_read_batch *b)
-    __attribute__((deprecated("use pawl_read_batch_fini")));
-
 /*
  * Read up to max (1..100000) finalized events with index > after, in index order and without
  * gaps (events[i].index == after + 1 + i). Returns 0 (count may be 0) or an error (PAWL_ERANGE
@@ -722,9 +715,6 @@ struct pawl_store_stats {
 
 /* Fill st; when reset != 0, the latency figures start over afterwards (counters never do). */
 PAWL_API void pawl_store_stats(struct pawl_store *s, struct pawl_store_stats *st, int reset);
-
-/* Deprecated: the old name of struct pawl_store_stats. */
-#define pawl_log_stats pawl_store_stats
 
 #ifdef __cplusplus
 }

@@ -191,15 +191,6 @@ static void test_sizes(void **state)
     assert_int_equal(pawl_read(s, INT64_MAX, 10, &b), 0);
     assert_int_equal(b.count, 0);
     pawl_read_batch_fini(&b);
-    /* The deprecated names still build and read into the same type. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    struct pawl_batch old;
-    pawl_batch_init(&old);
-    assert_int_equal(pawl_read(s, 0, 10, &old), 0);
-    pawl_batch_fini(&old);
-    assert_null(old.events);
-#pragma GCC diagnostic pop
     /* Options out of range are refused when the store opens. */
     struct pawl_store_opts o;
     pawl_store_opts_defaults(&o);

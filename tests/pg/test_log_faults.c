@@ -228,7 +228,7 @@ static void test_finalizer_session_killed(void **state)
         pthread_join(th[i], &n);
         appended += (long)n;
     }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     printf("%ld appends, %lld finalizer sessions terminated, %lld failed runs, %lld runs\n",
            appended, (long long)kills, (long long)st.finalize_errors, (long long)st.finalize_runs);
@@ -310,7 +310,7 @@ static void test_finalizer_outage_logged_once(void **state)
         assert_int_equal(pawl_append(s, &e, 1, NULL), 0);
         usleep(100000);
     }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     int warns = atomic_load(&fin_warns);
     printf("3 s without a finalizer connection: %lld failed runs, %d warning(s)\n",

@@ -107,7 +107,7 @@ static void test_group_order(void **state)
             assert_int_equal(out[i].first_seq, i % 2 == 0 ? ++want_x : ++want_any);
         }
     }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     print_message("order: %lld appends in %lld groups\n", (long long)st.append_groups_appends,
                   (long long)st.append_groups);
@@ -215,7 +215,7 @@ static void test_group_shapes(void **state)
         }
     }
     PQfinish(c);
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     print_message("shapes: %lld appends in %lld groups\n", (long long)st.append_groups_appends,
                   (long long)st.append_groups);
@@ -316,7 +316,7 @@ static void test_group_concurrent_conflicts(void **state)
                     assert_int_equal(seen[t][i][k], 0); /* nothing written */
             }
         }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(cc_store, &st, 0);
     print_message("concurrent: %d committed, %d conflicts; %lld appends in %lld groups, "
                   "%lld group retries\n",
@@ -416,7 +416,7 @@ static void test_group_server_kill(void **state)
                 fail_msg("append k%d-%d: %s: %s", t, i, pawl_errname(rc), k_out[t][i].msg);
             }
         }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(k_store, &st, 0);
     print_message("kills: %d committed, %d not committed, %d unknown outcome; %lld appends in "
                   "%lld groups\n",
@@ -468,7 +468,7 @@ static void test_group_linger(void **state)
         assert_int_equal(out[i].rc, 0);
         assert_int_equal(out[i].first_seq, i + 1);
     }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     print_message("linger: 20 appends in %lld groups, %.1f ms\n", (long long)st.append_groups,
                   took);

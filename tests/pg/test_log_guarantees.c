@@ -536,7 +536,7 @@ static void test_sync_off_piggyback(void **state)
         assert_int_equal(pawl_append(s, &e, 1, &res), 0);
         assert_int_equal(res.first_seq, i);
     }
-    struct pawl_log_stats st;
+    struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_true(st.finalize_piggybacked > 0);
     finalize_all(s, d);
