@@ -637,7 +637,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     /* The store's backends: every client backend of the scratch database but admin's. */
     struct srv_cpu sc = {0};
     srv_cpu_add_db_backends(&sc, admin);
-    struct pawl_log_stats st0, st1;
+    struct pawl_store_stats st0, st1;
     pawl_store_stats(s, &st0, 1);
     memset(res, 0, sizeof *res);
     res->pawl = 1;
