@@ -124,6 +124,16 @@ BEGIN
         RAISE EXCEPTION 'pawl_api.read_filtered: max_events must be in 1..100000'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- An empty list is a list not given, as in the C API.
+    IF cardinality(categories) = 0 THEN
+        categories := NULL;
+    END IF;
+    IF cardinality(stream_prefixes) = 0 THEN
+        stream_prefixes := NULL;
+    END IF;
+    IF cardinality(types) = 0 THEN
+        types := NULL;
+    END IF;
     PERFORM pawl.filter_check('pawl_api.read_filtered', 'categories', categories);
     PERFORM pawl.filter_check('pawl_api.read_filtered', 'stream_prefixes', stream_prefixes);
     PERFORM pawl.filter_check('pawl_api.read_filtered', 'types', types);
@@ -205,7 +215,7 @@ BEGIN
                                   FROM pawl.runs r
                                  CROSS JOIN LATERAL array_position(r.xids, e.xid) AS p(p)
                                  WHERE r.scan_xmax > e.xid AND r.last_index <= wend
-                                   AND p.p IS NOT NULL
+                                   AND p.p IS NOT NULL AND e.k < r.ns[p.p]
                                  ORDER BY r.scan_xmax, r.last_index
                                  LIMIT 1) m
              WHERE m.idx > lo AND m.idx <= wend
@@ -315,7 +325,7 @@ BEGIN
                                   FROM pawl.runs r
                                  CROSS JOIN LATERAL array_position(r.xids, e.xid) AS p(p)
                                  WHERE r.scan_xmax > e.xid AND r.last_index <= head
-                                   AND p.p IS NOT NULL
+                                   AND p.p IS NOT NULL AND e.k < r.ns[p.p]
                                  ORDER BY r.scan_xmax, r.last_index
                                  LIMIT 1) m
      ORDER BY e.stream_seq;

@@ -22,6 +22,7 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,11 +199,15 @@ static const char *pg_filter(struct pawl_source *src)
     return s->filtered ? s->f_json : NULL;
 }
 
-/* Copies of n strings of v, packed after *at in mem (sized by the caller). */
+/* Copies of n strings of v, packed after *at in mem (sized by the caller), the pointer array
+ * first, aligned for pointers. */
 static const char *const *copy_strings(const char *const *v, size_t n, char **at)
 {
     if (n == 0)
         return NULL;
+    size_t mis = (uintptr_t)*at % _Alignof(const char *);
+    if (mis)
+        *at += _Alignof(const char *) - mis;
     const char **out = (const char **)(void *)*at;
     *at += n * sizeof(char *);
     for (size_t i = 0; i < n; i++) {
@@ -233,6 +238,7 @@ int pawl_source_pg_set_filter(struct pawl_source *src, const struct pawl_filter 
     int jl = pawl_filter_json(f, NULL, 0);
     if (jl < 0)
         return jl;
+    need += 3 * _Alignof(const char *); /* each pointer array's alignment */
     char *mem = pawl_malloc(need + 1), *json = pawl_malloc((size_t)jl + 1);
     if (mem == NULL || json == NULL) {
         pawl_free(mem);
