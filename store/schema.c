@@ -176,11 +176,11 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * The native path is a server extension: its library in the server's folder, pawl's functions
  * declared LANGUAGE c on it by pawl_native_activate_sql (CREATE OR REPLACE keeps their owner and
  * grants; declaring a C function needs a superuser). pawl_native_deactivate_sql declares the SQL
- * versions of this library's schema again. Which one runs is read from the catalog (the language
- * of pawl.finalize), so it is never out of step with what runs. The extension's version names
- * the contract it implements: NATIVE_VERSION for this library's schema.
+ * versions of this library's schema again. Which one runs is read from the catalog (the languages
+ * of the functions activate.sql declares), so it is never out of step with what runs. The
+ * extension's version names the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.1"
+#define NATIVE_VERSION "1.2"
 
 const char *pawl_server_path_name(int path)
 {
@@ -211,7 +211,8 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
                          "JOIN pg_catalog.pg_language l ON l.oid = p.prolang "
                          "WHERE p.oid IN (pg_catalog.to_regprocedure('pawl.finalize(int4)'), "
                          "pg_catalog.to_regprocedure('pawl.runs_guard()'), "
-                         "pg_catalog.to_regprocedure('pawl.events_guard()'))",
+                         "pg_catalog.to_regprocedure('pawl.events_guard()'), "
+                         "pg_catalog.to_regprocedure('pawl_api.read(int8, int4)'))",
                          v, sizeof v, err, errlen);
     if (rc != 0)
         return rc;

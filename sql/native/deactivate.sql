@@ -1,9 +1,10 @@
 -- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
 -- activate.sql made pawl's functions native: pawl.finalize as sql/014_own_xid.sql defines it,
--- pawl.runs_guard as sql/006_log_guarantees.sql does and pawl.events_guard as
--- sql/009_retention.sql does, copied exactly (pg_test_server_path compares the result with a
--- database that never left the SQL path: a migration that changes any of them must change this
--- file too). CREATE OR REPLACE keeps owners and grants.
+-- pawl.runs_guard as sql/006_log_guarantees.sql does, pawl.events_guard as
+-- sql/009_retention.sql does and pawl_api.read as sql/015_event_ids.sql does, copied exactly
+-- (pg_test_server_path and pg_test_native_read compare the result with a database that never
+-- left the SQL path: a migration that changes any of them must change this file too).
+-- CREATE OR REPLACE keeps owners and grants.
 CREATE OR REPLACE FUNCTION pawl.finalize(max_appends int4 DEFAULT 2000)
 RETURNS TABLE (appends int8, events int8, last_index int8)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -170,5 +171,72 @@ BEGIN
             USING ERRCODE = 'serialization_failure';
     END IF;
     RETURN NULL;
+END
+$fn$;
+
+-- pawl_api.read as sql/015_event_ids.sql defines it (CREATE OR REPLACE keeps its grants).
+CREATE OR REPLACE FUNCTION pawl_api.read(after_index int8, max_events int4 DEFAULT 1000)
+RETURNS TABLE (global_index int8, stream_id text, stream_seq int8, type text, payload bytea,
+               metadata jsonb, appended_at timestamptz, event_id text)
+LANGUAGE plpgsql STABLE
+SET jit = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET max_parallel_workers_per_gather = 0
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    lo int8;
+    hi int8;
+    w  int8;
+BEGIN
+    IF after_index IS NULL OR after_index < 0 THEN
+        RAISE EXCEPTION 'pawl_api.read: after_index must be >= 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_events IS NULL OR max_events < 1 OR max_events > 100000 THEN
+        RAISE EXCEPTION 'pawl_api.read: max_events must be in 1..100000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    w := pawl_api.first_index();
+    IF after_index < w - 1 THEN
+        RAISE EXCEPTION 'pawl: the log starts at index % (retention dropped the events below '
+            'it); cannot read after index %', w, after_index
+            USING ERRCODE = 'PW020',
+                  DETAIL = format('low_watermark=%s after_index=%s', w, after_index),
+                  HINT = format('read from index %s on (after %s), or reload the archive', w,
+                                w - 1);
+    END IF;
+    lo := after_index;
+    hi := after_index + least(max_events, 9223372036854775807 - after_index); -- last wanted
+    RETURN QUERY
+    SELECT a.base + e.k, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
+           e.appended_at, e.event_id
+      FROM pawl.runs r
+     CROSS JOIN LATERAL unnest(r.xids, r.bases, r.ns) AS a(xid, base, n)
+      JOIN pawl.events e
+        ON e.xid = a.xid AND e.k >= greatest(0, lo + 1 - a.base)
+       AND e.k <= least(hi - a.base, a.n - 1)
+     WHERE r.last_index > lo
+       AND r.last_index <= coalesce((SELECT r2.last_index FROM pawl.runs r2
+                                      WHERE r2.last_index >= hi
+                                      ORDER BY r2.last_index LIMIT 1),
+                                    9223372036854775807)
+       AND a.base <= hi
+       AND a.base + a.n > lo
+     ORDER BY 1;
+    -- A drop that committed after the look above and before the query took its lock: the rows
+    -- it dropped are missing from the result. Its watermark is visible now; fail naming it.
+    IF after_index < pawl_api.first_index() - 1 THEN
+        w := pawl_api.first_index();
+        RAISE EXCEPTION 'pawl: the log starts at index % (retention dropped the events below '
+            'it); cannot read after index %', w, after_index
+            USING ERRCODE = 'PW020',
+                  DETAIL = format('low_watermark=%s after_index=%s', w, after_index),
+                  HINT = format('read from index %s on (after %s), or reload the archive', w,
+                                w - 1);
+    END IF;
 END
 $fn$;

@@ -1,6 +1,6 @@
 /*
- * pawl_native.c: pawl's finalization run (pawl.finalize) and the runs ledger's guard
- * (pawl.runs_guard) in C, inside the server.
+ * pawl_native.c: pawl's finalization run (pawl.finalize), the log's guards (pawl.runs_guard,
+ * pawl.events_guard) and the unfiltered read (pawl_api.read) in C, inside the server.
  *
  * Design. The contract is the PL/pgSQL one of sql/014_own_xid.sql (see sql/001_log.sql for the
  * horizon, sql/006_log_guarantees.sql for tickets, chunks and the guard), done without a statement
@@ -39,6 +39,10 @@
  * across calls, per backend, is the saved SPI plan, the blessed result row type (both in
  * TopMemoryContext) and a hint of where the last run lies. Any backend may call either function
  * at any time; the gate serializes runs.
+ *
+ * pawl_api.read (below, before its entry point pawl_read) keeps no state across calls: it reads
+ * runs_pkey and the partitions' primary keys under the calling statement's snapshot with the
+ * caller's rights, and returns its rows in the caller's tuplestore.
  */
 #include "postgres.h"
 
@@ -55,6 +59,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class_d.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type_d.h"
 #include "commands/async.h"
 #include "commands/trigger.h"
@@ -84,6 +89,8 @@
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
 PG_MODULE_MAGIC;
@@ -91,6 +98,7 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(pawl_finalize);
 PG_FUNCTION_INFO_V1(pawl_runs_guard);
 PG_FUNCTION_INFO_V1(pawl_events_guard);
+PG_FUNCTION_INFO_V1(pawl_read);
 
 /* xid8's storage (pg_type: typlen 8, typbyval FLOAT8PASSBYVAL, typalign 'd'). */
 #define XID8_LEN 8
@@ -1210,4 +1218,728 @@ Datum pawl_finalize(PG_FUNCTION_ARGS)
     if (funcctx->call_cntr == 0)
         SRF_RETURN_NEXT(funcctx, HeapTupleGetDatum((HeapTuple)funcctx->user_fctx));
     SRF_RETURN_DONE(funcctx);
+}
+
+/*
+ * pawl_api.read(after_index int8, max_events int4 DEFAULT 1000)
+ *   RETURNS TABLE (global_index int8, stream_id text, stream_seq int8, type text, payload bytea,
+ *                  metadata jsonb, appended_at timestamptz, event_id text)
+ *
+ * The unfiltered read of sql/015_event_ids.sql without a statement: its checks, in its order,
+ * with its SQLSTATEs and messages; then the runs covering (after_index, hi] from runs_pkey (those
+ * with last_index > after_index, up to the first whose last_index >= hi), each run's appends
+ * (xids, bases, ns) that fall in the window, sorted by index, and each append's events by one
+ * btree scan of its partition's primary key (xid = X AND k in the window); then the low-watermark
+ * again (a drop that committed while the read ran: PW020 naming it). Everything is read under
+ * the calling statement's snapshot, as the STABLE SQL function reads; events are only found
+ * through runs, so only finalized events are returned, and their indexes are base + k.
+ *
+ * Rights are the caller's, as for the SQL function (not SECURITY DEFINER): USAGE on the schemas,
+ * EXECUTE on pawl_api.first_index (whose SECURITY DEFINER read of pawl.log_start is done with
+ * its owner's rights, as calling it would), SELECT on pawl.runs and pawl.events (or on the
+ * columns the SQL query reads); a table that row-level security applies to is refused, since
+ * no policy could be applied here. Nothing is looked up through search_path.
+ *
+ * Materialize mode: a set-returning function in FROM is copied into a tuplestore by the executor
+ * in either mode, so the rows go straight into one (see read_rows_begin for its memory).
+ */
+
+/* One append in the window: its events k in [klo, khi], with indexes base + k. */
+typedef struct read_entry {
+    uint64 xid;
+    int64 base;
+    int32 klo;
+    int32 khi;
+} read_entry;
+
+typedef struct read_entries {
+    read_entry *v;
+    int n;
+    int cap;
+} read_entries;
+
+/* The event columns a read returns, in result order after global_index. */
+#define READ_COLS 8
+static const char *const read_cols[READ_COLS - 1] = {
+    "stream_id", "stream_seq", "type", "payload", "metadata", "appended_at", "event_id"};
+static const Oid read_types[READ_COLS] = {INT8OID,  TEXTOID,  INT8OID,        TEXTOID,
+                                          BYTEAOID, JSONBOID, TIMESTAMPTZOID, TEXTOID};
+
+/*
+ * A partition of pawl.events, opened (with its primary key and a scan) when first needed. The
+ * scan is a cursor over the primary key's tuples, (xid, k) ascending: the appends of a read
+ * usually lie in xid order, so one scan walks through them, fetching from the heap only the
+ * tuples of the appends read and stepping over the index tuples of others (without a heap
+ * fetch); it is positioned again (a btree descent) only when the next append lies behind it or
+ * far ahead.
+ */
+typedef struct read_part {
+    Oid relid;
+    uint64 lo; /* xids [lo, hi] */
+    uint64 hi;
+    Relation rel;
+    Relation irel;
+    IndexScanDesc scan;
+    TupleTableSlot *slot;
+    AttrNumber att[READ_COLS - 1];
+    ScanKeyData row[2]; /* the members of the scan's row comparison (it points at them) */
+    bool positioned;    /* the scan has been positioned, at (sx, sk) */
+    uint64 sx;
+    int32 sk;
+    bool exhausted; /* and has no tuple left */
+    bool have;      /* it is on a tuple not yet passed: (cx, ck) */
+    uint64 cx;
+    int32 ck;
+    bool passed; /* a tuple was passed since positioning: the last one, (px, pk) */
+    uint64 px;
+    int32 pk;
+} read_part;
+
+/* Index tuples stepped over before the scan is positioned again instead. */
+#define READ_MAX_STEPS 32
+
+typedef struct read_parts {
+    read_part *v; /* non-default partitions, by lo */
+    int n;
+    read_part *dflt; /* the default partition, or NULL */
+} read_parts;
+
+#define ERRCODE_PAWL_BELOW_WATERMARK MAKE_SQLSTATE('P', 'W', '0', '2', '0')
+
+static void below_watermark(int64 w, int64 after) pg_attribute_noreturn();
+
+static void below_watermark(int64 w, int64 after)
+{
+    ereport(ERROR, (errcode(ERRCODE_PAWL_BELOW_WATERMARK),
+                    errmsg("pawl: the log starts at index " INT64_FORMAT
+                           " (retention dropped the events below it); cannot read after "
+                           "index " INT64_FORMAT,
+                           w, after),
+                    errdetail("low_watermark=" INT64_FORMAT " after_index=" INT64_FORMAT, w, after),
+                    errhint("read from index " INT64_FORMAT " on (after " INT64_FORMAT
+                            "), or reload the archive",
+                            w, w - 1)));
+}
+
+/*
+ * pawl_api.first_index() as the SQL read calls it: USAGE on pawl_api and EXECUTE on the function
+ * are the caller's; the function is SECURITY DEFINER and reads pg_sequence_last_value of
+ * pawl.log_start, so that read is made as its owner (as fmgr_security_definer switches: the
+ * transaction's or subtransaction's abort restores the user on error). False when the sequence
+ * has no value (the SQL comparison with NULL then fails nothing).
+ */
+static bool read_watermark(int64 *w)
+{
+    Oid api = LookupExplicitNamespace("pawl_api", false);
+    oidvector *noargs = buildoidvector(NULL, 0);
+    HeapTuple tup;
+    Oid fn;
+    Oid owner;
+    Oid seq;
+    AclResult acl;
+    Oid save_user;
+    int save_sec;
+    Datum last;
+    bool isnull;
+
+    tup = SearchSysCache3(PROCNAMEARGSNSP, CStringGetDatum("first_index"), PointerGetDatum(noargs),
+                          ObjectIdGetDatum(api));
+    if (!HeapTupleIsValid(tup))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("function pawl_api.first_index() does not exist")));
+    fn = ((Form_pg_proc)GETSTRUCT(tup))->oid;
+    owner = ((Form_pg_proc)GETSTRUCT(tup))->proowner;
+    ReleaseSysCache(tup);
+    acl = pg_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE);
+    if (acl != ACLCHECK_OK)
+        aclcheck_error(acl, OBJECT_FUNCTION, "first_index");
+
+    seq = get_relname_relid("log_start", get_namespace_oid("pawl", false));
+    if (!OidIsValid(seq))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"pawl.log_start\" does not exist")));
+    GetUserIdAndSecContext(&save_user, &save_sec);
+    SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+    {
+        LOCAL_FCINFO(sfc, 1);
+
+        InitFunctionCallInfoData(*sfc, NULL, 1, InvalidOid, NULL, NULL);
+        sfc->args[0].value = ObjectIdGetDatum(seq);
+        sfc->args[0].isnull = false;
+        last = pg_sequence_last_value(sfc);
+        isnull = sfc->isnull;
+    }
+    SetUserIdAndSecContext(save_user, save_sec);
+    if (isnull)
+        return false;
+    *w = DatumGetInt64(last);
+    return true;
+}
+
+/* The check the executor makes before the SQL query reads rel: SELECT on the table, or on each
+ * of the columns the query reads. */
+static void check_select(Relation rel, const char *const *cols, int ncols)
+{
+    Oid relid = RelationGetRelid(rel);
+    Oid user = GetUserId();
+    int i;
+
+    if (pg_class_aclcheck(relid, user, ACL_SELECT) != ACLCHECK_OK) {
+        for (i = 0; i < ncols; i++) {
+            AttrNumber att = get_attnum(relid, cols[i]);
+
+            if (att == InvalidAttrNumber ||
+                pg_attribute_aclcheck(relid, att, user, ACL_SELECT) != ACLCHECK_OK)
+                aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(rel));
+        }
+    }
+    if (rel->rd_rel->relrowsecurity && check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+        schema_error(
+            psprintf("row-level security applies to pawl.%s", RelationGetRelationName(rel)));
+}
+
+static void add_entry(read_entries *es, uint64 xid, int64 base, int32 klo, int32 khi)
+{
+    read_entry *e;
+
+    if (es->n == es->cap) {
+        if (es->cap >= (int)(MaxAllocSize / sizeof(read_entry) / 2))
+            ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                            errmsg("pawl_api.read: too many appends in one read")));
+        es->cap = es->cap ? es->cap * 2 : 64;
+        es->v = es->v ? repalloc(es->v, sizeof(read_entry) * es->cap)
+                      : palloc(sizeof(read_entry) * es->cap);
+    }
+    e = &es->v[es->n++];
+    e->xid = xid;
+    e->base = base;
+    e->klo = klo;
+    e->khi = khi;
+}
+
+/* An array of a run row, read in place when it has no NULLs (fixed-width elements, as unnest
+ * reads them in storage order), else deconstructed. A NULL array has no elements (unnest). */
+typedef struct run_array {
+    int n;
+    const char *raw; /* n elements of width bytes, or NULL */
+    Datum *d;
+    bool *nulls;
+    int width;
+} run_array;
+
+static void run_array_init(run_array *ra, Datum v, bool isnull, Oid elemtype, int16 width,
+                           bool byval, char align, const char *col)
+{
+    ArrayType *a;
+
+    memset(ra, 0, sizeof(*ra));
+    ra->width = width;
+    if (isnull)
+        return;
+    a = DatumGetArrayTypeP(v);
+    if (ARR_ELEMTYPE(a) != elemtype)
+        schema_error(
+            psprintf("runs.%s has elements of type %s", col, format_type_be(ARR_ELEMTYPE(a))));
+    if (!ARR_HASNULL(a)) {
+        ra->n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+        /* No NULLs: the data follow the header and the dimensions, aligned. */
+        ra->raw = (const char *)a + ARR_OVERHEAD_NONULLS(ARR_NDIM(a));
+    } else
+        deconstruct_array(a, elemtype, width, byval, align, &ra->d, &ra->nulls, &ra->n);
+}
+
+/* Element i as an int64 (int4 and int8 elements; xid8 as its uint64 bits); false for NULL or
+ * past the end (unnest pads the shorter arrays with NULLs). */
+static bool run_array_get(const run_array *ra, int i, int64 *out)
+{
+    if (i >= ra->n)
+        return false;
+    if (ra->raw != NULL) {
+        if (ra->width == 8) {
+            int64 v;
+
+            memcpy(&v, ra->raw + (size_t)i * 8, 8);
+            *out = v;
+        } else {
+            int32 v;
+
+            memcpy(&v, ra->raw + (size_t)i * 4, 4);
+            *out = v;
+        }
+        return true;
+    }
+    if (ra->nulls[i])
+        return false;
+    *out = ra->width == 8 ? DatumGetInt64(ra->d[i]) : DatumGetInt32(ra->d[i]);
+    return true;
+}
+
+/* The appends of one run row that have events in (lo, hi]: the SQL version's
+ * a.base <= hi AND a.base + a.n > lo, and k in [greatest(0, lo + 1 - base), least(hi - base,
+ * n - 1)], with its int8 arithmetic (an overflow is its error). */
+static void run_entries(TupleTableSlot *slot, AttrNumber a_xids, AttrNumber a_bases,
+                        AttrNumber a_ns, int64 lo, int64 hi, read_entries *es)
+{
+    run_array xids;
+    run_array bases;
+    run_array ns;
+    bool isnull;
+    Datum d;
+    int len;
+    int i;
+
+    d = slot_getattr(slot, a_xids, &isnull);
+    run_array_init(&xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids");
+    d = slot_getattr(slot, a_bases, &isnull);
+    run_array_init(&bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+                   "bases");
+    d = slot_getattr(slot, a_ns, &isnull);
+    run_array_init(&ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns");
+    len = Max(xids.n, Max(bases.n, ns.n));
+    for (i = 0; i < len; i++) {
+        int64 x;
+        int64 base;
+        int64 n;
+        int64 end;
+        int64 klo;
+        int64 khi;
+
+        if (!run_array_get(&bases, i, &base) || base > hi)
+            continue;
+        if (!run_array_get(&ns, i, &n))
+            continue;
+        check_add(base, n, &end);
+        if (end <= lo)
+            continue;
+        if (!run_array_get(&xids, i, &x))
+            continue;
+        /* greatest(0, lo + 1 - base), least(hi - base, n - 1) */
+        check_add(lo, 1, &klo);
+        if (pg_sub_s64_overflow(klo, base, &klo) || pg_sub_s64_overflow(hi, base, &khi))
+            ereport(ERROR,
+                    (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("bigint out of range")));
+        klo = Max(klo, 0);
+        khi = Min(khi, n - 1);
+        if (klo > khi)
+            continue;
+        /* n is an int4, so both bounds lie in [0, PG_INT32_MAX) here. */
+        add_entry(es, (uint64)x, base, (int32)klo, (int32)khi);
+    }
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const read_entry *x = (const read_entry *)a;
+    const read_entry *y = (const read_entry *)b;
+    int64 xs = x->base + x->klo;
+    int64 ys = y->base + y->klo;
+
+    return xs < ys ? -1 : (xs > ys ? 1 : 0);
+}
+
+static int cmp_part(const void *a, const void *b)
+{
+    const read_part *x = (const read_part *)a;
+    const read_part *y = (const read_part *)b;
+
+    return x->lo < y->lo ? -1 : (x->lo > y->lo ? 1 : 0);
+}
+
+/* The partitions of pawl.events with their xid ranges (the table itself when it is not
+ * partitioned), sorted by range; the default partition, if any, apart. Ranges that overlap
+ * (a partitioning that is not pawl's, by range of xid) are refused. */
+static void read_partitions(Relation events, read_parts *ps)
+{
+    part_range *r;
+    int dflt = -1;
+    int n;
+    int i;
+
+    memset(ps, 0, sizeof(*ps));
+    r = event_partitions(events, column_of(events, "xid", XID8OID), &n);
+    if (events->rd_rel->relkind == RELKIND_PARTITIONED_TABLE) {
+        PartitionBoundInfo bi = RelationGetPartitionDesc(events, true)->boundinfo;
+
+        if (bi != NULL)
+            dflt = bi->default_index;
+    }
+    ps->v = palloc0(sizeof(read_part) * (n > 0 ? n : 1));
+    for (i = 0; i < n; i++) {
+        read_part *p;
+
+        if (r[i].lo > r[i].hi)
+            continue; /* an empty range holds nothing */
+        if (i == dflt) {
+            ps->dflt = palloc0(sizeof(read_part));
+            p = ps->dflt;
+        } else
+            p = &ps->v[ps->n++];
+        p->relid = r[i].relid;
+        p->lo = r[i].lo;
+        p->hi = r[i].hi;
+    }
+    if (ps->n > 1)
+        qsort(ps->v, ps->n, sizeof(read_part), cmp_part);
+    for (i = 1; i < ps->n; i++)
+        if (ps->v[i].lo <= ps->v[i - 1].hi)
+            schema_error("pawl.events is not partitioned by range of xid");
+}
+
+/* The partition that holds xid x, or NULL (ranges are disjoint; the default takes the rest). */
+static read_part *read_part_of(read_parts *ps, uint64 x)
+{
+    int l = 0;
+    int h = ps->n - 1;
+
+    while (l <= h) {
+        int m = l + (h - l) / 2;
+        read_part *p = &ps->v[m];
+
+        if (x < p->lo)
+            h = m - 1;
+        else if (x > p->hi)
+            l = m + 1;
+        else
+            return p;
+    }
+    return ps->dflt;
+}
+
+static void read_part_open(read_part *p, Snapshot snap)
+{
+    AttrNumber cols[2];
+    int i;
+
+    p->rel = table_open(p->relid, AccessShareLock);
+    cols[0] = column_of(p->rel, "xid", XID8OID);
+    cols[1] = column_of(p->rel, "k", INT4OID);
+    for (i = 0; i < READ_COLS - 1; i++)
+        p->att[i] = column_of(p->rel, read_cols[i], read_types[i + 1]);
+    p->irel = open_pkey(p->rel, cols, 2);
+    p->slot = table_slot_create(p->rel, NULL);
+    p->scan = index_beginscan(p->rel, p->irel, snap, 1, 0);
+    /* The index tuples are read (their keys decide what is fetched), as an index-only scan does. */
+    p->scan->xs_want_itup = true;
+    p->positioned = false;
+}
+
+static void read_part_close(read_part *p)
+{
+    if (p->rel == NULL)
+        return;
+    index_endscan(p->scan);
+    ExecDropSingleTupleTableSlot(p->slot);
+    index_close(p->irel, NoLock);
+    table_close(p->rel, NoLock);
+    p->rel = NULL;
+}
+
+static int key_cmp(uint64 x1, int32 k1, uint64 x2, int32 k2)
+{
+    if (x1 != x2)
+        return x1 < x2 ? -1 : 1;
+    return k1 < k2 ? -1 : (k1 > k2 ? 1 : 0);
+}
+
+/* Position the scan at the first index tuple with (xid, k) >= (x, k): a row comparison, as for
+ * WHERE (xid, k) >= (x, k); its members compare with the opclasses' order procedures. */
+static void read_part_seek(read_part *p, uint64 x, int32 k)
+{
+    ScanKeyData key;
+
+    /* The header is copied into the scan; the members stay where it points, in *p. */
+    ScanKeyEntryInitialize(&p->row[0], SK_ROW_MEMBER, 1, BTGreaterEqualStrategyNumber, XID8OID,
+                           InvalidOid, F_XID8CMP,
+                           FullTransactionIdGetDatum(FullTransactionIdFromU64(x)));
+    ScanKeyEntryInitialize(&p->row[1], SK_ROW_MEMBER | SK_ROW_END, 2, BTGreaterEqualStrategyNumber,
+                           INT4OID, InvalidOid, F_BTINT4CMP, Int32GetDatum(k));
+    ScanKeyEntryInitialize(&key, SK_ROW_HEADER, 1, BTGreaterEqualStrategyNumber, InvalidOid,
+                           InvalidOid, InvalidOid, PointerGetDatum(p->row));
+    index_rescan(p->scan, &key, 1, NULL, 0);
+    p->positioned = true;
+    p->sx = x;
+    p->sk = k;
+    p->exhausted = false;
+    p->have = false;
+    p->passed = false;
+}
+
+/* The tuple the scan is on, stepping to the next one when the current one was passed; false
+ * at the end of the index. */
+static bool read_part_peek(read_part *p)
+{
+    IndexTuple itup;
+    TupleDesc itd;
+    bool xnull;
+    bool knull;
+    Datum x;
+    Datum k;
+
+    if (p->have)
+        return true;
+    if (p->exhausted || index_getnext_tid(p->scan, ForwardScanDirection) == NULL) {
+        p->exhausted = true;
+        return false;
+    }
+    itup = p->scan->xs_itup;
+    itd = p->scan->xs_itupdesc;
+    if (itup == NULL)
+        schema_error("the primary key of a partition of pawl.events returns no index tuples");
+    x = index_getattr(itup, 1, itd, &xnull);
+    k = index_getattr(itup, 2, itd, &knull);
+    if (xnull || knull)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("pawl_api.read: a NULL key in the primary key of %s",
+                               RelationGetRelationName(p->rel))));
+    p->cx = U64FromFullTransactionId(DatumGetFullTransactionId(x));
+    p->ck = DatumGetInt32(k);
+    p->have = true;
+    return true;
+}
+
+static void read_part_pass(read_part *p)
+{
+    p->have = false;
+    p->passed = true;
+    p->px = p->cx;
+    p->pk = p->ck;
+}
+
+/* The events of one entry, in k order, into the result. */
+static void read_entry_events(read_part *p, const read_entry *e, Tuplestorestate *ts, TupleDesc td)
+{
+    Datum values[READ_COLS];
+    bool nulls[READ_COLS];
+    int steps = 0;
+    int i;
+
+    /* The scan covers the keys from where it was positioned on, less those it has passed: one
+     * that started after the entry's first event or has passed it (appends out of xid order)
+     * is positioned again. */
+    if (!p->positioned || key_cmp(p->sx, p->sk, e->xid, e->klo) > 0 ||
+        (p->passed && key_cmp(p->px, p->pk, e->xid, e->klo) >= 0))
+        read_part_seek(p, e->xid, e->klo);
+    while (read_part_peek(p)) {
+        CHECK_FOR_INTERRUPTS();
+        if (key_cmp(p->cx, p->ck, e->xid, e->klo) < 0) {
+            /* Another append's tuple (or an earlier event of this one): step over it, or, when
+             * the entry lies far ahead, descend to it. */
+            read_part_pass(p);
+            if (++steps > READ_MAX_STEPS) {
+                read_part_seek(p, e->xid, e->klo);
+                steps = 0;
+            }
+            continue;
+        }
+        if (p->cx != e->xid || p->ck > e->khi)
+            break; /* past this entry: the tuple stays for the next one */
+        read_part_pass(p);
+        /* The version visible to the snapshot, if any (a rolled-back insert leaves none). */
+        if (!index_fetch_heap(p->scan, p->slot))
+            continue;
+        values[0] = Int64GetDatum(e->base + p->pk); /* within [base + klo, base + khi] */
+        nulls[0] = false;
+        for (i = 1; i < READ_COLS; i++)
+            values[i] = slot_getattr(p->slot, p->att[i - 1], &nulls[i]);
+        tuplestore_putvalues(ts, td, values, nulls);
+    }
+}
+
+/*
+ * Where the rows go. The executor copies a set-returning function's rows into a tuplestore and
+ * frees it with the query; a tuplestore in the query's memory grows block by block (a 1000-row
+ * read, about 200 kB) and gives the blocks back to malloc at the end, which on glibc grows and
+ * trims the heap on every read: a fifth of the read's server time, measured. So the rows live
+ * in a context of this backend's that keeps its first block (READ_ROWS_KEEP) across reads: the
+ * tuplestore frees its rows when the executor ends it, and what a read abandoned on an error
+ * is freed when the transaction ends (no function scan outlives its transaction: a holdable
+ * cursor's rows are copied out, and its executor ended, before the commit's callbacks).
+ */
+#define READ_ROWS_KEEP (256 * 1024)
+static MemoryContext read_rows_cxt = NULL;
+
+static void read_rows_reset(XactEvent event, void *arg)
+{
+    (void)arg;
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+        event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+        MemoryContextReset(read_rows_cxt);
+}
+
+/* InitMaterializedSRF's checks and set-up, with the tuplestore in read_rows_cxt. */
+static void read_rows_begin(FunctionCallInfo fcinfo)
+{
+    ReturnSetInfo *rsi = (ReturnSetInfo *)fcinfo->resultinfo;
+    MemoryContext old;
+    TupleDesc td;
+
+    if (rsi == NULL || !IsA(rsi, ReturnSetInfo))
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("set-valued function called in context that cannot accept a set")));
+    if (!(rsi->allowedModes & SFRM_Materialize))
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("materialize mode required, but it is not allowed in this context")));
+    if (read_rows_cxt == NULL) {
+        read_rows_cxt =
+            AllocSetContextCreate(TopMemoryContext, "pawl_api.read rows", READ_ROWS_KEEP,
+                                  READ_ROWS_KEEP, ALLOCSET_DEFAULT_MAXSIZE);
+        RegisterXactCallback(read_rows_reset, NULL);
+    }
+    /* The descriptor lives with the query, as the executor expects. */
+    old = MemoryContextSwitchTo(rsi->econtext->ecxt_per_query_memory);
+    if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "return type must be a row type");
+    MemoryContextSwitchTo(read_rows_cxt);
+    rsi->setResult =
+        tuplestore_begin_heap((rsi->allowedModes & SFRM_Materialize_Random) != 0, false, work_mem);
+    rsi->returnMode = SFRM_Materialize;
+    rsi->setDesc = td;
+    MemoryContextSwitchTo(old);
+}
+
+/* The declaration and the result row the caller expects. */
+static void check_read_call(FunctionCallInfo fcinfo)
+{
+    ReturnSetInfo *rsi = (ReturnSetInfo *)fcinfo->resultinfo;
+    int i;
+
+    if (PG_NARGS() != 2 || !fcinfo->flinfo->fn_retset ||
+        (fcinfo->flinfo->fn_expr != NULL && (get_fn_expr_argtype(fcinfo->flinfo, 0) != INT8OID ||
+                                             get_fn_expr_argtype(fcinfo->flinfo, 1) != INT4OID)))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+                        errmsg("pawl_read must be declared as pawl_api.read(int8, int4) RETURNS "
+                               "TABLE (global_index int8, stream_id text, stream_seq int8, type "
+                               "text, payload bytea, metadata jsonb, appended_at timestamptz, "
+                               "event_id text)")));
+    if (rsi != NULL && IsA(rsi, ReturnSetInfo) && rsi->expectedDesc != NULL) {
+        bool ok = rsi->expectedDesc->natts == READ_COLS;
+
+        for (i = 0; ok && i < READ_COLS; i++)
+            ok = TupleDescAttr(rsi->expectedDesc, i)->atttypid == read_types[i];
+        if (!ok)
+            ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                            errmsg("pawl_api.read returns (global_index int8, stream_id text, "
+                                   "stream_seq int8, type text, payload bytea, metadata jsonb, "
+                                   "appended_at timestamptz, event_id text)")));
+    }
+}
+
+Datum pawl_read(PG_FUNCTION_ARGS)
+{
+    static const char *const runs_read[] = {"last_index", "xids", "bases", "ns"};
+    static const char *const events_read[] = {"xid",        "k",           "stream_id",
+                                              "stream_seq", "type",        "payload",
+                                              "metadata",   "appended_at", "event_id"};
+    ReturnSetInfo *rsi;
+    int64 after;
+    int32 max_events;
+    int64 w;
+    int64 lo;
+    int64 hi;
+    Snapshot snap;
+    Relation runs;
+    Relation events;
+    Relation irel;
+    AttrNumber a_last;
+    AttrNumber a_xids;
+    AttrNumber a_bases;
+    AttrNumber a_ns;
+    TupleTableSlot *slot;
+    IndexScanDesc scan;
+    ScanKeyData key;
+    read_entries es;
+    read_parts ps;
+    bool unsorted = false;
+    int i;
+
+    check_read_call(fcinfo);
+    if (PG_ARGISNULL(0) || PG_GETARG_INT64(0) < 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("pawl_api.read: after_index must be >= 0")));
+    if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > 100000)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("pawl_api.read: max_events must be in 1..100000")));
+    after = PG_GETARG_INT64(0);
+    max_events = PG_GETARG_INT32(1);
+    if (read_watermark(&w) && after < w - 1)
+        below_watermark(w, after);
+
+    rsi = (ReturnSetInfo *)fcinfo->resultinfo;
+    lo = after;
+    hi = after + Min((int64)max_events, PG_INT64_MAX - after); /* the last index wanted */
+    snap = GetActiveSnapshot();
+
+    /* The runs covering (lo, hi]: last_index > lo, up to the first with last_index >= hi. */
+    runs = table_openrv(makeRangeVar("pawl", "runs", -1), AccessShareLock);
+    check_select(runs, runs_read, lengthof(runs_read));
+    events = table_openrv(makeRangeVar("pawl", "events", -1), AccessShareLock);
+    check_select(events, events_read, lengthof(events_read));
+    a_last = column_of(runs, "last_index", INT8OID);
+    a_xids = column_of(runs, "xids", XID8ARRAYOID);
+    a_bases = column_of(runs, "bases", INT8ARRAYOID);
+    a_ns = column_of(runs, "ns", INT4ARRAYOID);
+    irel = open_pkey(runs, &a_last, 1);
+    slot = table_slot_create(runs, NULL);
+    scan = index_beginscan(runs, irel, snap, 1, 0);
+    ScanKeyInit(&key, 1, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(lo));
+    index_rescan(scan, &key, 1, NULL, 0);
+    memset(&es, 0, sizeof(es));
+    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+        bool isnull;
+        int64 last = DatumGetInt64(slot_getattr(slot, a_last, &isnull));
+
+        CHECK_FOR_INTERRUPTS();
+        if (isnull || last <= lo)
+            continue;
+        run_entries(slot, a_xids, a_bases, a_ns, lo, hi, &es);
+        if (last >= hi)
+            break;
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(slot);
+    index_close(irel, NoLock);
+    table_close(runs, NoLock);
+
+    /* In index order (ORDER BY 1). The ledger's appends never overlap: if they did, no order
+     * of appends would be the order of the rows. */
+    for (i = 1; i < es.n && !unsorted; i++)
+        if (cmp_entry(&es.v[i - 1], &es.v[i]) > 0)
+            unsorted = true;
+    if (unsorted)
+        qsort(es.v, es.n, sizeof(read_entry), cmp_entry);
+    for (i = 1; i < es.n; i++)
+        if (es.v[i - 1].base + es.v[i - 1].khi >= es.v[i].base + es.v[i].klo)
+            ereport(ERROR,
+                    (errcode(ERRCODE_DATA_CORRUPTED),
+                     errmsg("pawl_api.read: the runs give index " INT64_FORMAT " to two appends",
+                            es.v[i].base + es.v[i].klo)));
+
+    read_rows_begin(fcinfo);
+    if (es.n > 0) {
+        read_partitions(events, &ps);
+        for (i = 0; i < es.n; i++) {
+            read_part *p = read_part_of(&ps, es.v[i].xid);
+
+            if (p == NULL)
+                continue; /* no partition holds it (dropped): no rows, as in SQL */
+            if (p->rel == NULL)
+                read_part_open(p, snap);
+            read_entry_events(p, &es.v[i], rsi->setResult, rsi->setDesc);
+        }
+        for (i = 0; i < ps.n; i++)
+            read_part_close(&ps.v[i]);
+        if (ps.dflt != NULL)
+            read_part_close(ps.dflt);
+    }
+    table_close(events, NoLock);
+
+    /* A drop that committed after the look above and before the scans took their locks: the
+     * rows it dropped are missing from the result. Its watermark is visible now. */
+    if (read_watermark(&w) && after < w - 1) {
+        tuplestore_end(rsi->setResult);
+        rsi->setResult = NULL;
+        below_watermark(w, after);
+    }
+    return (Datum)0;
 }
