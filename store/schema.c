@@ -180,7 +180,7 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * of the functions activate.sql declares), so it is never out of step with what runs. The
  * extension's version names the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.2"
+#define NATIVE_VERSION "1.3"
 
 const char *pawl_server_path_name(int path)
 {
@@ -212,7 +212,11 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
                          "WHERE p.oid IN (pg_catalog.to_regprocedure('pawl.finalize(int4)'), "
                          "pg_catalog.to_regprocedure('pawl.runs_guard()'), "
                          "pg_catalog.to_regprocedure('pawl.events_guard()'), "
-                         "pg_catalog.to_regprocedure('pawl_api.read(int8, int4)'))",
+                         "pg_catalog.to_regprocedure('pawl_api.read(int8, int4)'), "
+                         "pg_catalog.to_regprocedure('pawl.append(text[], int8[], int4[], "
+                         "int4[], text[], bytea[], jsonb[], boolean, text[])'), "
+                         "pg_catalog.to_regprocedure('pawl.append_group(text[], int8[], int4[], "
+                         "int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'))",
                          v, sizeof v, err, errlen);
     if (rc != 0)
         return rc;

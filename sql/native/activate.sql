@@ -35,3 +35,59 @@ RETURNS TABLE (global_index int8, stream_id text, stream_seq int8, type text, pa
                metadata jsonb, appended_at timestamptz, event_id text)
 LANGUAGE c STABLE
 AS '$libdir/pawl_native', 'pawl_read';
+
+-- pawl.append and pawl.append_group, the appends: the C functions do the common appends
+-- (sql/native/append.c) and hand every other call to the PL/pgSQL functions, which this block
+-- keeps as pawl.append_sql and pawl.append_group_sql (renamed: their owner, grants, settings and
+-- bodies stay as they are; deactivate.sql renames them back). A function that is not C (the SQL
+-- one, or one a migration redefined while native) becomes the new *_sql; the C function gets
+-- the owner and the EXECUTE grants the *_sql one has, and no more.
+DO $append$
+DECLARE
+    f     record;
+    cur   regprocedure;
+    kept  regprocedure;
+    r     record;
+BEGIN
+    FOR f IN SELECT * FROM (VALUES
+        ('append', 'pawl_append',
+         '(streams text[], expected int8[], si int4[], rank int4[], types text[], '
+         'payloads bytea[], metas jsonb[], notify boolean, ids text[])',
+         '(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'),
+        ('append_group', 'pawl_append_group',
+         '(streams text[], expected int8[], sa int4[], si int4[], rank int4[], types text[], '
+         'payloads bytea[], metas jsonb[], notify boolean, ids text[])',
+         '(text[], int8[], int4[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'))
+        AS v(name, sym, params, sig)
+    LOOP
+        cur := to_regprocedure('pawl.' || f.name || f.sig);
+        kept := to_regprocedure('pawl.' || f.name || '_sql' || f.sig);
+        IF cur IS NULL THEN
+            RAISE EXCEPTION 'pawl_native: the pawl schema has no pawl.%', f.name || f.sig
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        CONTINUE WHEN (SELECT l.lanname = 'c' FROM pg_catalog.pg_proc p
+                         JOIN pg_catalog.pg_language l ON l.oid = p.prolang WHERE p.oid = cur);
+        IF kept IS NOT NULL THEN
+            EXECUTE format('DROP FUNCTION pawl.%I%s', f.name || '_sql', f.sig);
+        END IF;
+        EXECUTE format('ALTER FUNCTION pawl.%I%s RENAME TO %I', f.name, f.sig, f.name || '_sql');
+        kept := to_regprocedure('pawl.' || f.name || '_sql' || f.sig);
+        EXECUTE format('CREATE FUNCTION pawl.%I%s RETURNS TABLE (appended int4, txid text, '
+                       'heads int8[], status text, seqs int8[], msg text) LANGUAGE c VOLATILE '
+                       'SECURITY DEFINER SET search_path = pg_catalog, pg_temp '
+                       'AS %L, %L', f.name, f.params, '$libdir/pawl_native', f.sym);
+        EXECUTE format('ALTER FUNCTION pawl.%I%s OWNER TO %s', f.name, f.sig,
+                       (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p WHERE p.oid = kept));
+        EXECUTE format('REVOKE ALL ON FUNCTION pawl.%I%s FROM PUBLIC', f.name, f.sig);
+        FOR r IN SELECT a.grantee
+                   FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+                  WHERE p.oid = kept AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION pawl.%I%s TO %s', f.name, f.sig,
+                           CASE WHEN r.grantee = 0 THEN 'PUBLIC'
+                                ELSE quote_ident(r.grantee::regrole::text) END);
+        END LOOP;
+    END LOOP;
+END
+$append$;

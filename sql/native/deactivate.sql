@@ -1,7 +1,7 @@
 -- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
--- activate.sql made pawl's functions native: pawl.finalize as sql/014_own_xid.sql defines it,
--- pawl.runs_guard as sql/006_log_guarantees.sql does, pawl.events_guard as
--- sql/009_retention.sql does and pawl_api.read as sql/015_event_ids.sql does, copied exactly
+-- activate.sql made pawl's functions native: pawl.finalize and pawl.runs_guard as
+-- sql/017_finalize_fixes.sql defines them, pawl.events_guard as sql/009_retention.sql does and
+-- pawl_api.read as sql/015_event_ids.sql does, copied exactly
 -- (pg_test_server_path and pg_test_native_read compare the result with a database that never
 -- left the SQL path: a migration that changes any of them must change this file too).
 -- CREATE OR REPLACE keeps owners and grants.
@@ -30,8 +30,8 @@ DECLARE
     first   int8;
     nx      xid8;
     np      xid8[];
-    lo      int4;
-    hi      int4;
+    lo      int8;
+    hi      int8;
 BEGIN
     IF max_appends IS NULL OR max_appends < 1 THEN
         RAISE EXCEPTION 'pawl.finalize: max_appends must be at least 1'
@@ -106,7 +106,8 @@ BEGIN
                         UNION SELECT mine WHERE mine IS NOT NULL AND mine < nx) AS v(x)
                  ORDER BY x);
 
-    -- Rows of at most max_appends appends (what a reader maps at once), contiguous.
+    -- Rows of at most max_appends appends (what a reader maps at once), contiguous. In int8:
+    -- lo + max_appends - 1 passes int4's range when max_appends is near its top.
     lo := 1;
     WHILE lo <= cnt LOOP
         hi := least(cnt, lo + max_appends - 1);
@@ -128,9 +129,29 @@ AS $fn$
 DECLARE
     prev int8;
     c    int4;
+    bad  text;
 BEGIN
     IF TG_OP <> 'INSERT' THEN
         RAISE EXCEPTION 'pawl.runs: rows are never updated or deleted'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    -- The readers subscript the arrays from 1 and unnest them side by side: each is empty or
+    -- one-dimensional from subscript 1, without NULL elements (a NULL array is left to the NOT
+    -- NULL constraints). Shapes first: array_position refuses arrays of more than one dimension.
+    bad := CASE WHEN array_ndims(NEW.xids) > 1 OR array_lower(NEW.xids, 1) <> 1 THEN 'xids'
+                WHEN array_ndims(NEW.bases) > 1 OR array_lower(NEW.bases, 1) <> 1 THEN 'bases'
+                WHEN array_ndims(NEW.ns) > 1 OR array_lower(NEW.ns, 1) <> 1 THEN 'ns'
+                WHEN array_ndims(NEW.open_xids) > 1 OR array_lower(NEW.open_xids, 1) <> 1
+                    THEN 'open_xids' END;
+    IF bad IS NULL THEN
+        bad := CASE WHEN array_position(NEW.xids, NULL) IS NOT NULL THEN 'xids'
+                    WHEN array_position(NEW.bases, NULL) IS NOT NULL THEN 'bases'
+                    WHEN array_position(NEW.ns, NULL) IS NOT NULL THEN 'ns'
+                    WHEN array_position(NEW.open_xids, NULL) IS NOT NULL THEN 'open_xids' END;
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pawl.runs: run % .. %: % must be a one-dimensional array from '
+            'subscript 1 without NULL elements', NEW.first_index, NEW.last_index, bad
             USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     SELECT r.last_index INTO prev FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1;
@@ -240,3 +261,38 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- pawl.append and pawl.append_group: activate.sql kept the PL/pgSQL functions as
+-- pawl.append_sql and pawl.append_group_sql; they take their names back (their owner, grants,
+-- settings and bodies never changed) and the C functions go.
+DO $append$
+DECLARE
+    f     record;
+    cur   regprocedure;
+    kept  regprocedure;
+BEGIN
+    FOR f IN SELECT * FROM (VALUES
+        ('append', '(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'),
+        ('append_group',
+         '(text[], int8[], int4[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'))
+        AS v(name, sig)
+    LOOP
+        cur := to_regprocedure('pawl.' || f.name || f.sig);
+        kept := to_regprocedure('pawl.' || f.name || '_sql' || f.sig);
+        CONTINUE WHEN kept IS NULL;
+        IF cur IS NOT NULL AND (SELECT l.lanname = 'c' FROM pg_catalog.pg_proc p
+                                  JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+                                 WHERE p.oid = cur) THEN
+            EXECUTE format('DROP FUNCTION pawl.%I%s', f.name, f.sig);
+            cur := NULL;
+        END IF;
+        IF cur IS NULL THEN
+            EXECUTE format('ALTER FUNCTION pawl.%I%s RENAME TO %I', f.name || '_sql', f.sig,
+                           f.name);
+        ELSE
+            -- A migration redefined the function in SQL while native: that one is current.
+            EXECUTE format('DROP FUNCTION pawl.%I%s', f.name || '_sql', f.sig);
+        END IF;
+    END LOOP;
+END
+$append$;

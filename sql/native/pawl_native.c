@@ -93,6 +93,8 @@
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
+#include "pawl_native.h"
+
 PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(pawl_finalize);
@@ -121,13 +123,6 @@ typedef struct prev_run {
     uint64 *open; /* prev.open_xids, non-NULL elements, as read */
     int nopen;
 } prev_run;
-
-/* One partition of pawl.events and the xids it may hold, [lo, hi] inclusive. */
-typedef struct part_range {
-    Oid relid;
-    uint64 lo;
-    uint64 hi;
-} part_range;
 
 /* What the scans look for and what they found. */
 typedef struct scan_state {
@@ -193,9 +188,7 @@ static bool completed_at_snapshot(const scan_state *st, uint64 xid)
     return bsearch(&xid, st->xip, st->nxip, sizeof(uint64), cmp_u64) == NULL;
 }
 
-static void schema_error(const char *what) pg_attribute_noreturn();
-
-static void schema_error(const char *what)
+void pawln_schema_error(const char *what)
 {
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("pawl_native: unexpected pawl schema: %s", what),
@@ -204,7 +197,7 @@ static void schema_error(const char *what)
 }
 
 /* The attribute of rel named name, of type typid; an error when there is none. */
-static AttrNumber column_of(Relation rel, const char *name, Oid typid)
+AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid)
 {
     TupleDesc td = RelationGetDescr(rel);
     int i;
@@ -215,17 +208,18 @@ static AttrNumber column_of(Relation rel, const char *name, Oid typid)
         if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
             continue;
         if (att->atttypid != typid)
-            schema_error(psprintf("column %s of %s has type %s", name, RelationGetRelationName(rel),
-                                  format_type_be(att->atttypid)));
+            pawln_schema_error(psprintf("column %s of %s has type %s", name,
+                                        RelationGetRelationName(rel),
+                                        format_type_be(att->atttypid)));
         return att->attnum;
     }
-    schema_error(psprintf("%s has no column %s", RelationGetRelationName(rel), name));
+    pawln_schema_error(psprintf("%s has no column %s", RelationGetRelationName(rel), name));
 }
 
 /* Open pawl.<name> with lockmode, checking what a statement reading it would check: the current
  * user's right (need), and no row-level security applying to it (those reads are not planned
  * here, so a policy could not be applied: refuse rather than bypass it). */
-static Relation open_pawl_table(const char *name, LOCKMODE lockmode, AclMode need)
+Relation pawln_open_table(const char *name, LOCKMODE lockmode, AclMode need)
 {
     Relation rel = table_openrv(makeRangeVar("pawl", (char *)name, -1), lockmode);
     AclResult acl;
@@ -235,28 +229,28 @@ static Relation open_pawl_table(const char *name, LOCKMODE lockmode, AclMode nee
         aclcheck_error(acl, OBJECT_TABLE, RelationGetRelationName(rel));
     if (rel->rd_rel->relrowsecurity &&
         check_enable_rls(RelationGetRelid(rel), InvalidOid, false) == RLS_ENABLED)
-        schema_error(psprintf("row-level security applies to pawl.%s", name));
+        pawln_schema_error(psprintf("row-level security applies to pawl.%s", name));
     return rel;
 }
 
 /* The primary key index of rel, checked to be a btree whose leading key columns are cols. */
-static Relation open_pkey(Relation rel, const AttrNumber *cols, int ncols)
+Relation pawln_open_pkey(Relation rel, const AttrNumber *cols, int ncols)
 {
     Oid pk = RelationGetPrimaryKeyIndex(rel);
     Relation irel;
     int i;
 
     if (!OidIsValid(pk))
-        schema_error(psprintf("%s has no primary key", RelationGetRelationName(rel)));
+        pawln_schema_error(psprintf("%s has no primary key", RelationGetRelationName(rel)));
     irel = index_open(pk, AccessShareLock);
     if (irel->rd_rel->relam != BTREE_AM_OID || !irel->rd_index->indisvalid ||
         irel->rd_index->indnkeyatts < ncols)
-        schema_error(
+        pawln_schema_error(
             psprintf("the primary key of %s is not a valid btree", RelationGetRelationName(rel)));
     for (i = 0; i < ncols; i++)
         if (irel->rd_index->indkey.values[i] != cols[i] || irel->rd_indoption[i] != 0)
-            schema_error(psprintf("the primary key of %s is not on the expected columns",
-                                  RelationGetRelationName(rel)));
+            pawln_schema_error(psprintf("the primary key of %s is not on the expected columns",
+                                        RelationGetRelationName(rel)));
     return irel;
 }
 
@@ -264,10 +258,10 @@ static Relation open_pkey(Relation rel, const AttrNumber *cols, int ncols)
  * (copied out of the tuple). */
 static void read_prev_run(Relation runs, Snapshot snap, bool want_horizon, prev_run *p)
 {
-    AttrNumber a_last = column_of(runs, "last_index", INT8OID);
-    AttrNumber a_xmax = want_horizon ? column_of(runs, "scan_xmax", XID8OID) : 0;
-    AttrNumber a_open = want_horizon ? column_of(runs, "open_xids", XID8ARRAYOID) : 0;
-    Relation irel = open_pkey(runs, &a_last, 1);
+    AttrNumber a_last = pawln_column_of(runs, "last_index", INT8OID);
+    AttrNumber a_xmax = want_horizon ? pawln_column_of(runs, "scan_xmax", XID8OID) : 0;
+    AttrNumber a_open = want_horizon ? pawln_column_of(runs, "open_xids", XID8ARRAYOID) : 0;
+    Relation irel = pawln_open_pkey(runs, &a_last, 1);
     TupleTableSlot *slot = table_slot_create(runs, NULL);
     IndexScanDesc scan = index_beginscan(runs, irel, snap, 1, 0);
     ScanKeyData key;
@@ -292,7 +286,7 @@ static void read_prev_run(Relation runs, Snapshot snap, bool want_horizon, prev_
         if (want_horizon) {
             d = slot_getattr(slot, a_xmax, &isnull);
             if (isnull)
-                schema_error("a run has no scan_xmax");
+                pawln_schema_error("a run has no scan_xmax");
             p->scan_xmax = U64FromFullTransactionId(DatumGetFullTransactionId(d));
             d = slot_getattr(slot, a_open, &isnull);
             if (!isnull) {
@@ -304,7 +298,7 @@ static void read_prev_run(Relation runs, Snapshot snap, bool want_horizon, prev_
                 int i;
 
                 if (ARR_ELEMTYPE(arr) != XID8OID)
-                    schema_error("runs.open_xids is not an xid8 array");
+                    pawln_schema_error("runs.open_xids is not an xid8 array");
                 deconstruct_array(arr, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, &elems, &nulls,
                                   &n);
                 p->open = palloc(sizeof(uint64) * (n > 0 ? n : 1));
@@ -323,7 +317,7 @@ static void read_prev_run(Relation runs, Snapshot snap, bool want_horizon, prev_
 /* The leaf partitions of pawl.events (or the table itself when it is not partitioned), each
  * with the xid range it can hold. Copied out of the relcache so that invalidations processed
  * while the partitions are opened cannot pull it away. */
-static part_range *event_partitions(Relation events, AttrNumber a_xid, int *nparts)
+part_range *pawln_event_partitions(Relation events, AttrNumber a_xid, int *nparts)
 {
     part_range *parts;
     PartitionKey key;
@@ -341,7 +335,7 @@ static part_range *event_partitions(Relation events, AttrNumber a_xid, int *npar
         return parts;
     }
     if (events->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
-        schema_error("pawl.events is not a table");
+        pawln_schema_error("pawl.events is not a table");
 
     key = RelationGetPartitionKey(events);
     pd = RelationGetPartitionDesc(events, true);
@@ -349,7 +343,7 @@ static part_range *event_partitions(Relation events, AttrNumber a_xid, int *npar
     parts = palloc(sizeof(part_range) * (pd->nparts > 0 ? pd->nparts : 1));
     for (i = 0; i < pd->nparts; i++) {
         if (!pd->is_leaf[i])
-            schema_error("a partition of pawl.events is itself partitioned");
+            pawln_schema_error("a partition of pawl.events is itself partitioned");
         parts[i].relid = pd->oids[i];
         parts[i].lo = 0;
         parts[i].hi = PG_UINT64_MAX;
@@ -441,10 +435,10 @@ static void drain(scan_state *st, IndexScanDesc scan, TupleTableSlot *slot, Attr
 static void scan_partition(scan_state *st, const part_range *part, bool do_range)
 {
     Relation rel = table_open(part->relid, AccessShareLock);
-    AttrNumber a_xid = column_of(rel, "xid", XID8OID);
-    AttrNumber a_k = column_of(rel, "k", INT4OID);
-    AttrNumber a_n = column_of(rel, "n", INT4OID);
-    AttrNumber a_ticket = column_of(rel, "ticket", INT8OID);
+    AttrNumber a_xid = pawln_column_of(rel, "xid", XID8OID);
+    AttrNumber a_k = pawln_column_of(rel, "k", INT4OID);
+    AttrNumber a_n = pawln_column_of(rel, "n", INT4OID);
+    AttrNumber a_ticket = pawln_column_of(rel, "ticket", INT8OID);
     AttrNumber cols[2];
     Relation irel;
     TupleTableSlot *slot;
@@ -454,7 +448,7 @@ static void scan_partition(scan_state *st, const part_range *part, bool do_range
 
     cols[0] = a_xid;
     cols[1] = a_k;
-    irel = open_pkey(rel, cols, 2);
+    irel = pawln_open_pkey(rel, cols, 2);
     slot = table_slot_create(rel, NULL);
 
     if (do_range) {
@@ -592,7 +586,7 @@ static void insert_runs_direct(Relation runs, const cand *c, const int64 *bases,
     int i;
 
     for (i = 0; i < RUN_COLS; i++)
-        att[i] = column_of(runs, run_cols[i], run_types[i]);
+        att[i] = pawln_column_of(runs, run_cols[i], run_types[i]);
     /* What ExecutorStart checks for an INSERT: a writable transaction, the right to insert. */
     PreventCommandIfReadOnly("INSERT");
     acl = pg_class_aclcheck(RelationGetRelid(runs), GetUserId(), ACL_INSERT);
@@ -770,7 +764,7 @@ static void gate_acl(const RangeVar *rv, Oid relid, Oid oldrelid, void *arg)
         return;
     kind = get_rel_relkind(relid);
     if (kind != RELKIND_RELATION && kind != RELKIND_PARTITIONED_TABLE)
-        schema_error("pawl.finalizer_gate is not a table");
+        pawln_schema_error("pawl.finalizer_gate is not a table");
     acl = pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE);
     if (acl != ACLCHECK_OK)
         aclcheck_error(acl, OBJECT_TABLE, rv->relname);
@@ -815,7 +809,7 @@ static void finalize_run(int32 max_appends, int64 out[3], bool *last_null)
     if (!OidIsValid(RangeVarGetRelidExtended(gate_rangevar(), ExclusiveLock, RVR_SKIP_LOCKED,
                                              gate_acl, NULL))) {
         /* Busy: another session runs. Report the highest index under a new snapshot. */
-        runs = open_pawl_table("runs", AccessShareLock, ACL_SELECT);
+        runs = pawln_open_table("runs", AccessShareLock, ACL_SELECT);
         snap = RegisterSnapshot(GetTransactionSnapshot());
         read_prev_run(runs, snap, false, &prev);
         UnregisterSnapshot(snap);
@@ -834,8 +828,8 @@ static void finalize_run(int32 max_appends, int64 out[3], bool *last_null)
         (void)set_config_option("idle_in_transaction_session_timeout", "5s", PGC_USERSET,
                                 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 
-    runs = open_pawl_table("runs", AccessShareLock, ACL_SELECT);
-    events = open_pawl_table("events", AccessShareLock, ACL_SELECT);
+    runs = pawln_open_table("runs", AccessShareLock, ACL_SELECT);
+    events = pawln_open_table("events", AccessShareLock, ACL_SELECT);
 
     /* The snapshot is taken after the lock: the previous run's rows are visible under it (and
      * this transaction's own earlier writes, as a new statement would see them). */
@@ -883,7 +877,7 @@ static void finalize_run(int32 max_appends, int64 out[3], bool *last_null)
     st.nprobes = (int)qunique(probes, st.nprobes, sizeof(uint64), cmp_u64);
     st.probes = probes;
 
-    parts = event_partitions(events, column_of(events, "xid", XID8OID), &nparts);
+    parts = pawln_event_partitions(events, pawln_column_of(events, "xid", XID8OID), &nparts);
     for (i = 0; i < nparts; i++) {
         bool do_range;
 
@@ -1059,6 +1053,40 @@ Datum pawl_events_guard(PG_FUNCTION_ARGS)
     return PointerGetDatum(NULL);
 }
 
+/* The readers subscript a run's arrays from 1 and unnest them side by side: each is empty or
+ * one-dimensional from subscript 1, without NULL elements (a NULL array is left to the NOT NULL
+ * constraints). Shapes first, then NULL elements, each in column order (sql/017). */
+static void check_run_arrays(Relation rel, HeapTuple row, TupleDesc td)
+{
+    ArrayType *arr[4];
+    const char *bad = NULL;
+    bool fnull;
+    bool lnull;
+    int64 first;
+    int64 last;
+    int i;
+
+    for (i = 0; i < 4; i++)
+        arr[i] = array_field(row, td, pawln_column_of(rel, run_cols[3 + i], run_types[3 + i]));
+    for (i = 0; i < 4 && bad == NULL; i++)
+        if (arr[i] != NULL &&
+            (ARR_NDIM(arr[i]) > 1 || (ARR_NDIM(arr[i]) == 1 && ARR_LBOUND(arr[i])[0] != 1)))
+            bad = run_cols[3 + i];
+    for (i = 0; i < 4 && bad == NULL; i++)
+        if (arr[i] != NULL && array_contains_nulls(arr[i]))
+            bad = run_cols[3 + i];
+    if (bad == NULL)
+        return;
+    first =
+        DatumGetInt64(heap_getattr(row, pawln_column_of(rel, "first_index", INT8OID), td, &fnull));
+    last =
+        DatumGetInt64(heap_getattr(row, pawln_column_of(rel, "last_index", INT8OID), td, &lnull));
+    ereport(ERROR, (errcode(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION),
+                    errmsg("pawl.runs: run %s .. %s: %s must be a one-dimensional array from "
+                           "subscript 1 without NULL elements",
+                           int8_or_null(fnull, first), int8_or_null(lnull, last), bad)));
+}
+
 Datum pawl_runs_guard(PG_FUNCTION_ARGS)
 {
     TriggerData *trig;
@@ -1095,10 +1123,11 @@ Datum pawl_runs_guard(PG_FUNCTION_ARGS)
                         errmsg("pawl.runs_guard must be fired BEFORE ... FOR EACH ROW")));
     row = trig->tg_trigtuple;
     td = RelationGetDescr(trig->tg_relation);
+    check_run_arrays(trig->tg_relation, row, td);
 
     /* SELECT r.last_index FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1, as a new
      * statement of a volatile function sees it. */
-    runs = open_pawl_table("runs", AccessShareLock, ACL_SELECT);
+    runs = pawln_open_table("runs", AccessShareLock, ACL_SELECT);
     CommandCounterIncrement();
     PushActiveSnapshot(GetTransactionSnapshot());
     UpdateActiveSnapshotCommandId();
@@ -1107,10 +1136,10 @@ Datum pawl_runs_guard(PG_FUNCTION_ARGS)
     table_close(runs, NoLock);
 
     first = DatumGetInt64(
-        heap_getattr(row, column_of(trig->tg_relation, "first_index", INT8OID), td, &fnull));
+        heap_getattr(row, pawln_column_of(trig->tg_relation, "first_index", INT8OID), td, &fnull));
     last = DatumGetInt64(
-        heap_getattr(row, column_of(trig->tg_relation, "last_index", INT8OID), td, &lnull));
-    xids = array_field(row, td, column_of(trig->tg_relation, "xids", XID8ARRAYOID));
+        heap_getattr(row, pawln_column_of(trig->tg_relation, "last_index", INT8OID), td, &lnull));
+    xids = array_field(row, td, pawln_column_of(trig->tg_relation, "xids", XID8ARRAYOID));
     /* c := cardinality(NEW.xids) */
     cnull = xids == NULL;
     c = cnull ? 0 : ArrayGetNItems(ARR_NDIM(xids), ARR_DIMS(xids));
@@ -1136,8 +1165,8 @@ Datum pawl_runs_guard(PG_FUNCTION_ARGS)
 
     /* c < 1 OR cardinality(bases) <> c OR cardinality(ns) <> c OR bases[1] <> first_index
      * OR ns[c] < 1 OR last_index <> bases[c] + ns[c] - 1, left to right up to the first true. */
-    bases = array_field(row, td, column_of(trig->tg_relation, "bases", INT8ARRAYOID));
-    ns = array_field(row, td, column_of(trig->tg_relation, "ns", INT4ARRAYOID));
+    bases = array_field(row, td, pawln_column_of(trig->tg_relation, "bases", INT8ARRAYOID));
+    ns = array_field(row, td, pawln_column_of(trig->tg_relation, "ns", INT4ARRAYOID));
     bad = cnull ? TRI_NULL : (c < 1 ? TRI_TRUE : TRI_FALSE);
     if (bad != TRI_TRUE)
         bad = tri_or(bad, tri_ne(bases == NULL,
@@ -1394,7 +1423,7 @@ static void check_select(Relation rel, const char *const *cols, int ncols)
         }
     }
     if (rel->rd_rel->relrowsecurity && check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
-        schema_error(
+        pawln_schema_error(
             psprintf("row-level security applies to pawl.%s", RelationGetRelationName(rel)));
 }
 
@@ -1438,7 +1467,7 @@ static void run_array_init(run_array *ra, Datum v, bool isnull, Oid elemtype, in
         return;
     a = DatumGetArrayTypeP(v);
     if (ARR_ELEMTYPE(a) != elemtype)
-        schema_error(
+        pawln_schema_error(
             psprintf("runs.%s has elements of type %s", col, format_type_be(ARR_ELEMTYPE(a))));
     if (!ARR_HASNULL(a)) {
         ra->n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
@@ -1556,7 +1585,7 @@ static void read_partitions(Relation events, read_parts *ps)
     int i;
 
     memset(ps, 0, sizeof(*ps));
-    r = event_partitions(events, column_of(events, "xid", XID8OID), &n);
+    r = pawln_event_partitions(events, pawln_column_of(events, "xid", XID8OID), &n);
     if (events->rd_rel->relkind == RELKIND_PARTITIONED_TABLE) {
         PartitionBoundInfo bi = RelationGetPartitionDesc(events, true)->boundinfo;
 
@@ -1582,7 +1611,7 @@ static void read_partitions(Relation events, read_parts *ps)
         qsort(ps->v, ps->n, sizeof(read_part), cmp_part);
     for (i = 1; i < ps->n; i++)
         if (ps->v[i].lo <= ps->v[i - 1].hi)
-            schema_error("pawl.events is not partitioned by range of xid");
+            pawln_schema_error("pawl.events is not partitioned by range of xid");
 }
 
 /* The partition that holds xid x, or NULL (ranges are disjoint; the default takes the rest). */
@@ -1611,11 +1640,11 @@ static void read_part_open(read_part *p, Snapshot snap)
     int i;
 
     p->rel = table_open(p->relid, AccessShareLock);
-    cols[0] = column_of(p->rel, "xid", XID8OID);
-    cols[1] = column_of(p->rel, "k", INT4OID);
+    cols[0] = pawln_column_of(p->rel, "xid", XID8OID);
+    cols[1] = pawln_column_of(p->rel, "k", INT4OID);
     for (i = 0; i < READ_COLS - 1; i++)
-        p->att[i] = column_of(p->rel, read_cols[i], read_types[i + 1]);
-    p->irel = open_pkey(p->rel, cols, 2);
+        p->att[i] = pawln_column_of(p->rel, read_cols[i], read_types[i + 1]);
+    p->irel = pawln_open_pkey(p->rel, cols, 2);
     p->slot = table_slot_create(p->rel, NULL);
     p->scan = index_beginscan(p->rel, p->irel, snap, 1, 0);
     /* The index tuples are read (their keys decide what is fetched), as an index-only scan does. */
@@ -1684,7 +1713,7 @@ static bool read_part_peek(read_part *p)
     itup = p->scan->xs_itup;
     itd = p->scan->xs_itupdesc;
     if (itup == NULL)
-        schema_error("the primary key of a partition of pawl.events returns no index tuples");
+        pawln_schema_error("the primary key of a partition of pawl.events returns no index tuples");
     x = index_getattr(itup, 1, itd, &xnull);
     k = index_getattr(itup, 2, itd, &knull);
     if (xnull || knull)
@@ -1875,11 +1904,11 @@ Datum pawl_read(PG_FUNCTION_ARGS)
     check_select(runs, runs_read, lengthof(runs_read));
     events = table_openrv(makeRangeVar("pawl", "events", -1), AccessShareLock);
     check_select(events, events_read, lengthof(events_read));
-    a_last = column_of(runs, "last_index", INT8OID);
-    a_xids = column_of(runs, "xids", XID8ARRAYOID);
-    a_bases = column_of(runs, "bases", INT8ARRAYOID);
-    a_ns = column_of(runs, "ns", INT4ARRAYOID);
-    irel = open_pkey(runs, &a_last, 1);
+    a_last = pawln_column_of(runs, "last_index", INT8OID);
+    a_xids = pawln_column_of(runs, "xids", XID8ARRAYOID);
+    a_bases = pawln_column_of(runs, "bases", INT8ARRAYOID);
+    a_ns = pawln_column_of(runs, "ns", INT4ARRAYOID);
+    irel = pawln_open_pkey(runs, &a_last, 1);
     slot = table_slot_create(runs, NULL);
     scan = index_beginscan(runs, irel, snap, 1, 0);
     ScanKeyInit(&key, 1, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(lo));

@@ -45,6 +45,10 @@ out=$(PAWL_DSN="$DSN" "$PAWL" init 2>&1); rc=$?
 [ "$(lang "$DSN")" = c ]; check "pawl.finalize is the C function" $?
 [ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.events_guard()'::regprocedure")" = c ]
 check "events_guard is the C function" $?
+APPEND_SIG="(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])"
+GROUP_SIG="(text[], int8[], int4[], int4[], int4[], text[], bytea[], jsonb[], boolean, text[])"
+[ "$(q "SELECT string_agg(p.proname || ':' || l.lanname || ':' || p.prosecdef, ' ' ORDER BY p.proname) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.pronamespace = 'pawl'::regnamespace AND p.proname IN ('append', 'append_group', 'append_sql', 'append_group_sql') AND l.lanname <> 'sql'")" = "append:c:true append_group:c:true append_group_sql:plpgsql:true append_sql:plpgsql:true" ]
+check "pawl.append and pawl.append_group are the C functions (definer), the SQL ones kept as *_sql" $?
 
 # A second database that never leaves the SQL path (the setting holds from its first init):
 # the migrations' own definitions, the reference for what switching back must restore.
@@ -91,8 +95,8 @@ got=$(jq -r '.index' "$tmp/tail" 2>/dev/null | awk 'NR != $1 { bad++ } END { pri
 
 # The SQL version put back is the migrations' own.
 PAWL_DSN="$DSN" "$PAWL" init --server-path sql >/dev/null 2>&1
-def() { psql "$1" -qAtc "SELECT md5(pg_get_functiondef('pawl.finalize(int4)'::regprocedure) || pg_get_functiondef('pawl.runs_guard()'::regprocedure) || pg_get_functiondef('pawl.events_guard()'::regprocedure))"; }
-[ "$(def "$DSN")" = "$(def "$DSN2")" ]; check "switching back to SQL restores the migrations' definitions exactly (finalize, runs_guard, events_guard)" $?
+def() { psql "$1" -qAtc "SELECT md5(pg_get_functiondef('pawl.finalize(int4)'::regprocedure) || pg_get_functiondef('pawl.runs_guard()'::regprocedure) || pg_get_functiondef('pawl.events_guard()'::regprocedure) || pg_get_functiondef('pawl.append$APPEND_SIG'::regprocedure) || pg_get_functiondef('pawl.append_group$GROUP_SIG'::regprocedure) || coalesce((SELECT string_agg(p.proname || coalesce(p.proacl::text, '-'), ',' ORDER BY p.proname, p.oid) FROM pg_proc p WHERE p.pronamespace = 'pawl'::regnamespace AND p.proname LIKE 'append%'), ''))"; }
+[ "$(def "$DSN")" = "$(def "$DSN2")" ]; check "switching back to SQL restores the migrations' definitions and grants exactly (finalize, runs_guard, events_guard, append, append_group; no *_sql left)" $?
 [ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.runs_guard()'::regprocedure")" = plpgsql ]
 check "runs_guard is PL/pgSQL again" $?
 [ "$(psql "$DSN" -qAtc "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pawl.events_guard()'::regprocedure")" = plpgsql ]

@@ -1,0 +1,40 @@
+/*
+ * pawl_native.h: what the files of pawl_native share. pawl_native.c holds the finalization run,
+ * the guards and the read; append.c the append. The helpers here find pawl's relations and
+ * columns without the caller's search_path and refuse a schema they were not written for.
+ * Their names carry the pawln_ prefix: the module's global symbols share the server's
+ * namespace.
+ */
+#ifndef PAWL_NATIVE_H
+#define PAWL_NATIVE_H
+
+#include "postgres.h"
+
+#include "storage/lockdefs.h"
+#include "utils/acl.h"
+#include "utils/relcache.h"
+
+/* One partition of pawl.events and the xids it may hold, [lo, hi] inclusive. */
+typedef struct part_range {
+    Oid relid;
+    uint64 lo;
+    uint64 hi;
+} part_range;
+
+/* An error (55000) naming what in the pawl schema is not as this module expects. */
+void pawln_schema_error(const char *what) pg_attribute_noreturn();
+
+/* The attribute of rel named name, of type typid; pawln_schema_error when there is none. */
+AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid);
+
+/* pawl.<name> opened with lockmode, after the checks a statement reading it would make: the
+ * current user's right need, and no row-level security applying. */
+Relation pawln_open_table(const char *name, LOCKMODE lockmode, AclMode need);
+
+/* The primary key index of rel, checked to be a btree whose leading key columns are cols. */
+Relation pawln_open_pkey(Relation rel, const AttrNumber *cols, int ncols);
+
+/* The leaf partitions of pawl.events with the xid range each can hold (copied). */
+part_range *pawln_event_partitions(Relation events, AttrNumber a_xid, int *nparts);
+
+#endif
