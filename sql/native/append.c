@@ -142,6 +142,11 @@ typedef struct apart {
     AttrNumber a_seq;
 } apart;
 
+/* pawl.append_group's argument types; pawl.append's are these without the third (sa). */
+static const Oid group_argtypes[APPEND_NARGS + 1] = {
+    TEXTARRAYOID, INT8ARRAYOID,  INT4ARRAYOID,  INT4ARRAYOID, INT4ARRAYOID,
+    TEXTARRAYOID, BYTEAARRAYOID, JSONBARRAYOID, BOOLOID,      TEXTARRAYOID};
+
 static SPIPlanPtr portable_plan[2] = {NULL, NULL};
 static TupleDesc append_desc = NULL;
 
@@ -853,9 +858,6 @@ out:
 static HeapTuple *append_portable(FunctionCallInfo fcinfo, bool group, MemoryContext into,
                                   int *nrows)
 {
-    static const Oid types[APPEND_NARGS + 1] = {
-        TEXTARRAYOID, INT8ARRAYOID,  INT4ARRAYOID,  INT4ARRAYOID, INT4ARRAYOID,
-        TEXTARRAYOID, BYTEAARRAYOID, JSONBARRAYOID, BOOLOID,      TEXTARRAYOID};
     int nargs = APPEND_NARGS + (group ? 1 : 0);
     Datum args[APPEND_NARGS + 1];
     char argnulls[APPEND_NARGS + 1];
@@ -869,8 +871,7 @@ static HeapTuple *append_portable(FunctionCallInfo fcinfo, bool group, MemoryCon
     for (i = 0; i < nargs; i++) {
         args[i] = PG_ARGISNULL(i) ? (Datum)0 : PG_GETARG_DATUM(i);
         argnulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
-        /* pawl.append has no sa: its types are the group's without the third. */
-        argtypes[i] = types[!group && i >= 2 ? i + 1 : i];
+        argtypes[i] = group_argtypes[!group && i >= 2 ? i + 1 : i];
     }
     if (SPI_connect() != SPI_OK_CONNECT)
         elog(ERROR, "pawl.append: SPI_connect failed");
@@ -915,6 +916,49 @@ typedef struct append_rows {
     int n;
 } append_rows;
 
+/* The declaration the entry points were written for: the arguments are read by position and
+ * type, and the SQL path is called with them. Checked once per function and backend (a
+ * function's argument and result types never change under its oid). */
+static void check_declaration(FunctionCallInfo fcinfo, bool group)
+{
+    static Oid checked[2] = {InvalidOid, InvalidOid};
+    Oid fn = fcinfo->flinfo->fn_oid;
+    int nargs = APPEND_NARGS + (group ? 1 : 0);
+    TupleDesc rd = append_result_desc();
+    TupleDesc td = NULL;
+    Oid *argtypes = NULL;
+    int n = -1;
+    bool ok;
+    int i;
+
+    if (OidIsValid(fn) && checked[group] == fn)
+        return;
+    ok = OidIsValid(fn) && fcinfo->flinfo->fn_retset && PG_NARGS() == nargs;
+    if (ok) {
+        get_func_signature(fn, &argtypes, &n);
+        ok = n == nargs;
+        /* pawl.append has no sa: its types are the group's without the third. */
+        for (i = 0; ok && i < nargs; i++)
+            ok = argtypes[i] == group_argtypes[!group && i >= 2 ? i + 1 : i];
+    }
+    if (ok)
+        ok = get_func_result_type(fn, NULL, &td) == TYPEFUNC_COMPOSITE && td != NULL &&
+             td->natts == APPEND_COLS;
+    for (i = 0; ok && i < APPEND_COLS; i++)
+        ok = TupleDescAttr(td, i)->atttypid == TupleDescAttr(rd, i)->atttypid;
+    if (!ok)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+                 errmsg("%s must be declared as %s RETURNS TABLE (appended int4, txid text, "
+                        "heads int8[], status text, seqs int8[], msg text)",
+                        group ? "pawl_append_group" : "pawl_append",
+                        group ? "pawl.append_group(text[], int8[], int4[], int4[], int4[], "
+                                "text[], bytea[], jsonb[], boolean, text[])"
+                              : "pawl.append(text[], int8[], int4[], int4[], text[], bytea[], "
+                                "jsonb[], boolean, text[])")));
+    checked[group] = fn;
+}
+
 static Datum append_entry(FunctionCallInfo fcinfo, bool group)
 {
     FuncCallContext *funcctx;
@@ -923,10 +967,7 @@ static Datum append_entry(FunctionCallInfo fcinfo, bool group)
     if (SRF_IS_FIRSTCALL()) {
         append_args a;
 
-        if (!fcinfo->flinfo->fn_retset)
-            ereport(ERROR, (errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
-                            errmsg("%s: declared without RETURNS TABLE",
-                                   group ? "pawl.append_group" : "pawl.append")));
+        check_declaration(fcinfo, group);
         funcctx = SRF_FIRSTCALL_INIT();
         out = MemoryContextAllocZero(funcctx->multi_call_memory_ctx, sizeof(append_rows));
         if (common_args(fcinfo, group, &a) &&
