@@ -2,8 +2,9 @@
  * standby.h — reading events from a streaming standby (pawl_store_opts.read_dsn): the read
  * connections, where each read goes (the standby, or the primary in its stead), what a reader
  * does when the standby is behind, unreachable or promoted, and the optional poller that wakes
- * followers from the standby's highest index. Private to store/: the log store (log.c) owns one
- * and asks it before and after each read; every function is thread-safe.
+ * followers from the standby's highest index. Private to store/: the log store owns one
+ * (store/log/store.c) and its reader (store/log/reader.c) asks it before and after each read;
+ * every function is thread-safe.
  *
  * Why reading from a standby keeps the log's guarantees is argued in docs/design.md ("Reading
  * from standbys"): a run row visible on a standby implies every event it maps is visible there,
@@ -64,7 +65,7 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
 /* Stop the poller, close the pool. NULL is a no-op. */
 void pawl_standby_free(struct pawl_standby *sb);
 
-/* The read pool and its prepared read statement (READ_SQL of log.c, prepared by the caller). */
+/* The read pool and its prepared read statement (store/log/reader.c's, prepared by the caller). */
 struct pawl_pgpool *pawl_standby_pool(struct pawl_standby *sb);
 
 /* The check statement to send after the read in the same request; out receives its result. */
