@@ -383,26 +383,40 @@ static void text_key(ScanKey key, Relation irel, Datum v)
                            F_TEXTEQ, v);
 }
 
-/* Whether a row of rel is found by irel's key under snap; with a_out, its column a_out of the
- * last row of the backward scan (the highest) in *out. */
-static bool probe(Relation rel, Relation irel, Snapshot snap, ScanKey keys, int nkeys,
-                  AttrNumber a_out, int64 *out)
+/* An index scan kept open for several look-ups of one key each (index_rescan between them, as
+ * a plan's inner index scan is rescanned). */
+typedef struct prober {
+    IndexScanDesc scan;
+    TupleTableSlot *slot;
+} prober;
+
+static void prober_open(prober *pr, Relation rel, Relation irel, Snapshot snap, int nkeys)
 {
-    TupleTableSlot *slot = table_slot_create(rel, NULL);
-    IndexScanDesc scan = index_beginscan(rel, irel, snap, nkeys, 0);
+    pr->slot = table_slot_create(rel, NULL);
+    pr->scan = index_beginscan(rel, irel, snap, nkeys, 0);
+}
+
+static void prober_close(prober *pr)
+{
+    index_endscan(pr->scan);
+    ExecDropSingleTupleTableSlot(pr->slot);
+}
+
+/* Whether a row is found by keys; with a_out, its column a_out of the first row of the backward
+ * scan (the highest) in *out. */
+static bool probe(prober *pr, ScanKey keys, int nkeys, AttrNumber a_out, int64 *out)
+{
     bool found;
 
-    index_rescan(scan, keys, nkeys, NULL, 0);
-    found =
-        index_getnext_slot(scan, a_out != 0 ? BackwardScanDirection : ForwardScanDirection, slot);
+    index_rescan(pr->scan, keys, nkeys, NULL, 0);
+    found = index_getnext_slot(pr->scan, a_out != 0 ? BackwardScanDirection : ForwardScanDirection,
+                               pr->slot);
     if (found && a_out != 0) {
         bool isnull;
-        Datum d = slot_getattr(slot, a_out, &isnull);
+        Datum d = slot_getattr(pr->slot, a_out, &isnull);
 
         *out = isnull ? 0 : DatumGetInt64(d);
     }
-    index_endscan(scan);
-    ExecDropSingleTupleTableSlot(slot);
     return found;
 }
 
@@ -429,6 +443,7 @@ static bool appended_before(apart *ps, int np, Snapshot snap)
     AttrNumber cols[2];
     ScanKeyData keys[2];
     Relation pk;
+    prober pr;
     bool found;
     int p;
 
@@ -442,7 +457,9 @@ static bool appended_before(apart *ps, int np, Snapshot snap)
     pk = pawln_open_pkey(ps[p].rel, cols, 2);
     ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_XID8EQ, FullTransactionIdGetDatum(own));
     ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(0));
-    found = probe(ps[p].rel, pk, snap, keys, 2, 0, NULL);
+    prober_open(&pr, ps[p].rel, pk, snap, 2);
+    found = probe(&pr, keys, 2, 0, NULL);
+    prober_close(&pr);
     index_close(pk, NoLock);
     return found;
 }
@@ -485,11 +502,15 @@ static void read_heads(const append_args *a, append_plan *p, apart *ps, int np, 
     AttrNumber a_fsid = pawln_column_of(floors, "stream_id", TEXTOID);
     AttrNumber a_last = pawln_column_of(floors, "last_seq", INT8OID);
     Relation fkey = pawln_open_pkey(floors, &a_fsid, 1);
+    prober *prs = palloc(sizeof(prober) * (np + 1)); /* each partition's, then the floors' */
     bool *done = palloc0(sizeof(bool) * p->nd);
     ScanKeyData key;
     int i;
     int k;
 
+    for (k = 0; k < np; k++)
+        prober_open(&prs[k], ps[k].rel, ps[k].skey, snap, 1);
+    prober_open(&prs[np], floors, fkey, snap, 1);
     p->cur = palloc0(sizeof(int64) * p->nd);
     for (i = 0; i < a->m; i++) {
         int d = p->sd[i];
@@ -500,13 +521,15 @@ static void read_heads(const append_args *a, append_plan *p, apart *ps, int np, 
         done[d] = true;
         for (k = 0; k < np; k++) {
             text_key(&key, ps[k].skey, a->streams[i]);
-            if (probe(ps[k].rel, ps[k].skey, snap, &key, 1, ps[k].a_seq, &v) && v > p->cur[d])
+            if (probe(&prs[k], &key, 1, ps[k].a_seq, &v) && v > p->cur[d])
                 p->cur[d] = v;
         }
         text_key(&key, fkey, a->streams[i]);
-        if (probe(floors, fkey, snap, &key, 1, a_last, &v) && v > p->cur[d])
+        if (probe(&prs[np], &key, 1, a_last, &v) && v > p->cur[d])
             p->cur[d] = v;
     }
+    for (k = 0; k <= np; k++)
+        prober_close(&prs[k]);
     index_close(fkey, NoLock);
     table_close(floors, NoLock);
 }
@@ -564,17 +587,22 @@ static bool plan_appends(const append_args *a, append_plan *p)
 /* Whether any of the call's ids is in the log under snap. */
 static bool ids_found(const append_args *a, apart *ps, int np, Snapshot snap)
 {
+    prober *prs = palloc(sizeof(prober) * (np > 0 ? np : 1));
     ScanKeyData key;
+    bool found = false;
     int i;
     int k;
 
-    for (i = 0; i < a->n; i++)
-        for (k = 0; k < np && !a->idnulls[i]; k++) {
+    for (k = 0; k < np; k++)
+        prober_open(&prs[k], ps[k].rel, ps[k].ikey, snap, 1);
+    for (i = 0; i < a->n && !found; i++)
+        for (k = 0; k < np && !a->idnulls[i] && !found; k++) {
             text_key(&key, ps[k].ikey, a->ids[i]);
-            if (probe(ps[k].rel, ps[k].ikey, snap, &key, 1, 0, NULL))
-                return true;
+            found = probe(&prs[k], &key, 1, 0, NULL);
         }
-    return false;
+    for (k = 0; k < np; k++)
+        prober_close(&prs[k]);
+    return found;
 }
 
 /* The parent's column defaults for the columns the append does not write, by the leaf's
