@@ -60,12 +60,14 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "rewrite/rewriteHandler.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -340,37 +342,89 @@ static bool common_args(FunctionCallInfo fcinfo, bool group, append_args *a)
     return true;
 }
 
-/* The unique btree of rel on exactly (a1) or (a1, a2), ascending, without expressions; a
- * predicate only when it is "a1 IS NOT NULL" and pred_ok. NULL when rel has none. */
-static Relation unique_index(Relation rel, AttrNumber a1, AttrNumber a2, bool pred_ok)
+/* Whether irel is a unique btree of rel on exactly (a1) or (a1, a2), ascending, without
+ * expressions; a predicate only when it is "a1 IS NOT NULL" and pred_ok. */
+static bool index_fits(Relation rel, Relation irel, AttrNumber a1, AttrNumber a2, bool pred_ok)
 {
-    List *oids = RelationGetIndexList(rel);
-    ListCell *lc;
+    Form_pg_index ix = irel->rd_index;
     int natts = a2 != 0 ? 2 : 1;
+    List *pred;
+    NullTest *nt;
 
+    if (ix->indrelid != RelationGetRelid(rel) || irel->rd_rel->relam != BTREE_AM_OID ||
+        !ix->indisunique || !ix->indisvalid || ix->indnkeyatts != natts ||
+        ix->indkey.values[0] != a1 || (natts == 2 && ix->indkey.values[1] != a2) ||
+        irel->rd_indoption[0] != 0 || (natts == 2 && irel->rd_indoption[1] != 0) ||
+        RelationGetIndexExpressions(irel) != NIL)
+        return false;
+    pred = RelationGetIndexPredicate(irel);
+    if (pred == NIL)
+        return true;
+    nt =
+        list_length(pred) == 1 && IsA(linitial(pred), NullTest) ? (NullTest *)linitial(pred) : NULL;
+    return pred_ok && nt != NULL && nt->nulltesttype == IS_NOT_NULL && !nt->argisrow &&
+           IsA(nt->arg, Var) && ((Var *)nt->arg)->varattno == a1;
+}
+
+/* The indexes found, per partition and kind (stream key, event id), so that a call opens the
+ * two it needs rather than every index of every partition. Dropped for a relation whose
+ * relcache entry is invalidated (an index created or dropped invalidates its table's), and
+ * checked again when used. */
+#define INDEX_CACHE 32
+typedef struct index_hit {
+    Oid relid;
+    bool ids;
+    Oid index;
+} index_hit;
+static index_hit index_cache[INDEX_CACHE];
+static int index_cached = 0;
+static bool index_cache_hooked = false;
+
+static void index_cache_inval(Datum arg, Oid relid)
+{
+    int i;
+    int j = 0;
+
+    for (i = 0; i < index_cached; i++)
+        if (OidIsValid(relid) && index_cache[i].relid != relid && index_cache[i].index != relid)
+            index_cache[j++] = index_cache[i];
+    index_cached = j;
+}
+
+/* The unique index of rel on (a1) or (a1, a2) as index_fits says (ids: the event id's, else the
+ * stream key's); NULL when rel has none. */
+static Relation unique_index(Relation rel, AttrNumber a1, AttrNumber a2, bool ids)
+{
+    List *oids;
+    ListCell *lc;
+    int i;
+
+    if (!index_cache_hooked) {
+        CacheRegisterRelcacheCallback(index_cache_inval, (Datum)0);
+        index_cache_hooked = true;
+    }
+    for (i = 0; i < index_cached; i++)
+        if (index_cache[i].relid == RelationGetRelid(rel) && index_cache[i].ids == ids) {
+            Relation irel = index_open(index_cache[i].index, AccessShareLock);
+
+            if (index_fits(rel, irel, a1, a2, ids))
+                return irel;
+            index_close(irel, AccessShareLock);
+            index_cache[i] = index_cache[--index_cached];
+            break;
+        }
+    oids = RelationGetIndexList(rel);
     foreach (lc, oids) {
         Relation irel = index_open(lfirst_oid(lc), AccessShareLock);
-        Form_pg_index ix = irel->rd_index;
-        List *pred;
-        bool ok = irel->rd_rel->relam == BTREE_AM_OID && ix->indisunique && ix->indisvalid &&
-                  ix->indnkeyatts == natts && ix->indkey.values[0] == a1 &&
-                  (natts == 1 || ix->indkey.values[1] == a2) && irel->rd_indoption[0] == 0 &&
-                  (natts == 1 || irel->rd_indoption[1] == 0) &&
-                  RelationGetIndexExpressions(irel) == NIL;
 
-        if (ok) {
-            pred = RelationGetIndexPredicate(irel);
-            if (pred != NIL) {
-                NullTest *nt = list_length(pred) == 1 && IsA(linitial(pred), NullTest)
-                                   ? (NullTest *)linitial(pred)
-                                   : NULL;
-
-                ok = pred_ok && nt != NULL && nt->nulltesttype == IS_NOT_NULL && !nt->argisrow &&
-                     IsA(nt->arg, Var) && ((Var *)nt->arg)->varattno == a1;
-            }
-        }
-        if (ok)
+        if (index_fits(rel, irel, a1, a2, ids)) {
+            if (index_cached == INDEX_CACHE)
+                index_cached--; /* the last found makes room */
+            index_cache[index_cached].relid = RelationGetRelid(rel);
+            index_cache[index_cached].ids = ids;
+            index_cache[index_cached++].index = RelationGetRelid(irel);
             return irel;
+        }
         index_close(irel, AccessShareLock);
     }
     return NULL;
@@ -504,13 +558,18 @@ static void read_heads(const append_args *a, append_plan *p, apart *ps, int np, 
     Relation fkey = pawln_open_pkey(floors, &a_fsid, 1);
     prober *prs = palloc(sizeof(prober) * (np + 1)); /* each partition's, then the floors' */
     bool *done = palloc0(sizeof(bool) * p->nd);
+    bool floored;
     ScanKeyData key;
     int i;
     int k;
 
     for (k = 0; k < np; k++)
         prober_open(&prs[k], ps[k].rel, ps[k].skey, snap, 1);
-    prober_open(&prs[np], floors, fkey, snap, 1);
+    /* No block, no row under any snapshot (a committed row lies in a block that exists): the
+     * common case, until retention first drops a partition. */
+    floored = RelationGetNumberOfBlocks(floors) > 0;
+    if (floored)
+        prober_open(&prs[np], floors, fkey, snap, 1);
     p->cur = palloc0(sizeof(int64) * p->nd);
     for (i = 0; i < a->m; i++) {
         int d = p->sd[i];
@@ -524,11 +583,13 @@ static void read_heads(const append_args *a, append_plan *p, apart *ps, int np, 
             if (probe(&prs[k], &key, 1, ps[k].a_seq, &v) && v > p->cur[d])
                 p->cur[d] = v;
         }
+        if (!floored)
+            continue;
         text_key(&key, fkey, a->streams[i]);
         if (probe(&prs[np], &key, 1, a_last, &v) && v > p->cur[d])
             p->cur[d] = v;
     }
-    for (k = 0; k <= np; k++)
+    for (k = 0; k < np + (floored ? 1 : 0); k++)
         prober_close(&prs[k]);
     index_close(fkey, NoLock);
     table_close(floors, NoLock);
