@@ -574,10 +574,12 @@ expect "c: ... written into the newest partition" "$(qn "SELECT relname FROM paw
     "$(qn "SELECT DISTINCT part FROM t.log WHERE stream_id = 'r-none'")"
 
 # Retention: the closed partitions dropped, their streams continue from pawl.stream_floors.
+# Which streams have a floor depends on which rows the rotations moved (see above), so each
+# stream's head (its highest row or its floor) is compared, not the floors.
 cat >"$tmp/ret.sql" <<EOF
 SELECT 'finalize', count(*) FROM pawl.finalize();
 SELECT 'dropped', relname FROM pawl.retention_drop(pawl_api.last_index() + 1, true) ORDER BY 2;
-SELECT 'floors', stream_id, last_seq FROM pawl.stream_floors WHERE stream_id LIKE 'r-%' OR stream_id IN ('s1', 'g1', 's10') ORDER BY 2;
+SELECT 'head', s, greatest((SELECT max(stream_seq) FROM pawl.events WHERE stream_id = s), (SELECT last_seq FROM pawl.stream_floors WHERE stream_id = s)) FROM unnest(ARRAY['r-both', 'r-id', 'r-new', 'r-old', 's1', 'g1', 's10']) s ORDER BY 2;
 SELECT 'q1', appended, heads FROM $(ap "ARRAY['r-old','s1','s10','g1']" "ARRAY[0,0,0,3]::int8[]" "ARRAY[1,2,3,4]" "ARRAY[1,1,1,1]" "ARRAY['a','b','c','d']" "ARRAY['\\x01','\\x02','\\x03','\\x04']::bytea[]" NULL false "ARRAY['i1','i2','id-1','q-4']");
 SELECT 'q2 wrong under the floor', appended, heads FROM $(ap "ARRAY['r-both']" "ARRAY[1]::int8[]" "ARRAY[1]" "ARRAY[1]" "ARRAY['a']" "ARRAY['\\x01']::bytea[]" NULL false NULL);
 SELECT 'q3 floor and rows', appended, heads FROM $(ap "ARRAY['r-both']" "ARRAY[6]::int8[]" "ARRAY[1]" "ARRAY[1]" "ARRAY['a']" "ARRAY['\\x01']::bytea[]" NULL false NULL);
