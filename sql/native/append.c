@@ -33,7 +33,9 @@
  * the insert run with the schema owner's rights, checked as the statements would check them.
  * Nothing is looked up through the caller's search_path. A malformed call is never an error of
  * this file: it takes the SQL function's path, which raises the SQL function's error. The state
- * kept across calls, per backend: the SQL path's saved plan and the blessed result row type.
+ * kept across calls, per backend: the SQL path's saved plan, the blessed result row type, the
+ * indexes the look-ups use (index_cache) and the planned CHECK constraints and defaults
+ * (expr_cache), each checked against the catalog's current state where it is used.
  */
 #include "postgres.h"
 
@@ -59,6 +61,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
@@ -72,6 +75,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/xid8.h"
 
 #include "pawl_native.h"
@@ -666,12 +670,115 @@ static bool ids_found(const append_args *a, apart *ps, int np, Snapshot snap)
     return found;
 }
 
+/* Planned expressions by their stored text (a CHECK constraint's ccbin, a default's adbin with
+ * the column's type), kept per backend, so that a call neither parses nor plans what the table's
+ * definition holds: a statement does both once per execution (ExecRelCheck, the planner's
+ * defaults), which was an eighth of a one-event append's server time. The text is the key, read
+ * from the relcache entry at each use, so a changed constraint or default is a different entry;
+ * what planning depends on besides (the functions' and types' definitions) clears the whole cache
+ * when it changes. Entries live in their own memory context; the oldest is dropped when full. */
+#define EXPR_CACHE 32
+typedef struct expr_hit {
+    char *text;
+    Oid typid;
+    Expr *planned;
+    MemoryContext cxt;
+} expr_hit;
+static expr_hit expr_cache[EXPR_CACHE];
+static int expr_cached = 0;
+static bool expr_cache_hooked = false;
+
+static void expr_cache_clear(Datum arg, int cacheid, uint32 hashvalue)
+{
+    int i;
+
+    for (i = 0; i < expr_cached; i++)
+        MemoryContextDelete(expr_cache[i].cxt);
+    expr_cached = 0;
+}
+
+/* The planned expression of text (typid: the column's type for a default, InvalidOid for a
+ * check); make (with rel and attnum) builds the unplanned tree on a miss. */
+static Expr *cached_expr(const char *text, Oid typid, Relation rel, AttrNumber attnum)
+{
+    MemoryContext cxt;
+    MemoryContext old;
+    Node *tree;
+    int i;
+
+    if (!expr_cache_hooked) {
+        CacheRegisterSyscacheCallback(PROCOID, expr_cache_clear, (Datum)0);
+        CacheRegisterSyscacheCallback(TYPEOID, expr_cache_clear, (Datum)0);
+        expr_cache_hooked = true;
+    }
+    for (i = 0; i < expr_cached; i++)
+        if (expr_cache[i].typid == typid && strcmp(expr_cache[i].text, text) == 0)
+            return expr_cache[i].planned;
+    cxt = AllocSetContextCreate(CacheMemoryContext, "pawl_native expression",
+                                ALLOCSET_SMALL_SIZES);
+    old = MemoryContextSwitchTo(cxt);
+    PG_TRY();
+    {
+        tree = OidIsValid(typid) ? build_column_default(rel, attnum) : stringToNode(text);
+        tree = (Node *)expression_planner((Expr *)tree);
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(old);
+        MemoryContextDelete(cxt);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    if (expr_cached == EXPR_CACHE) {
+        MemoryContextDelete(expr_cache[0].cxt);
+        memmove(expr_cache, expr_cache + 1, sizeof(expr_hit) * (EXPR_CACHE - 1));
+        expr_cached--;
+    }
+    expr_cache[expr_cached].text = pstrdup(text);
+    expr_cache[expr_cached].typid = typid;
+    expr_cache[expr_cached].planned = (Expr *)tree;
+    expr_cache[expr_cached].cxt = cxt;
+    MemoryContextSwitchTo(old);
+    return expr_cache[expr_cached++].planned;
+}
+
+/* The stored text of the default of rel's column attnum; NULL when it has none. */
+static const char *default_text(Relation rel, AttrNumber attnum)
+{
+    TupleConstr *constr = RelationGetDescr(rel)->constr;
+    int i;
+
+    for (i = 0; constr != NULL && i < constr->num_defval; i++)
+        if (constr->defval[i].adnum == attnum)
+            return constr->defval[i].adbin;
+    return NULL;
+}
+
+/* The leaf's CHECK constraints, ready for ExecConstraints (which would otherwise parse and plan
+ * them for this ResultRelInfo): ri_ConstraintExprs in the order of the relcache's array. */
+static void leaf_checks(ResultRelInfo *rri, EState *estate)
+{
+    TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+    MemoryContext old;
+    int i;
+
+    if (constr == NULL || constr->num_check == 0)
+        return;
+    old = MemoryContextSwitchTo(estate->es_query_cxt);
+    rri->ri_ConstraintExprs = palloc(sizeof(ExprState *) * constr->num_check);
+    for (i = 0; i < constr->num_check; i++)
+        rri->ri_ConstraintExprs[i] =
+            ExecInitExpr(cached_expr(constr->check[i].ccbin, InvalidOid, NULL, 0), NULL);
+    MemoryContextSwitchTo(old);
+}
+
 /* The parent's column defaults for the columns the append does not write, by the leaf's
  * attribute number (values, isnull: natts of the leaf), evaluated once. */
 static void leaf_defaults(Relation events, Relation leaf, EState *estate, Datum *values,
                           bool *isnull)
 {
     TupleDesc ptd = RelationGetDescr(events);
+    MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
     int i;
     int c;
 
@@ -679,7 +786,8 @@ static void leaf_defaults(Relation events, Relation leaf, EState *estate, Datum 
         isnull[i] = true;
     for (i = 0; i < ptd->natts; i++) {
         Form_pg_attribute att = TupleDescAttr(ptd, i);
-        Node *def;
+        const char *text;
+        Expr *def;
         AttrNumber la;
         bool null;
         Datum v;
@@ -691,15 +799,21 @@ static void leaf_defaults(Relation events, Relation leaf, EState *estate, Datum 
                 break;
         if (c < EV_COLS)
             continue;
-        def = build_column_default(events, i + 1);
+        /* An identity column's default is not stored text: built and planned each time. */
+        text = att->attidentity ? NULL : default_text(events, i + 1);
+        if (text != NULL)
+            def = cached_expr(text, att->atttypid, events, i + 1);
+        else if ((def = (Expr *)build_column_default(events, i + 1)) != NULL)
+            def = expression_planner(def);
         if (def == NULL)
             continue;
         la = pawln_column_of(leaf, NameStr(att->attname), att->atttypid);
-        v = ExecEvalExprSwitchContext(ExecPrepareExpr((Expr *)def, estate),
-                                      GetPerTupleExprContext(estate), &null);
+        v = ExecEvalExprSwitchContext(ExecInitExpr(def, NULL), GetPerTupleExprContext(estate),
+                                      &null);
         isnull[la - 1] = null;
         values[la - 1] = null ? (Datum)0 : datumCopy(v, att->attbyval, att->attlen);
     }
+    MemoryContextSwitchTo(old);
 }
 
 /* The written appends' rows, in event order, into leaf (a partition of events), as one INSERT
@@ -736,6 +850,7 @@ static void insert_events(Relation events, Relation leaf, const append_args *a,
     estate->es_snapshot = snap;
     estate->es_output_cid = GetCurrentCommandId(true);
     ExecOpenIndices(rri, false);
+    leaf_checks(rri, estate);
     slot = ExecInitExtraTupleSlot(estate, ltd, &TTSOpsVirtual);
     defvals = palloc(sizeof(Datum) * ltd->natts);
     defnulls = palloc(sizeof(bool) * ltd->natts);

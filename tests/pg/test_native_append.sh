@@ -12,7 +12,8 @@
 #       metadata elements, ids, notify, toasted payloads and metadata, 1000 events, 200 streams)
 #       and of malformed calls (NULL and empty arrays, other lengths, shapes and lower bounds,
 #       NULL elements, bad expected numbers, ranks and slots, bad or repeated ids, constraint
-#       violations, a head at the int8 limit);
+#       violations, a head at the int8 limit), and a CHECK constraint and a default changed
+#       under a session that has appended (what the C function keeps planned follows them);
 #   (c) the calls the C function hands to pawl.append_sql: several appends in one transaction or
 #       statement, ids already in the log, other triggers on pawl.events (row, statement, on a
 #       partition, disabled), rotations (heads across partitions) and retention (stream floors);
@@ -431,6 +432,32 @@ e86|0|t|{9223372036854775807}|||
 e87|ERROR 22003|bigint out of range
 e88|0|t|{9223372036854775807}|||" \
     "$(grep -E '^e8[3-8]\|' "$f")"
+
+# A definition changed under a session that has appended: the CHECK constraints and defaults
+# the C function keeps planned per backend follow it (a new constraint refuses, a new default
+# fills, and the old ones come back), in one session on each database.
+cat >"$tmp/defs.sql" <<EOF
+SELECT 'd1', t.try(\$c\$$(ap "ARRAY['df']" "$E1" "$I1" "$R1" "$T1" "$P1" "$M0" "$N0" "$D0")\$c\$);
+ALTER TABLE pawl.events ADD CONSTRAINT t_no_forbidden CHECK (type <> 'forbidden');
+ALTER TABLE pawl.events ALTER COLUMN appended_at SET DEFAULT '2001-02-03 04:05:06+00';
+SELECT 'd2', t.try(\$c\$$(ap "ARRAY['df']" "$E1" "$I1" "$R1" "ARRAY['forbidden']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+SELECT 'd3', t.try(\$c\$$(ap "ARRAY['df']" "$E1" "$I1" "$R1" "$T1" "$P1" "$M0" "$N0" "$D0")\$c\$);
+ALTER TABLE pawl.events DROP CONSTRAINT t_no_forbidden;
+ALTER TABLE pawl.events ALTER COLUMN appended_at SET DEFAULT now();
+SELECT 'd4', t.try(\$c\$$(ap "ARRAY['df']" "$E1" "$I1" "$R1" "ARRAY['forbidden']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+SELECT 'log', stream_seq, type, appended_at = '2001-02-03 04:05:06+00' FROM pawl.events
+ WHERE stream_id = 'df' ORDER BY stream_seq;
+EOF
+both "b: definitions changed under a session" "$tmp/defs.sql"
+expect "b: ... the new constraint refused, the new default filled, then both were gone" \
+    "d1|1|t|{0}|||
+d2|ERROR 23514|new row for relation \"$(qn "SELECT relname FROM pawl.event_parts WHERE hi IS NULL")\" violates check constraint \"t_no_forbidden\"
+d3|1|t|{1}|||
+d4|1|t|{2}|||
+log|1|t|f
+log|2|t|t
+log|3|forbidden|f" \
+    "$(cat "$tmp/b: definitions changed under a session.n")"
 
 # --- (c) The calls the C function hands to pawl.append_sql -----------------------------------
 cat >"$tmp/tx.sql" <<EOF
