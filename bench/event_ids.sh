@@ -21,7 +21,19 @@ db=bid_$$
 w=$(mktemp -d)
 trap 'rm -rf "$w"; psql "$B" -Xqc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1' EXIT
 psql "$B" -Xqc "CREATE DATABASE $db" >/dev/null || exit 1
-PAWL_DSN="$B dbname=$db" "$PAWL" init >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+# The server path: PAWL_NATIVE_LIB=/path/pawl_native.so uses a build where it is (the SQL path,
+# then activate.sql with its path for $libdir's; a superuser login); otherwise pawl init's choice
+# (native when pawl_native is installed).
+if [ -n "${PAWL_NATIVE_LIB:-}" ]; then
+    PAWL_DSN="$B dbname=$db" "$PAWL" init --server-path sql >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+    sed "s#\$libdir/pawl_native#$PAWL_NATIVE_LIB#g" "$here/sql/native/activate.sql" |
+        psql "$B dbname=$db" -Xq -v ON_ERROR_STOP=1 >/dev/null || exit 1
+else
+    PAWL_DSN="$B dbname=$db" "$PAWL" init >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+fi
+path=$(psql "$B dbname=$db" -XqAtc "SELECT CASE l.lanname WHEN 'c' THEN 'native' ELSE 'sql' END
+    FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+   WHERE p.oid = 'pawl.append(text[], int8[], int4[], int4[], text[], bytea[], jsonb[], bool, text[])'::regprocedure")
 awk '/CREATE OR REPLACE FUNCTION pawl.append\(/,/^\$fn\$;/' "$here/sql/012_append_in_order.sql" |
     sed 's/FUNCTION pawl\.append(/FUNCTION public.bench_append_v14(/' >"$w/v14.sql"
 psql "$B dbname=$db" -Xq -v ON_ERROR_STOP=1 -f "$w/v14.sql" >/dev/null || exit 1
@@ -53,7 +65,7 @@ one() { # SCRIPT EVENTS: "latency_us cpu_us_per_event txns"
     awk -v c="$((last - c0))" -v n="$n" '/latency average/ { l = $4 } /actually processed/ { k = $NF }
         END { printf "%8.1f %8.2f %7d", l * 1000, c / 1000 / k / n, k }' "$w/out"
 }
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(psql "$B" -XqAtc "SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' || current_setting('synchronous_commit')")"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $path server path, $(psql "$B" -XqAtc "SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' || current_setting('synchronous_commit')")"
 printf '%-5s %-6s %-7s %8s %9s %7s\n' round events variant wall_us cpu_us_ev txns | tee "$w/all"
 for r in $(seq 1 "$ROUNDS"); do
     for n in 1 100; do

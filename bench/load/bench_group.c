@@ -78,6 +78,7 @@ static int rounds = 3;
 static int latency_share = -1;   /* --latency-share: finalizer_latency_share_pct (< 0: default) */
 static int min_interval_us = -1; /* --min-interval-us: finalizer_min_interval_us (< 0: default) */
 static int busy_share = -1;      /* --busy-share: finalizer_busy_share_pct (< 0: default) */
+static int piggyback = -1;       /* --piggyback: append_finalizes (< 0: default) */
 
 static const char PAYLOAD[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
 static const char MESSAGEDB_DB[] = "pawl_peer_messagedb";
@@ -591,6 +592,8 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
         o.finalizer_min_interval_us = min_interval_us;
     if (busy_share >= 0)
         o.finalizer_busy_share_pct = busy_share;
+    if (piggyback >= 0)
+        o.append_finalizes = finalizer ? piggyback : 0;
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0) {
@@ -858,10 +861,11 @@ int main(int argc, char **argv)
                                        {"min-interval-us", required_argument, 0, 'I'},
                                        {"busy-share", required_argument, 0, 'B'},
                                        {"messagedb", required_argument, 0, 'M'},
+                                       {"piggyback", required_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:M:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:M:P:", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -893,10 +897,15 @@ int main(int argc, char **argv)
         case 'M':
             messagedb = optarg;
             break;
+        case 'P':
+            if (int_arg("--piggyback", optarg, 0, 1, &piggyback) != 0)
+                return 2;
+            break;
         default:
             fprintf(stderr, "usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] "
                             "[--cells one64,one1,ten64,hundred,half] [--latency-share PCT] "
-                            "[--min-interval-us N] [--busy-share PCT] [--messagedb DSN|none]\n");
+                            "[--min-interval-us N] [--busy-share PCT] [--piggyback 0|1] "
+                            "[--messagedb DSN|none]\n");
             return 2;
         }
     }
