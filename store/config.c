@@ -565,7 +565,7 @@ int pawl_flag_set(const struct pawl_flag *f, void *base, const char *value,
         const char *s = p.s[0] ? p.s : NULL;
         bool copied = false;
         if (s && src != PAWL_SRC_DEFAULT) {
-            char *copy = pawl_strdup(p.s);
+            char *copy = pawl__strdup(p.s);
             if (copy == NULL) {
                 if (err && errlen) {
                     label_for(f, src, label, sizeof label);

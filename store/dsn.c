@@ -28,7 +28,7 @@ int pawl_dsn_check(const char *dsn, char *err, size_t errlen)
     PQconninfoOption *opts = PQconninfoParse(dsn, &msg);
     if (opts == NULL) {
         if (err && errlen) {
-            pawl_dsn_scrub(dsn, msg ? msg : "out of memory", err, errlen);
+            pawl__dsn_scrub(dsn, msg ? msg : "out of memory", err, errlen);
             /* libpq's messages end with a newline; error strings here do not. */
             size_t n = strlen(err);
             while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' '))
@@ -355,7 +355,7 @@ static void replace_all(char **buf, size_t *len, const char *secret, size_t sl)
     *len = nl;
 }
 
-char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
+char *pawl__dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
 {
     if (outlen == 0)
         return out;
@@ -373,7 +373,7 @@ char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen)
         free_secrets(&S);
         return out;
     }
-    char *buf = pawl_strdup(msg);
+    char *buf = pawl__strdup(msg);
     if (buf == NULL) {
         if (S.n == 0)
             snprintf(out, outlen, "%s", msg);

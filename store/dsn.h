@@ -4,7 +4,7 @@
  * so that pawl accepts exactly what libpq accepts. A password never leaves this module in
  * printable form: everything that logs or reports a DSN goes through pawl_dsn_redact(), and
  * every message that may quote the DSN (libpq's parse and connection errors quote parts of it,
- * a malformed URI whole) goes through pawl_dsn_scrub(). Checking, redacting and connecting are
+ * a malformed URI whole) goes through pawl__dsn_scrub(). Checking, redacting and connecting are
  * public (pawl/log.h); scrubbing is the library's own.
  */
 #ifndef PAWL_STORE_DSN_H
@@ -21,6 +21,6 @@
  * DSNs libpq refuses too (found by scanning, not by libpq's parser). Always NUL-terminates;
  * a message cut short by outlen never ends in part of a secret. Returns out.
  */
-char *pawl_dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen);
+char *pawl__dsn_scrub(const char *dsn, const char *msg, char *out, size_t outlen);
 
 #endif

@@ -175,7 +175,7 @@ int pawl_filter_json(const struct pawl_filter *f, char *buf, size_t len)
     return at > (size_t)0x7fffffff ? PAWL_ENOMEM : (int)at;
 }
 
-char *pawl_filter_array_literal(const char *const *v, size_t n)
+char *pawl__filter_array_literal(const char *const *v, size_t n)
 {
     if (n == 0)
         return NULL;

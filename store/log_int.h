@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-extern const char pawl_log_append_sql[];
+extern const char pawl__log_append_sql[];
 
 /*
  * pawl_read, bounded: when deadline_ns (pawl_now_ns() time; 0: none) passes while the read's
@@ -27,12 +27,12 @@ extern const char pawl_log_append_sql[];
  */
 struct pawl_read_batch;
 struct pawl_store;
-int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
-                    int64_t deadline_ns);
+int pawl__log_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
+                         int64_t deadline_ns);
 /* pawl_read_filtered, bounded the same way. */
 struct pawl_filter;
-int pawl_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
-                             const struct pawl_filter *f, struct pawl_read_batch *b,
-                             int64_t *position, int64_t deadline_ns);
+int pawl__log_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
+                                  const struct pawl_filter *f, struct pawl_read_batch *b,
+                                  int64_t *position, int64_t deadline_ns);
 
 #endif

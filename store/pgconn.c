@@ -123,8 +123,8 @@ struct pawl_pgpool {
     pthread_cond_t cond; /* signalled when a connection becomes READY or fails (for new) */
     struct pawl_pgreq *q_head, *q_tail; /* shared queue */
     char last_error[512];
-    int attempts_done; /* connection attempts finished (ok or failed), for pawl_pgpool_new */
-    /* The earliest deadline of a pawl_pgpool_wait_ready caller, 0 none; written under mu, read
+    int attempts_done; /* connection attempts finished (ok or failed), for pawl__pgpool_new */
+    /* The earliest deadline of a pawl__pgpool_wait_ready caller, 0 none; written under mu, read
      * by the I/O thread's every pass without it. The loop carries it (io_uring timeout or epoll
      * timeout: no timed condition wait) and broadcasts cond when it passes; waiters re-check
      * their own deadlines. */
@@ -141,7 +141,7 @@ struct pawl_pgpool {
 
 /* ---------------------------------------------------------------------------------------- */
 
-void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o)
+void pawl__pgpool_opts_defaults(struct pawl_pgpool_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->name = "pg";
@@ -162,7 +162,7 @@ static void wake(struct pawl_pgpool *p)
     if (io_self == p)
         p->self_kick = 1;
     else
-        pawl_ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
+        pawl__ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
 }
 
 static void set_error(struct pawl_pgpool *p, const char *fmt, ...)
@@ -202,6 +202,7 @@ static int ends_session(const char *sqlstate)
 
 static void complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
 {
+    PAWL_ASSERT(io_self == p); /* callbacks run on the I/O thread, and only there */
     /* relaxed: a statistic; completion order is carried by the callback itself. */
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
     r->_next = NULL;
@@ -247,14 +248,15 @@ static void exp_pop(struct conn *c)
 
 static void reg(struct conn *c, uint32_t events)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     struct pawl_pgpool *p = c->pool;
     int fd = c->pg ? PQsocket(c->pg) : -1;
     if (fd == c->fd && (fd < 0 || events == c->events))
         return;
-    if (pawl_ioloop_watch(p->loop, (unsigned)c->index, fd, events) != 0) {
+    if (pawl__ioloop_watch(p->loop, (unsigned)c->index, fd, events) != 0) {
         PAWL_ERROR("pgconn", "%s: cannot watch connection %d's socket: %s", p->name, c->index,
                    strerror(errno));
-        pawl_ioloop_watch(p->loop, (unsigned)c->index, -1, 0);
+        pawl__ioloop_watch(p->loop, (unsigned)c->index, -1, 0);
         fd = -1;
     }
     c->fd = fd;
@@ -263,7 +265,8 @@ static void reg(struct conn *c, uint32_t events)
 
 static void unreg(struct conn *c)
 {
-    pawl_ioloop_watch(c->pool->loop, (unsigned)c->index, -1, 0);
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
+    pawl__ioloop_watch(c->pool->loop, (unsigned)c->index, -1, 0);
     c->fd = -1;
     c->events = 0;
 }
@@ -284,6 +287,7 @@ static const unsigned legal_from[] = {
 static void set_state(struct conn *c, enum cstate s)
 {
     struct pawl_pgpool *p = c->pool;
+    PAWL_ASSERT(io_self == p); /* written by the I/O thread only */
     PAWL_ASSERT(s < PAWL_ARRAY_LEN(legal_from) && (legal_from[s] & CBIT(c->state)));
     pthread_mutex_lock(&p->mu);
     if (c->state == C_READY && s != C_READY)
@@ -303,12 +307,13 @@ static void start_connect(struct conn *c);
  */
 static void conn_break(struct conn *c, const char *why_in)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     struct pawl_pgpool *p = c->pool;
     char dsnbuf[256];
     /* libpq's messages span lines; logs and request messages want one. */
     char why[512];
     /* A connection error may quote the DSN (a host name, a malformed value): never a secret. */
-    pawl_dsn_scrub(p->dsn, why_in ? why_in : "", why, sizeof why);
+    pawl__dsn_scrub(p->dsn, why_in ? why_in : "", why, sizeof why);
     for (size_t n = strlen(why); n > 0 && (why[n - 1] == '\n' || why[n - 1] == ' ');)
         why[--n] = '\0';
     for (char *q = why; *q; q++)
@@ -426,6 +431,7 @@ static void conn_break(struct conn *c, const char *why_in)
 
 static void start_connect(struct conn *c)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     struct pawl_pgpool *p = c->pool;
     c->pg = pawl_pq_connect(p->dsn, 1);
     if (c->pg == NULL) {
@@ -463,6 +469,7 @@ static void notice_rx(void *arg, const PGresult *res)
 /* Send the session statements, then a Sync; the Sync's result makes the connection READY. */
 static void start_setup(struct conn *c)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     struct pawl_pgpool *p = c->pool;
     c->fatal_idle = 0;
     c->fatal_req = NULL;
@@ -494,6 +501,7 @@ static void start_setup(struct conn *c)
 
 static void connect_step(struct conn *c)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     c->poll = PQconnectPoll(c->pg);
     switch (c->poll) {
     case PGRES_POLLING_READING:
@@ -620,6 +628,7 @@ static int can_send(const struct conn *c)
  */
 static void dispatch(struct pawl_pgpool *p)
 {
+    PAWL_ASSERT(io_self == p); /* the I/O thread's own work */
     int got[MAX_CONNS] = {0};
     for (int i = 0; i < p->nconns; i++) {
         struct conn *c = &p->conns[i];
@@ -684,6 +693,7 @@ static void req_error(struct pawl_pgreq *r, int stmt, const PGresult *res, const
 
 static void remove_inflight(struct conn *c, struct pawl_pgreq *r)
 {
+    PAWL_ASSERT(io_self == c->pool); /* the I/O thread owns the connection */
     /* Requests complete in order, so r is the head. */
     struct pawl_pgreq **pp = &c->inflight_head, *prev = NULL;
     while (*pp && *pp != r) {
@@ -695,6 +705,7 @@ static void remove_inflight(struct conn *c, struct pawl_pgreq *r)
     *pp = r->_next;
     if (c->inflight_tail == r)
         c->inflight_tail = prev;
+    PAWL_ASSERT(c->ninflight > 0);
     c->ninflight--;
 }
 
@@ -951,6 +962,7 @@ static void on_io(struct conn *c, uint32_t ev)
 
 static void expire_queue(struct pawl_pgpool *p, int64_t now)
 {
+    PAWL_ASSERT(io_self == p); /* the I/O thread's own work */
     if (p->o.queue_timeout_ms <= 0 || atomic_load_explicit(&p->nready, memory_order_relaxed) > 0)
         return;
     int64_t limit = now - (int64_t)p->o.queue_timeout_ms * 1000000;
@@ -995,6 +1007,7 @@ static void expire_queue(struct pawl_pgpool *p, int64_t now)
 
 static void fail_all_queued(struct pawl_pgpool *p)
 {
+    PAWL_ASSERT(io_self == p); /* the I/O thread's own work */
     pthread_mutex_lock(&p->mu);
     struct pawl_pgreq *r = p->q_head;
     p->q_head = p->q_tail = NULL;
@@ -1017,7 +1030,7 @@ static void *io_main(void *arg)
 
     struct pawl_ioev evs[MAX_CONNS];
     for (;;) {
-        /* acquire: pairs with the release in pawl_pgpool_free. */
+        /* acquire: pairs with the release in pawl__pgpool_free. */
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             break;
         int64_t now = pawl_now_ns();
@@ -1040,7 +1053,7 @@ static void *io_main(void *arg)
             p->self_kick = 0;
             next = now; /* poll only: what our callbacks queued goes out in this pass */
         }
-        int n = pawl_ioloop_wait(p->loop, next, evs);
+        int n = pawl__ioloop_wait(p->loop, next, evs);
         if (n < 0) {
             PAWL_ERROR("pgconn", "%s: the I/O loop failed; the pool stops", p->name);
             break;
@@ -1113,12 +1126,12 @@ static void *io_main(void *arg)
 
 /* ---- public API -------------------------------------------------------------------------- */
 
-int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
-                    int wait_ms, char *err, size_t errlen)
+int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
+                     int wait_ms, char *err, size_t errlen)
 {
     struct pawl_pgpool_opts def;
     if (o == NULL) {
-        pawl_pgpool_opts_defaults(&def);
+        pawl__pgpool_opts_defaults(&def);
         o = &def;
     }
     if (err && errlen)
@@ -1143,8 +1156,8 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     p->nconns = o->connections;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cond, NULL);
-    p->name = pawl_strdup(o->name ? o->name : "pg");
-    p->dsn = pawl_strdup(dsn);
+    p->name = pawl__strdup(o->name ? o->name : "pg");
+    p->dsn = pawl__strdup(dsn);
     if (p->name == NULL || p->dsn == NULL)
         goto fail;
     if (o->session_sql) {
@@ -1154,7 +1167,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         if (p->session_sql == NULL)
             goto fail;
         for (int i = 0; i < p->nsession; i++)
-            if ((p->session_sql[i] = pawl_strdup(o->session_sql[i])) == NULL)
+            if ((p->session_sql[i] = pawl__strdup(o->session_sql[i])) == NULL)
                 goto fail;
     }
     p->o.name = p->name;
@@ -1166,7 +1179,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         p->conns[i].state = C_DOWN;
     }
     struct pawl_ioloop_opts lo = {.backend = (enum pawl_timer_backend)o->io_backend};
-    int lrc = pawl_ioloop_new(&p->loop, (unsigned)p->nconns, p->name, &lo);
+    int lrc = pawl__ioloop_new(&p->loop, (unsigned)p->nconns, p->name, &lo);
     if (lrc != 0) {
         if (err && errlen)
             snprintf(err, errlen, "%s: cannot start the I/O loop: %s", p->name,
@@ -1186,7 +1199,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     pthread_setname_np(p->thread, tname);
 
     if (wait_ms > 0) {
-        int rc = pawl_pgpool_wait_ready(p, wait_ms, 1) == 0 ? 0 : PAWL_ECONN;
+        int rc = pawl__pgpool_wait_ready(p, wait_ms, 1) == 0 ? 0 : PAWL_ECONN;
         pthread_mutex_lock(&p->mu);
         if (rc != 0 && err && errlen) {
             char d[256];
@@ -1195,7 +1208,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
         }
         pthread_mutex_unlock(&p->mu);
         if (rc != 0) {
-            pawl_pgpool_free(p);
+            pawl__pgpool_free(p);
             *out = NULL;
             return rc;
         }
@@ -1203,7 +1216,7 @@ int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl
     return 0;
 
 fail:
-    pawl_ioloop_free(p->loop);
+    pawl__ioloop_free(p->loop);
     if (p->session_sql) {
         for (int i = 0; i < p->nsession; i++)
             pawl_free(p->session_sql[i]);
@@ -1217,15 +1230,15 @@ fail:
     return rc_fail;
 }
 
-void pawl_pgpool_free(struct pawl_pgpool *p)
+void pawl__pgpool_free(struct pawl_pgpool *p)
 {
     if (p == NULL)
         return;
     /* release: the I/O thread sees stop after its next wakeup. */
     atomic_store_explicit(&p->stop, 1, memory_order_release);
-    pawl_ioloop_wake(p->loop);
+    pawl__ioloop_wake(p->loop);
     pthread_join(p->thread, NULL);
-    pawl_ioloop_free(p->loop);
+    pawl__ioloop_free(p->loop);
     for (int i = 0; i < p->nconns; i++)
         pawl_free(p->conns[i].exp);
     int np = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* all published */
@@ -1244,7 +1257,7 @@ void pawl_pgpool_free(struct pawl_pgpool *p)
     pawl_free(p);
 }
 
-int pawl_pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types)
+int pawl__pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types)
 {
     if (p == NULL || sql == NULL || nparams < 0)
         return PAWL_EINVAL;
@@ -1257,8 +1270,8 @@ int pawl_pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, con
     struct prepared_stmt *ps = &p->prep[id];
     char name[32];
     snprintf(name, sizeof name, "pawl_%d", id);
-    ps->name = pawl_strdup(name);
-    ps->sql = pawl_strdup(sql);
+    ps->name = pawl__strdup(name);
+    ps->sql = pawl__strdup(sql);
     ps->nparams = nparams;
     ps->types = NULL;
     if (types && nparams > 0) {
@@ -1292,7 +1305,7 @@ static int submit(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
         if (req->stmts[i].sql == NULL &&
             (req->stmts[i].prepared < 0 || req->stmts[i].prepared >= nprep))
             return PAWL_EINVAL;
-    /* acquire: pairs with the release in pawl_pgpool_free. */
+    /* acquire: pairs with the release in pawl__pgpool_free. */
     if (atomic_load_explicit(&p->stop, memory_order_acquire))
         return PAWL_ESHUTDOWN;
     req->_next = NULL;
@@ -1324,42 +1337,48 @@ static int submit(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
     return 0;
 }
 
-int pawl_pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req)
+int pawl__pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req)
 {
     return submit(p, -1, req);
 }
 
-int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
+int pawl__pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
 {
     if (conn_index < 0)
         return PAWL_EINVAL;
     return submit(p, conn_index, req);
 }
 
-void pawl_pgpool_wake(struct pawl_pgpool *p)
+int pawl__pgpool_on_io_thread(const struct pawl_pgpool *p)
+{
+    return p ? io_self == p : io_self != NULL;
+}
+
+void pawl__pgpool_wake(struct pawl_pgpool *p)
 {
     wake(p);
 }
 
-const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p)
+const char *pawl__pgpool_io_backend(const struct pawl_pgpool *p)
 {
-    return pawl_ioloop_backend(p->loop);
+    return pawl__ioloop_backend(p->loop);
 }
 
-void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out)
+void pawl__pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out)
 {
     struct pawl_ioloop_stats st;
-    pawl_ioloop_stats(p->loop, &st);
+    pawl__ioloop_stats(p->loop, &st);
     *out = (struct pawl_pgpool_loop_stats){st.waits, st.enters, st.ctls, st.events, st.wakeups};
 }
 
-int pawl_pgpool_size(const struct pawl_pgpool *p)
+int pawl__pgpool_size(const struct pawl_pgpool *p)
 {
     return p->nconns;
 }
 
-int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only)
+int pawl__pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only)
 {
+    PAWL_ASSERT(io_self != p || p == NULL); /* its own I/O thread would wait for itself */
     int64_t until = pawl_now_ns() + (int64_t)PAWL_MAX(wait_ms, 0) * 1000000;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
@@ -1378,7 +1397,7 @@ int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempt
         int64_t at = atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed);
         if (at == 0 || until < at) {
             atomic_store_explicit(&p->wake_at_ns, until, memory_order_relaxed);
-            pawl_ioloop_wake(p->loop);
+            pawl__ioloop_wake(p->loop);
         }
         pthread_cond_wait(&p->cond, &p->mu);
     }
@@ -1386,20 +1405,20 @@ int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempt
     return rc;
 }
 
-int pawl_pgpool_ready(const struct pawl_pgpool *p)
+int pawl__pgpool_ready(const struct pawl_pgpool *p)
 {
     /* relaxed: informational. */
     return atomic_load_explicit(&((struct pawl_pgpool *)p)->nready, memory_order_relaxed);
 }
 
-void pawl_pgpool_last_error(struct pawl_pgpool *p, char *buf, size_t len)
+void pawl__pgpool_last_error(struct pawl_pgpool *p, char *buf, size_t len)
 {
     pthread_mutex_lock(&p->mu);
     snprintf(buf, len, "%s", p->last_error);
     pthread_mutex_unlock(&p->mu);
 }
 
-int64_t pawl_pgpool_pending(const struct pawl_pgpool *p)
+int64_t pawl__pgpool_pending(const struct pawl_pgpool *p)
 {
     /* relaxed: informational. */
     return atomic_load_explicit(&((struct pawl_pgpool *)p)->pending, memory_order_relaxed);
@@ -1422,8 +1441,9 @@ static void exec_done(struct pawl_pgreq *req, int rc)
     pthread_mutex_unlock(&w->mu);
 }
 
-int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
+int pawl__pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
 {
+    PAWL_ASSERT(io_self != p || p == NULL); /* its own I/O thread would wait for itself */
     struct exec_wait w = {.done = 0, .rc = 0};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cond, NULL);

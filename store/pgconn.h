@@ -13,7 +13,7 @@
  * connection with the fewest requests in flight.
  *
  * Requests. A request is a list of statements (text, or a statement prepared through
- * pawl_pgpool_prepare, with parameters in text or binary format) sent back to back. By default
+ * pawl__pgpool_prepare, with parameters in text or binary format) sent back to back. By default
  * a request ends with a pipeline Sync, which makes it one implicit transaction: either every
  * statement commits or none does, and an error skips the rest. Explicit BEGIN ... COMMIT inside
  * one request works too. A request flagged PAWL_PGREQ_NOSYNC does not end the transaction: the
@@ -33,11 +33,11 @@
  * reconnects with exponential back-off between reconnect_min_ms and reconnect_max_ms). A pinned
  * request whose connection is down fails with PAWL_ECONN.
  *
- * Threads. pawl_pgpool_submit*, pawl_pgpool_prepare and pawl_pgpool_stats may be called from
+ * Threads. pawl__pgpool_submit*, pawl__pgpool_prepare and pawl_pgpool_stats may be called from
  * any thread at any time. Every callback (statement result, request completion, notification,
  * connect hook) runs on the pool's I/O thread, one at a time, and must not block: hand results
  * to your own executor. A callback may submit new requests (to this or another pool).
- * pawl_pgpool_free must not be called from a callback of the same pool.
+ * pawl__pgpool_free must not be called from a callback of the same pool.
  *
  * Ownership. The pool copies the DSN and the options' strings. A request and everything it
  * points to (statements, parameter values, lengths, formats) are the caller's and must stay
@@ -57,7 +57,7 @@ typedef void (*pawl_pgresult_fn)(void *ud, const PGresult *res);
 
 struct pawl_pgstmt {
     const char *sql;            /* text of the statement, or NULL to use `prepared` */
-    int prepared;               /* id returned by pawl_pgpool_prepare (when sql == NULL) */
+    int prepared;               /* id returned by pawl__pgpool_prepare (when sql == NULL) */
     int nparams;                /* 0..65535 */
     const char *const *values;  /* nparams values (NULL entry = SQL NULL) */
     const int *lengths;         /* byte lengths for binary values; may be NULL if all text */
@@ -147,7 +147,7 @@ struct pawl_pgpool_opts {
      * (pawl_now_ns). Returns the time by which it must be called again, or 0 for "only when
      * something happens" (a wake-up, a socket event, another deadline). It may submit requests
      * to this pool: they go out in the same pass. A state machine that lives on the loop (the
-     * store's finalizer) is woken from other threads by pawl_pgpool_wake.
+     * store's finalizer) is woken from other threads by pawl__pgpool_wake.
      */
     int64_t (*on_loop)(void *ud, int64_t now_ns);
     void *hook_ud;
@@ -159,40 +159,40 @@ struct pawl_pgpool_opts {
     int io_backend;
 };
 
-void pawl_pgpool_opts_defaults(struct pawl_pgpool_opts *o);
+void pawl__pgpool_opts_defaults(struct pawl_pgpool_opts *o);
 
 /*
  * Create a pool and start its I/O thread; connections are opened in the background (failures
  * are retried with back-off and logged). When wait_ms > 0, waits up to that long for the first
  * connection and returns PAWL_ECONN (with the reason in err) if none came up. dsn is copied.
  */
-int pawl_pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
-                    int wait_ms, char *err, size_t errlen);
+int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
+                     int wait_ms, char *err, size_t errlen);
 
 /* Stop the I/O thread, fail pending requests with PAWL_ESHUTDOWN, close. NULL is a no-op. */
-void pawl_pgpool_free(struct pawl_pgpool *p);
+void pawl__pgpool_free(struct pawl_pgpool *p);
 
 /*
  * Register a statement to be prepared lazily on each connection (and again after reconnects).
  * Returns its id (>= 0) or PAWL_ENOMEM / PAWL_EINVAL. types may be NULL (server infers).
  * At most 128 statements per pool. sql and types are copied.
  */
-int pawl_pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types);
+int pawl__pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types);
 
 /*
  * Queue a request on the least loaded connection. Returns 0 (on_done will run) or
  * PAWL_EINVAL / PAWL_ESHUTDOWN (on_done will not run). Never blocks.
  */
-int pawl_pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req);
+int pawl__pgpool_submit(struct pawl_pgpool *p, struct pawl_pgreq *req);
 
 /*
  * Queue a request on connection conn_index (0..connections-1), after every request already
  * pinned there. Use it for transactions spanning several requests (PAWL_PGREQ_NOSYNC).
  */
-int pawl_pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req);
+int pawl__pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req);
 
 /* "io_uring" or "epoll": the backend the pool's I/O loop runs on. */
-const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p);
+const char *pawl__pgpool_io_backend(const struct pawl_pgpool *p);
 
 /* The I/O loop's counters (benchmarks): its waiting system calls, interest changes (epoll_ctl
  * calls, or poll requests queued), socket events and wake-ups. Read without locking: each
@@ -200,7 +200,7 @@ const char *pawl_pgpool_io_backend(const struct pawl_pgpool *p);
 struct pawl_pgpool_loop_stats {
     uint64_t waits, enters, ctls, events, wakeups;
 };
-void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out);
+void pawl__pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop_stats *out);
 
 /*
  * Wait up to wait_ms for a connection to be READY: 0 when one is, PAWL_ETIMEDOUT when none came
@@ -208,26 +208,26 @@ void pawl_pgpool_loop_stats(const struct pawl_pgpool *p, struct pawl_pgpool_loop
  * connection's first attempt has failed. The deadline is carried by the pool's I/O loop, not
  * by a timed condition wait. Any thread but the pool's own.
  */
-int pawl_pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only);
+int pawl__pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only);
 
 /*
  * Make the I/O thread run a pass of its loop (and so call on_loop) soon: at once from another
  * thread (coalesced while one is outstanding), after the current pass from one of the pool's
  * own callbacks. Any thread.
  */
-void pawl_pgpool_wake(struct pawl_pgpool *p);
+void pawl__pgpool_wake(struct pawl_pgpool *p);
 
 /* Number of connections; the number currently READY. */
-int pawl_pgpool_size(const struct pawl_pgpool *p);
-int pawl_pgpool_ready(const struct pawl_pgpool *p);
+int pawl__pgpool_size(const struct pawl_pgpool *p);
+int pawl__pgpool_ready(const struct pawl_pgpool *p);
 
 /*
  * The text of the last connection failure ("" if none), with the DSN redacted. Copied into buf.
  */
-void pawl_pgpool_last_error(struct pawl_pgpool *p, char *buf, size_t len);
+void pawl__pgpool_last_error(struct pawl_pgpool *p, char *buf, size_t len);
 
 /* Requests submitted and not completed (queued + in flight), across all connections. */
-int64_t pawl_pgpool_pending(const struct pawl_pgpool *p);
+int64_t pawl__pgpool_pending(const struct pawl_pgpool *p);
 
 /*
  * Synchronous helper: submit req (on conn_index, or any connection when conn_index < 0) and
@@ -236,6 +236,12 @@ int64_t pawl_pgpool_pending(const struct pawl_pgpool *p);
  * thread. A request cannot be recalled once queued, so there is no timeout: the pool's
  * connect timeout and back-off bound how long a request can wait for a connection.
  */
-int pawl_pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req);
+int pawl__pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req);
+
+/*
+ * For PAWL_ASSERT: 1 when the calling thread is p's I/O thread (p NULL: the I/O thread of any
+ * pool), so that "I/O thread only" and "never on an I/O thread" can be checked. Any thread.
+ */
+int pawl__pgpool_on_io_thread(const struct pawl_pgpool *p);
 
 #endif

@@ -21,7 +21,7 @@
 #define MIGRATE_LOCK "SELECT pg_advisory_lock(1885435756, 2)"
 #define MIGRATE_UNLOCK "SELECT pg_advisory_unlock(1885435756, 2)"
 
-int pawl_schema_lib_version(void)
+int pawl__schema_lib_version(void)
 {
     int v = 0;
     for (int i = 0; i < pawl_migrations_count; i++)
@@ -56,7 +56,7 @@ static int open_conn(const char *dsn, PGconn **out, char *err, size_t errlen)
     if (PQstatus(c) != CONNECTION_OK) {
         char d[256], m[512];
         put_err(err, errlen, "cannot connect to %s: %s", pawl_dsn_redact(dsn, d, sizeof d),
-                pawl_dsn_scrub(dsn, PQerrorMessage(c), m, sizeof m));
+                pawl__dsn_scrub(dsn, PQerrorMessage(c), m, sizeof m));
         PQfinish(c);
         return PAWL_ECONN;
     }
@@ -104,7 +104,7 @@ static int in_recovery(PGconn *c, int *standby, char *err, size_t errlen)
     return rc;
 }
 
-int pawl_schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen)
+int pawl__schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen)
 {
     char d[256];
     put_err(err, errlen,
@@ -133,7 +133,7 @@ static int db_version(PGconn *c, int *v, char *err, size_t errlen)
     return rc;
 }
 
-int pawl_schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen)
+int pawl__schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -149,24 +149,24 @@ int pawl_schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t
     return rc;
 }
 
-int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen)
+int pawl__schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen)
 {
     int standby = 0;
-    int rc = pawl_schema_probe(dsn, NULL, &standby, err, errlen);
+    int rc = pawl__schema_probe(dsn, NULL, &standby, err, errlen);
     if (rc == 0 && standby)
-        rc = pawl_schema_standby_error(dsn, what, err, errlen);
+        rc = pawl__schema_standby_error(dsn, what, err, errlen);
     return rc;
 }
 
 int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t errlen)
 {
     int v = 0;
-    int rc = pawl_schema_probe(dsn, &v, NULL, err, errlen);
+    int rc = pawl__schema_probe(dsn, &v, NULL, err, errlen);
     if (rc == 0) {
         if (dbv)
             *dbv = v;
         if (libv)
-            *libv = pawl_schema_lib_version();
+            *libv = pawl__schema_lib_version();
     }
     return rc;
 }
@@ -374,13 +374,13 @@ int pawl_schema_server_path(const char *dsn, int want, int *active, char *err, s
     int standby = 0, v = 0;
     rc = in_recovery(c, &standby, err, errlen);
     if (rc == 0 && standby)
-        rc = pawl_schema_standby_error(dsn, "choosing the server functions", err, errlen);
+        rc = pawl__schema_standby_error(dsn, "choosing the server functions", err, errlen);
     if (rc == 0 && (rc = run(c, MIGRATE_LOCK, NULL, err, errlen)) == 0) {
         rc = db_version(c, &v, err, errlen);
-        if (rc == 0 && v != pawl_schema_lib_version()) {
+        if (rc == 0 && v != pawl__schema_lib_version()) {
             put_err(err, errlen,
                     "the database schema is version %d and this pawl's is %d: run pawl init first",
-                    v, pawl_schema_lib_version());
+                    v, pawl__schema_lib_version());
             rc = PAWL_ESCHEMA;
         }
         if (rc == 0)
@@ -463,7 +463,7 @@ static int migrate(const char *dsn, int target, int want, int *active, char *err
 
 int pawl_schema_migrate(const char *dsn, char *err, size_t errlen)
 {
-    return migrate(dsn, pawl_schema_lib_version(), PAWL_SERVER_AUTO, NULL, err, errlen);
+    return migrate(dsn, pawl__schema_lib_version(), PAWL_SERVER_AUTO, NULL, err, errlen);
 }
 
 int pawl_schema_migrate_path(const char *dsn, int want, int *active, char *err, size_t errlen)
@@ -472,10 +472,10 @@ int pawl_schema_migrate_path(const char *dsn, int want, int *active, char *err, 
         put_err(err, errlen, "server path %d is not auto, native or sql", want);
         return PAWL_EINVAL;
     }
-    return migrate(dsn, pawl_schema_lib_version(), want, active, err, errlen);
+    return migrate(dsn, pawl__schema_lib_version(), want, active, err, errlen);
 }
 
-int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen)
+int pawl__schema_migrate_to(const char *dsn, int target, char *err, size_t errlen)
 {
     return migrate(dsn, target, PAWL_SERVER_AUTO, NULL, err, errlen);
 }
@@ -493,7 +493,7 @@ static int migrate(const char *dsn, int target, int want, int *active, char *err
     int standby = 0;
     rc = in_recovery(c, &standby, err, errlen);
     if (rc == 0 && standby)
-        rc = pawl_schema_standby_error(dsn, "creating or upgrading the schema", err, errlen);
+        rc = pawl__schema_standby_error(dsn, "creating or upgrading the schema", err, errlen);
     if (rc != 0)
         goto out;
     /* Quiet NOTICEs from IF NOT EXISTS. */
@@ -513,7 +513,7 @@ static int migrate(const char *dsn, int target, int want, int *active, char *err
     rc = db_version(c, &v, err, errlen);
     if (rc != 0)
         goto unlock;
-    int lib = pawl_schema_lib_version();
+    int lib = pawl__schema_lib_version();
     if (v > lib) {
         put_err(err, errlen,
                 "the database schema is version %d, newer than this pawl (which knows up to "
@@ -559,7 +559,7 @@ static int migrate(const char *dsn, int target, int want, int *active, char *err
         PAWL_DEBUG("schema", "applied migration %s", m->name); /* pawl init sums them up */
     }
     rc = 0;
-    if (target >= pawl_schema_lib_version()) {
+    if (target >= pawl__schema_lib_version()) {
         int now = 0;
         rc = server_path_locked(c, want, &now, err, errlen);
         if (active)

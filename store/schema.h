@@ -26,28 +26,28 @@ extern const char pawl_native_activate_sql[];
 extern const char pawl_native_deactivate_sql[];
 
 /* The highest version this library knows. */
-int pawl_schema_lib_version(void);
+int pawl__schema_lib_version(void);
 
 /* pawl_schema_migrate, stopping at version target (tests build older schemas with it to check
  * upgrades). A database already past target is left as it is. */
-int pawl_schema_migrate_to(const char *dsn, int target, char *err, size_t errlen);
+int pawl__schema_migrate_to(const char *dsn, int target, char *err, size_t errlen);
 
 /*
  * One connection to dsn: the database's schema version into *dbv and whether it is a standby
  * (in recovery) into *standby, each only when its pointer is not NULL. PAWL_ECONN/PAWL_ESQL
  * when it cannot tell.
  */
-int pawl_schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen);
+int pawl__schema_probe(const char *dsn, int *dbv, int *standby, char *err, size_t errlen);
 
 /* Write into err that `what` needs the primary and dsn names a standby; returns PAWL_EINVAL. */
-int pawl_schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen);
+int pawl__schema_standby_error(const char *dsn, const char *what, char *err, size_t errlen);
 
 /*
- * 0 when the database at dsn takes writes; pawl_schema_standby_error's PAWL_EINVAL when it is a
+ * 0 when the database at dsn takes writes; pawl__schema_standby_error's PAWL_EINVAL when it is a
  * standby; PAWL_ECONN/PAWL_ESQL when it cannot tell. For what cannot work on a standby
  * (migrations, finalization, claims and tokens), so that a DSN naming a standby by mistake is
  * refused at once, plainly.
  */
-int pawl_schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen);
+int pawl__schema_check_primary(const char *dsn, const char *what, char *err, size_t errlen);
 
 #endif

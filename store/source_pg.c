@@ -1,7 +1,7 @@
 /*
  * source_pg.c — the event source over the PostgreSQL log (pawl/log.h).
  *
- * Reads go through the log store's pipelined connections (pawl_read_until, thread-safe, so
+ * Reads go through the log store's pipelined connections (pawl__log_read_until, thread-safe, so
  * the coordinator and detached work packages read at once); a read that lost its connection is
  * run again by the store from the same position, and during a longer outage a read reports
  * nothing after a second, so the processor waits and reads again instead of failing. wait()
@@ -95,10 +95,11 @@ static int pg_read(struct pawl_source *src, int64_t after, size_t max, struct pa
      * reports "nothing yet" (the processor waits and reads again, and the outage's retries go
      * on), so that a processor stays responsive to stop requests while the database is away. */
     int64_t position = after;
-    int rc = s->filtered ? pawl_read_filtered_until(s->store, after, max, &s->f, &tls.b, &position,
-                                                    pawl_now_ns() + PG_READ_PATIENCE_NS)
-                         : pawl_read_until(s->store, after, max, &tls.b,
-                                           pawl_now_ns() + PG_READ_PATIENCE_NS);
+    int rc = s->filtered
+                 ? pawl__log_read_filtered_until(s->store, after, max, &s->f, &tls.b, &position,
+                                                 pawl_now_ns() + PG_READ_PATIENCE_NS)
+                 : pawl__log_read_until(s->store, after, max, &tls.b,
+                                        pawl_now_ns() + PG_READ_PATIENCE_NS);
     if (rc == PAWL_ETIMEDOUT) {
         if (last_seen)
             *last_seen = after;
@@ -136,7 +137,7 @@ static int admin_i64(struct source_pg *s, const char *sql, const char *param, in
     int rc = 0;
     if (PQstatus(c) != CONNECTION_OK) {
         char m[512];
-        set_err(s, pawl_dsn_scrub(s->dsn, PQerrorMessage(c), m, sizeof m));
+        set_err(s, pawl__dsn_scrub(s->dsn, PQerrorMessage(c), m, sizeof m));
         PQfinish(c);
         return PAWL_ECONN;
     }
@@ -304,7 +305,7 @@ int pawl_source_pg_new(struct pawl_source **out, const char *dsn)
     if (s == NULL)
         return PAWL_ENOMEM;
     int rc = PAWL_ENOMEM;
-    s->dsn = pawl_strdup(dsn);
+    s->dsn = pawl__strdup(dsn);
     if (s->dsn == NULL)
         goto fail;
     struct pawl_store_opts o;
@@ -334,7 +335,7 @@ int pawl_source_pg_from_store(struct pawl_source **out, struct pawl_store *store
     if (s == NULL)
         return PAWL_ENOMEM;
     s->store = store;
-    if (dsn && (s->dsn = pawl_strdup(dsn)) == NULL) {
+    if (dsn && (s->dsn = pawl__strdup(dsn)) == NULL) {
         pthread_mutex_destroy(&s->mu);
         pawl_free(s);
         return PAWL_ENOMEM;

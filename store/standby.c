@@ -105,8 +105,8 @@ static void on_check(void *ud, const PGresult *res)
     note_check(c->_sb, res, c);
 }
 
-void pawl_standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
-                             struct pawl_sb_check *out)
+void pawl__standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
+                              struct pawl_sb_check *out)
 {
     out->_sb = sb;
     out->ok = 0;
@@ -118,18 +118,18 @@ void pawl_standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
     st->ud = out;
 }
 
-struct pawl_pgpool *pawl_standby_pool(struct pawl_standby *sb)
+struct pawl_pgpool *pawl__standby_pool(struct pawl_standby *sb)
 {
     return sb->pool;
 }
 
-int pawl_standby_route(struct pawl_standby *sb)
+int pawl__standby_route(struct pawl_standby *sb)
 {
     /* relaxed throughout: hints (see the file comment). */
     if (atomic_load_explicit(&sb->fallback, memory_order_relaxed)) {
         int64_t now = pawl_now_ns();
         long long due = atomic_load_explicit(&sb->next_probe, memory_order_relaxed);
-        if (now >= due && pawl_pgpool_ready(sb->pool) > 0 &&
+        if (now >= due && pawl__pgpool_ready(sb->pool) > 0 &&
             atomic_compare_exchange_strong_explicit(&sb->next_probe, &due, now + PROBE_NS,
                                                     memory_order_relaxed, memory_order_relaxed))
             return PAWL_SB_STANDBY; /* this read probes the standby */
@@ -190,8 +190,8 @@ static void start_fallback(struct pawl_standby *sb, int what, int64_t after, int
               sb->where, kind_text(what), lag_s, (long long)after, (long long)known, delay);
 }
 
-enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
-                                         int64_t after, int64_t known, int64_t *wait_ns)
+enum pawl_sb_action pawl__standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
+                                          int64_t after, int64_t known, int64_t *wait_ns)
 {
     /* relaxed throughout: hints and statistics (see the file comment). */
     *wait_ns = 0;
@@ -246,13 +246,13 @@ enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_o
     return PAWL_SB_WAIT;
 }
 
-void pawl_standby_note_primary_read(struct pawl_standby *sb)
+void pawl__standby_note_primary_read(struct pawl_standby *sb)
 {
     atomic_fetch_add_explicit(&sb->fb_reads, 1, memory_order_relaxed); /* relaxed: a statistic */
 }
 
-void pawl_standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
-                        int64_t *episodes, int *fallback_active, double *replay_delay_ms)
+void pawl__standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
+                         int64_t *episodes, int *fallback_active, double *replay_delay_ms)
 {
     /* relaxed: statistics. */
     *reads = atomic_load_explicit(&sb->reads, memory_order_relaxed);
@@ -299,7 +299,7 @@ static void report_outage(struct pawl_standby *sb, int64_t best)
     if (sb->policy == PAWL_READ_FALLBACK_PRIMARY)
         return;
     int64_t unused;
-    (void)pawl_standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
+    (void)pawl__standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
 }
 
 static void *poll_main(void *arg)
@@ -320,7 +320,7 @@ static void *poll_main(void *arg)
         sb->poll_req.flags = PAWL_PGREQ_READONLY;
         sb->poll_req.on_done = on_poll_done;
         sb->poll_req.ud = sb;
-        if (pawl_pgpool_ready(sb->pool) == 0 || pawl_pgpool_submit(sb->pool, &sb->poll_req) != 0)
+        if (pawl__pgpool_ready(sb->pool) == 0 || pawl__pgpool_submit(sb->pool, &sb->poll_req) != 0)
             sb->busy = 0;
         /* A poll sent just before the standby went down waits in the pool for its return:
          * one unanswered for POLL_STALL_NS counts as an outage too. */
@@ -331,8 +331,8 @@ static void *poll_main(void *arg)
                 pthread_cond_wait(&sb->cond, &sb->mu);
                 continue;
             }
-            pawl_timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC,
-                            stall_at - pawl_now_ns());
+            pawl__timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC,
+                             stall_at - pawl_now_ns());
             if (sb->busy && pawl_now_ns() >= stall_at) {
                 stalled = 1;
                 pthread_mutex_unlock(&sb->mu);
@@ -358,7 +358,7 @@ static void *poll_main(void *arg)
         }
         pthread_mutex_lock(&sb->mu);
         if (!sb->stop)
-            pawl_timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC, interval);
+            pawl__timed_wait(sb->timers, &sb->mu, &sb->cond, CLOCK_MONOTONIC, interval);
     }
     pthread_mutex_unlock(&sb->mu);
     return NULL;
@@ -366,9 +366,9 @@ static void *poll_main(void *arg)
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
-int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
-                     const struct pawl_store_opts *o, struct pawl_timers *timers,
-                     void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen)
+int pawl__standby_new(struct pawl_standby **out, const char *primary_dsn,
+                      const struct pawl_store_opts *o, struct pawl_timers *timers,
+                      void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen)
 {
     *out = NULL;
     char e[512];
@@ -395,7 +395,7 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
     sb->timers = timers;
     atomic_init(&sb->delay_us, -1);
     pthread_mutex_init(&sb->mu, NULL);
-    pawl_cond_init_monotonic(&sb->cond);
+    pawl__cond_init_monotonic(&sb->cond);
     pawl_dsn_redact(o->read_dsn, sb->where, sizeof sb->where);
 
     static const char *const session[] = {
@@ -406,7 +406,7 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
         NULL,
     };
     struct pawl_pgpool_opts po;
-    pawl_pgpool_opts_defaults(&po);
+    pawl__pgpool_opts_defaults(&po);
     po.name = "standby";
     po.connections = o->connections;
     po.reconnect_min_ms = o->reconnect_min_ms;
@@ -414,19 +414,19 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
     po.connect_timeout_ms = o->connect_timeout_ms;
     po.queue_timeout_ms = o->queue_timeout_ms;
     po.session_sql = session;
-    int rc = pawl_pgpool_new(&sb->pool, o->read_dsn, &po, 0, err, errlen);
+    int rc = pawl__pgpool_new(&sb->pool, o->read_dsn, &po, 0, err, errlen);
     if (rc != 0)
         goto fail;
-    sb->stmt_check = pawl_pgpool_prepare(sb->pool, CHECK_SQL, 0, NULL);
-    sb->stmt_poll = pawl_pgpool_prepare(sb->pool, POLL_SQL, 0, NULL);
+    sb->stmt_check = pawl__pgpool_prepare(sb->pool, CHECK_SQL, 0, NULL);
+    sb->stmt_poll = pawl__pgpool_prepare(sb->pool, POLL_SQL, 0, NULL);
     if (sb->stmt_check < 0 || sb->stmt_poll < 0) {
         rc = PAWL_ENOMEM;
         goto fail;
     }
     /* Reconnects within the wait count: a standby that is just starting is not reported. */
-    if (pawl_pgpool_wait_ready(sb->pool, PAWL_MIN(START_WAIT_MS, o->open_timeout_ms), 0) != 0) {
+    if (pawl__pgpool_wait_ready(sb->pool, PAWL_MIN(START_WAIT_MS, o->open_timeout_ms), 0) != 0) {
         char why[256];
-        pawl_pgpool_last_error(sb->pool, why, sizeof why);
+        pawl__pgpool_last_error(sb->pool, why, sizeof why);
         PAWL_WARN("log", "read: the standby (%s) is not reachable yet (%s): %s", sb->where,
                   why[0] ? why : "no connection",
                   sb->policy == PAWL_READ_FALLBACK_PRIMARY
@@ -446,14 +446,14 @@ int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
     *out = sb;
     return 0;
 fail:
-    pawl_pgpool_free(sb->pool);
+    pawl__pgpool_free(sb->pool);
     pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->mu);
     pawl_free(sb);
     return rc;
 }
 
-void pawl_standby_free(struct pawl_standby *sb)
+void pawl__standby_free(struct pawl_standby *sb)
 {
     if (sb == NULL)
         return;
@@ -465,7 +465,7 @@ void pawl_standby_free(struct pawl_standby *sb)
         pthread_join(sb->thread, NULL);
     }
     /* Completes a poll still queued (on_poll_done touches sb, which is still here). */
-    pawl_pgpool_free(sb->pool);
+    pawl__pgpool_free(sb->pool);
     pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->mu);
     pawl_free(sb);

@@ -59,21 +59,21 @@ struct pawl_sb_check {
  * store's; NULL falls back to plain timed waits) time the poller's waits and outlive sb.
  */
 struct pawl_timers;
-int pawl_standby_new(struct pawl_standby **out, const char *primary_dsn,
-                     const struct pawl_store_opts *o, struct pawl_timers *timers,
-                     void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen);
+int pawl__standby_new(struct pawl_standby **out, const char *primary_dsn,
+                      const struct pawl_store_opts *o, struct pawl_timers *timers,
+                      void (*raise)(void *ud, int64_t index), void *ud, char *err, size_t errlen);
 /* Stop the poller, close the pool. NULL is a no-op. */
-void pawl_standby_free(struct pawl_standby *sb);
+void pawl__standby_free(struct pawl_standby *sb);
 
 /* The read pool and its prepared read statement (store/log/reader.c's, prepared by the caller). */
-struct pawl_pgpool *pawl_standby_pool(struct pawl_standby *sb);
+struct pawl_pgpool *pawl__standby_pool(struct pawl_standby *sb);
 
 /* The check statement to send after the read in the same request; out receives its result. */
-void pawl_standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
-                             struct pawl_sb_check *out);
+void pawl__standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
+                              struct pawl_sb_check *out);
 
 /* Where the next read goes (PAWL_SB_STANDBY or PAWL_SB_PRIMARY). */
-int pawl_standby_route(struct pawl_standby *sb);
+int pawl__standby_route(struct pawl_standby *sb);
 
 /*
  * Report what a read on the standby gave, after `after` with `known` the highest index
@@ -81,14 +81,14 @@ int pawl_standby_route(struct pawl_standby *sb);
  * *wait_ns is the back-off (1 ms doubling to read_poll_max_ms while the episode lasts).
  * Logs the start and the end of each episode once.
  */
-enum pawl_sb_action pawl_standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
-                                         int64_t after, int64_t known, int64_t *wait_ns);
+enum pawl_sb_action pawl__standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
+                                          int64_t after, int64_t known, int64_t *wait_ns);
 
 /* A read went to the primary in the standby's stead (statistics). */
-void pawl_standby_note_primary_read(struct pawl_standby *sb);
+void pawl__standby_note_primary_read(struct pawl_standby *sb);
 
 /* Statistics (see struct pawl_store_stats). */
-void pawl_standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
-                        int64_t *episodes, int *fallback_active, double *replay_delay_ms);
+void pawl__standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
+                         int64_t *episodes, int *fallback_active, double *replay_delay_ms);
 
 #endif

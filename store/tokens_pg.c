@@ -9,7 +9,7 @@
  *
  * Every operation is one request on a small pipelined connection pool (store/pgconn.h): the
  * statements of a request are sent back to back and end with a Sync, which makes them one
- * implicit transaction. Callers block on pawl_pgpool_exec while the pool's I/O thread drives
+ * implicit transaction. Callers block on pawl__pgpool_exec while the pool's I/O thread drives
  * the connections, so the batch commits of many work packages share a few connections in
  * pipeline mode instead of holding one each.
  *
@@ -89,8 +89,8 @@ static int prepared_id(struct tokens_pg *t, const char *sql, int nparams)
         }
     }
     if (id < 0 && t->nprep < PREP_MAX) {
-        char *copy = pawl_strdup(sql);
-        int pid = copy ? pawl_pgpool_prepare(t->txpool, sql, nparams, NULL) : PAWL_ENOMEM;
+        char *copy = pawl__strdup(sql);
+        int pid = copy ? pawl__pgpool_prepare(t->txpool, sql, nparams, NULL) : PAWL_ENOMEM;
         if (pid >= 0) {
             t->prep[t->nprep].sql = copy;
             t->prep[t->nprep].nparams = nparams;
@@ -122,7 +122,7 @@ static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgs
     memset(&req, 0, sizeof req);
     req.stmts = stmts;
     req.nstmts = n;
-    int rc = pawl_pgpool_exec(pool, -1, &req);
+    int rc = pawl__pgpool_exec(pool, -1, &req);
     if (rc == 0)
         return 0;
     if (rc == PAWL_ESQL) {
@@ -958,8 +958,8 @@ static int pg_dl_retry_failed(struct pawl_tokens *tk, const char *proc, uint32_t
 static void pg_free(struct pawl_tokens *tk)
 {
     struct tokens_pg *t = from(tk);
-    pawl_pgpool_free(t->txpool);
-    pawl_pgpool_free(t->pool);
+    pawl__pgpool_free(t->txpool);
+    pawl__pgpool_free(t->pool);
     for (int i = 0; i < t->nprep; i++)
         pawl_free(t->prep[i].sql);
     while (t->free_txns) {
@@ -1010,7 +1010,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         return PAWL_ERANGE;
     char why[512];
     int rc0 =
-        pawl_schema_check_primary(dsn, "the token store (claims and tokens)", why, sizeof why);
+        pawl__schema_check_primary(dsn, "the token store (claims and tokens)", why, sizeof why);
     if (rc0 == PAWL_EINVAL) {
         PAWL_ERROR("tokens", "%s", why);
         return rc0;
@@ -1022,7 +1022,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->pmu, NULL);
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.name = "tokens";
     o.connections = 1;
     /* Claims, batches and tokens write whatever the database's default says (as the log's
@@ -1035,20 +1035,20 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
     char err[256];
     /* Claims get a connection of their own, so an extension never queues behind batch
      * commits (a claim must not expire because handlers keep the batch connections busy). */
-    int rc = pawl_pgpool_new(&t->pool, dsn, &o, 10000, err, sizeof err);
+    int rc = pawl__pgpool_new(&t->pool, dsn, &o, 10000, err, sizeof err);
     if (rc) {
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail;
     }
     o.name = "batches";
     o.connections = connections;
-    rc = pawl_pgpool_new(&t->txpool, dsn, &o, 10000, err, sizeof err);
+    rc = pawl__pgpool_new(&t->txpool, dsn, &o, 10000, err, sizeof err);
     if (rc) {
         PAWL_ERROR("tokens", "cannot connect: %s", err);
         goto fail_pool;
     }
     t->store_id =
-        pawl_pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
+        pawl__pgpool_prepare(t->txpool, "SELECT pawl.store_token($1, $2, $3, $4)", 4, NULL);
     struct ints_cap c = {0};
     /* 0: no token table; 2: a schema newer than this library (refused, like pawl_store_new:
      * its token functions may mean something else); 3: older than the token functions this
@@ -1058,7 +1058,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
              "SELECT CASE WHEN to_regclass('pawl.tokens') IS NULL THEN 0 "
              "WHEN (SELECT max(version) FROM pawl.schema_version) > %d THEN 2 "
              "WHEN (SELECT max(version) FROM pawl.schema_version) < %d THEN 3 ELSE 1 END",
-             pawl_schema_lib_version(), TOKENS_SCHEMA_MIN);
+             pawl__schema_lib_version(), TOKENS_SCHEMA_MIN);
     struct pawl_pgstmt s = {.sql = check, .on_result = on_ints, .ud = &c};
     rc = run(t, &s, 1);
     pawl_free(c.list);
@@ -1069,7 +1069,7 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
         PAWL_ERROR("tokens",
                    "the database's schema is newer than this pawl (version %d): "
                    "upgrade pawl",
-                   pawl_schema_lib_version());
+                   pawl__schema_lib_version());
         rc = PAWL_ESCHEMA;
     } else if (rc == 0 && c.v[0] == 3) {
         PAWL_ERROR("tokens",
@@ -1084,8 +1084,8 @@ int pawl_tokens_pg_new_ex(struct pawl_tokens **out, const char *dsn, int connect
     return 0;
 
 fail_pool:
-    pawl_pgpool_free(t->txpool);
-    pawl_pgpool_free(t->pool);
+    pawl__pgpool_free(t->txpool);
+    pawl__pgpool_free(t->pool);
 fail:
     pthread_mutex_destroy(&t->pmu);
     pthread_mutex_destroy(&t->mu);

@@ -411,7 +411,7 @@ static int gate_full(struct gate *g, int max)
     atomic_store(&g->waiting, 1);
     if (atomic_load(&g->inflight) >= max) {
         struct timespec ts;
-        pawl_timespec_in(&ts, CLOCK_REALTIME, 1000000);
+        pawl__timespec_in(&ts, CLOCK_REALTIME, 1000000);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
     atomic_store(&g->waiting, 0);
@@ -727,18 +727,18 @@ static void *pe_finalizer(void *arg)
 static void run_pe_cell(struct cell *c)
 {
     struct pawl_pgpool_opts po;
-    pawl_pgpool_opts_defaults(&po);
+    pawl__pgpool_opts_defaults(&po);
     po.connections = c->conns;
     po.name = "per-event";
     struct pe *pe = calloc(1, sizeof *pe);
     gate_init(&pe->g);
     char err[512];
-    if (pawl_pgpool_new(&pe->pool, dsn, &po, 10000, err, sizeof err) != 0) {
+    if (pawl__pgpool_new(&pe->pool, dsn, &po, 10000, err, sizeof err) != 0) {
         fprintf(stderr, "pool: %s\n", err);
         exit(1);
     }
     pe->batch = c->batch;
-    pe->stmt = pawl_pgpool_prepare(
+    pe->stmt = pawl__pgpool_prepare(
         pe->pool,
         "INSERT INTO bl_renumber.events (stream_id, stream_seq, type, payload, metadata) "
         "SELECT u.s, coalesce((SELECT e.stream_seq FROM bl_renumber.events e "
@@ -796,7 +796,7 @@ static void run_pe_cell(struct cell *c)
         op->st = (struct pawl_pgstmt){.prepared = pe->stmt, .nparams = 3, .values = op->vals};
         op->req = (struct pawl_pgreq){.stmts = &op->st, .nstmts = 1, .on_done = pe_done, .ud = op};
         atomic_fetch_add(&pe->g.inflight, 1);
-        if (pawl_pgpool_submit(pe->pool, &op->req) != 0) {
+        if (pawl__pgpool_submit(pe->pool, &op->req) != 0) {
             gate_release(&pe->g);
             free(op);
         }
@@ -822,7 +822,7 @@ static void run_pe_cell(struct cell *c)
             bench_hist_add(&c->delay, pe->delays[k]);
     }
     c->fin_runs_s = pe->runs / ((t1 - t0) / 1e9);
-    pawl_pgpool_free(pe->pool);
+    pawl__pgpool_free(pe->pool);
     /* Clean: renumber what is left, untimed. */
     PGconn *pc = PQconnectdb(dsn);
     PQclear(PQexec(pc, "SELECT * FROM bl_renumber.finalize()"));

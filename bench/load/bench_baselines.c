@@ -286,7 +286,7 @@ static void *finalizer_main(void *arg)
         bool done = atomic_load_explicit(&r->appenders_done, memory_order_acquire);
         if (!done) {
             struct timespec ts;
-            pawl_timespec_in(&ts, CLOCK_REALTIME, (int64_t)r->o->safety_ms * 1000000);
+            pawl__timespec_in(&ts, CLOCK_REALTIME, (int64_t)r->o->safety_ms * 1000000);
             pthread_mutex_lock(&r->sig_lock);
             while (!r->signalled && !atomic_load(&r->appenders_done))
                 if (pthread_cond_timedwait(&r->sig_cond, &r->sig_lock, &ts) == ETIMEDOUT)

@@ -69,7 +69,7 @@ static void on_done(struct pawl_pgreq *r, int rc)
     }
     if (atomic_load_explicit(PAWL_ATOMIC_OF(&running), memory_order_acquire)) {
         s->t0 = t;
-        pawl_pgpool_submit(pool, &s->req);
+        pawl__pgpool_submit(pool, &s->req);
     }
 }
 
@@ -82,29 +82,29 @@ static int cmp64(const void *a, const void *b)
 static void run(const char *dsn, int backend, int secs, int k)
 {
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.name = "bench";
     o.connections = 1;
     o.io_backend = backend;
     char err[512];
-    if (pawl_pgpool_new(&pool, dsn, &o, 10000, err, sizeof err) != 0) {
+    if (pawl__pgpool_new(&pool, dsn, &o, 10000, err, sizeof err) != 0) {
         fprintf(stderr, "bench_ioloop: %s\n", err);
         exit(1);
     }
-    int id = pawl_pgpool_prepare(pool, "INSERT INTO pawl_bench_ioloop VALUES ($1::int)", 1, NULL);
+    int id = pawl__pgpool_prepare(pool, "INSERT INTO pawl_bench_ioloop VALUES ($1::int)", 1, NULL);
     static struct slot slots[MAXK];
     struct pawl_pgstmt st = {.sql =
                                  "CREATE UNLOGGED TABLE IF NOT EXISTS pawl_bench_ioloop (x int)"};
     struct pawl_pgreq cr = {.stmts = &st, .nstmts = 1};
-    pawl_pgpool_exec(pool, -1, &cr);
+    pawl__pgpool_exec(pool, -1, &cr);
     struct pawl_pgstmt tr = {.sql = "TRUNCATE pawl_bench_ioloop"};
     struct pawl_pgreq trr = {.stmts = &tr, .nstmts = 1};
-    pawl_pgpool_exec(pool, -1, &trr);
+    pawl__pgpool_exec(pool, -1, &trr);
     done_n = failed_n = 0;
     nlat = 0;
     atomic_store_explicit(PAWL_ATOMIC_OF(&running), 1, memory_order_release);
     struct pawl_pgpool_loop_stats s0, s1;
-    pawl_pgpool_loop_stats(pool, &s0);
+    pawl__pgpool_loop_stats(pool, &s0);
     int64_t c0 = cpu_ns(), t0 = now_ns();
     for (int i = 0; i < k; i++) {
         struct slot *s = &slots[i];
@@ -118,13 +118,13 @@ static void run(const char *dsn, int backend, int secs, int k)
         s->req.on_done = on_done;
         s->req.ud = s;
         s->t0 = now_ns();
-        pawl_pgpool_submit(pool, &s->req);
+        pawl__pgpool_submit(pool, &s->req);
     }
     sleep((unsigned)secs);
     atomic_store_explicit(PAWL_ATOMIC_OF(&running), 0, memory_order_release);
     int64_t t1 = now_ns(), c1 = cpu_ns();
-    pawl_pgpool_loop_stats(pool, &s1);
-    while (pawl_pgpool_pending(pool) > 0)
+    pawl__pgpool_loop_stats(pool, &s1);
+    while (pawl__pgpool_pending(pool) > 0)
         usleep(1000);
     int64_t n = atomic_load_explicit(PAWL_ATOMIC_OF(&done_n), memory_order_acquire);
     qsort(lat, nlat, sizeof *lat, cmp64);
@@ -132,12 +132,12 @@ static void run(const char *dsn, int backend, int secs, int k)
            p99 = nlat ? (double)lat[nlat * 99 / 100] / 1e6 : 0;
     double per = n ? (double)n : 1;
     printf("%-9s %3d %9.0f %11.1f %8.3f %8.3f %9.2f %9.2f %9.2f %6lld\n",
-           pawl_pgpool_io_backend(pool), k, (double)n / ((double)(t1 - t0) / 1e9),
+           pawl__pgpool_io_backend(pool), k, (double)n / ((double)(t1 - t0) / 1e9),
            (double)(c1 - c0) / 1000.0 / per, p50, p99, (double)(s1.enters - s0.enters) / per,
            (double)(s1.ctls - s0.ctls) / per, (double)(s1.wakeups - s0.wakeups) / per,
            (long long)failed_n);
     fflush(stdout);
-    pawl_pgpool_free(pool);
+    pawl__pgpool_free(pool);
     pool = NULL;
 }
 

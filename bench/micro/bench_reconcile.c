@@ -19,25 +19,25 @@
 static void bench_request_take(pawl_bench_state *st, void *arg)
 {
     (void)arg;
-    struct pawl_trigger *t = pawl_trigger_new(NULL, NULL);
+    struct pawl_trigger *t = pawl__trigger_new(NULL, NULL);
     int64_t tok = 0, got;
     while (pawl_bench_keep_running(st)) {
         pawl_trigger_request(t, ++tok);
-        pawl_trigger_take(t, tok, &got);
+        pawl__trigger_take(t, tok, &got);
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st));
-    pawl_trigger_free(t);
+    pawl__trigger_free(t);
 }
 
 static void bench_request_merged(pawl_bench_state *st, void *arg)
 {
     (void)arg;
-    struct pawl_trigger *t = pawl_trigger_new(NULL, NULL);
+    struct pawl_trigger *t = pawl__trigger_new(NULL, NULL);
     pawl_trigger_request(t, 1000000);
     while (pawl_bench_keep_running(st))
         pawl_trigger_request(t, 5);
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st));
-    pawl_trigger_free(t);
+    pawl__trigger_free(t);
 }
 
 static struct pawl_future *immediate(void *self, struct pawl_segment seg, int64_t requested)
@@ -60,19 +60,19 @@ static void bench_reconcile(pawl_bench_state *st, void *arg)
     struct pawl_reconcile r;
     /* With one unit: "a" alone. With three: "b" reports 10 past the request, so "a" and "c"
      * are asked again with b's position (the re-ask round). */
-    pawl_reconcile_init(&r, units, n, NULL, NULL, NULL, NULL, NULL);
+    pawl__reconcile_init(&r, units, n, NULL, NULL, NULL, NULL, NULL);
     int64_t stored = 0, to_store;
     struct pawl_segment seg = {0, 15};
     while (pawl_bench_keep_running(st)) {
         int64_t req = stored + 100;
-        if (pawl_reconcile_checkpoint(&r, seg, req, stored, req + 1000, &to_store) != 0) {
+        if (pawl__reconcile_checkpoint(&r, seg, req, stored, req + 1000, &to_store) != 0) {
             pawl_bench_skip_with_error(st, "checkpoint failed");
             break;
         }
         stored = to_store;
     }
     pawl_bench_set_items_processed(st, pawl_bench_iterations(st));
-    pawl_reconcile_fini(&r);
+    pawl__reconcile_fini(&r);
 }
 
 int main(int argc, char **argv)

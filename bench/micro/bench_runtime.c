@@ -931,7 +931,7 @@ static void xfer_put(struct xfer *x, int64_t i, int *spins)
                 xwait(spins);
             break;
         case X_LIST_PAWL:
-            pawl_mpsc_push_mp(&x->list, &it->link);
+            pawl__mpsc_push_mp(&x->list, &it->link);
             break;
         case X_LIST_CK:
             ck_fifo_mpmc_enqueue(&x->fifo, &x->entries[i], it);
@@ -988,7 +988,7 @@ static int64_t xfer_take(struct xfer *x, struct xitem **out, int64_t want)
         return got;
     }
     case X_LIST_PAWL: {
-        void **link = pawl_mpsc_pop_sc(&x->list);
+        void **link = pawl__mpsc_pop_sc(&x->list);
         if (link == NULL || link == PAWL_MPSC_BUSY)
             return 0;
         out[0] = PAWL_CONTAINER_OF(link, struct xitem, link);
@@ -1021,7 +1021,7 @@ static void bm_structure(pawl_bench_state *st, void *arg)
         x->tail = x->head = x->head_seen = 0;
         memset(x->slot, 0, XRING * sizeof(*x->slot));
         ck_ring_init(&x->ring, XRING);
-        pawl_mpsc_init(&x->list);
+        pawl__mpsc_init(&x->list);
         ck_fifo_mpmc_init(&x->fifo, &x->entries[XFER]);
         pthread_t th;
         if (two)

@@ -41,11 +41,11 @@ const char *pawl_errname(int code)
 
 /* ---- allocation ---- */
 
-struct pawl_allocator pawl_alloc_ = {malloc, calloc, realloc, free};
+struct pawl_allocator pawl__alloc = {malloc, calloc, realloc, free};
 
-_Thread_local char pawl_thread_tag_; /* see pawl_thread_tag() */
+_Thread_local char pawl__thread_tag; /* see pawl_thread_tag() */
 
-void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
+void pawl__assert_fail(const char *expr, const char *file, int line, const char *func)
 {
     /* Straight to stderr: the log sink may be what is broken. */
     fprintf(stderr, "pawl: assertion failed: %s (%s:%d, %s)\n", expr, file, line, func);
@@ -58,16 +58,16 @@ void pawl_set_allocator(const struct pawl_allocator *a)
     if (a == NULL)
         return;
     if (a->malloc)
-        pawl_alloc_.malloc = a->malloc;
+        pawl__alloc.malloc = a->malloc;
     if (a->calloc)
-        pawl_alloc_.calloc = a->calloc;
+        pawl__alloc.calloc = a->calloc;
     if (a->realloc)
-        pawl_alloc_.realloc = a->realloc;
+        pawl__alloc.realloc = a->realloc;
     if (a->free)
-        pawl_alloc_.free = a->free;
+        pawl__alloc.free = a->free;
 }
 
-char *pawl_strdup(const char *s)
+char *pawl__strdup(const char *s)
 {
     if (s == NULL)
         return NULL;
@@ -87,7 +87,7 @@ int64_t pawl_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns)
+void pawl__timespec_in(struct timespec *ts, clockid_t clock, int64_t ns)
 {
     clock_gettime(clock, ts);
     int64_t nsec = ts->tv_nsec + ns % 1000000000;
@@ -95,7 +95,7 @@ void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns)
     ts->tv_nsec = nsec % 1000000000;
 }
 
-void pawl_cond_init_monotonic(pthread_cond_t *c)
+void pawl__cond_init_monotonic(pthread_cond_t *c)
 {
     pthread_condattr_t a;
     pthread_condattr_init(&a);
@@ -166,7 +166,7 @@ int pawl_log_level_parse(const char *s, enum pawl_log_level *out)
     return PAWL_EINVAL;
 }
 
-void pawl_json_escape(FILE *f, const char *s)
+void pawl__json_escape(FILE *f, const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
@@ -237,7 +237,7 @@ const char *pawl_printable_str(const char *s, char *out, size_t outlen)
     return pawl_printable(s, s ? strlen(s) : 0, out, outlen);
 }
 
-char *pawl_utc_stamp(char *out, size_t len)
+char *pawl__utc_stamp(char *out, size_t len)
 {
     struct timespec ts;
     struct tm tm;
@@ -252,13 +252,13 @@ char *pawl_utc_stamp(char *out, size_t len)
 void pawl_log_stderr(enum pawl_log_level level, const char *module, const char *msg)
 {
     char when[40];
-    pawl_utc_stamp(when, sizeof when);
+    pawl__utc_stamp(when, sizeof when);
     flockfile(stderr);
     if (log_format == PAWL_LOG_JSON) {
         fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"%s\",\"module\":\"", when, level_names[level]);
-        pawl_json_escape(stderr, module);
+        pawl__json_escape(stderr, module);
         fputs("\",\"msg\":\"", stderr);
-        pawl_json_escape(stderr, msg);
+        pawl__json_escape(stderr, msg);
         fputs("\"}\n", stderr);
     } else {
         fprintf(stderr, "%s %-5s %s: %s\n", when, level_names[level], module, msg);

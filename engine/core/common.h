@@ -1,6 +1,12 @@
 /*
  * common.h — private helpers every pawl module may use: allocation through the embedder's
  * hooks, cache-line padding, branch hints and small logging shortcuts. Never installed.
+ *
+ * Names: a global function or variable that include/pawl/ does not declare is private to the
+ * library and is named pawl__<module>_<name> (double underscore: pawl__log_op_submit,
+ * pawl__pgpool_new; core's general helpers, pawl__strdup), so that no private name reads as the
+ * public API's pawl_<module>_<verb>. Hidden visibility keeps them out of libpawl.so;
+ * tests/unit/test_abi.sh checks both.
  */
 #ifndef PAWL_ENGINE_COMMON_H
 #define PAWL_ENGINE_COMMON_H
@@ -68,13 +74,13 @@ static inline void pawl_prefetch_w(const void *p)
  */
 #ifdef PAWL_ASSERTIONS
 #define PAWL_ASSERT(cond)                                                                          \
-    (PAWL_LIKELY(cond) ? (void)0 : pawl_assert_fail_(#cond, __FILE__, __LINE__, __func__))
+    (PAWL_LIKELY(cond) ? (void)0 : pawl__assert_fail(#cond, __FILE__, __LINE__, __func__))
 #define PAWL_ASSERTIONS_ON 1
 #else
 #define PAWL_ASSERT(cond) ((void)(0 && (cond)))
 #define PAWL_ASSERTIONS_ON 0
 #endif
-void pawl_assert_fail_(const char *expr, const char *file, int line, const char *func)
+void pawl__assert_fail(const char *expr, const char *file, int line, const char *func)
     __attribute__((noreturn, cold));
 
 /*
@@ -82,10 +88,10 @@ void pawl_assert_fail_(const char *expr, const char *file, int line, const char 
  * address of one thread-local byte, defined once in common.c so that every file gets the same
  * number on the same thread.
  */
-extern _Thread_local char pawl_thread_tag_;
+extern _Thread_local char pawl__thread_tag;
 static inline uintptr_t pawl_thread_tag(void)
 {
-    return (uintptr_t)&pawl_thread_tag_;
+    return (uintptr_t)&pawl__thread_tag;
 }
 
 /*
@@ -104,37 +110,37 @@ static inline int pawl_mutex_locked(pthread_mutex_t *mu)
     return rc == EBUSY;
 }
 
-extern struct pawl_allocator pawl_alloc_;
+extern struct pawl_allocator pawl__alloc;
 
 static inline void *pawl_malloc(size_t n)
 {
-    return pawl_alloc_.malloc(n);
+    return pawl__alloc.malloc(n);
 }
 static inline void *pawl_calloc(size_t n, size_t size)
 {
-    return pawl_alloc_.calloc(n, size);
+    return pawl__alloc.calloc(n, size);
 }
 static inline void *pawl_realloc(void *p, size_t n)
 {
-    return pawl_alloc_.realloc(p, n);
+    return pawl__alloc.realloc(p, n);
 }
 static inline void pawl_free(void *p)
 {
-    pawl_alloc_.free(p);
+    pawl__alloc.free(p);
 }
-char *pawl_strdup(const char *s);
+char *pawl__strdup(const char *s);
 
 /* *ts = the time on `clock` plus ns (>= 0): an absolute deadline for timed waits. */
-void pawl_timespec_in(struct timespec *ts, clockid_t clock, int64_t ns);
+void pawl__timespec_in(struct timespec *ts, clockid_t clock, int64_t ns);
 
 /* A condition variable timed on CLOCK_MONOTONIC (a wall-clock step neither cuts nor stretches
- * its waits); what pawl_timed_wait's fallback expects when given CLOCK_MONOTONIC. */
-void pawl_cond_init_monotonic(pthread_cond_t *c);
+ * its waits); what pawl__timed_wait's fallback expects when given CLOCK_MONOTONIC. */
+void pawl__cond_init_monotonic(pthread_cond_t *c);
 
 /* The wall-clock time now as log lines show it ("2026-12-02T17:28:29.612Z"); returns out. */
-char *pawl_utc_stamp(char *out, size_t len);
+char *pawl__utc_stamp(char *out, size_t len);
 /* Write s as a JSON string body (without quotes), escaping what JSON requires. */
-void pawl_json_escape(FILE *f, const char *s);
+void pawl__json_escape(FILE *f, const char *s);
 /* pawl_log_stderr (the default sink) and pawl_printable (untrusted text for terminals) are
  * public: pawl/common.h. */
 

@@ -14,21 +14,21 @@
 #include <stdio.h>
 #include <string.h>
 
-struct pawl_metrics_shard_ pawl_metrics_shards_[PAWL_METRICS_SHARDS];
-struct pawl_metrics_gauge_cell_ pawl_metrics_gauges_[PAWL_G__COUNT];
-_Thread_local unsigned pawl_metrics_my_shard_;
+struct pawl_metrics_shard_ pawl__metrics_shards[PAWL_METRICS_SHARDS];
+struct pawl_metrics_gauge_cell_ pawl__metrics_gauges[PAWL_G__COUNT];
+_Thread_local unsigned pawl__metrics_my_shard;
 
 static _Atomic unsigned next_shard;
 
-unsigned pawl_metrics_pick_shard_(void)
+unsigned pawl__metrics_pick_shard(void)
 {
     /* Relaxed: only spreads threads over shards; any interleaving gives a valid shard. */
     unsigned s = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed);
-    pawl_metrics_my_shard_ = s % PAWL_METRICS_SHARDS + 1;
-    return pawl_metrics_my_shard_;
+    pawl__metrics_my_shard = s % PAWL_METRICS_SHARDS + 1;
+    return pawl__metrics_my_shard;
 }
 
-void pawl_metrics_bucket_bounds(unsigned idx, uint64_t *lo, uint64_t *hi)
+void pawl__metrics_bucket_bounds(unsigned idx, uint64_t *lo, uint64_t *hi)
 {
     const unsigned sub = 1u << PAWL_METRICS_SUB_BITS;
     if (idx < sub) {
@@ -51,7 +51,7 @@ int pawl_metrics_snapshot(struct pawl_metrics_snapshot *out)
     memset(out, 0, sizeof *out);
     out->taken_ns = pawl_now_ns();
     for (unsigned s = 0; s < PAWL_METRICS_SHARDS; s++) {
-        struct pawl_metrics_shard_ *sh = &pawl_metrics_shards_[s];
+        struct pawl_metrics_shard_ *sh = &pawl__metrics_shards[s];
         /* Relaxed loads throughout: each cell is an independent sum (see the file comment). */
         for (unsigned c = 0; c < PAWL_M__COUNT; c++)
             out->counters[c] += atomic_load_explicit(&sh->counters[c], memory_order_relaxed);
@@ -73,7 +73,7 @@ int pawl_metrics_snapshot(struct pawl_metrics_snapshot *out)
         }
     }
     for (unsigned g = 0; g < PAWL_G__COUNT; g++)
-        out->gauges[g] = atomic_load_explicit(&pawl_metrics_gauges_[g].value, memory_order_relaxed);
+        out->gauges[g] = atomic_load_explicit(&pawl__metrics_gauges[g].value, memory_order_relaxed);
     return 0;
 }
 
@@ -123,7 +123,7 @@ int64_t pawl_metrics_quantile_ns(const struct pawl_metrics_hist *h, double q)
         seen += h->buckets[i];
         if (seen >= rank) {
             uint64_t lo, hi;
-            pawl_metrics_bucket_bounds(i, &lo, &hi);
+            pawl__metrics_bucket_bounds(i, &lo, &hi);
             uint64_t mid = lo + (hi - lo) / 2;
             if (h->max_ns && mid > h->max_ns)
                 mid = h->max_ns;
@@ -226,7 +226,7 @@ int pawl_metrics_format_prometheus(const struct pawl_metrics_snapshot *s, char *
         for (size_t l = 0; l < PAWL_ARRAY_LEN(le_bounds); l++) {
             for (; b < PAWL_METRICS_BUCKETS; b++) {
                 uint64_t lo, hi;
-                pawl_metrics_bucket_bounds(b, &lo, &hi);
+                pawl__metrics_bucket_bounds(b, &lo, &hi);
                 if (hi > le_bounds[l].ns)
                     break;
                 cum += hist->buckets[b];
@@ -266,7 +266,7 @@ int pawl_metrics_hist_observe(enum pawl_metric_hist id, int64_t ns)
 void pawl_metrics_reset(void)
 {
     for (unsigned s = 0; s < PAWL_METRICS_SHARDS; s++) {
-        struct pawl_metrics_shard_ *sh = &pawl_metrics_shards_[s];
+        struct pawl_metrics_shard_ *sh = &pawl__metrics_shards[s];
         /* Relaxed: reset is for tests and tools, which accept racing records (see the header). */
         for (unsigned c = 0; c < PAWL_M__COUNT; c++)
             atomic_store_explicit(&sh->counters[c], 0, memory_order_relaxed);
@@ -279,5 +279,5 @@ void pawl_metrics_reset(void)
         }
     }
     for (unsigned g = 0; g < PAWL_G__COUNT; g++)
-        atomic_store_explicit(&pawl_metrics_gauges_[g].value, 0, memory_order_relaxed);
+        atomic_store_explicit(&pawl__metrics_gauges[g].value, 0, memory_order_relaxed);
 }

@@ -42,18 +42,18 @@ struct pawl_metrics_gauge_cell_ {
     _Alignas(PAWL_CACHELINE) _Atomic int64_t value;
 };
 
-extern struct pawl_metrics_shard_ pawl_metrics_shards_[PAWL_METRICS_SHARDS];
-extern struct pawl_metrics_gauge_cell_ pawl_metrics_gauges_[PAWL_G__COUNT];
-extern _Thread_local unsigned pawl_metrics_my_shard_; /* 0: not chosen yet, else shard + 1 */
+extern struct pawl_metrics_shard_ pawl__metrics_shards[PAWL_METRICS_SHARDS];
+extern struct pawl_metrics_gauge_cell_ pawl__metrics_gauges[PAWL_G__COUNT];
+extern _Thread_local unsigned pawl__metrics_my_shard; /* 0: not chosen yet, else shard + 1 */
 
-unsigned pawl_metrics_pick_shard_(void);
+unsigned pawl__metrics_pick_shard(void);
 
 static inline struct pawl_metrics_shard_ *pawl_metrics_shard_(void)
 {
-    unsigned s = pawl_metrics_my_shard_;
+    unsigned s = pawl__metrics_my_shard;
     if (PAWL_UNLIKELY(s == 0))
-        s = pawl_metrics_pick_shard_();
-    return &pawl_metrics_shards_[s - 1];
+        s = pawl__metrics_pick_shard();
+    return &pawl__metrics_shards[s - 1];
 }
 
 /* The bucket of a value in nanoseconds (see the geometry in pawl/metrics.h). */
@@ -98,19 +98,19 @@ static inline void pawl_metric_hist_record(enum pawl_metric_hist id, int64_t ns)
 static inline void pawl_metric_gauge_add(enum pawl_metric_gauge id, int64_t delta)
 {
     /* Relaxed: a gauge publishes nothing. */
-    atomic_fetch_add_explicit(&pawl_metrics_gauges_[id].value, delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pawl__metrics_gauges[id].value, delta, memory_order_relaxed);
 }
 
 static inline void pawl_metric_gauge_set(enum pawl_metric_gauge id, int64_t v)
 {
     /* Relaxed: a gauge publishes nothing. */
-    atomic_store_explicit(&pawl_metrics_gauges_[id].value, v, memory_order_relaxed);
+    atomic_store_explicit(&pawl__metrics_gauges[id].value, v, memory_order_relaxed);
 }
 
 /* Raise the gauge to v if it is lower (for "highest index seen" figures). */
 static inline void pawl_metric_gauge_max(enum pawl_metric_gauge id, int64_t v)
 {
-    _Atomic int64_t *g = &pawl_metrics_gauges_[id].value;
+    _Atomic int64_t *g = &pawl__metrics_gauges[id].value;
     /* Relaxed: the gauge publishes nothing; the loop only runs while v is larger. */
     int64_t m = atomic_load_explicit(g, memory_order_relaxed);
     while (v > m && !atomic_compare_exchange_weak_explicit(g, &m, v, memory_order_relaxed,
@@ -119,6 +119,6 @@ static inline void pawl_metric_gauge_max(enum pawl_metric_gauge id, int64_t v)
 }
 
 /* Bucket bounds in nanoseconds, inclusive; for the snapshot side and tests. */
-void pawl_metrics_bucket_bounds(unsigned idx, uint64_t *lo, uint64_t *hi);
+void pawl__metrics_bucket_bounds(unsigned idx, uint64_t *lo, uint64_t *hi);
 
 #endif

@@ -1,9 +1,9 @@
 /*
- * testctl.c — pawl_test_control: the single door for tests into fault hooks, and the fault
+ * testctl.c — pawl__test_control: the single door for tests into fault hooks, and the fault
  * switches it sets (see testctl.h).
  *
  * The switches are a small table under one mutex: an armed switch lets its first `skip` calls of
- * pawl_fault_sim pass and fails the `fail` calls after them, then frees its entry. `armed` counts
+ * pawl__fault_sim pass and fails the `fail` calls after them, then frees its entry. `armed` counts
  * the live entries so that the modules' calls cost one load while no test armed anything (the
  * only case outside tests). Handlers are function pointers installed by the modules; core knows
  * them only by operation number.
@@ -29,7 +29,7 @@ struct fault_switch {
 
 static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fault_switch faults[FAULT_SLOTS]; /* under fault_mu */
-/* Entries in use. Written under fault_mu; read without it as a hint (see pawl_fault_sim). */
+/* Entries in use. Written under fault_mu; read without it as a hint (see pawl__fault_sim). */
 static atomic_int armed;
 
 /* Relaxed: a test sets it before creating the timers object that reads it, on the same thread. */
@@ -37,7 +37,7 @@ static atomic_int uring_errno;
 
 static _Atomic(pawl_testctl_fn) handlers[PAWL_TESTCTL_OP_END];
 
-int pawl_testctl_uring_errno(void)
+int pawl__testctl_uring_errno(void)
 {
     return atomic_load_explicit(&uring_errno, memory_order_relaxed);
 }
@@ -88,7 +88,7 @@ static int fault_arm(enum pawl_fault f, const void *obj, int skip, int fail)
     return rc;
 }
 
-bool pawl_fault_sim(enum pawl_fault f, const void *obj)
+bool pawl__fault_sim(enum pawl_fault f, const void *obj)
 {
     /* Relaxed: a switch is armed by the test before the work it should fail begins, and that
      * hand-over (a thread start, a queue, a lock) orders the count's increment before this
@@ -111,9 +111,9 @@ bool pawl_fault_sim(enum pawl_fault f, const void *obj)
     return fire;
 }
 
-void pawl_fault_forget(const void *obj)
+void pawl__fault_forget(const void *obj)
 {
-    /* Relaxed: as in pawl_fault_sim; no test arms a switch for an object being freed. */
+    /* Relaxed: as in pawl__fault_sim; no test arms a switch for an object being freed. */
     if (obj == NULL || atomic_load_explicit(&armed, memory_order_relaxed) == 0)
         return;
     pthread_mutex_lock(&fault_mu);
@@ -123,14 +123,14 @@ void pawl_fault_forget(const void *obj)
     pthread_mutex_unlock(&fault_mu);
 }
 
-void pawl_testctl_install(int op, pawl_testctl_fn fn)
+void pawl__testctl_install(int op, pawl_testctl_fn fn)
 {
     PAWL_ASSERT(op > 0 && op < PAWL_TESTCTL_OP_END);
     /* Release: what the module set up before installing is visible to the caller of fn. */
     atomic_store_explicit(&handlers[op], fn, memory_order_release);
 }
 
-int pawl_test_control(int op, ...)
+int pawl__test_control(int op, ...)
 {
     va_list ap;
     int rc = 0;
@@ -154,7 +154,7 @@ int pawl_test_control(int op, ...)
         break;
     }
     default: {
-        /* Acquire: pairs with pawl_testctl_install. */
+        /* Acquire: pairs with pawl__testctl_install. */
         pawl_testctl_fn fn = op > 0 && op < PAWL_TESTCTL_OP_END
                                  ? atomic_load_explicit(&handlers[op], memory_order_acquire)
                                  : NULL;

@@ -4,10 +4,10 @@
  * the public headers and not exported from libpawl.so; tests link the static library.
  *
  * Core calls nothing above it, so the fault switches live here: a test arms a switch for an
- * object through pawl_test_control, and the module that fails asks at the point of failure
- * (pawl_fault_sim, as SQLite's modules call sqlite3FaultSim), keying the switch by the address of
+ * object through pawl__test_control, and the module that fails asks at the point of failure
+ * (pawl__fault_sim, as SQLite's modules call sqlite3FaultSim), keying the switch by the address of
  * its object. An operation that acts on a module's object itself (TOKENS_MEM_STEAL) runs a
- * handler that the module installs when it creates such an object (pawl_testctl_install).
+ * handler that the module installs when it creates such an object (pawl__testctl_install).
  *
  * Each operation names its arguments below. Unknown operations, a NULL object, and an operation
  * whose module has installed no handler return PAWL_EINVAL. A switch armed for an object that
@@ -38,7 +38,7 @@ enum pawl_testctl_op {
 };
 
 /* Run one test-control operation; see enum pawl_testctl_op. 0 or a PAWL_E* code. */
-int pawl_test_control(int op, ...);
+int pawl__test_control(int op, ...);
 
 /* The faults modules simulate, each read by one module. */
 enum pawl_fault {
@@ -50,21 +50,21 @@ enum pawl_fault {
  * The failing module, at the point of failure: true if the switch armed for fault f on obj fires
  * at this call (and counts the call). One relaxed load while no switch is armed anywhere.
  */
-bool pawl_fault_sim(enum pawl_fault f, const void *obj);
+bool pawl__fault_sim(enum pawl_fault f, const void *obj);
 
 /* The module freeing obj: drop obj's switches, so that an object later allocated at the same
  * address starts with none. */
-void pawl_fault_forget(const void *obj);
+void pawl__fault_forget(const void *obj);
 
 /*
- * A module's end of an operation on its own objects: called by pawl_test_control with the
+ * A module's end of an operation on its own objects: called by pawl__test_control with the
  * operation's arguments (read them with va_arg); returns the operation's result. Installing the
  * same handler again is harmless; the handler stays until the process ends.
  */
 typedef int (*pawl_testctl_fn)(va_list ap);
-void pawl_testctl_install(int op, pawl_testctl_fn fn);
+void pawl__testctl_install(int op, pawl_testctl_fn fn);
 
 /* Timers' end of PAWL_TESTCTL_URING_ERRNO: the errno to simulate, or 0. */
-int pawl_testctl_uring_errno(void);
+int pawl__testctl_uring_errno(void);
 
 #endif

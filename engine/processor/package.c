@@ -12,11 +12,13 @@
  * reconciler's wake queues the next step, which resumes the cycle. No worker thread ever waits
  * on a future.
  *
- * Threads: steps run on the workers of the processor's pool; pawl_pkg_schedule and the wakes may be
- * called from any thread. The coordinator (processor.c) creates packages, feeds their inboxes
+ * Threads: steps run on the workers of the processor's pool; pawl__pkg_schedule and the wakes may
+ * be called from any thread. The coordinator (processor.c) creates packages, feeds their inboxes
  * under k->mu and frees them once they are on the done list.
  */
 #include "processor_int.h"
+
+#include "dead_letters.h"
 
 #include "metrics.h"
 #include "mpsc.h"
@@ -110,7 +112,7 @@ static void step_task(struct pawl_task *t, int status)
 
 static void enqueue(struct pawl_processor *p, struct pkg *k)
 {
-    pawl_pool_yield(p->seg_pool, &k->step);
+    pawl__pool_yield(p->seg_pool, &k->step);
 }
 
 /* Mark k queued unless a step is already queued or running; 1 if the caller must queue it. */
@@ -125,20 +127,20 @@ static int claim_schedule(struct pkg *k)
 }
 
 /* Queue k unless a step is already queued or running. */
-void pawl_pkg_schedule(struct pkg *k)
+void pawl__pkg_schedule(struct pkg *k)
 {
     if (claim_schedule(k))
         enqueue(k->p, k);
 }
 
-/* pawl_pkg_schedule for every package of the list from first on (kicked_only: only those the
+/* pawl__pkg_schedule for every package of the list from first on (kicked_only: only those the
  * coordinator marked `kicked`; the marks are cleared), with one submission per 64 packages: the
  * coordinator dispatches a read to many packages at once, and one submission is one wake-up (the
  * woken worker passes it on if there is more), where one per package could wake a worker for
  * each. Called from outside the pool, so the steps go through the pool's injection ring (a batch)
  * while enqueue()'s single steps take its FIFO list; the consumer serves the list first on every
  * fourth take, so neither waits behind the other for long. */
-void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
+void pawl__pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only)
 {
     PAWL_ASSERT_COORD(p);
     struct pawl_task *batch[64];
@@ -162,7 +164,7 @@ void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kic
  * Work packages
  * ------------------------------------------------------------------------------------------ */
 
-struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row)
+struct pkg *pawl__pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row)
 {
     struct pkg *k = pawl_calloc(1, sizeof *k);
     if (k == NULL)
@@ -187,13 +189,11 @@ struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_sta
     return k;
 }
 
-static void dl_clear(struct pkg *k);
-
-void pawl_pkg_free(struct pkg *k)
+void pawl__pkg_free(struct pkg *k)
 {
     PAWL_ASSERT(k->rtxn == NULL); /* a retry ends before its package can finish */
     pawl_dead_letters_free(k->rrows);
-    dl_clear(k);
+    pawl__dl_clear(k);
     pawl_free(k->parked);
     pawl_event_batch_fini(&k->work);
     pawl_event_batch_fini(&k->readbuf);
@@ -226,7 +226,7 @@ static int store_failed(struct pkg *k, int rc)
 /* The trigger's wake (a request arrived): schedule a step (never run it here). */
 static void pkg_trigger_wake(void *arg)
 {
-    pawl_pkg_schedule(arg);
+    pawl__pkg_schedule(arg);
 }
 
 /* The reconciler's wake (every awaited future completed): resume at the next step. */
@@ -249,12 +249,12 @@ static void pkg_finish(struct pkg *k, int rc)
     struct pawl_processor *p = k->p;
     if (k->trigger) {
         /* Inert first: after this no wake can reach k. */
-        pawl_trigger_invalidate(k->trigger);
-        pawl_trigger_free(k->trigger);
+        pawl__trigger_invalidate(k->trigger);
+        pawl__trigger_free(k->trigger);
         k->trigger = NULL;
     }
     if (k->rec_ready) {
-        pawl_reconcile_fini(&k->rec);
+        pawl__reconcile_fini(&k->rec);
         k->rec_ready = 0;
     }
     set_doing(k, PAWL_SEG_STORE);
@@ -288,226 +288,28 @@ static void pkg_finish(struct pkg *k, int rc)
 static int pkg_claimed(struct pkg *k)
 {
     struct pawl_processor *p = k->p;
-    k->trigger = pawl_trigger_new(pkg_trigger_wake, k);
+    k->trigger = pawl__trigger_new(pkg_trigger_wake, k);
     if (k->trigger == NULL)
         return PAWL_ENOMEM;
     int rc =
-        pawl_reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake, k);
+        pawl__reconcile_init(&k->rec, p->units, p->nunits, NULL, p->pool, p->timers, pkg_wake, k);
     if (rc)
         return rc;
-    rc = pawl_reconcile_claimed(&k->rec, k->seg, k->trigger, k->token);
+    rc = pawl__reconcile_claimed(&k->rec, k->seg, k->trigger, k->token);
     if (rc) {
         PAWL_WARN(MOD, "%s: segment %u: claim refused: %s", p->name, k->seg.id,
-                  pawl_reconcile_error(&k->rec));
-        pawl_reconcile_fini(&k->rec);
+                  pawl__reconcile_error(&k->rec));
+        pawl__reconcile_fini(&k->rec);
         return rc;
     }
     k->rec_ready = 1;
     return 0;
 }
 
-/* Copy src into dst (size n > 0), cut to fit and always terminated. */
-static void copy_str(char *dst, size_t n, const char *src)
-{
-    size_t len = strlen(src);
-    if (len >= n)
-        len = n - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 /* ---------------------------------------------------------------------------------------------
- * Dead letters (pawl/processor.h). A package keeps the parked streams of its segment; the
- * processor keeps the attempts of failed events (p->att, under p->mu), which outlive a package.
+ * A unit's blame, and the dead-letter steps: loading the segment's parked streams, retrying a
+ * stream, a named event's attempt. The tables they consult are in dead_letters.c.
  * ------------------------------------------------------------------------------------------ */
-
-static struct dl_stream *dl_find(struct pkg *k, const char *id, uint32_t h)
-{
-    for (size_t i = 0; i < k->nparked; i++)
-        if (k->parked[i].hash == h && strcmp(k->parked[i].id, id) == 0)
-            return &k->parked[i];
-    return NULL;
-}
-
-static void dl_gauge(struct pkg *k, int64_t delta)
-{
-    atomic_fetch_add_explicit(&k->p->st_parked_now, delta, memory_order_relaxed);
-    pawl_metric_gauge_add(PAWL_G_DEAD_STREAMS, delta);
-}
-
-static void dl_clear(struct pkg *k)
-{
-    for (size_t i = 0; i < k->nparked; i++)
-        pawl_free(k->parked[i].id);
-    if (k->nparked)
-        dl_gauge(k, -(int64_t)k->nparked);
-    k->nparked = 0;
-}
-
-static int dl_add(struct pkg *k, const char *id, uint32_t h, int64_t first)
-{
-    if (k->nparked == k->parked_cap) {
-        size_t cap = k->parked_cap ? k->parked_cap * 2 : 8;
-        struct dl_stream *n = pawl_realloc(k->parked, cap * sizeof *n);
-        if (n == NULL)
-            return PAWL_ENOMEM;
-        k->parked = n;
-        k->parked_cap = cap;
-    }
-    char *copy = pawl_strdup(id);
-    if (copy == NULL)
-        return PAWL_ENOMEM;
-    k->parked[k->nparked++] = (struct dl_stream){h, first, copy};
-    dl_gauge(k, 1);
-    return 0;
-}
-
-static void dl_remove(struct pkg *k, struct dl_stream *d)
-{
-    pawl_free(d->id);
-    *d = k->parked[--k->nparked];
-    dl_gauge(k, -1);
-}
-
-/* Under p->mu: the attempts entry of event index, or NULL. */
-static struct dl_attempt *att_find_locked(struct pawl_processor *p, int64_t index)
-{
-    PAWL_ASSERT(pawl_mutex_locked(&p->mu));
-    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
-    for (size_t i = 0; i < n; i++)
-        if (p->att[i].index == index)
-            return &p->att[i];
-    return NULL;
-}
-
-/* The batch committed through end: its letters count, and failed events it covered are done. */
-static void dl_batch_committed(struct pkg *k, int64_t end)
-{
-    struct pawl_processor *p = k->p;
-    if (k->batch_letters) {
-        atomic_fetch_add_explicit(&p->st_letters, k->batch_letters, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->st_dead_streams, k->batch_new_streams, memory_order_relaxed);
-        pawl_metric_add(PAWL_M_DEAD_LETTERS, k->batch_letters);
-    }
-    k->batch_letters = 0;
-    k->batch_new_streams = 0;
-    if (atomic_load_explicit(&p->natt, memory_order_relaxed) == 0)
-        return;
-    pthread_mutex_lock(&p->mu);
-    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
-    for (size_t i = 0; i < n;) {
-        if (p->att[i].index <= end && pawl_segment_contains(k->seg, p->att[i].hash))
-            p->att[i] = p->att[--n];
-        else
-            i++;
-    }
-    atomic_store_explicit(&p->natt, n, memory_order_relaxed);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* A handler failed on e with rc (the batch is rolled back): count the attempt. Returns
- * PKG_RERUN when e is to be parked now (handle the batch again at once), else rc. */
-#define PKG_RERUN 1
-static int dl_failed(struct pkg *k, const struct pawl_event *e, int rc)
-{
-    struct pawl_processor *p = k->p;
-    int park = 0;
-    pthread_mutex_lock(&p->mu);
-    struct dl_attempt *a = att_find_locked(p, e->index);
-    size_t n = atomic_load_explicit(&p->natt, memory_order_relaxed);
-    if (a == NULL && n == p->att_cap) {
-        size_t cap = p->att_cap ? p->att_cap * 2 : 16;
-        struct dl_attempt *na = pawl_realloc(p->att, cap * sizeof *na);
-        if (na) {
-            p->att = na;
-            p->att_cap = cap;
-        }
-    }
-    if (a == NULL && n < p->att_cap) {
-        a = &p->att[n];
-        memset(a, 0, sizeof *a);
-        a->index = e->index;
-        a->hash = pawl_stream_hash(e->stream_id);
-        a->first_us = pawl_wall_us();
-        copy_str(a->first_err, sizeof a->first_err, k->lasterr);
-        atomic_store_explicit(&p->natt, n + 1, memory_order_relaxed);
-    }
-    if (a) {
-        a->attempts++;
-        a->poison |= rc == PAWL_EPOISON;
-        copy_str(a->last_err, sizeof a->last_err, k->lasterr);
-        park = a->poison || a->attempts >= p->o.dead_letter_attempts;
-    }
-    pthread_mutex_unlock(&p->mu);
-    return park ? PKG_RERUN : rc;
-}
-
-/*
- * Before handing e to the handlers: park it if its stream is parked (from its first letter on)
- * or if it failed past the policy. Returns 1 (parked into txn), 0 (handle it), or an error.
- */
-static int dl_maybe_park(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e)
-{
-    struct pawl_processor *p = k->p;
-    struct pawl_dead_letter l;
-    memset(&l, 0, sizeof l);
-    l.ev = *e;
-    l.seg = k->seg;
-    l.first_error = "";
-    l.last_error = "";
-    uint32_t h = 0;
-    struct dl_stream *d = NULL;
-    if (k->nparked) {
-        h = pawl_stream_hash(e->stream_id);
-        d = dl_find(k, e->stream_id, h);
-    }
-    int own = 0;
-    struct dl_attempt a;
-    if (d && e->index > d->first) {
-        l.behind = d->first;
-    } else if (d && e->index == d->first) {
-        own = 1; /* a replay of the letter itself: parked already, left alone by the store */
-    } else if (atomic_load_explicit(&p->natt, memory_order_relaxed)) {
-        pthread_mutex_lock(&p->mu);
-        struct dl_attempt *f = att_find_locked(p, e->index);
-        if (f)
-            a = *f;
-        pthread_mutex_unlock(&p->mu);
-        if (f == NULL || !(a.poison || a.attempts >= p->o.dead_letter_attempts))
-            return 0;
-        own = 1;
-        l.attempts = a.attempts;
-        l.first_error = a.first_err;
-        l.last_error = a.last_err;
-        l.first_failed_us = a.first_us;
-    } else {
-        return 0;
-    }
-    if (d == NULL && !k->nparked)
-        h = pawl_stream_hash(e->stream_id);
-    int rc = txn->ops->park ? txn->ops->park(txn, &l) : PAWL_ENOTSUP;
-    if (rc)
-        return rc;
-    k->batch_letters++;
-    if (own && d == NULL) {
-        rc = dl_add(k, e->stream_id, h, e->index);
-        if (rc)
-            return rc;
-        k->batch_new_streams++;
-        char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)], why[1024];
-        PAWL_WARN(MOD, "%s: segment %u: stream %s parked at event %lld after %u attempt%s: %s",
-                  p->name, k->seg.id, pawl_printable_str(e->stream_id, sid, sizeof sid),
-                  (long long)e->index, l.attempts, l.attempts == 1 ? "" : "s",
-                  pawl_printable_str(l.last_error, why, sizeof why));
-    }
-    for (size_t i = 0; i < p->nunits; i++)
-        if (p->units[i].ckpt->on_event_parked)
-            p->units[i].ckpt->on_event_parked(p->units[i].self, k->seg, e);
-    return 1;
-}
-
-static int run_handlers(struct pkg *k, struct pawl_txn *txn, const struct pawl_event *e, size_t pos,
-                        int dead_letter);
 
 /* Take the units' blame (under k->mu): the event index (0: none), its code and why. */
 static int64_t blame_take(struct pkg *k, int *code, char *why, size_t whylen)
@@ -553,14 +355,6 @@ int pawl_processor_event_failed(struct pawl_processor *p, struct pawl_segment se
     return rc;
 }
 
-/* The open batch rolled back: forget the parked streams it added (their letters went with it;
- * the batch handled again parks them again, with their attempts). */
-static void dl_batch_rolled_back(struct pkg *k)
-{
-    while (k->nparked > k->batch_parked0)
-        dl_remove(k, &k->parked[k->nparked - 1]);
-}
-
 /*
  * The units failed the checkpoint of the batch of n events at work_pos (rolled back already).
  * When a unit named one of them (pawl_processor_event_failed), the events before it are handled:
@@ -586,14 +380,14 @@ static int dl_blamed(struct pkg *k, size_t n)
                   p->name, k->seg.id, (long long)index);
         return PAWL_ECHECKPOINT;
     }
-    dl_batch_rolled_back(k);
+    pawl__dl_batch_rolled_back(k);
     char sid[PAWL_PRINTABLE_SIZE(PAWL_STREAM_ID_MAX)], shown[1024];
     PAWL_WARN(MOD, "%s: segment %u: event %lld (%s) failed: %s%s%s", p->name, k->seg.id,
               (long long)index, pawl_printable_str(e->stream_id, sid, sizeof sid),
               pawl_strerror(code), why[0] ? ": " : "",
               pawl_printable_str(why, shown, sizeof shown));
     copy_str(k->lasterr, sizeof k->lasterr, why[0] ? why : pawl_strerror(code));
-    if (p->o.dead_letter_attempts && dl_failed(k, e, code) == PKG_RERUN)
+    if (p->o.dead_letter_attempts && pawl__dl_failed(k, e, code) == PKG_RERUN)
         return PKG_RERUN;
     k->dl_cut = index;
     k->dl_cut_rc = code;
@@ -663,8 +457,8 @@ static int dl_retry_stream(struct pkg *k, const char *stream)
      * included. Its result is not stored: a retry leaves the token alone. */
     blame_clear(k);
     int64_t ignored = PAWL_RECONCILE_NOTHING;
-    rc = pawl_reconcile_checkpoint(&k->rec, k->seg, k->consumed, k->consumed - 1, k->consumed,
-                                   &ignored);
+    rc = pawl__reconcile_checkpoint(&k->rec, k->seg, k->consumed, k->consumed - 1, k->consumed,
+                                    &ignored);
     if (rc == PAWL_EAGAIN) {
         PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RETRY */
         k->phase = PH_RETRY;
@@ -702,7 +496,7 @@ static int dl_retry_end(struct pkg *k, int rc)
         if (index != 0 && rows[at].ev.index == index)
             copy_str(k->lasterr, sizeof k->lasterr, why[0] ? why : pawl_strerror(code));
         else
-            copy_str(k->lasterr, sizeof k->lasterr, pawl_reconcile_error(&k->rec));
+            copy_str(k->lasterr, sizeof k->lasterr, pawl__reconcile_error(&k->rec));
         txn->ops->rollback(txn);
         char shown[1024];
         PAWL_WARN(MOD,
@@ -724,11 +518,7 @@ static int dl_retry_end(struct pkg *k, int rc)
     set_doing(k, PAWL_SEG_STORE);
     rc = store_failed(k, txn->ops->commit(txn));
     if (rc == 0) {
-        struct dl_stream *d = dl_find(k, stream, pawl_stream_hash(stream));
-        if (d)
-            dl_remove(k, d);
-        atomic_fetch_add_explicit(&p->st_retried, n, memory_order_relaxed);
-        pawl_metric_add(PAWL_M_DEAD_LETTERS_RETRIED, n);
+        pawl__dl_unparked(k, stream, n);
         PAWL_INFO(MOD, "%s: segment %u: stream %s retried: %zu letter%s handled, it flows again",
                   p->name, k->seg.id, sid, n, n == 1 ? "" : "s");
     }
@@ -758,9 +548,7 @@ static int dl_service(struct pkg *k)
                   t->ops->errmsg(t));
         return rc;
     }
-    dl_clear(k);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = dl_add(k, rows[i].stream_id, pawl_stream_hash(rows[i].stream_id), rows[i].first_index);
+    rc = pawl__dl_load(k, rows, n);
     k->dl_loaded = rc == 0;
     k->dl_checked_ns = now;
     for (size_t i = 0; i < n && rc == 0; i++)
@@ -790,7 +578,7 @@ static void batch_done(struct pkg *k, int64_t end, int64_t stored, size_t n, siz
     if (end > k->consumed)
         k->consumed = end;
     if (p->o.dead_letter_attempts)
-        dl_batch_committed(k, end);
+        pawl__dl_batch_committed(k, end);
     if (n > 0) {
         k->had_success = 1;
         atomic_fetch_add_explicit(&p->st_events, handled, memory_order_relaxed);
@@ -856,7 +644,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
         return ckpt_commit(k, txn, end > k->token ? end : PAWL_RECONCILE_NOTHING, end, n, handled,
                            stmts == 0);
     int64_t req = PAWL_RECONCILE_NOTHING, pending;
-    int asked = pawl_trigger_take(k->trigger, end, &pending);
+    int asked = pawl__trigger_take(k->trigger, end, &pending);
     if (asked)
         req = pending;
     if (p->mode == PAWL_CKPT_AUTO && end > req)
@@ -868,7 +656,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     int64_t to_store = PAWL_RECONCILE_NOTHING;
     k->ckpt_start_ns = pawl_now_ns();
     blame_clear(k);
-    int rc = pawl_reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
+    int rc = pawl__reconcile_checkpoint(&k->rec, k->seg, req, k->token, end, &to_store);
     if (rc != PAWL_EAGAIN)
         pawl_metric_hist_record(PAWL_H_CHECKPOINT_WAIT, pawl_now_ns() - k->ckpt_start_ns);
     if (rc == PAWL_EAGAIN) {
@@ -884,7 +672,7 @@ static int commit_cycle(struct pkg *k, struct pawl_txn *txn, int64_t end, size_t
     }
     if (rc) {
         PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", p->name, k->seg.id,
-                  pawl_reconcile_error(&k->rec));
+                  pawl__reconcile_error(&k->rec));
         txn->ops->rollback(txn);
         return dl_blamed(k, n); /* PKG_RERUN or PAWL_ECHECKPOINT */
     }
@@ -941,9 +729,9 @@ static int pkg_release(struct pkg *k, int rc_final)
         return 0;
     }
     /* No further requests: the trigger goes inert before the units are asked. */
-    pawl_trigger_invalidate(k->trigger);
+    pawl__trigger_invalidate(k->trigger);
     int64_t to_store = PAWL_RECONCILE_NOTHING;
-    int rc = pawl_reconcile_release(&k->rec, k->seg, k->consumed, k->token, &to_store);
+    int rc = pawl__reconcile_release(&k->rec, k->seg, k->consumed, k->token, &to_store);
     if (rc == PAWL_EAGAIN) {
         PAWL_ASSERT(k->phase == PH_NONE); /* PH_NONE -> PH_RELEASE */
         k->phase = PH_RELEASE;
@@ -953,7 +741,7 @@ static int pkg_release(struct pkg *k, int rc_final)
     }
     if (rc)
         PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
-                  pawl_reconcile_error(&k->rec));
+                  pawl__reconcile_error(&k->rec));
     release_store_finish(k, to_store, rc_final);
     return 0;
 }
@@ -1138,10 +926,10 @@ static int pkg_batch(struct pkg *k)
             continue;
         if (dl) {
             /* A parked stream's later events, and an event past the policy, are parked. */
-            rc = dl_maybe_park(k, txn, e);
+            rc = pawl__dl_maybe_park(k, txn, e);
             if (rc < 0) {
                 txn->ops->rollback(txn);
-                dl_batch_rolled_back(k);
+                pawl__dl_batch_rolled_back(k);
                 return rc;
             }
             if (rc == 1)
@@ -1150,10 +938,10 @@ static int pkg_batch(struct pkg *k)
         rc = run_handlers(k, &ct.base, e, i, 0);
         if (rc) {
             txn->ops->rollback(txn);
-            dl_batch_rolled_back(k);
+            pawl__dl_batch_rolled_back(k);
             /* With a dead-letter policy: count the attempt; past it, handle the batch again
              * at once with the event parked (PKG_RERUN), else fail as usual. */
-            return dl ? dl_failed(k, e, rc) : rc;
+            return dl ? pawl__dl_failed(k, e, rc) : rc;
         }
         handled++;
     }
@@ -1205,7 +993,7 @@ static int pkg_more_locked(struct pkg *k)
     return k->woken || k->work_pos < k->work.n || k->inbox.n > 0 || !k->attached ||
            atomic_load_explicit(&k->release_req, memory_order_relaxed) ||
            atomic_load_explicit(&k->lost, memory_order_relaxed) ||
-           (k->trigger && k->phase == PH_NONE && pawl_trigger_ready(k->trigger, k->consumed));
+           (k->trigger && k->phase == PH_NONE && pawl__trigger_ready(k->trigger, k->consumed));
 }
 
 /* End a step: queue the next one if there is work, else go idle. */
@@ -1248,7 +1036,7 @@ static void pkg_resume(struct pkg *k)
         return;
     }
     int64_t to_store = PAWL_RECONCILE_NOTHING;
-    int rc = pawl_reconcile_resume(&k->rec, &to_store);
+    int rc = pawl__reconcile_resume(&k->rec, &to_store);
     if (rc == PAWL_EAGAIN) {
         pkg_end_step(k, 1);
         return;
@@ -1257,7 +1045,7 @@ static void pkg_resume(struct pkg *k)
         k->phase = PH_NONE;
         if (rc)
             PAWL_INFO(MOD, "%s: segment %u: release: %s", k->p->name, k->seg.id,
-                      pawl_reconcile_error(&k->rec));
+                      pawl__reconcile_error(&k->rec));
         release_store_finish(k, to_store, k->prc);
         return;
     }
@@ -1279,7 +1067,7 @@ static void pkg_resume(struct pkg *k)
     k->phase = PH_NONE;
     if (rc) {
         PAWL_WARN(MOD, "%s: segment %u: checkpoint failed: %s", k->p->name, k->seg.id,
-                  pawl_reconcile_error(&k->rec));
+                  pawl__reconcile_error(&k->rec));
         txn->ops->rollback(txn);
         rc = dl_blamed(k, k->pn);
     } else {
@@ -1323,8 +1111,8 @@ static void pkg_step(struct pkg *k)
         rc = pkg_claimed(k);
         if (rc) {
             if (k->trigger) {
-                pawl_trigger_invalidate(k->trigger);
-                pawl_trigger_free(k->trigger);
+                pawl__trigger_invalidate(k->trigger);
+                pawl__trigger_free(k->trigger);
                 k->trigger = NULL;
             }
             atomic_fetch_add_explicit(&p->st_failures, 1, memory_order_relaxed);
@@ -1358,7 +1146,7 @@ static void pkg_step(struct pkg *k)
             if (due)
                 rc = store_now(k, k->consumed);
         } else if ((due && p->mode == PAWL_CKPT_AUTO) ||
-                   pawl_trigger_ready(k->trigger, k->consumed)) {
+                   pawl__trigger_ready(k->trigger, k->consumed)) {
             rc = pkg_idle_cycle(k);
         }
     }

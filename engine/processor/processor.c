@@ -1,7 +1,8 @@
 /*
  * processor.c — the pooled streaming processor: coordinator, claims, claim extension, back-off
- * and rebalancing, life cycle and administration. The work packages live in package.c; the
- * structures both share, in processor_int.h.
+ * and rebalancing, life cycle and administration. The work packages live in package.c, the
+ * dead-letter tables and their administration in dead_letters.c; the structures they share, in
+ * processor_int.h.
  *
  * Threads and who owns what:
  *   - The coordinator thread owns the list of work packages. It runs the claim cycle (claim up
@@ -14,7 +15,7 @@
  *   - The segment workers are a runtime work-stealing pool of opts.threads workers ("pawl-seg").
  *     A package step is a pool task. One step handles one batch in one transaction; a package
  *     is queued at most once at a time and after each batch re-submits itself through the
- *     pool's injection queue (pawl_pool_yield), not onto its worker's own deque: the deque's
+ *     pool's injection queue (pawl__pool_yield), not onto its worker's own deque: the deque's
  *     owner end is LIFO, so a busy segment re-pushed there would run again before the segments
  *     queued behind it. Through the injection queue a segment's batches never overlap, its
  *     events stay in index order, every segment with work gets its turn, and a worker that
@@ -40,7 +41,7 @@
  * doubles up to backoff_max_ms and resets after the next successful batch.
  *
  * Checkpoint protocol (pawl/checkpoint.h). The mode follows from the handlers. In auto and
- * deferred mode each claim gets a trigger and a reconciler (engine/reconcile.h); the commit
+ * deferred mode each claim gets a trigger and a reconciler (reconcile.h); the commit
  * cycle asks the units, and while their futures are pending the package is parked with its
  * batch transaction open (no thread waits; the reconciler's wake queues the next step). A
  * release (stop, rebalancing, split/merge, abort) makes the trigger inert, reconciles the
@@ -129,7 +130,7 @@ static int check_opts(const struct pawl_processor_opts *o)
         PAWL_ERROR(MOD, "node id must be 1..%d characters of [A-Za-z0-9_.:-]", PAWL_OWNER_MAX);
         return PAWL_EINVAL;
     }
-    if (!pawl_segment_count_valid(o->segments)) {
+    if (!pawl__segment_count_valid(o->segments)) {
         PAWL_ERROR(MOD, "segments = %u must be a power of two in 1..65536", o->segments);
         return PAWL_ERANGE;
     }
@@ -212,7 +213,7 @@ static void reap_locked(struct pawl_processor *p)
         /* A stopping processor claims nothing again: no back-off (nor its "retrying" line). */
         if (k->failed && !p->stopping)
             backoff_fail(p, k->seg.id, k->had_success);
-        pawl_pkg_free(k);
+        pawl__pkg_free(k);
     }
 }
 
@@ -282,7 +283,7 @@ static struct pkg *find_pkg(struct pawl_processor *p, uint32_t seg_id)
 static void request_release(struct pkg *k)
 {
     atomic_store_explicit(&k->release_req, 1, memory_order_relaxed);
-    pawl_pkg_schedule(k);
+    pawl__pkg_schedule(k);
 }
 
 static int admin_involves(struct pawl_processor *p, uint32_t seg_id)
@@ -312,7 +313,7 @@ static void pkg_start(struct pawl_processor *p, struct pkg *k)
     k->attached = k->queued_pos >= p->R;
     pthread_mutex_unlock(&k->mu);
     pthread_mutex_unlock(&p->dispatch_mu);
-    pawl_pkg_schedule(k);
+    pawl__pkg_schedule(k);
 }
 
 static void claim_cycle(struct pawl_processor *p)
@@ -380,7 +381,7 @@ static void claim_cycle(struct pawl_processor *p)
                       t->ops->errmsg(t));
             break;
         }
-        struct pkg *k = pawl_pkg_new(p, &row);
+        struct pkg *k = pawl__pkg_new(p, &row);
         if (k == NULL) {
             t->ops->release(t, p->name, row.seg.id, p->node);
             break;
@@ -516,7 +517,7 @@ static int coord_read(struct pawl_processor *p, int *held)
      * sooner than the claim cycle's nudge brings them; a step each would cost a wake-up per
      * package per read. In the checkpoint modes every package is woken, as a trigger may now be
      * ready at the new position. */
-    pawl_pkg_schedule_list(p, p->pkgs, p->mode == PAWL_CKPT_PLAIN);
+    pawl__pkg_schedule_list(p, p->pkgs, p->mode == PAWL_CKPT_PLAIN);
     return 1;
 }
 
@@ -546,7 +547,7 @@ static void *coord_main(void *arg)
                 released_all = 1;
             }
             if (p->done == NULL)
-                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000LL);
+                pawl__timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, 50 * 1000000LL);
             pthread_mutex_unlock(&p->mu);
             continue;
         }
@@ -558,7 +559,7 @@ static void *coord_main(void *arg)
             claim_cycle(p);
             /* Claim cycles also nudge idle packages, so they advance their stored token. */
             pthread_mutex_lock(&p->mu);
-            pawl_pkg_schedule_list(p, p->pkgs, 0);
+            pawl__pkg_schedule_list(p, p->pkgs, 0);
             pthread_mutex_unlock(&p->mu);
             next_claim = now + (int64_t)p->o.claim_poll_ms * 1000000;
         }
@@ -616,7 +617,7 @@ static void *coord_main(void *arg)
             pthread_mutex_lock(&p->mu);
             if (p->done == NULL && !p->stopping && !p->room &&
                 (p->admin_op == ADMIN_NONE || p->admin_done)) {
-                pawl_timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, wait_ns);
+                pawl__timed_wait(p->timers, &p->mu, &p->cv, CLOCK_REALTIME, wait_ns);
             }
             p->room = 0;
             pthread_mutex_unlock(&p->mu);
@@ -678,7 +679,7 @@ static void *extend_main(void *arg)
                     !atomic_exchange_explicit(&k->lost, 1, memory_order_relaxed)) {
                     PAWL_WARN(MOD, "%s: segment %u: claim taken over by another node", p->name,
                               k->seg.id);
-                    pawl_pkg_schedule(k);
+                    pawl__pkg_schedule(k);
                 }
             }
             pthread_mutex_unlock(&p->mu);
@@ -695,8 +696,8 @@ static void *extend_main(void *arg)
         pthread_mutex_lock(&p->emu);
         if (p->stopped)
             break;
-        pawl_timed_wait(p->timers, &p->emu, &p->ecv, CLOCK_REALTIME,
-                        (int64_t)p->extend_ms * 1000000);
+        pawl__timed_wait(p->timers, &p->emu, &p->ecv, CLOCK_REALTIME,
+                         (int64_t)p->extend_ms * 1000000);
     }
     pthread_mutex_unlock(&p->emu);
     pawl_free(ids);
@@ -831,7 +832,7 @@ int pawl_processor_new(struct pawl_processor **out, const struct pawl_processor_
     memcpy(p->h, handlers, n * sizeof *p->h);
     p->nh = n;
     enum pawl_ckpt_mode mode;
-    rc = pawl_ckpt_mode_detect(p->name, handlers, n, &mode);
+    rc = pawl__ckpt_mode_detect(p->name, handlers, n, &mode);
     if (rc) {
         PAWL_ERROR(MOD, "%s: a checkpointing unit lacks on_checkpoint_advanced", p->name);
         goto fail;
@@ -1165,59 +1166,6 @@ struct pawl_subscriber {
     struct pawl_handler *h;
     size_t n;
 };
-
-/* ---------------------------------------------------------------------------------------------
- * Dead letters: administration through the token store
- * ------------------------------------------------------------------------------------------ */
-
-int pawl_dead_letters_streams(struct pawl_tokens *tokens, const char *proc,
-                              struct pawl_dead_stream **rows, size_t *n)
-{
-    if (tokens == NULL || proc == NULL || rows == NULL || n == NULL)
-        return PAWL_EINVAL;
-    if (tokens->ops->dl_list == NULL)
-        return PAWL_ENOTSUP;
-    return tokens->ops->dl_list(tokens, proc, rows, n);
-}
-
-int pawl_dead_letters_show(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                           struct pawl_dead_letter **rows, size_t *n)
-{
-    if (tokens == NULL || proc == NULL || rows == NULL || n == NULL)
-        return PAWL_EINVAL;
-    if (tokens->ops->dl_show == NULL)
-        return PAWL_ENOTSUP;
-    return tokens->ops->dl_show(tokens, proc, stream, rows, n);
-}
-
-int pawl_dead_letters_retry(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                            int64_t *letters)
-{
-    if (tokens == NULL || proc == NULL || stream == NULL)
-        return PAWL_EINVAL;
-    if (tokens->ops->dl_retry == NULL)
-        return PAWL_ENOTSUP;
-    int64_t dummy;
-    return tokens->ops->dl_retry(tokens, proc, stream, letters ? letters : &dummy);
-}
-
-int pawl_dead_letters_drop(struct pawl_tokens *tokens, const char *proc, const char *stream,
-                           int64_t up_to, int64_t *dropped)
-{
-    if (tokens == NULL || proc == NULL || stream == NULL)
-        return PAWL_EINVAL;
-    if (up_to < 0)
-        return PAWL_ERANGE;
-    if (tokens->ops->dl_drop == NULL)
-        return PAWL_ENOTSUP;
-    int64_t dummy;
-    return tokens->ops->dl_drop(tokens, proc, stream, up_to, dropped ? dropped : &dummy);
-}
-
-void pawl_dead_letters_free(void *rows)
-{
-    pawl_free(rows);
-}
 
 int pawl_subscriber_new(struct pawl_subscriber **out, const struct pawl_handler *handlers, size_t n)
 {

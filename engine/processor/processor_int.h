@@ -1,7 +1,8 @@
 /*
- * processor_int.h — private declarations shared by the processor's two files: processor.c (the
- * coordinator, claims, claim extension, life cycle, administration) and package.c (work
- * packages, the pool their steps run on, the event context). Never installed.
+ * processor_int.h — private declarations shared by the processor's files: processor.c (the
+ * coordinator, claims, claim extension, life cycle, administration), package.c (work packages,
+ * the pool their steps run on, the event context) and dead_letters.c (the dead-letter tables,
+ * below package.c). Never installed.
  *
  * Ownership and locking are described at the top of processor.c; every field below says which
  * thread may touch it and under which lock.
@@ -17,8 +18,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 enum pkg_state { PKG_RUN = 0, PKG_DONE = 1 };
+
+/* A step's result besides 0 and the PAWL_E* codes: handle the batch again at once (an event was
+ * parked, or a unit named the event it failed). */
+#define PKG_RERUN 1
 
 /* What a package is waiting for between steps (checkpoint modes only). */
 enum pkg_phase {
@@ -248,12 +254,22 @@ static inline int pawl_pkg_has_room(const struct pawl_processor *p, struct pkg *
     return k->inbox.n < p->o.read_ahead / 2 + 1 && k->inbox._used < p->o.read_ahead_bytes / 2;
 }
 
+/* Copy src into dst (size n > 0), cut to fit and always terminated. */
+static inline void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
 /* package.c: a package for a freshly claimed row (NULL when out of memory), and its end. */
-struct pkg *pawl_pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row);
-void pawl_pkg_free(struct pkg *k);
+struct pkg *pawl__pkg_new(struct pawl_processor *p, const struct pawl_segment_status *row);
+void pawl__pkg_free(struct pkg *k);
 /* package.c: queue k's next step unless one is queued or running. Any thread. */
-void pawl_pkg_schedule(struct pkg *k);
-/* package.c: pawl_pkg_schedule for a list of packages in one submission. Coordinator only. */
-void pawl_pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only);
+void pawl__pkg_schedule(struct pkg *k);
+/* package.c: pawl__pkg_schedule for a list of packages in one submission. Coordinator only. */
+void pawl__pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only);
 
 #endif

@@ -37,14 +37,14 @@ struct pawl_reconcile_slot {
     bool bad;              /* failed, or reported something that does not count, this round */
 };
 
-_Thread_local struct pawl_timers *pawl_ckpt_timers_tls_;
+_Thread_local struct pawl_timers *pawl__ckpt_timers_tls;
 
 static void settle(struct pawl_reconcile *r, struct pawl_reconcile_slot *s, struct pawl_future *f);
 static void on_done(void *arg, struct pawl_future *f);
 
-int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
-                        struct pawl_serial *serial, struct pawl_pool *pool,
-                        struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg)
+int pawl__reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
+                         struct pawl_serial *serial, struct pawl_pool *pool,
+                         struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg)
 {
     memset(r, 0, sizeof *r);
     atomic_init(&r->_waiting, 0);
@@ -72,7 +72,7 @@ int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *u
     return 0;
 }
 
-void pawl_reconcile_fini(struct pawl_reconcile *r)
+void pawl__reconcile_fini(struct pawl_reconcile *r)
 {
     if (r == NULL)
         return;
@@ -84,12 +84,12 @@ void pawl_reconcile_fini(struct pawl_reconcile *r)
     r->_n = 0;
 }
 
-const char *pawl_reconcile_error(const struct pawl_reconcile *r)
+const char *pawl__reconcile_error(const struct pawl_reconcile *r)
 {
     return r->_err;
 }
 
-bool pawl_reconcile_busy(const struct pawl_reconcile *r)
+bool pawl__reconcile_busy(const struct pawl_reconcile *r)
 {
     return r->_busy;
 }
@@ -121,12 +121,12 @@ static void ask(struct pawl_reconcile *r, size_t i, int64_t token, bool release_
     s->asked_now = true;
     s->bad = false;
     s->released_cb = release_round && u->ckpt->on_segment_released != NULL;
-    struct pawl_timers *saved = pawl_ckpt_timers_tls_;
-    pawl_ckpt_timers_tls_ = r->_timers;
+    struct pawl_timers *saved = pawl__ckpt_timers_tls;
+    pawl__ckpt_timers_tls = r->_timers;
     struct pawl_future *f = s->released_cb
                                 ? u->ckpt->on_segment_released(u->self, r->_seg, token)
                                 : u->ckpt->on_checkpoint_advanced(u->self, r->_seg, token);
-    pawl_ckpt_timers_tls_ = saved;
+    pawl__ckpt_timers_tls = saved;
     if (f == NULL) {
         s->bad = true;
         set_err(r, "unit '%s' returned no future for segment %u/%u at %lld", unit_name(r, i),
@@ -329,7 +329,7 @@ static int start(struct pawl_reconcile *r, int kind, struct pawl_segment seg, in
     return drive(r, to_store);
 }
 
-int pawl_reconcile_resume(struct pawl_reconcile *r, int64_t *to_store)
+int pawl__reconcile_resume(struct pawl_reconcile *r, int64_t *to_store)
 {
     if (r == NULL || to_store == NULL || !r->_busy)
         return PAWL_EINVAL;
@@ -338,8 +338,8 @@ int pawl_reconcile_resume(struct pawl_reconcile *r, int64_t *to_store)
     return drive(r, to_store);
 }
 
-int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
-                              int64_t stored, int64_t limit, int64_t *to_store)
+int pawl__reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
+                               int64_t stored, int64_t limit, int64_t *to_store)
 {
     if (r == NULL || to_store == NULL || requested < 0 || limit < requested)
         return PAWL_EINVAL;
@@ -354,8 +354,8 @@ int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg,
     return start(r, KIND_CHECKPOINT, seg, requested, stored, limit, to_store);
 }
 
-int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
-                           int64_t stored, int64_t *to_store)
+int pawl__reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
+                            int64_t stored, int64_t *to_store)
 {
     if (r == NULL || to_store == NULL || up_to < 0)
         return PAWL_EINVAL;
@@ -366,18 +366,18 @@ int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, in
     return start(r, KIND_RELEASE, seg, up_to, stored, up_to, to_store);
 }
 
-int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
-                           struct pawl_trigger *trigger, int64_t stored)
+int pawl__reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
+                            struct pawl_trigger *trigger, int64_t stored)
 {
     r->_err[0] = '\0';
     for (size_t i = 0; i < r->_n; i++) {
         const struct pawl_ckpt_unit *u = &r->_units[i];
         if (u->ckpt->on_segment_claimed == NULL)
             continue;
-        struct pawl_timers *saved = pawl_ckpt_timers_tls_;
-        pawl_ckpt_timers_tls_ = r->_timers;
+        struct pawl_timers *saved = pawl__ckpt_timers_tls;
+        pawl__ckpt_timers_tls = r->_timers;
         int rc = u->ckpt->on_segment_claimed(u->self, seg, trigger);
-        pawl_ckpt_timers_tls_ = saved;
+        pawl__ckpt_timers_tls = saved;
         if (rc == 0)
             continue;
         if (rc > 0)
@@ -415,8 +415,8 @@ const char *pawl_ckpt_mode_name(enum pawl_ckpt_mode mode)
     return "?";
 }
 
-int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
-                          enum pawl_ckpt_mode *out)
+int pawl__ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
+                           enum pawl_ckpt_mode *out)
 {
     if (out == NULL || (n > 0 && handlers == NULL))
         return PAWL_EINVAL;
@@ -449,7 +449,7 @@ struct pawl_future *pawl_checkpoint_or_timeout(struct pawl_future *f, int64_t ms
 {
     if (f == NULL)
         return NULL;
-    struct pawl_timers *tm = pawl_ckpt_timers_tls_;
+    struct pawl_timers *tm = pawl__ckpt_timers_tls;
     struct pawl_future *g = NULL;
     if (tm != NULL && ms >= 0)
         g = pawl_future_or_timeout(f, tm, ms);

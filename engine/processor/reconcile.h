@@ -2,7 +2,7 @@
  * reconcile.h — the checkpoint protocol's reconciliation of several checkpointing units to one
  * token, as a non-blocking state machine driven by futures.
  *
- * A segment's worker embeds one struct pawl_reconcile (caller storage, pawl_reconcile_init once
+ * A segment's worker embeds one struct pawl_reconcile (caller storage, pawl__reconcile_init once
  * per claim) and runs at most one cycle at a time on it:
  *
  *   checkpoint  ask every unit on_checkpoint_advanced(requested); when every future has
@@ -24,7 +24,7 @@
  * failed at once, or PAWL_EAGAIN when it waits for futures. Then `wake(arg)` (given to init) is
  * called exactly once, from whatever thread completes the last awaited future's continuation, and
  * possibly before the start call has even returned: it must only schedule the segment's next
- * step (never run it inline). That step calls pawl_reconcile_resume(), which returns the same
+ * step (never run it inline). That step calls pawl__reconcile_resume(), which returns the same
  * three results (a new round may wait again, and wake again). The reconciler itself therefore
  * needs no particular executor: the continuations are tiny tasks on `pool` (or `serial`) that
  * count down and wake.
@@ -37,24 +37,24 @@
  * during the start call must make the worker resume only after that call has returned). The
  * units' futures may be completed from any thread.
  *
- * How a work package drives it (mode from pawl_ckpt_mode_detect at processor creation):
- *   claim    t = pawl_trigger_new(wake, pkg) (wake submits the package's step to its serial);
- *            pawl_reconcile_init(&r, units, n, ...); rc = pawl_reconcile_claimed(&r, seg, t,
+ * How a work package drives it (mode from pawl__ckpt_mode_detect at processor creation):
+ *   claim    t = pawl__trigger_new(wake, pkg) (wake submits the package's step to its serial);
+ *            pawl__reconcile_init(&r, units, n, ...); rc = pawl__reconcile_claimed(&r, seg, t,
  *            stored): on error invalidate/free t, give the claim row back, back off.
  *   batch    handle the events (pawl_ctx_trigger returns t); then
  *              PLAIN     store(batch end), commit;
- *              AUTO      req = batch end; if pawl_trigger_take(t, consumed, &p) req = max(req, p);
- *              DEFERRED  if !pawl_trigger_take(t, consumed, &req): commit without a store;
- *            rc = pawl_reconcile_checkpoint(&r, seg, req, stored, consumed, &to_store);
+ *              AUTO      req = batch end; if pawl__trigger_take(t, consumed, &p) req = max(req, p);
+ *              DEFERRED  if !pawl__trigger_take(t, consumed, &req): commit without a store;
+ *            rc = pawl__reconcile_checkpoint(&r, seg, req, stored, consumed, &to_store);
  *            EAGAIN: park with the transaction open (the step ends; wake schedules a step that
- *            calls pawl_reconcile_resume, and so on); 0: if to_store != NOTHING
+ *            calls pawl__reconcile_resume, and so on); 0: if to_store != NOTHING
  *            store(to_store); commit; ECHECKPOINT: roll back, abort (release, back-off).
  *            AUTO without an explicit request, for a batch that wrote nothing: to_store is
  *            stored only when due (as plain mode's token), else the transaction is rolled back.
- *   idle     the wake step: if pawl_trigger_take(...) open a transaction and run the cycle as
+ *   idle     the wake step: if pawl__trigger_take(...) open a transaction and run the cycle as
  *            above with no events (deferred mode's request while idle).
- *   release  pawl_trigger_invalidate(t) first (no more requests); rc =
- *            pawl_reconcile_release(&r, seg, up_to, stored, &to_store) (wait on EAGAIN); store
+ *   release  pawl__trigger_invalidate(t) first (no more requests); rc =
+ *            pawl__reconcile_release(&r, seg, up_to, stored, &to_store) (wait on EAGAIN); store
  *            to_store if any, in a transaction, while the claim is held; free the claim; fini.
  *            After an abort, up_to is the last consumed position whose batch committed (the
  *            rolled-back batch must be redelivered to ordinary handlers).
@@ -84,7 +84,7 @@ struct pawl_ckpt_unit {
     const struct pawl_checkpointing *ckpt;
 };
 
-/* Called when every future the cycle waits for has completed: schedule pawl_reconcile_resume. */
+/* Called when every future the cycle waits for has completed: schedule pawl__reconcile_resume. */
 typedef void (*pawl_reconcile_wake_fn)(void *arg);
 
 struct pawl_reconcile_slot; /* private */
@@ -118,55 +118,55 @@ struct pawl_reconcile {
  * pawl_checkpoint_or_timeout() called from inside the units' callbacks. Returns 0 or PAWL_ENOMEM
  * / PAWL_EINVAL (a unit without on_checkpoint_advanced).
  */
-int pawl_reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
-                        struct pawl_serial *serial, struct pawl_pool *pool,
-                        struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg);
-void pawl_reconcile_fini(struct pawl_reconcile *r);
+int pawl__reconcile_init(struct pawl_reconcile *r, const struct pawl_ckpt_unit *units, size_t n,
+                         struct pawl_serial *serial, struct pawl_pool *pool,
+                         struct pawl_timers *timers, pawl_reconcile_wake_fn wake, void *arg);
+void pawl__reconcile_fini(struct pawl_reconcile *r);
 
 /*
  * Call every unit's on_segment_claimed(seg, trigger), in order, synchronously. If one fails, the
  * units that had accepted are told the claim is off (on_segment_released(seg, stored), their
  * futures dropped unawaited) and the unit's code is returned, with text naming it in
- * pawl_reconcile_error(r): the caller gives the claim back and retries after its back-off.
+ * pawl__reconcile_error(r): the caller gives the claim back and retries after its back-off.
  */
-int pawl_reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
-                           struct pawl_trigger *trigger, int64_t stored);
-void pawl_reconcile_fini(struct pawl_reconcile *r);
+int pawl__reconcile_claimed(struct pawl_reconcile *r, struct pawl_segment seg,
+                            struct pawl_trigger *trigger, int64_t stored);
+void pawl__reconcile_fini(struct pawl_reconcile *r);
 
 /*
  * A checkpoint cycle for seg: requested (> stored to do anything; <= limit), stored = the stored
  * token, limit = the last consumed token. On 0, *to_store holds the result. PAWL_EBUSY if a cycle
  * is still waiting.
  */
-int pawl_reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
-                              int64_t stored, int64_t limit, int64_t *to_store);
+int pawl__reconcile_checkpoint(struct pawl_reconcile *r, struct pawl_segment seg, int64_t requested,
+                               int64_t stored, int64_t limit, int64_t *to_store);
 
 /*
  * A release cycle for seg with up_to = the last consumed token. Returns 0, PAWL_EAGAIN, or
  * PAWL_ECHECKPOINT (informational: some unit confirmed less; the release goes on). On any result
  * but EAGAIN, *to_store is what to store before freeing the claim (or NOTHING).
  */
-int pawl_reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
-                           int64_t stored, int64_t *to_store);
+int pawl__reconcile_release(struct pawl_reconcile *r, struct pawl_segment seg, int64_t up_to,
+                            int64_t stored, int64_t *to_store);
 
 /* After wake: go on with the cycle. Same returns as the start that began it. */
-int pawl_reconcile_resume(struct pawl_reconcile *r, int64_t *to_store);
+int pawl__reconcile_resume(struct pawl_reconcile *r, int64_t *to_store);
 
 /* The text of the last failure (names the unit); "" when none. Borrowed until the next start. */
-const char *pawl_reconcile_error(const struct pawl_reconcile *r);
+const char *pawl__reconcile_error(const struct pawl_reconcile *r);
 
 /* True while a cycle is under way (started, not yet finished). */
-bool pawl_reconcile_busy(const struct pawl_reconcile *r);
+bool pawl__reconcile_busy(const struct pawl_reconcile *r);
 
 /*
  * The processor's checkpoint mode from its handlers: PAWL_CKPT_PLAIN (no checkpointing unit),
  * PAWL_CKPT_DEFERRED (every handler is one) or PAWL_CKPT_AUTO (a mix; logs one INFO line naming
  * `processor`: the units cannot defer). PAWL_EINVAL when a unit lacks on_checkpoint_advanced.
  */
-int pawl_ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
-                          enum pawl_ckpt_mode *out);
+int pawl__ckpt_mode_detect(const char *processor, const struct pawl_handler *handlers, size_t n,
+                           enum pawl_ckpt_mode *out);
 
 /* The timers pawl_checkpoint_or_timeout() uses on this thread (set around unit callbacks). */
-extern _Thread_local struct pawl_timers *pawl_ckpt_timers_tls_;
+extern _Thread_local struct pawl_timers *pawl__ckpt_timers_tls;
 
 #endif

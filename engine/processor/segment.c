@@ -22,7 +22,7 @@ static inline uint32_t rotl32(uint32_t x, int r)
     return (x << r) | (x >> (32 - r));
 }
 
-uint32_t pawl_murmur3_32(const void *data, size_t len, uint32_t seed)
+uint32_t pawl__murmur3_32(const void *data, size_t len, uint32_t seed)
 {
     const uint8_t *p = data;
     const size_t nblocks = len / 4;
@@ -69,8 +69,8 @@ uint32_t pawl_murmur3_32(const void *data, size_t len, uint32_t seed)
 uint32_t pawl_stream_hash(const char *stream_id)
 {
     if (stream_id == NULL)
-        return pawl_murmur3_32("", 0, 0);
-    return pawl_murmur3_32(stream_id, strlen(stream_id), 0);
+        return pawl__murmur3_32("", 0, 0);
+    return pawl__murmur3_32(stream_id, strlen(stream_id), 0);
 }
 
 static int mask_valid(uint32_t mask)
@@ -83,7 +83,7 @@ int pawl_segment_valid(struct pawl_segment seg)
     return mask_valid(seg.mask) && seg.mask != UINT32_MAX && seg.id <= seg.mask;
 }
 
-int pawl_segment_count_valid(uint32_t n)
+int pawl__segment_count_valid(uint32_t n)
 {
     return n >= 1 && n <= 65536 && (n & (n - 1)) == 0;
 }

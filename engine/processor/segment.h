@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 /* MurmurHash3 x86_32 of len bytes at data with seed. */
-uint32_t pawl_murmur3_32(const void *data, size_t len, uint32_t seed);
+uint32_t pawl__murmur3_32(const void *data, size_t len, uint32_t seed);
 
 /* Non-zero iff s is a power of two in 1..2^16 (an acceptable initial segment count). */
-int pawl_segment_count_valid(uint32_t n);
+int pawl__segment_count_valid(uint32_t n);
 
 #endif

@@ -45,7 +45,7 @@ static int mem_read(struct pawl_source *s, int64_t after, size_t max, struct paw
     struct source_mem *m = from(s);
     int rc = 0;
     pthread_mutex_lock(&m->mu);
-    if (pawl_fault_sim(PAWL_FAULT_SOURCE_MEM_READ, s)) { /* tests: SOURCE_MEM_FAIL_READS */
+    if (pawl__fault_sim(PAWL_FAULT_SOURCE_MEM_READ, s)) { /* tests: SOURCE_MEM_FAIL_READS */
         snprintf(m->err, sizeof m->err, "injected read failure");
         pthread_mutex_unlock(&m->mu);
         return PAWL_ECONN;
@@ -78,7 +78,7 @@ static int mem_wait(struct pawl_source *s, int64_t after, int64_t timeout_ms)
             rc = PAWL_ETIMEDOUT;
             break;
         }
-        pawl_timed_wait(m->timers, &m->mu, &m->cv, CLOCK_MONOTONIC, left);
+        pawl__timed_wait(m->timers, &m->mu, &m->cv, CLOCK_MONOTONIC, left);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -120,7 +120,7 @@ static const char *mem_errmsg(struct pawl_source *s)
 static void mem_free(struct pawl_source *s)
 {
     struct source_mem *m = from(s);
-    pawl_fault_forget(s);
+    pawl__fault_forget(s);
     pawl_timers_free(m->timers); /* nobody waits any more */
     for (size_t i = 0; i < m->nchunks; i++)
         pawl_event_batch_fini(&m->chunks[i]);
@@ -151,7 +151,7 @@ int pawl_source_mem_new(struct pawl_source **out)
         return rc;
     }
     pthread_mutex_init(&m->mu, NULL);
-    pawl_cond_init_monotonic(&m->cv);
+    pawl__cond_init_monotonic(&m->cv);
     *out = &m->base;
     return 0;
 }

@@ -107,7 +107,7 @@ static void del_row(struct tokens_mem *m, struct row *r)
 static int mem_init(struct pawl_tokens *t, const char *proc, uint32_t n, int64_t token)
 {
     struct tokens_mem *m = from(t);
-    if (!pawl_segment_count_valid(n))
+    if (!pawl__segment_count_valid(n))
         return PAWL_EINVAL;
     int rc = 0;
     pthread_mutex_lock(&m->mu);
@@ -324,7 +324,7 @@ static int txn_exec(struct pawl_txn *t, const char *sql, int nparams, const char
     }
     struct stmt *s = &x->stmts[x->n];
     memset(s, 0, sizeof *s);
-    s->sql = pawl_strdup(sql);
+    s->sql = pawl__strdup(sql);
     s->values = nparams ? pawl_calloc((size_t)nparams, sizeof(char *)) : NULL;
     if (s->sql == NULL || (nparams && s->values == NULL)) {
         pawl_free(s->sql);
@@ -335,7 +335,7 @@ static int txn_exec(struct pawl_txn *t, const char *sql, int nparams, const char
     x->n++;
     s->nparams = nparams;
     for (int k = 0; k < nparams; k++) {
-        if (values[k] && (s->values[k] = pawl_strdup(values[k])) == NULL) {
+        if (values[k] && (s->values[k] = pawl__strdup(values[k])) == NULL) {
             x->failed = 1;
             return PAWL_ENOMEM;
         }
@@ -362,7 +362,7 @@ static int txn_commit(struct pawl_txn *t)
     if (x->failed) {
         snprintf(m->err, sizeof m->err, "a statement could not be queued");
         rc = PAWL_ENOMEM;
-    } else if (pawl_fault_sim(PAWL_FAULT_TOKENS_MEM_COMMIT, &m->base)) {
+    } else if (pawl__fault_sim(PAWL_FAULT_TOKENS_MEM_COMMIT, &m->base)) {
         snprintf(m->err, sizeof m->err, "injected commit failure");
         rc = PAWL_ECONN;
     } else if (r == NULL || strcmp(r->st.owner, x->owner) != 0) {
@@ -542,7 +542,7 @@ static const char *mem_errmsg(struct pawl_tokens *t)
 static void mem_free(struct pawl_tokens *t)
 {
     struct tokens_mem *m = from(t);
-    pawl_fault_forget(t);
+    pawl__fault_forget(t);
     pawl_free(m->rows);
     pawl_free(m->nodes);
     pthread_mutex_destroy(&m->mu);
@@ -595,7 +595,7 @@ int pawl_tokens_mem_new(struct pawl_tokens **out)
         return PAWL_ENOMEM;
     m->base.ops = &mem_ops;
     pthread_mutex_init(&m->mu, NULL);
-    pawl_testctl_install(PAWL_TESTCTL_TOKENS_MEM_STEAL, steal);
+    pawl__testctl_install(PAWL_TESTCTL_TOKENS_MEM_STEAL, steal);
     *out = &m->base;
     return 0;
 }

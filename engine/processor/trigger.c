@@ -36,7 +36,7 @@ struct pawl_trigger {
     void *arg;
 };
 
-struct pawl_trigger *pawl_trigger_new(pawl_trigger_wake_fn wake, void *arg)
+struct pawl_trigger *pawl__trigger_new(pawl_trigger_wake_fn wake, void *arg)
 {
     struct pawl_trigger *t = pawl_malloc(sizeof *t);
     if (t == NULL)
@@ -72,11 +72,11 @@ void pawl_trigger_unref(struct pawl_trigger *t)
         pawl_free(t);
 }
 
-void pawl_trigger_free(struct pawl_trigger *t)
+void pawl__trigger_free(struct pawl_trigger *t)
 {
     if (t == NULL)
         return;
-    pawl_trigger_invalidate(t);
+    pawl__trigger_invalidate(t);
     pawl_trigger_unref(t);
 }
 
@@ -127,7 +127,7 @@ int pawl_trigger_is_live(const struct pawl_trigger *t)
              GATE_DEAD);
 }
 
-bool pawl_trigger_take(struct pawl_trigger *t, int64_t consumed, int64_t *out)
+bool pawl__trigger_take(struct pawl_trigger *t, int64_t consumed, int64_t *out)
 {
     /* Seq_cst: re-arm before taking, so a request merged after the exchange below wakes us. */
     atomic_store(&t->armed, 1);
@@ -149,20 +149,20 @@ bool pawl_trigger_take(struct pawl_trigger *t, int64_t consumed, int64_t *out)
     return false;
 }
 
-bool pawl_trigger_has_pending(const struct pawl_trigger *t)
+bool pawl__trigger_has_pending(const struct pawl_trigger *t)
 {
     /* Relaxed: a hint; take() does the ordered exchange. */
     return atomic_load_explicit(&((struct pawl_trigger *)t)->pending, memory_order_relaxed) != NONE;
 }
 
-bool pawl_trigger_ready(const struct pawl_trigger *t, int64_t consumed)
+bool pawl__trigger_ready(const struct pawl_trigger *t, int64_t consumed)
 {
     /* Relaxed: a hint, as in has_pending. */
     int64_t p = atomic_load_explicit(&((struct pawl_trigger *)t)->pending, memory_order_relaxed);
     return p != NONE && (p == PAWL_TOKEN_LATEST || p <= consumed);
 }
 
-void pawl_trigger_invalidate(struct pawl_trigger *t)
+void pawl__trigger_invalidate(struct pawl_trigger *t)
 {
     if (t == NULL)
         return;

@@ -24,7 +24,7 @@
  *     The paper's algorithm is the case C = 1. Moving top by more than C in one CAS would not be
  *     safe: the owner could take a slot inside the thief's range without noticing.
  *   - owner through top vs thieves, and thief vs thief: the CAS on top decides.
- *   - batch steal (pawl_deque_steal_batch): up to half of what the thief saw, in chunks of C per
+ *   - batch steal (pawl__deque_steal_batch): up to half of what the thief saw, in chunks of C per
  *     CAS, bottom re-read (seq_cst) between chunks. The chunk is what makes a fan-out cheap to
  *     split: without it a thief pays one CAS (and one transfer of top's cache line to the
  *     owner's next pop) per task.
@@ -48,7 +48,7 @@ static struct pawl_deque_ring *ring_new(int64_t cap)
     return r;
 }
 
-int pawl_deque_init(struct pawl_deque *d, int64_t capacity)
+int pawl__deque_init(struct pawl_deque *d, int64_t capacity)
 {
     int64_t cap = 2;
     while (cap < capacity)
@@ -58,7 +58,7 @@ int pawl_deque_init(struct pawl_deque *d, int64_t capacity)
     return d->ring ? 0 : PAWL_ENOMEM;
 }
 
-void pawl_deque_fini(struct pawl_deque *d)
+void pawl__deque_fini(struct pawl_deque *d)
 {
     pawl_free(d->ring);
     for (struct pawl_deque_ring *r = d->retired, *n; r; r = n) {
@@ -69,7 +69,7 @@ void pawl_deque_fini(struct pawl_deque *d)
     d->retired = NULL;
 }
 
-void pawl_deque_adopt(struct pawl_deque *d)
+void pawl__deque_adopt(struct pawl_deque *d)
 {
     /* Relaxed: the handover itself is ordered by the join that ended the previous owner. */
     atomic_store_explicit(PAWL_ATOMIC_OF(&d->owner), pawl_thread_tag(), memory_order_relaxed);
@@ -131,7 +131,7 @@ static struct pawl_deque_ring *make_room(struct pawl_deque *d, struct pawl_deque
     return r;
 }
 
-int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
+int pawl__deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n)
 {
     assert_owner(d);
     PAWL_ASSERT(n >= 1);
@@ -155,10 +155,10 @@ int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, i
 /* push when the fast check fails: out of line, so that the common push needs no stack frame. */
 static __attribute__((noinline)) int push_slow(struct pawl_deque *d, struct pawl_task *x)
 {
-    return pawl_deque_push_n_owner(d, &x, 1);
+    return pawl__deque_push_n_owner(d, &x, 1);
 }
 
-int pawl_deque_push_owner(struct pawl_deque *d, struct pawl_task *x)
+int pawl__deque_push_owner(struct pawl_deque *d, struct pawl_task *x)
 {
     assert_owner(d);
     PAWL_ASSERT(x != NULL);
@@ -199,7 +199,7 @@ static struct pawl_task *pop_top(struct pawl_deque *d, struct pawl_deque_ring *r
     return NULL;
 }
 
-struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d)
+struct pawl_task *pawl__deque_pop_owner(struct pawl_deque *d)
 {
     assert_owner(d);
     /* Relaxed: owner-only field. */
@@ -236,14 +236,14 @@ struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d)
     return pop_top(d, r, b + 1, t);
 }
 
-struct pawl_task *pawl_deque_steal(struct pawl_deque *d)
+struct pawl_task *pawl__deque_steal(struct pawl_deque *d)
 {
     struct pawl_task *x;
-    int64_t k = pawl_deque_steal_batch(d, &x, 1);
+    int64_t k = pawl__deque_steal_batch(d, &x, 1);
     return k > 0 ? x : k < 0 ? PAWL_DEQUE_ABORT : NULL;
 }
 
-int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max)
+int64_t pawl__deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max)
 {
     /* Seq_cst loads of top then bottom: pair with pop's seq_cst store of bottom and load of top
      * (see there). The bottom load also acquires push's release: slots and tasks are visible. */
@@ -285,7 +285,7 @@ int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int
     }
 }
 
-int64_t pawl_deque_size(const struct pawl_deque *d)
+int64_t pawl__deque_size(const struct pawl_deque *d)
 {
     /* Relaxed: an estimate for parking decisions; callers fence before relying on it. */
     int64_t b = atomic_load_explicit(PAWL_ATOMIC_OF(&d->bottom), memory_order_relaxed);

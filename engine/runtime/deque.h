@@ -10,7 +10,7 @@
  * fewer queued it takes the oldest through top, as a thief does (so the last PAWL_DEQUE_CHUNK
  * tasks of a deque run oldest first). deque.c has the proof.
  * The ring grows by doubling when full; a replaced ring is kept on a retired list until
- * pawl_deque_fini because a thief may still be reading it (no epoch reclamation needed: at most
+ * pawl__deque_fini because a thief may still be reading it (no epoch reclamation needed: at most
  * log2(max/initial) rings are ever retired). If growing fails, push returns PAWL_ENOMEM and the
  * caller routes the task elsewhere (the pool's injection queue).
  *
@@ -19,8 +19,8 @@
  * bottom <= top_seen (empty) need not read top, which thieves keep writing.
  *
  * Threads, in the names (ConcurrencyKit style): the _owner functions (push, push_n, pop) only
- * from the owning thread; the thieves' pawl_deque_steal / pawl_deque_steal_batch and
- * pawl_deque_size from any thread.
+ * from the owning thread; the thieves' pawl__deque_steal / pawl__deque_steal_batch and
+ * pawl__deque_size from any thread.
  */
 #ifndef PAWL_ENGINE_DEQUE_H
 #define PAWL_ENGINE_DEQUE_H
@@ -53,38 +53,38 @@ struct pawl_deque {
 #define PAWL_DEQUE_ABORT ((struct pawl_task *)1) /* steal lost a race; retry or move on */
 
 /* capacity is rounded up to a power of two (minimum 2). 0 or PAWL_ENOMEM. */
-int pawl_deque_init(struct pawl_deque *d, int64_t capacity);
-void pawl_deque_fini(struct pawl_deque *d);
+int pawl__deque_init(struct pawl_deque *d, int64_t capacity);
+void pawl__deque_fini(struct pawl_deque *d);
 
 /* Make the calling thread the owner: once the previous owner has been joined (a pool's freeing
  * thread cancelling what its workers left). Ownership is asserted in assertion builds only. */
-void pawl_deque_adopt(struct pawl_deque *d);
+void pawl__deque_adopt(struct pawl_deque *d);
 
 /* Owner only. 0, or PAWL_ENOMEM when full and growing failed (t was not queued). */
-int pawl_deque_push_owner(struct pawl_deque *d, struct pawl_task *t);
+int pawl__deque_push_owner(struct pawl_deque *d, struct pawl_task *t);
 
 /*
  * Owner only. Push ts[0..n-1] (n >= 1) in that order, published together with one store of
  * bottom (thieves steal ts[0] first; the owner pops ts[n-1] first). 0, or PAWL_ENOMEM when
  * growing failed (then none of them was queued).
  */
-int pawl_deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
+int pawl__deque_push_n_owner(struct pawl_deque *d, struct pawl_task *const *ts, int64_t n);
 
 /* Owner only. The most recently pushed task while more than PAWL_DEQUE_CHUNK are queued, else
  * the oldest; NULL when empty. */
-struct pawl_task *pawl_deque_pop_owner(struct pawl_deque *d);
+struct pawl_task *pawl__deque_pop_owner(struct pawl_deque *d);
 
 /* Any thread. The oldest task, NULL when empty, or PAWL_DEQUE_ABORT after losing a race. */
-struct pawl_task *pawl_deque_steal(struct pawl_deque *d);
+struct pawl_task *pawl__deque_steal(struct pawl_deque *d);
 
 /*
  * Any thread. Take up to max (>= 1) of the oldest tasks, and at most half of those queued
  * (rounded up), into out[0..] oldest first. The number taken; 0 when empty; -1 when it lost the
  * race for the first one (retry or move on). One CAS on top per PAWL_DEQUE_CHUNK tasks.
  */
-int64_t pawl_deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max);
+int64_t pawl__deque_steal_batch(struct pawl_deque *d, struct pawl_task **out, int64_t max);
 
 /* Any thread. bottom - top, a racy estimate (may be off by the operations in flight). */
-int64_t pawl_deque_size(const struct pawl_deque *d);
+int64_t pawl__deque_size(const struct pawl_deque *d);
 
 #endif

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int pawl_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
+int pawl__futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
     struct timespec ts, *tsp = NULL;
     if (timeout_ns >= 0) {
@@ -25,7 +25,7 @@ int pawl_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns)
     return 0;
 }
 
-int pawl_futex_wake(uint32_t *word, int n)
+int pawl__futex_wake(uint32_t *word, int n)
 {
     long rc = syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
     return rc > 0 ? (int)rc : 0;

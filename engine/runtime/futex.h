@@ -13,9 +13,9 @@
 
 /* Sleep while *word == expected, at most timeout_ns (< 0: no limit). Returns 0 when woken or
  * the word differed, PAWL_ETIMEDOUT on timeout. Any thread. */
-int pawl_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns);
+int pawl__futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns);
 
 /* Wake up to n sleepers on word; returns how many were woken. Any thread. */
-int pawl_futex_wake(uint32_t *word, int n);
+int pawl__futex_wake(uint32_t *word, int n);
 
 #endif

@@ -185,7 +185,7 @@ static bool tc_key_ok;
 /* True while the allocator hooks are libc's: only then may objects be recycled. */
 static inline bool cache_usable(void)
 {
-    return pawl_alloc_.calloc == calloc && pawl_alloc_.free == free;
+    return pawl__alloc.calloc == calloc && pawl__alloc.free == free;
 }
 
 static void free_list(struct cached *o)
@@ -368,7 +368,7 @@ static void future_release(struct pawl_future *f)
     pawl_free(f);
 }
 
-void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st)
+void pawl__future_cache_stats(struct pawl__future_cache_stats *st)
 {
     st->enabled = cache_usable();
     st->thread_objs = tc.ncur + (tc.spare ? MAG_SIZE : 0);
@@ -390,7 +390,7 @@ static void future_release(struct pawl_future *f)
     pawl_free(f);
 }
 
-void pawl_future_cache_stats_(struct pawl_future_cache_stats_ *st)
+void pawl__future_cache_stats(struct pawl__future_cache_stats *st)
 {
     memset(st, 0, sizeof(*st));
 }
@@ -512,7 +512,7 @@ static void finish(struct pawl_future *f, bool give_ref, bool alone)
     if (old & F_WAITERS) {
         /* Release: a waiter that reads 1 here (acquire) also sees the outcome. */
         atomic_store_explicit(PAWL_ATOMIC_OF(&f->wake), 1, memory_order_release);
-        pawl_futex_wake(&f->wake, 0x7fffffff);
+        pawl__futex_wake(&f->wake, 0x7fffffff);
     }
     /* The stack is newest-first; dispatch in registration order. */
     struct cont *list = head_stack(old), *rev = NULL;
@@ -599,7 +599,7 @@ static int fail(struct pawl_future *f, int code, const char *msg, bool give_ref)
     if (claimed_already(f, give_ref, &alone))
         return PAWL_EALREADY;
     f->code = code < 0 ? code : PAWL_EINVAL;
-    f->msg = pawl_strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
+    f->msg = pawl__strdup(msg ? msg : pawl_strerror(f->code)); /* NULL if out of memory: poll
                                                                  falls back to pawl_strerror */
     finish(f, give_ref, alone);
     return 0;
@@ -690,14 +690,14 @@ int pawl_future_on_complete(struct pawl_future *f, struct pawl_serial *ex, struc
     return add_cont(f, ex ? KIND_SERIAL : KIND_POOL, ex, pool, cb, arg);
 }
 
-int pawl_future_on_complete_inline(struct pawl_future *f, pawl_future_cb cb, void *arg)
+int pawl__future_on_complete_inline(struct pawl_future *f, pawl_future_cb cb, void *arg)
 {
     return add_cont(f, KIND_INLINE, NULL, NULL, cb, arg);
 }
 
 int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
 {
-    if (f == NULL || pawl_pool_current() != NULL)
+    if (f == NULL || pawl__pool_current() != NULL)
         return PAWL_EINVAL;
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + timeout_ms * 1000000 : -1;
     /* Acquire: pairs with finish()'s exchange; the outcome is visible once DONE is. */
@@ -716,7 +716,7 @@ int pawl_future_wait(struct pawl_future *f, int64_t timeout_ms)
             if (left <= 0)
                 return pawl_future_done(f) ? 0 : PAWL_ETIMEDOUT;
         }
-        pawl_futex_wait(&f->wake, 0, left);
+        pawl__futex_wait(&f->wake, 0, left);
         /* Acquire: pairs with finish()'s release store of 1 (stored after DONE was published). */
         if (atomic_load_explicit(PAWL_ATOMIC_OF(&f->wake), memory_order_acquire) != 0 ||
             pawl_future_done(f))
@@ -795,7 +795,7 @@ struct pawl_future *pawl_future_all(struct pawl_future *const *fs, size_t n)
     st->min = INT64_MAX;
     st->out = pawl_future_ref(out);
     for (size_t i = 0; i < n; i++) {
-        if (pawl_future_on_complete_inline(fs[i], all_input_done, st) != 0) {
+        if (pawl__future_on_complete_inline(fs[i], all_input_done, st) != 0) {
             /* Out of memory half-way: fail the result; the inputs not registered release their
              * share of the state now. */
             pawl_future_fail(out, PAWL_ENOMEM, "all-of: out of memory registering inputs");
@@ -839,7 +839,7 @@ static void timeout_input_done(void *arg, struct pawl_future *in)
     else
         pawl_future_fail(st->out, code, msg);
     pawl_timer_cancel(st->tm, &st->timer); /* 0 or PAWL_EALREADY: either way we are done */
-    pawl_timer_unhold_(&st->timer);        /* may free st */
+    pawl__timer_unhold(&st->timer);        /* may free st */
 }
 
 static void timeout_fired(struct pawl_timer *t, void *arg, int status)
@@ -875,15 +875,15 @@ struct pawl_future *pawl_future_or_timeout(struct pawl_future *f, struct pawl_ti
     st->out = pawl_future_ref(out);
     pawl_timer_init(&st->timer, timeout_fired, st);
     st->timer._idle_fn = timeout_timer_idle;
-    pawl_timer_hold_(&st->timer); /* the input side's hold, dropped in timeout_input_done */
+    pawl__timer_hold(&st->timer); /* the input side's hold, dropped in timeout_input_done */
     if (pawl_timer_start(tm, &st->timer, ms, 0) != 0) {
         /* Nothing reached the timers thread; our hold kept the hook from running. */
         pawl_future_unref(st->out);
         goto fail;
     }
     /* From here the idle hook owns st. */
-    if (pawl_future_on_complete_inline(f, timeout_input_done, st) != 0)
-        pawl_timer_unhold_(&st->timer); /* out of memory: the timer alone decides */
+    if (pawl__future_on_complete_inline(f, timeout_input_done, st) != 0)
+        pawl__timer_unhold(&st->timer); /* out of memory: the timer alone decides */
     return out;
 fail:
     pawl_free(st);

@@ -68,17 +68,17 @@ struct pawl_ioloop {
 
 static int logged_fallback; /* a refused io_uring: once per process at INFO */
 
-const char *pawl_ioloop_backend(const struct pawl_ioloop *l)
+const char *pawl__ioloop_backend(const struct pawl_ioloop *l)
 {
     return l->backend == BACKEND_URING ? "io_uring" : "epoll";
 }
 
-const char *pawl_ioloop_reason(const struct pawl_ioloop *l)
+const char *pawl__ioloop_reason(const struct pawl_ioloop *l)
 {
     return l->reason;
 }
 
-void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out)
+void pawl__ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *out)
 {
     /* Relaxed: counters the owner bumps; another thread reads an approximate snapshot. */
     out->waits = atomic_load_explicit(PAWL_ATOMIC_OF(&l->st.waits), memory_order_relaxed);
@@ -90,7 +90,7 @@ void pawl_ioloop_stats(const struct pawl_ioloop *l, struct pawl_ioloop_stats *ou
 
 /* ---- wake-up ---- */
 
-void pawl_ioloop_wake(struct pawl_ioloop *l)
+void pawl__ioloop_wake(struct pawl_ioloop *l)
 {
     /* Acq_rel: what the caller published before (a queued request) is ordered before the flag;
      * the owner's clearing exchange acquires it before it looks at its queues. */
@@ -306,7 +306,7 @@ static int epoll_wait_loop(struct pawl_ioloop *l, int64_t deadline_ns, struct pa
 
 /* ---- the interface ---- */
 
-int pawl_ioloop_watch(struct pawl_ioloop *l, unsigned slot, int fd, unsigned events)
+int pawl__ioloop_watch(struct pawl_ioloop *l, unsigned slot, int fd, unsigned events)
 {
     if (slot >= l->nslots)
         return PAWL_EINVAL;
@@ -326,15 +326,15 @@ int pawl_ioloop_watch(struct pawl_ioloop *l, unsigned slot, int fd, unsigned eve
     return epoll_apply(l, slot);
 }
 
-int pawl_ioloop_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_ioev *ev)
+int pawl__ioloop_wait(struct pawl_ioloop *l, int64_t deadline_ns, struct pawl_ioev *ev)
 {
     STAT_ADD(l, waits, 1);
     return l->backend == BACKEND_URING ? uring_wait(l, deadline_ns, ev)
                                        : epoll_wait_loop(l, deadline_ns, ev);
 }
 
-int pawl_ioloop_new(struct pawl_ioloop **out, unsigned nslots, const char *name,
-                    const struct pawl_ioloop_opts *opts)
+int pawl__ioloop_new(struct pawl_ioloop **out, unsigned nslots, const char *name,
+                     const struct pawl_ioloop_opts *opts)
 {
     struct pawl_ioloop_opts o = {.backend = PAWL_TIMER_BACKEND_AUTO};
     if (opts)
@@ -398,10 +398,10 @@ int pawl_ioloop_new(struct pawl_ioloop **out, unsigned nslots, const char *name,
     if (l->backend == BACKEND_EPOLL && o.backend != PAWL_TIMER_BACKEND_EPOLL &&
         atomic_exchange_explicit(PAWL_ATOMIC_OF(&logged_fallback), 1, memory_order_relaxed) == 0)
         PAWL_INFO("ioloop", "%s: I/O loop backend: %s (%s)", name ? name : "",
-                  pawl_ioloop_backend(l), l->reason);
+                  pawl__ioloop_backend(l), l->reason);
     else
         PAWL_DEBUG("ioloop", "%s: I/O loop backend: %s (%s)", name ? name : "",
-                   pawl_ioloop_backend(l), l->reason);
+                   pawl__ioloop_backend(l), l->reason);
     *out = l;
     return 0;
 fail:
@@ -416,7 +416,7 @@ fail:
     return rc;
 }
 
-void pawl_ioloop_free(struct pawl_ioloop *l)
+void pawl__ioloop_free(struct pawl_ioloop *l)
 {
     if (l == NULL)
         return;

@@ -4,7 +4,7 @@
  *
  * Invariant: q->_head is the last node pushed (or the stub); following link fields from q->_tail
  * reaches q->_head, except for one missing link per producer that has exchanged _head but not
- * yet stored its predecessor's link. A chain (pawl_mpsc_push_chain_mp) is linked inside before its
+ * yet stored its predecessor's link. A chain (pawl__mpsc_push_chain_mp) is linked inside before its
  * exchange, so it behaves as one node with a longer body: still one missing link at most. The stub
  * is re-pushed by the consumer whenever it would otherwise have to take the last real node, so a
  * node is only handed out once its successor exists and the consumer never touches a node after
@@ -20,14 +20,14 @@
 
 #include <stddef.h>
 
-void pawl_mpsc_init(struct pawl_mpsc_ *q)
+void pawl__mpsc_init(struct pawl_mpsc_ *q)
 {
     q->_stub = NULL;
     q->_head = &q->_stub;
     q->_tail = &q->_stub;
 }
 
-void pawl_mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last)
+void pawl__mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last)
 {
     PAWL_ASSERT(q != NULL && first != NULL && last != NULL);
     /* Relaxed: the release exchange below publishes this store together with the chain. */
@@ -42,15 +42,15 @@ void pawl_mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last)
     atomic_store_explicit(PAWL_ATOMIC_OF(prev), (void *)first, memory_order_release);
 }
 
-void pawl_mpsc_push_mp(struct pawl_mpsc_ *q, void **node)
+void pawl__mpsc_push_mp(struct pawl_mpsc_ *q, void **node)
 {
-    pawl_mpsc_push_chain_mp(q, node, node);
+    pawl__mpsc_push_chain_mp(q, node, node);
 }
 
-void **pawl_mpsc_pop_sc(struct pawl_mpsc_ *q)
+void **pawl__mpsc_pop_sc(struct pawl_mpsc_ *q)
 {
     void **tail = q->_tail;
-    PAWL_ASSERT(tail != NULL && "pawl_mpsc_pop_sc on a queue that was never initialised");
+    PAWL_ASSERT(tail != NULL && "pawl__mpsc_pop_sc on a queue that was never initialised");
     /* Acquire: pairs with the producer's release link store; the next node's contents follow. */
     void **next = atomic_load_explicit(PAWL_ATOMIC_OF(tail), memory_order_acquire);
     if (tail == &q->_stub) {
@@ -73,7 +73,7 @@ void **pawl_mpsc_pop_sc(struct pawl_mpsc_ *q)
     void **head = atomic_load_explicit(PAWL_ATOMIC_OF(&q->_head), memory_order_acquire);
     if (tail != head)
         return PAWL_MPSC_BUSY;
-    pawl_mpsc_push_mp(q, &q->_stub);
+    pawl__mpsc_push_mp(q, &q->_stub);
     /* Acquire: tail's link is now the stub, or a producer that got in between. */
     next = atomic_load_explicit(PAWL_ATOMIC_OF(tail), memory_order_acquire);
     if (next != NULL) {

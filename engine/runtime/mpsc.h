@@ -12,8 +12,8 @@
  * queue at a time. The queue struct lives in the public header (pawl_mpsc_) because serial
  * executors embed it; it must not be moved once initialised (the stub's address is in it).
  *
- * Threads, in the names (ConcurrencyKit style): the _mp functions (pawl_mpsc_push_mp,
- * pawl_mpsc_push_chain_mp) from any number of producers at once; pawl_mpsc_pop_sc from the one
+ * Threads, in the names (ConcurrencyKit style): the _mp functions (pawl__mpsc_push_mp,
+ * pawl__mpsc_push_chain_mp) from any number of producers at once; pawl__mpsc_pop_sc from the one
  * consumer (or whoever holds the consumer role through an external try-lock).
  *
  * There is deliberately no emptiness test for other threads: the producers' end can be the stub
@@ -29,10 +29,10 @@
 
 #define PAWL_MPSC_BUSY ((void **)1) /* pop: an item is being linked; retry shortly */
 
-void pawl_mpsc_init(struct pawl_mpsc_ *q);
+void pawl__mpsc_init(struct pawl_mpsc_ *q);
 
 /* Append node (the address of its link field). Any thread. */
-void pawl_mpsc_push_mp(struct pawl_mpsc_ *q, void **node);
+void pawl__mpsc_push_mp(struct pawl_mpsc_ *q, void **node);
 
 /*
  * Append the chain first .. last in one step: the caller has already linked it (each node's link
@@ -40,10 +40,10 @@ void pawl_mpsc_push_mp(struct pawl_mpsc_ *q, void **node);
  * is overwritten. The consumer sees the nodes in chain order, and no other producer's node
  * between them. first == last is a single push. Any thread.
  */
-void pawl_mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last);
+void pawl__mpsc_push_chain_mp(struct pawl_mpsc_ *q, void **first, void **last);
 
 /* Take the oldest node: its link address, NULL when empty, or PAWL_MPSC_BUSY. Consumer only. */
-void **pawl_mpsc_pop_sc(struct pawl_mpsc_ *q);
+void **pawl__mpsc_pop_sc(struct pawl_mpsc_ *q);
 
 #define PAWL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

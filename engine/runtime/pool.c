@@ -283,7 +283,7 @@ static inline int64_t injected_estimate(struct pawl_pool *pool)
 static _Thread_local struct worker *tls_worker;
 
 #ifdef PAWL_TSAN_FENCES
-unsigned long pawl_fence_word_;
+unsigned long pawl__fence_word;
 #endif
 
 void pawl_pool_opts_defaults(struct pawl_pool_opts *opts)
@@ -296,7 +296,7 @@ int pawl_pool_current_worker(void)
     return tls_worker ? tls_worker->index : -1;
 }
 
-struct pawl_pool *pawl_pool_current(void)
+struct pawl_pool *pawl__pool_current(void)
 {
     return tls_worker ? tls_worker->pool : NULL;
 }
@@ -363,7 +363,7 @@ static void keep(struct worker *w)
     }
     /* What we hold: the deque and the task in hand, which we are about to run. After each
      * task the deque must be smaller than at the last look, or the tasks are making tasks. */
-    w->kept_size = pawl_deque_size(&w->dq) + 1;
+    w->kept_size = pawl__deque_size(&w->dq) + 1;
 }
 
 /*
@@ -397,7 +397,7 @@ static void wake_one(struct pawl_pool *pool)
         if (atomic_load_explicit(PAWL_ATOMIC_OF(&pool->blocked), memory_order_seq_cst) > 0) {
             /* Relaxed: statistics. */
             atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->wakeups), 1, memory_order_relaxed);
-            if (pawl_futex_wake(&pool->epoch, 1) > 0)
+            if (pawl__futex_wake(&pool->epoch, 1) > 0)
                 return; /* the woken worker clears `waking` on its way out of park() */
         }
         /* Nobody was asleep in the kernel: no worker will leave park() to clear the flag on
@@ -487,7 +487,7 @@ static void inject_chain(struct pawl_pool *pool, struct pawl_task *first, struct
      * worse: the first to leave park() clears `waking` while the second may not have run yet,
      * and every submission until then would issue a futex call that wakes nobody. */
     wake_one(pool);
-    pawl_mpsc_push_chain_mp(&pool->inject, &first->_next, &last->_next);
+    pawl__mpsc_push_chain_mp(&pool->inject, &first->_next, &last->_next);
 }
 
 static void inject_push(struct pawl_pool *pool, struct pawl_task *t)
@@ -616,7 +616,7 @@ static void inject_tasks(struct pawl_pool *pool, struct pawl_task *const *ts, in
     if (ring_push_mp(pool, ts, n))
         return;
     for (int64_t i = 0; i + 1 < n; i++) {
-        /* Relaxed: the chain is published by pawl_mpsc_push_chain_mp's release operations. */
+        /* Relaxed: the chain is published by pawl__mpsc_push_chain_mp's release operations. */
         atomic_store_explicit(PAWL_ATOMIC_OF(&ts[i]->_next), (void *)&ts[i + 1]->_next,
                               memory_order_relaxed);
     }
@@ -847,7 +847,7 @@ int pawl_pool_submit(struct pawl_pool *pool, struct pawl_task *t)
         return PAWL_EINVAL;
     struct worker *w = tls_worker;
     if (w != NULL && w->pool == pool) {
-        if (pawl_deque_push_owner(&w->dq, t) == 0)
+        if (pawl__deque_push_owner(&w->dq, t) == 0)
             notify_own(w);
         else
             inject_push(pool, t); /* our deque is full and cannot grow */
@@ -867,7 +867,7 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
         if (PAWL_UNLIKELY(tasks[i] == NULL || tasks[i]->fn == NULL))
             return PAWL_EINVAL;
     struct worker *w = tls_worker;
-    if (w != NULL && w->pool == pool && pawl_deque_push_n_owner(&w->dq, tasks, (int64_t)n) == 0) {
+    if (w != NULL && w->pool == pool && pawl__deque_push_n_owner(&w->dq, tasks, (int64_t)n) == 0) {
         /* One wake-up check for all of them: a worker we wake finds more left after its
          * first steal and wakes the next (worker_main, steal_any). */
         notify_own(w);
@@ -877,7 +877,7 @@ int pawl_pool_submit_batch(struct pawl_pool *pool, struct pawl_task *const *task
     return 0;
 }
 
-int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t)
+int pawl__pool_yield(struct pawl_pool *pool, struct pawl_task *t)
 {
     inject_push(pool, t);
     return 0;
@@ -914,7 +914,7 @@ static struct pawl_task *take_injected(struct worker *w)
         } else {
             first_from_list = got == 0;
             while (got < want) {
-                void **link = pawl_mpsc_pop_sc(&pool->inject);
+                void **link = pawl__mpsc_pop_sc(&pool->inject);
                 if (link == NULL || link == PAWL_MPSC_BUSY)
                     break;
                 batch[got++] = PAWL_CONTAINER_OF(link, struct pawl_task, _next);
@@ -924,7 +924,7 @@ static struct pawl_task *take_injected(struct worker *w)
         }
     }
     /* All but the first go into our deque with one publication (others may steal them). */
-    if (got > 1 && pawl_deque_push_n_owner(&w->dq, batch + 1, got - 1) != 0) {
+    if (got > 1 && pawl__deque_push_n_owner(&w->dq, batch + 1, got - 1) != 0) {
         /* Our deque is full and cannot grow: back onto the list, counted in there (what came
          * off the list is simply not counted out). */
         /* Relaxed: counted in before the push, as submitters do; we hold the consumer role and
@@ -932,7 +932,7 @@ static struct pawl_task *take_injected(struct worker *w)
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->inject_in),
                                   (got - 1) - (from_list - first_from_list), memory_order_relaxed);
         for (int64_t i = 1; i < got; i++)
-            pawl_mpsc_push_mp(&pool->inject, &batch[i]->_next);
+            pawl__mpsc_push_mp(&pool->inject, &batch[i]->_next);
         from_list = first_from_list;
         got = 1;
     }
@@ -982,14 +982,14 @@ static struct pawl_task *steal_any(struct worker *w)
              * our own deque, so the next ones cost us a local pop instead of another search
              * and steal on the victim's lines (and others can steal them from us). */
             struct pawl_task *got[STEAL_BATCH];
-            int64_t k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+            int64_t k = pawl__deque_steal_batch(&v->dq, got, STEAL_BATCH);
             if (k < 0)
-                k = pawl_deque_steal_batch(&v->dq, got, STEAL_BATCH);
+                k = pawl__deque_steal_batch(&v->dq, got, STEAL_BATCH);
             if (k > 0) {
                 /* Relaxed: a statistics counter with a single writer (see count()). */
                 atomic_store_explicit(PAWL_ATOMIC_OF(&w->steals), w->steals + (uint64_t)k,
                                       memory_order_relaxed);
-                if (k > 1 && pawl_deque_push_n_owner(&w->dq, got + 1, k - 1) != 0) {
+                if (k > 1 && pawl__deque_push_n_owner(&w->dq, got + 1, k - 1) != 0) {
                     /* Our deque is full and cannot grow: the shared queue takes them. */
                     for (int64_t j = 1; j < k; j++)
                         inject_push(pool, got[j]);
@@ -1000,7 +1000,7 @@ static struct pawl_task *steal_any(struct worker *w)
                  * With two workers there is nobody else, so the fence in notify() would be
                  * wasted. */
                 if (n > 2)
-                    pass_on(w, k - 1 + nonneg(pawl_deque_size(&v->dq)));
+                    pass_on(w, k - 1 + nonneg(pawl__deque_size(&v->dq)));
                 return got[0];
             }
         }
@@ -1013,7 +1013,7 @@ static struct pawl_task *find_task(struct worker *w)
     struct pawl_task *t;
     if (++w->tick % 61 == 0 && (t = take_injected(w)) != NULL)
         return t;
-    if ((t = pawl_deque_pop_owner(&w->dq)) != NULL)
+    if ((t = pawl__deque_pop_owner(&w->dq)) != NULL)
         return t;
     if ((t = take_injected(w)) != NULL)
         return t;
@@ -1026,7 +1026,7 @@ static int64_t work_estimate(struct pawl_pool *pool)
 {
     int64_t n = nonneg(injected_estimate(pool));
     for (int i = 0; i < pool->nworkers; i++)
-        n += nonneg(pawl_deque_size(&pool->workers[i].dq));
+        n += nonneg(pawl__deque_size(&pool->workers[i].dq));
     return n;
 }
 
@@ -1092,7 +1092,7 @@ static void park(struct worker *w)
         /* Seq_cst: before the kernel reads epoch (see wake_one): a submitter that reads 0
          * here bumped the epoch first, and the wait returns at once. */
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->blocked), 1, memory_order_seq_cst);
-        pawl_futex_wait(&pool->epoch, e, timeout_ns);
+        pawl__futex_wait(&pool->epoch, e, timeout_ns);
         /* Relaxed: only gates submitters' futex calls; a stale count costs one call. */
         atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&pool->blocked), 1, memory_order_relaxed);
     }
@@ -1135,7 +1135,7 @@ static void *worker_main(void *arg)
                 cost_sample(w, ticks());
             if (w->kept_since != 0) {
                 /* Kept work waited long enough: share it after all (see worth_waking). */
-                int64_t size = pawl_deque_size(&w->dq);
+                int64_t size = pawl__deque_size(&w->dq);
                 if (size <= 0) {
                     w->kept_since = 0;
                 } else if (size >= w->kept_size || (++w->kept_n % KEPT_CLOCK == 1 &&
@@ -1201,7 +1201,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
     if (pool == NULL)
         goto fail;
     pool->raw = raw;
-    pawl_mpsc_init(&pool->inject);
+    pawl__mpsc_init(&pool->inject);
     if (pthread_mutex_init(&pool->spsc_lock, NULL) != 0) {
         pawl_free(raw);
         pool = NULL;
@@ -1223,7 +1223,7 @@ int pawl_pool_new(struct pawl_pool **out, const struct pawl_pool_opts *opts)
         w->index = i;
         w->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
         w->cost = pass_on_ticks;
-        if (pawl_deque_init(&w->dq, o.deque_capacity ? o.deque_capacity : 256) != 0)
+        if (pawl__deque_init(&w->dq, o.deque_capacity ? o.deque_capacity : 256) != 0)
             goto fail;
     }
     for (int i = 0; i < n; i++) {
@@ -1252,12 +1252,12 @@ fail:
             /* Seq_cst: as in pawl_pool_free. */
             atomic_store_explicit(PAWL_ATOMIC_OF(&pool->stop), 1, memory_order_seq_cst);
             atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->epoch), 1, memory_order_seq_cst);
-            pawl_futex_wake(&pool->epoch, n);
+            pawl__futex_wake(&pool->epoch, n);
             for (int i = 0; i < n; i++) {
                 if (pool->workers[i].started)
                     pthread_join(pool->workers[i].thread, NULL);
                 if (pool->workers[i].dq.ring)
-                    pawl_deque_fini(&pool->workers[i].dq);
+                    pawl__deque_fini(&pool->workers[i].dq);
             }
             pawl_free(pool->workers_raw);
         }
@@ -1286,7 +1286,7 @@ void pawl_pool_free(struct pawl_pool *pool)
     /* Seq_cst: the workers' park() re-check must see stop, or see the epoch bump below. */
     atomic_store_explicit(PAWL_ATOMIC_OF(&pool->stop), 1, memory_order_seq_cst);
     atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pool->epoch), 1, memory_order_seq_cst);
-    pawl_futex_wake(&pool->epoch, pool->nworkers);
+    pawl__futex_wake(&pool->epoch, pool->nworkers);
     for (int i = 0; i < pool->nworkers; i++)
         pthread_join(pool->workers[i].thread, NULL);
 
@@ -1299,14 +1299,14 @@ void pawl_pool_free(struct pawl_pool *pool)
         more = 0;
         for (int i = 0; i < pool->nworkers; i++) {
             struct pawl_task *t;
-            pawl_deque_adopt(&pool->workers[i].dq); /* its worker has been joined */
-            while ((t = pawl_deque_pop_owner(&pool->workers[i].dq)) != NULL) {
+            pawl__deque_adopt(&pool->workers[i].dq); /* its worker has been joined */
+            while ((t = pawl__deque_pop_owner(&pool->workers[i].dq)) != NULL) {
                 cancel(pool, t);
                 more = 1;
             }
         }
         for (;;) {
-            void **link = pawl_mpsc_pop_sc(&pool->inject);
+            void **link = pawl__mpsc_pop_sc(&pool->inject);
             if (link == NULL)
                 break;
             if (link == PAWL_MPSC_BUSY) {
@@ -1360,7 +1360,7 @@ void pawl_pool_free(struct pawl_pool *pool)
         PAWL_DEBUG("pool", "shut down; %llu queued tasks cancelled",
                    (unsigned long long)pool->cancelled);
     for (int i = 0; i < pool->nworkers; i++)
-        pawl_deque_fini(&pool->workers[i].dq);
+        pawl__deque_fini(&pool->workers[i].dq);
     pawl_free(pool->workers_raw);
     pawl_free(pool->ring_raw);
     pawl_free(pool->raw);

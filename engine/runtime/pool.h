@@ -12,10 +12,10 @@
  * that it runs after work that is already waiting: serial executors use it to yield after a
  * batch, which keeps one busy executor from starving the others on the same worker.
  */
-int pawl_pool_yield(struct pawl_pool *pool, struct pawl_task *t);
+int pawl__pool_yield(struct pawl_pool *pool, struct pawl_task *t);
 
 /* The pool whose worker the calling thread is, or NULL. */
-struct pawl_pool *pawl_pool_current(void);
+struct pawl_pool *pawl__pool_current(void);
 
 /*
  * A full (seq_cst) fence between a store and a later load, for the Dekker-style hand-shakes of
@@ -31,11 +31,11 @@ struct pawl_pool *pawl_pool_current(void);
 #endif
 #endif
 #ifdef PAWL_TSAN_FENCES
-extern unsigned long pawl_fence_word_;
+extern unsigned long pawl__fence_word;
 static inline void pawl_fence_seq_cst(void)
 {
     /* Seq_cst RMW: totally ordered with every other fence of this kind. */
-    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pawl_fence_word_), 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&pawl__fence_word), 1, memory_order_seq_cst);
 }
 #else
 static inline void pawl_fence_seq_cst(void)

@@ -33,7 +33,7 @@ int pawl_serial_init(struct pawl_serial *s, struct pawl_pool *pool)
     if (s == NULL || pool == NULL)
         return PAWL_EINVAL;
     memset(s, 0, sizeof(*s));
-    pawl_mpsc_init(&s->_q);
+    pawl__mpsc_init(&s->_q);
     s->_pool = pool;
     s->_drain.fn = drain;
     return 0;
@@ -61,7 +61,7 @@ int pawl_serial_submit(struct pawl_serial *s, struct pawl_task *t)
      * scheduled, and the next submitter would schedule a second one). Acq_rel: the acquire
      * side orders us after a drain's final decrement, so a 0 means no drain is scheduled. */
     uint64_t old = atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&s->_count), 1, memory_order_acq_rel);
-    pawl_mpsc_push_mp(&s->_q, &t->_next);
+    pawl__mpsc_push_mp(&s->_q, &t->_next);
     if (old == 0)
         return pawl_pool_submit(s->_pool, &s->_drain);
     return 0;
@@ -87,7 +87,7 @@ static void drain(struct pawl_task *task, int status)
     int spins = 0;
     /* Cancelled drains (pool shutdown) cancel every queued task; running ones take a batch. */
     while (status != 0 || ran < PAWL_SERIAL_BATCH) {
-        void **link = pawl_mpsc_pop_sc(&s->_q);
+        void **link = pawl__mpsc_pop_sc(&s->_q);
         if (link == NULL)
             break; /* a counted task not pushed yet makes left > 0: we come back for it */
         if (link == PAWL_MPSC_BUSY) {
@@ -110,5 +110,5 @@ static void drain(struct pawl_task *task, int status)
         (atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&s->_count), ran, memory_order_acq_rel) - ran);
     PAWL_ASSERT(left < UINT64_MAX / 2); /* never more run than were counted in */
     if (left > 0)
-        pawl_pool_yield(pool, &s->_drain);
+        pawl__pool_yield(pool, &s->_drain);
 }

@@ -124,14 +124,14 @@ uint64_t pawl_timers_armed(const struct pawl_timers *tm)
 
 /* ---- busy holds ---- */
 
-void pawl_timer_hold_(struct pawl_timer *t)
+void pawl__timer_hold(struct pawl_timer *t)
 {
     /* Relaxed: the caller already holds the timer (or owns it outright); no data is handed
      * over by the increment itself. */
     atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&t->_busy), 1, memory_order_relaxed);
 }
 
-void pawl_timer_unhold_(struct pawl_timer *t)
+void pawl__timer_unhold(struct pawl_timer *t)
 {
     void (*idle)(struct pawl_timer *) = t->_idle_fn; /* read before t may be freed */
     PAWL_ASSERT(atomic_load_explicit(PAWL_ATOMIC_OF(&t->_busy), memory_order_relaxed) >
@@ -162,18 +162,18 @@ static void timer_task(struct pawl_task *task, int status)
         /* The pool has dequeued the task: from here a restart may queue it again (even from
          * the callback). Seq_cst: pairs with pawl_timer_start's load. */
         atomic_store_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), 0, memory_order_seq_cst);
-        pawl_timer_unhold_(t); /* the callback may free or restart t */
+        pawl__timer_unhold(t); /* the callback may free or restart t */
         cb(t, arg, status);
     } else if (inflight == CB_PERIODIC) {
         cb(t, arg, status);
         /* Release: the next periodic dispatch (and a restart) see the callback finished. */
         atomic_store_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), 0, memory_order_seq_cst);
-        pawl_timer_unhold_(t);
+        pawl__timer_unhold(t);
     } else if (t->_idle_fn) {
         cb(t, arg, status); /* runtime-internal owner: its idle hook frees t after this */
-        pawl_timer_unhold_(t);
+        pawl__timer_unhold(t);
     } else {
-        pawl_timer_unhold_(t); /* runtime-internal one-shot without an idle hook */
+        pawl__timer_unhold(t); /* runtime-internal one-shot without an idle hook */
         cb(t, arg, status);
     }
 }
@@ -202,13 +202,13 @@ static void wake(struct pawl_timers *tm)
 /* Queue t for the owner. The caller holds t; this takes a hold for the queue entry. */
 static void enqueue(struct pawl_timers *tm, struct pawl_timer *t)
 {
-    pawl_timer_hold_(t);
+    pawl__timer_hold(t);
     /* Acq_rel: orders our state change before the owner's clearing exchange sees the flag. */
     if (atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 1, memory_order_acq_rel) == 0) {
-        pawl_mpsc_push_mp(&tm->cmdq, &t->_cmd_next);
+        pawl__mpsc_push_mp(&tm->cmdq, &t->_cmd_next);
         wake(tm);
     } else {
-        pawl_timer_unhold_(t); /* already queued: that entry will see our change */
+        pawl__timer_unhold(t); /* already queued: that entry will see our change */
     }
 }
 
@@ -226,11 +226,11 @@ static int start_ns(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_
      * the callback in flight, or it sees our new generation and withdraws its dispatch. */
     if (atomic_load_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), memory_order_seq_cst) == CB_PERIODIC)
         return PAWL_EBUSY;
-    pawl_timer_hold_(t); /* keeps the count above zero until the command is queued */
+    pawl__timer_hold(t); /* keeps the count above zero until the command is queued */
     uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
     for (;;) {
         if ((s & 3) == ST_ARMED) {
-            pawl_timer_unhold_(t);
+            pawl__timer_unhold(t);
             return PAWL_EBUSY;
         }
         /* Relaxed: published by the release CAS on the state word below. */
@@ -245,7 +245,7 @@ static int start_ns(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_
     /* Relaxed: statistics. */
     atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&tm->armed), 1, memory_order_relaxed);
     enqueue(tm, t);
-    pawl_timer_unhold_(t);
+    pawl__timer_unhold(t);
     return 0;
 }
 
@@ -266,10 +266,10 @@ int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
     uint64_t s = atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_acquire);
     if ((s & 3) != ST_ARMED)
         return PAWL_EALREADY;
-    pawl_timer_hold_(t);
+    pawl__timer_hold(t);
     for (;;) {
         if ((s & 3) != ST_ARMED) {
-            pawl_timer_unhold_(t);
+            pawl__timer_unhold(t);
             return PAWL_EALREADY;
         }
         uint64_t ns = (s & ~(uint64_t)3) | ST_IDLE;
@@ -281,7 +281,7 @@ int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
     /* Relaxed: statistics. */
     atomic_fetch_sub_explicit(PAWL_ATOMIC_OF(&tm->armed), 1, memory_order_relaxed);
     enqueue(tm, t);
-    pawl_timer_unhold_(t);
+    pawl__timer_unhold(t);
     return 0;
 }
 
@@ -419,7 +419,7 @@ static void backend_remove(struct pawl_timers *tm, struct pawl_timer *t)
     } else {
         set_del(tm, t);
         t->_op = OP_NONE;
-        pawl_timer_unhold_(t);
+        pawl__timer_unhold(t);
     }
 }
 
@@ -452,9 +452,9 @@ static void reconcile(struct pawl_timers *tm, struct pawl_timer *t)
                 t->_deadline_ns =
                     pawl_now_ns() +
                     atomic_load_explicit(PAWL_ATOMIC_OF(&t->_delay_ns), memory_order_relaxed);
-                pawl_timer_hold_(t); /* the op's hold */
+                pawl__timer_hold(t); /* the op's hold */
                 if (backend_arm(tm, t) != 0) {
-                    pawl_timer_unhold_(t);
+                    pawl__timer_unhold(t);
                     PAWL_ERROR("timers", "out of memory arming a timer; retrying");
                     enqueue(tm, t); /* try again on the next pass */
                 }
@@ -494,7 +494,7 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                     /* Runtime-internal: the callback runs here, on the timers thread, and is
                      * short (it wakes a waiter); the op's hold covers it. */
                     t->_cb(t, t->_arg, 0);
-                    pawl_timer_unhold_(t);
+                    pawl__timer_unhold(t);
                     return;
                 }
                 /* A restart may expire again before the pool has dequeued the callback of
@@ -508,7 +508,7 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                     atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_cb_inflight), CB_ONESHOT,
                                              memory_order_seq_cst) == CB_ONESHOT) {
                     t->_missed++;
-                    pawl_timer_unhold_(t); /* the op's hold: the queued callback keeps its own */
+                    pawl__timer_unhold(t); /* the op's hold: the queued callback keeps its own */
                     return;
                 }
                 /* Hand our hold to the callback and submit it: our last access to t. */
@@ -523,7 +523,7 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
                                          memory_order_seq_cst) == 0) {
                 if (atomic_load_explicit(PAWL_ATOMIC_OF(&t->_state), memory_order_seq_cst) ==
                     want) {
-                    pawl_timer_hold_(t); /* the callback's hold */
+                    pawl__timer_hold(t); /* the callback's hold */
                     pawl_pool_submit(tm->pool, &t->_task);
                 } else {
                     /* Seq_cst: withdrawn; a restart may proceed. */
@@ -547,7 +547,7 @@ static void op_done(struct pawl_timers *tm, struct pawl_timer *t, int expired)
         }
     }
     reconcile(tm, t);
-    pawl_timer_unhold_(t);
+    pawl__timer_unhold(t);
 }
 
 static void process_commands(struct pawl_timers *tm)
@@ -556,7 +556,7 @@ static void process_commands(struct pawl_timers *tm)
      * the eventfd; acquire sees the pushes of producers that found it set. */
     atomic_exchange_explicit(PAWL_ATOMIC_OF(&tm->wake_pending), 0, memory_order_acq_rel);
     for (;;) {
-        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
+        void **link = pawl__mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             return;
         if (link == PAWL_MPSC_BUSY) {
@@ -568,7 +568,7 @@ static void process_commands(struct pawl_timers *tm)
          * written before the producer's flag exchange. */
         atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 0, memory_order_acq_rel);
         reconcile(tm, t);
-        pawl_timer_unhold_(t); /* the queue entry's hold */
+        pawl__timer_unhold(t); /* the queue entry's hold */
     }
 }
 
@@ -742,14 +742,14 @@ int pawl_timers_new(struct pawl_timers **out, struct pawl_pool *pool,
     struct pawl_timers *tm = pawl_calloc(1, sizeof(*tm));
     if (tm == NULL)
         goto fail;
-    pawl_mpsc_init(&tm->cmdq);
+    pawl__mpsc_init(&tm->cmdq);
     tm->pool = pool;
     tm->epfd = tm->tfd = -1;
     tm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rc = PAWL_ESYS;
     if (tm->efd < 0)
         goto fail;
-    int simulated = pawl_testctl_uring_errno(); /* tests only: see testctl.h */
+    int simulated = pawl__testctl_uring_errno(); /* tests only: see testctl.h */
     if (o.backend != PAWL_TIMER_BACKEND_EPOLL) {
         int e = uring_probe(tm, o.ring_entries ? o.ring_entries : 256, simulated);
         if (e == 0) {
@@ -828,7 +828,7 @@ void pawl_timers_free(struct pawl_timers *tm)
     /* The thread is gone: we are the owner now. Commands first (they may name timers that are
      * also in the set), then whatever the backend still holds. */
     for (;;) {
-        void **link = pawl_mpsc_pop_sc(&tm->cmdq);
+        void **link = pawl__mpsc_pop_sc(&tm->cmdq);
         if (link == NULL)
             break;
         if (link == PAWL_MPSC_BUSY) {
@@ -838,14 +838,14 @@ void pawl_timers_free(struct pawl_timers *tm)
         struct pawl_timer *t = PAWL_CONTAINER_OF(link, struct pawl_timer, _cmd_next);
         atomic_exchange_explicit(PAWL_ATOMIC_OF(&t->_queued), 0, memory_order_acq_rel);
         abandon(t);
-        pawl_timer_unhold_(t);
+        pawl__timer_unhold(t);
     }
     while (tm->set_len) {
         struct pawl_timer *t = tm->set[tm->set_len - 1];
         set_del(tm, t);
         t->_op = OP_NONE;
         abandon(t);
-        pawl_timer_unhold_(t);
+        pawl__timer_unhold(t);
     }
     if (tm->ring_ok)
         io_uring_queue_exit(&tm->ring); /* the kernel drops the timeouts still pending */
@@ -884,8 +884,8 @@ static void timed_wait_idle(struct pawl_timer *t)
     pawl_free(PAWL_CONTAINER_OF(t, struct timed_wait, t)); /* nobody references it any more */
 }
 
-void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
-                     clockid_t clock, int64_t delay_ns)
+void pawl__timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                      clockid_t clock, int64_t delay_ns)
 {
     if (delay_ns < 0)
         delay_ns = 0;
@@ -899,7 +899,7 @@ void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t
         w->mu = mu;
         w->cv = cv;
         w->fired = 0;
-        pawl_timer_hold_(&w->t); /* ours, until we are done with it */
+        pawl__timer_hold(&w->t); /* ours, until we are done with it */
         if (start_ns(tm, &w->t, delay_ns, 0) == 0) {
             pthread_cond_wait(cv, mu); /* the timer's callback broadcasts at the deadline */
             /* Woken by someone else: take the timer back. If it has fired, its callback is
@@ -908,13 +908,13 @@ void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t
             if (pawl_timer_cancel(tm, &w->t) == PAWL_EALREADY)
                 while (!w->fired)
                     pthread_cond_wait(cv, mu);
-            pawl_timer_unhold_(&w->t);
+            pawl__timer_unhold(&w->t);
             return;
         }
-        pawl_timer_unhold_(&w->t); /* frees it */
+        pawl__timer_unhold(&w->t); /* frees it */
     }
     /* No timers (shut down, or out of memory): a plain timed wait keeps the caller going. */
     struct timespec ts;
-    pawl_timespec_in(&ts, clock, delay_ns);
+    pawl__timespec_in(&ts, clock, delay_ns);
     pthread_cond_timedwait(cv, mu, &ts);
 }

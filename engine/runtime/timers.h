@@ -13,8 +13,8 @@
 
 #include <pthread.h>
 
-void pawl_timer_hold_(struct pawl_timer *t);
-void pawl_timer_unhold_(struct pawl_timer *t); /* may call t->_idle_fn(t), which may free t */
+void pawl__timer_hold(struct pawl_timer *t);
+void pawl__timer_unhold(struct pawl_timer *t); /* may call t->_idle_fn(t), which may free t */
 
 /*
  * A condition-variable wait whose deadline is a runtime timer, so that every timed wait in the
@@ -27,7 +27,7 @@ void pawl_timer_unhold_(struct pawl_timer *t); /* may call t->_idle_fn(t), which
  * timers never touch mu or cv again (a deadline that fell due meanwhile is waited out), so the
  * caller may destroy them at once; tm must outlive every wait on it.
  */
-void pawl_timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
-                     clockid_t clock, int64_t delay_ns);
+void pawl__timed_wait(struct pawl_timers *tm, pthread_mutex_t *mu, pthread_cond_t *cv,
+                      clockid_t clock, int64_t delay_ns);
 
 #endif

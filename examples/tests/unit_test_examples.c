@@ -136,7 +136,7 @@ static void test_async_checkpoint_is_a_barrier(void **state)
     assert_int_equal(ex_async_new(&a, &o), 0);
     struct pawl_handler h = ex_async_handler(a, "async");
     const struct pawl_checkpointing *c = h.ckpt;
-    struct pawl_trigger *t = pawl_trigger_new(count_wake, NULL);
+    struct pawl_trigger *t = pawl__trigger_new(count_wake, NULL);
     assert_int_equal(c->on_segment_claimed(h.self, SEG0, t), 0);
 
     ex_async_pause(a, 1);
@@ -150,7 +150,7 @@ static void test_async_checkpoint_is_a_barrier(void **state)
     assert_int_equal(ex_async_delivered(a), 100);
     /* Its own threads asked for checkpoints as deliveries drained (any thread may). */
     int64_t got;
-    assert_true(pawl_trigger_take(t, 100, &got));
+    assert_true(pawl__trigger_take(t, 100, &got));
     assert_true(got > 0 && got <= 100);
 
     /* Nothing in flight: a checkpoint completes at once. */
@@ -161,10 +161,10 @@ static void test_async_checkpoint_is_a_barrier(void **state)
     feed(&h, 101, 120);
     int64_t rel = await(c->on_segment_released(h.self, SEG0, 120), 1000);
     assert_int_equal(rel, 100);
-    pawl_trigger_invalidate(t); /* what the worker does after the release */
+    pawl__trigger_invalidate(t); /* what the worker does after the release */
     ex_async_pause(a, 0);
     ex_async_free(a); /* drains: in-flight deliveries complete; their requests are ignored */
-    pawl_trigger_free(t);
+    pawl__trigger_free(t);
 
     /* At least once: every index reached the sink. */
     FILE *fp = fopen(path, "r");
@@ -187,13 +187,13 @@ static void test_async_failing_barrier_fails_the_future(void **state)
     struct ex_async *a = NULL;
     assert_int_equal(ex_async_new(&a, &o), 0);
     struct pawl_handler h = ex_async_handler(a, "async");
-    struct pawl_trigger *t = pawl_trigger_new(NULL, NULL);
+    struct pawl_trigger *t = pawl__trigger_new(NULL, NULL);
     assert_int_equal(h.ckpt->on_segment_claimed(h.self, SEG0, t), 0);
     feed(&h, 1, 10);
     ex_async_fail_barriers(a, 1);
     assert_int_equal(await(h.ckpt->on_checkpoint_advanced(h.self, SEG0, 10), 1000), PAWL_EHANDLER);
     ex_async_free(a);
-    pawl_trigger_free(t);
+    pawl__trigger_free(t);
 }
 
 int main(void)

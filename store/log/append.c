@@ -118,7 +118,7 @@ static void sync_cb(void *ud, const struct pawl_append_result *res)
      * wake reads no memory), never w itself. */
     uint32_t *word = &w->state;
     if (__atomic_exchange_n(word, SYNC_DONE, __ATOMIC_ACQ_REL) == SYNC_PARKED)
-        pawl_futex_wake(word, 1);
+        pawl__futex_wake(word, 1);
 }
 
 /* Sleep until sync_cb has published w's outcome. */
@@ -131,7 +131,7 @@ static void sync_wait_done(struct sync_wait *w)
         return;
     /* acquire: pairs with sync_cb's exchange; spurious wake-ups re-check. */
     while (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != SYNC_DONE)
-        pawl_futex_wait(&w->state, SYNC_PARKED, -1);
+        pawl__futex_wait(&w->state, SYNC_PARKED, -1);
 }
 
 int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
@@ -143,6 +143,7 @@ int pawl_append(struct pawl_store *s, const struct pawl_event *events, size_t n,
 int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size_t n, int64_t *seqs,
                      struct pawl_append_result *res)
 {
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     if (s == NULL)
         return PAWL_EINVAL;
     struct sync_wait w;
@@ -165,6 +166,7 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
 
 void pawl_store_drain(struct pawl_store *s)
 {
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     pthread_mutex_lock(&s->op_mu);
     /* acquire: pairs with the acq_rel decrement; callbacks' effects are visible after. */
     while (atomic_load_explicit(&s->inflight, memory_order_acquire) > 0)
@@ -226,7 +228,7 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
                                  OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
                                  OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     PGresult *r =
-        PQexecParams(conn, pawl_log_append_sql, 9, types, en.values, en.lengths, en.formats, 0);
+        PQexecParams(conn, pawl__log_append_sql, 9, types, en.values, en.lengths, en.formats, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
         if (PQntuples(r) == 1)

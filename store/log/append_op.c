@@ -44,6 +44,7 @@ struct append_op *pawl__log_op_get(struct pawl_store *s)
     pthread_mutex_lock(&s->op_mu);
     struct append_op *op = s->free_ops;
     if (op) {
+        PAWL_ASSERT(s->nfree > 0 && op->s == s);
         s->free_ops = op->next_free;
         s->nfree--;
     }
@@ -71,6 +72,7 @@ void pawl__log_op_put(struct pawl_store *s, struct append_op *op)
         op->en.seqs = NULL;
         op->en.seqs_cap = 0;
     }
+    PAWL_ASSERT(op->s == s);
     pthread_mutex_lock(&s->op_mu);
     if (s->nfree < 1024) {
         op->next_free = s->free_ops;
@@ -199,7 +201,7 @@ static int start_resolve(struct append_op *op)
     op->req.flags = PAWL_PGREQ_READONLY;
     op->req.on_done = resolve_done;
     op->req.ud = op;
-    return pawl_pgpool_submit(s->main, &op->req);
+    return pawl__pgpool_submit(s->main, &op->req);
 }
 
 static void resolve_done(struct pawl_pgreq *req, int rc)
@@ -425,8 +427,8 @@ int pawl__log_op_submit_on(struct pawl_store *s, struct append_op *op, int conn)
     op->req.flags = PAWL_PGREQ_IMPLICIT;
     op->req.on_done = pawl__log_op_done;
     op->req.ud = op;
-    return conn < 0 ? pawl_pgpool_submit(s->main, &op->req)
-                    : pawl_pgpool_submit_on(s->main, conn, &op->req);
+    return conn < 0 ? pawl__pgpool_submit(s->main, &op->req)
+                    : pawl__pgpool_submit_on(s->main, conn, &op->req);
 }
 
 /* Deliver a failure that no statement reported (rc, and the message msg). */

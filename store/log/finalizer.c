@@ -67,7 +67,7 @@ static void signal_finalizer(struct pawl_store *s)
      * signal when the run completes or the interval ends. */
     atomic_store(&s->fin_signal, 1);
     if (atomic_load(&s->fin_waiting) && atomic_exchange(&s->fin_waiting, 0))
-        pawl_pgpool_wake(s->fin);
+        pawl__pgpool_wake(s->fin);
 }
 
 /* Another session asked for a run (pawl_pending, or a reconnect that may have missed one): as
@@ -76,7 +76,7 @@ static void signal_foreign(struct pawl_store *s)
 {
     atomic_store(&s->fin_foreign, 1); /* seq_cst: the Dekker pair with fin_waiting */
     if (atomic_load(&s->fin_waiting) && atomic_exchange(&s->fin_waiting, 0))
-        pawl_pgpool_wake(s->fin);
+        pawl__pgpool_wake(s->fin);
 }
 
 static void record_ack(struct pawl_store *s, int64_t now)
@@ -121,7 +121,7 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
     struct pawl_pgstmt st = pawl__log_fin_stmt(s, s->fin_stmt, vals, out);
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
     int64_t t0 = pawl_now_ns();
-    int rc = pawl_pgpool_exec(s->fin, 0, &req);
+    int rc = pawl__pgpool_exec(s->fin, 0, &req);
     if (rc != 0) {
         pawl__log_set_err(s, req.sqlstate, req.message);
         return rc;
@@ -228,6 +228,24 @@ static void on_text_result(void *ud, const PGresult *res)
         pawl_printable_str(PQgetvalue(res, 0, 0), out, 256);
 }
 
+/* The state machine's legal transitions (a bit per state it may come from): IDLE -> RUN ->
+ * IDLE, IDLE -> NAMING -> DONE when stopping past the deadline, IDLE -> DONE when stopping with
+ * everything covered (or when the holder query could not be sent). */
+#define FBIT(st) (1u << (st))
+static const unsigned fin_legal_from[] = {
+    [FIN_IDLE] = FBIT(FIN_IDLE) | FBIT(FIN_RUN),
+    [FIN_RUN] = FBIT(FIN_IDLE),
+    [FIN_NAMING] = FBIT(FIN_IDLE),
+    [FIN_DONE] = FBIT(FIN_IDLE) | FBIT(FIN_NAMING),
+};
+
+static void fin_set_state(struct pawl_store *s, enum fin_state st)
+{
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->fin)); /* the finalizer pool's I/O thread only */
+    PAWL_ASSERT(st < PAWL_ARRAY_LEN(fin_legal_from) && (fin_legal_from[st] & FBIT(s->fm.state)));
+    s->fm.state = st;
+}
+
 /*
  * The finalizer: fin_loop runs on every pass of the finalizer pool's I/O loop. It sleeps until
  * an append of this process commits (fin_signal), a pawl_pending notification arrives
@@ -242,7 +260,7 @@ static void on_text_result(void *ud, const PGresult *res)
  */
 static void fin_finish(struct pawl_store *s)
 {
-    s->fm.state = FIN_DONE;
+    fin_set_state(s, FIN_DONE);
     pthread_mutex_lock(&s->fin_mu);
     s->fin_done = 1;
     pthread_cond_broadcast(&s->fin_cond);
@@ -253,7 +271,9 @@ static void fin_holder_done(struct pawl_pgreq *req, int rc)
 {
     struct pawl_store *s = req->ud;
     struct fin_sm *m = &s->fm;
-    (void)rc; /* who stays "unknown" when the query failed */
+    /* The finalizer pool's I/O thread only; who stays "unknown" when the query failed (rc). */
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->fin));
+    (void)rc;
     if (req == &m->warn.req) {
         PAWL_WARN("finalizer", "the finalizer's lock has been held elsewhere for %lld s: %s",
                   (long long)(m->warn.held_ns / 1000000000), m->warn.who);
@@ -280,7 +300,7 @@ static int fin_ask_holder(struct pawl_store *s, struct fin_holder *h, int64_t he
                                  .flags = PAWL_PGREQ_READONLY,
                                  .on_done = fin_holder_done,
                                  .ud = s};
-    return pawl_pgpool_submit(s->fin, &h->req);
+    return pawl__pgpool_submit(s->fin, &h->req);
 }
 
 /* Run again, not before `ms` from now whatever arrives meanwhile, with the pawl_pending signal
@@ -327,7 +347,8 @@ static void fin_run_done(struct pawl_pgreq *req, int rc)
     struct pawl_store *s = req->ud;
     struct fin_sm *m = &s->fm;
     int64_t now = pawl_now_ns();
-    m->state = FIN_IDLE;
+    PAWL_ASSERT(req == &m->req && m->state == FIN_RUN); /* the run fin_loop sent */
+    fin_set_state(s, FIN_IDLE);
     m->next_safety = now + (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
     if (rc == 0 && m->out.appends == -2) {
         rc = PAWL_ESQL;
@@ -389,6 +410,7 @@ static int64_t fin_loop(void *ud, int64_t now)
     /* acquire: pairs with the release in pawl__log_fin_start (the statements, options). */
     if (!atomic_load_explicit(&s->fin_on, memory_order_acquire) || m->state != FIN_IDLE)
         return 0; /* a run or a query in flight: its completion comes with a pass */
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->fin)); /* the finalizer pool's I/O thread only */
     for (;;) {
         int stopping = atomic_load(&s->fin_stop);
         if (stopping && m->stop_deadline == 0)
@@ -440,7 +462,7 @@ static int64_t fin_loop(void *ud, int64_t now)
         }
         if (stopping && now >= m->stop_deadline) {
             if (fin_ask_holder(s, &m->last, 0) == 0)
-                m->state = FIN_NAMING;
+                fin_set_state(s, FIN_NAMING);
             else
                 fin_holder_done(&m->last.req, PAWL_ESHUTDOWN);
             return 0;
@@ -458,9 +480,9 @@ static int64_t fin_loop(void *ud, int64_t now)
         m->st = pawl__log_fin_stmt(s, s->fin_stmt, m->vals, &m->out);
         m->req =
             (struct pawl_pgreq){.stmts = &m->st, .nstmts = 1, .on_done = fin_run_done, .ud = s};
-        int rc = pawl_pgpool_submit_on(s->fin, 0, &m->req);
+        int rc = pawl__pgpool_submit_on(s->fin, 0, &m->req);
         if (rc == 0) {
-            m->state = FIN_RUN;
+            fin_set_state(s, FIN_RUN);
             return 0;
         }
         fin_run_failed(s, rc, NULL, "the finalizer's pool refused the run", now);
@@ -474,6 +496,7 @@ static void on_fin_notify(void *ud, const char *channel, const char *payload, in
     struct pawl_store *s = ud;
     (void)payload;
     (void)sender_pid;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->fin)); /* the finalizer pool's I/O thread only */
     if (strcmp(channel, "pawl_pending") != 0)
         return;
     signal_foreign(s);
@@ -483,6 +506,7 @@ static void on_fin_connect(void *ud, int conn_index, int backend_pid)
 {
     struct pawl_store *s = ud;
     (void)conn_index;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->fin)); /* the finalizer pool's I/O thread only */
     /* relaxed: on_notify compares against it on another I/O thread; a stale value only costs
      * one needless query. */
     atomic_store_explicit(&s->fin_pid, backend_pid, memory_order_relaxed);
@@ -504,7 +528,7 @@ void pawl__log_fin_hooks(struct pawl_store *s, struct pawl_pgpool_opts *po)
 void pawl__log_fin_start(struct pawl_store *s)
 {
     struct fin_sm *m = &s->fm;
-    m->state = FIN_IDLE;
+    PAWL_ASSERT(m->state == FIN_IDLE && !s->fin_started); /* once, before the loop may act */
     m->rerun = 1; /* a first run at once: appends committed while no finalizer ran */
     m->next_safety = pawl_now_ns() + (int64_t)s->o.finalizer_safety_interval_ms * 1000000;
     m->err_backoff_ms = 10;
@@ -512,7 +536,7 @@ void pawl__log_fin_start(struct pawl_store *s)
     s->fin_started = 1;
     /* release: the loop's thread sees the state machine and the statements whole. */
     atomic_store_explicit(&s->fin_on, 1, memory_order_release);
-    pawl_pgpool_wake(s->fin);
+    pawl__pgpool_wake(s->fin);
 }
 
 /*
@@ -524,7 +548,7 @@ void pawl__log_fin_stop(struct pawl_store *s)
     if (!s->fin_started)
         return;
     atomic_store(&s->fin_stop, 1); /* seq_cst: read by fin_loop after the wake-up */
-    pawl_pgpool_wake(s->fin);
+    pawl__pgpool_wake(s->fin);
     /* The state machine ends by itself within STOP_DEADLINE_NS plus one holder query (which
      * waits for a connection at most queue_timeout_ms); past that its loop is gone or the
      * server hangs, and the pool's shutdown fails what is in flight. */
@@ -533,7 +557,7 @@ void pawl__log_fin_stop(struct pawl_store *s)
     int64_t until = pawl_now_ns() + bound, left;
     pthread_mutex_lock(&s->fin_mu);
     while (!s->fin_done && (left = until - pawl_now_ns()) > 0)
-        pawl_timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
+        pawl__timed_wait(s->timers, &s->fin_mu, &s->fin_cond, CLOCK_MONOTONIC, left);
     int done = s->fin_done;
     pthread_mutex_unlock(&s->fin_mu);
     if (!done)

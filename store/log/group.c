@@ -11,7 +11,6 @@
  */
 #include "log_internal.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -139,7 +138,7 @@ static struct append_group *group_take_locked(struct pawl_store *s)
     s->grp_queued -= n;
     g->n = n;
     g->retries = 0;
-    assert(n >= 1 && s->grp_inflight <= s->grp_limit);
+    PAWL_ASSERT(n >= 1 && s->grp_inflight <= s->grp_limit);
     return g;
 }
 
@@ -152,7 +151,7 @@ static struct append_group *group_release(struct pawl_store *s, struct append_gr
         g->cap = 0;
     }
     pthread_mutex_lock(&s->grp_mu);
-    assert(s->grp_inflight > 0);
+    PAWL_ASSERT(s->grp_inflight > 0);
     g->next_free = s->grp_free;
     s->grp_free = g;
     s->grp_inflight--;
@@ -347,7 +346,7 @@ static int group_send(struct append_group *g)
     g->req.flags = PAWL_PGREQ_IMPLICIT;
     g->req.on_done = group_done;
     g->req.ud = g;
-    return pawl_pgpool_submit(s->main, &g->req);
+    return pawl__pgpool_submit(s->main, &g->req);
 }
 
 /* Submit g; if the pool refuses (closing), fail its appends and go on with the next group. */
@@ -375,6 +374,7 @@ void pawl__log_group_enqueue(struct pawl_store *s, struct append_op *op)
         s->grp_head = op;
     s->grp_tail = op;
     s->grp_queued++;
+    PAWL_ASSERT(s->grp_inflight >= 0 && s->grp_inflight <= s->grp_limit);
     if (s->o.append_group_linger_us == 0 || s->grp_queued >= (size_t)s->o.append_group_max)
         g = group_take_locked(s);
     /* relaxed: grp_linger_due is only set under grp_mu; the retry thread re-reads it under
@@ -512,7 +512,7 @@ static int group_resolve_start(struct append_group *g)
     g->req.flags = PAWL_PGREQ_READONLY;
     g->req.on_done = group_resolve_done;
     g->req.ud = g;
-    return pawl_pgpool_submit(s->main, &g->req);
+    return pawl__pgpool_submit(s->main, &g->req);
 }
 
 /*
@@ -640,7 +640,7 @@ static void group_done(struct pawl_pgreq *req, int rc)
             }
         }
     } else {
-        assert(rc == PAWL_EINDOUBT);
+        PAWL_ASSERT(rc == PAWL_EINDOUBT);
         g->resolve_tries = 0;
         if (group_resolve_start(g) == 0)
             return; /* group_resolve_done finishes it, holding its slot meanwhile */

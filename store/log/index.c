@@ -30,6 +30,7 @@ void pawl__log_index_raise(struct pawl_store *s, int64_t idx)
     pthread_mutex_lock(&s->idx_mu);
     cur = atomic_load_explicit(&s->last_index, memory_order_relaxed);
     if (idx > cur) {
+        PAWL_ASSERT(pawl_mutex_locked(&s->idx_mu)); /* last_index is written under idx_mu */
         atomic_store_explicit(&s->last_index, idx, memory_order_relaxed);
         pthread_cond_broadcast(&s->idx_cond);
     }
@@ -46,6 +47,7 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
     int rc = 0;
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     pthread_mutex_lock(&s->idx_mu);
     s->waiters++;
     while (atomic_load_explicit(&s->last_index, memory_order_relaxed) <= after) {
@@ -62,8 +64,9 @@ int pawl_store_wait(struct pawl_store *s, int64_t after, int timeout_ms)
             rc = PAWL_ETIMEDOUT;
             break;
         }
-        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
+        pawl__timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
+    PAWL_ASSERT(s->waiters > 0);
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
     pthread_mutex_unlock(&s->idx_mu);
@@ -78,6 +81,7 @@ int pawl__log_index_sleep(struct pawl_store *s, int64_t ns)
 {
     int64_t until = pawl_now_ns() + ns;
     int rc = 0;
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     pthread_mutex_lock(&s->idx_mu);
     s->waiters++;
     for (;;) {
@@ -88,8 +92,9 @@ int pawl__log_index_sleep(struct pawl_store *s, int64_t ns)
         int64_t left = until - pawl_now_ns();
         if (left <= 0)
             break;
-        pawl_timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
+        pawl__timed_wait(s->timers, &s->idx_mu, &s->idx_cond, CLOCK_MONOTONIC, left);
     }
+    PAWL_ASSERT(s->waiters > 0);
     if (--s->waiters == 0 && s->shutdown)
         pthread_cond_broadcast(&s->waiters_cond);
     pthread_mutex_unlock(&s->idx_mu);
@@ -115,6 +120,7 @@ int pawl__log_index_lower(struct pawl_store *s, long long seen, int64_t told)
 void pawl__log_index_shutdown(struct pawl_store *s)
 {
     pthread_mutex_lock(&s->idx_mu);
+    PAWL_ASSERT(!s->shutdown); /* once, from pawl_store_free */
     s->shutdown = 1;
     pthread_cond_broadcast(&s->idx_cond);
     while (s->waiters > 0)
@@ -141,6 +147,7 @@ static void listen_req_done(struct pawl_pgreq *req, int rc);
 
 static void listen_query(struct pawl_store *s)
 {
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->listen)); /* the listener's I/O thread only */
     /* relaxed: every access is on the listener pool's I/O thread; the atomics only keep
      * pawl_store_stats and the sanitizers happy. The loop hook runs after this pass's hooks. */
     atomic_store_explicit(&s->listen_again, 1, memory_order_relaxed);
@@ -150,6 +157,7 @@ static void listen_query(struct pawl_store *s)
 static int64_t listen_loop(void *ud, int64_t now)
 {
     struct pawl_store *s = ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->listen)); /* the listener's I/O thread only */
     if (!atomic_load_explicit(&s->listen_again, memory_order_relaxed))
         return 0;
     if (atomic_load_explicit(&s->listen_req_busy, memory_order_relaxed))
@@ -170,7 +178,7 @@ static int64_t listen_loop(void *ud, int64_t now)
     atomic_fetch_add_explicit(&s->index_queries, 1, memory_order_relaxed);
     /* Not pinned: while the connection is down the query waits for the next one, which runs
      * LISTEN first, so nothing committed before the query is missed. */
-    if (pawl_pgpool_submit(s->listen, &s->listen_req) != 0) {
+    if (pawl__pgpool_submit(s->listen, &s->listen_req) != 0) {
         atomic_store_explicit(&s->listen_req_busy, 0, memory_order_release);
         return 0;
     }
@@ -207,6 +215,8 @@ static void on_last_result(void *ud, const PGresult *res)
 static void listen_req_done(struct pawl_pgreq *req, int rc)
 {
     struct pawl_store *s = req->ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->listen)); /* the listener's I/O thread only */
+    PAWL_ASSERT(req == &s->listen_req && atomic_load(&s->listen_req_busy));
     /* A wake-up that came meanwhile is sent by the loop hook after this pass; on a shutdown
      * (PAWL_ESHUTDOWN) nothing more is asked. */
     if (rc == PAWL_ESHUTDOWN)
@@ -232,7 +242,7 @@ int pawl__log_index_load(struct pawl_store *s, char *err, size_t errlen)
 {
     struct pawl_pgstmt st = {.prepared = s->stmt_last, .on_result = on_last_result, .ud = s};
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
-    int rc = pawl_pgpool_exec(s->main, -1, &req);
+    int rc = pawl__pgpool_exec(s->main, -1, &req);
     if (rc != 0) {
         if (err && errlen)
             snprintf(err, errlen, "%s%s%s", req.sqlstate, req.sqlstate[0] ? ": " : "", req.message);

@@ -159,7 +159,7 @@ struct pawl_store {
     struct pawl_pgpool *main;
     struct pawl_pgpool *fin;
     struct pawl_pgpool *listen;
-    struct pawl_timers *timers; /* every timed wait's deadline (pawl_timed_wait); no pool */
+    struct pawl_timers *timers; /* every timed wait's deadline (pawl__timed_wait); no pool */
     int stmt_append, stmt_append_group, stmt_read, stmt_last, stmt_resolve, stmt_fin_main;
     struct pawl_standby *sb;      /* read_dsn: where reads go (standby.c); NULL: the main pool */
     int stmt_read_sb;             /* pawl__log_read_sql on the standby's pool */
@@ -260,7 +260,7 @@ struct pawl_store {
 enum id_status { ID_NONE, ID_ALREADY, ID_AGAIN, ID_USED };
 
 /*
- * An append's encoded parameters (pawl_log_append_sql's $1..$9, then the event count as int4
+ * An append's encoded parameters (pawl__log_append_sql's $1..$9, then the event count as int4
  * for the in-doubt check) and, once its result arrived, what the server assigned.
  */
 struct append_enc {

@@ -1,5 +1,5 @@
 /*
- * reader.c — reads and follows: pawl_read (and its bounded pawl_read_until), pawl_follow, the
+ * reader.c — reads and follows: pawl_read (and its bounded pawl__log_read_until), pawl_follow, the
  * filtered and the per-stream reads. Each call is one read at a time on the caller's thread,
  * blocking (never on a store's I/O thread): read_routed sends it where it should go (the main
  * pool, or the standby's with a read_dsn: standby.c decides), read_loop runs it again across
@@ -34,7 +34,7 @@ const char pawl__log_read_stream_sql[] =
 
 /*
  * Readers survive lost connections: a read that lost its connection runs again from the same
- * position once the pool has reconnected (pawl_read_until), so a caller never sees an outage
+ * position once the pool has reconnected (pawl__log_read_until), so a caller never sees an outage
  * other than as a delay, and never an event twice or a skipped one. And a reader never spins:
  * a read that finds nothing where the known highest index promised events backs off and
  * re-learns that index from the log (read_gap).
@@ -110,10 +110,10 @@ static int read_exec(struct pawl_store *s, const struct read_q *q, int64_t after
      * still in recovery (so it was while the read ran: promotion is one-way). */
     struct pawl_sb_check check = {0};
     if (on_standby)
-        pawl_standby_check_stmt(s->sb, &st[1], &check);
+        pawl__standby_check_stmt(s->sb, &st[1], &check);
     struct pawl_pgreq req = {
         .stmts = st, .nstmts = on_standby ? 2 : 1, .flags = PAWL_PGREQ_READONLY};
-    int rc = pawl_pgpool_exec(on_standby ? pawl_standby_pool(s->sb) : s->main, -1, &req);
+    int rc = pawl__pgpool_exec(on_standby ? pawl__standby_pool(s->sb) : s->main, -1, &req);
     if (rc == 0 && on_standby && !(check.ok && check.in_recovery)) {
         if (res)
             PQclear(res);
@@ -279,7 +279,7 @@ static int log_last_index(struct pawl_store *s, int64_t *out)
     int64_t v = -1;
     struct pawl_pgstmt st = {.prepared = s->stmt_last, .on_result = on_index_value, .ud = &v};
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1, .flags = PAWL_PGREQ_READONLY};
-    int rc = pawl_pgpool_exec(s->main, -1, &req);
+    int rc = pawl__pgpool_exec(s->main, -1, &req);
     if (rc == 0 && v < 0)
         rc = PAWL_ESQL;
     *out = v;
@@ -344,8 +344,8 @@ static int read_gap(struct pawl_store *s, int64_t after, int64_t known)
 static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
                      struct pawl_read_batch *b, int64_t deadline_ns);
 
-int pawl_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
-                    int64_t deadline_ns)
+int pawl__log_read_until(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
+                         int64_t deadline_ns)
 {
     if (s == NULL || b == NULL)
         return PAWL_EINVAL;
@@ -391,18 +391,18 @@ static enum read_route read_routed(struct pawl_store *s, struct read_q *q, int64
                                    size_t max, struct pawl_read_batch *b, int64_t known,
                                    int64_t deadline_ns, int *primary, char ss[6], int *rc)
 {
-    int on_sb = s->sb && !*primary && pawl_standby_route(s->sb) == PAWL_SB_STANDBY;
+    int on_sb = s->sb && !*primary && pawl__standby_route(s->sb) == PAWL_SB_STANDBY;
     if (!on_sb) {
         int not_sb;
         if (s->sb)
-            pawl_standby_note_primary_read(s->sb);
+            pawl__standby_note_primary_read(s->sb);
         *rc = read_once(s, q, after, max, b, ss, 0, &not_sb);
         return ROUTE_READ;
     }
     int not_sb = 0;
-    if (pawl_pgpool_ready(pawl_standby_pool(s->sb)) == 0) {
+    if (pawl__pgpool_ready(pawl__standby_pool(s->sb)) == 0) {
         char why[256], m[300];
-        pawl_pgpool_last_error(pawl_standby_pool(s->sb), why, sizeof why);
+        pawl__pgpool_last_error(pawl__standby_pool(s->sb), why, sizeof why);
         snprintf(m, sizeof m, "no connection to the standby: %s", why);
         pawl__log_set_err(s, NULL, m);
         ss[0] = '\0';
@@ -420,7 +420,7 @@ static enum read_route read_routed(struct pawl_store *s, struct read_q *q, int64
     else
         return ROUTE_RETURN;
     int64_t wait;
-    switch (pawl_standby_outcome(s->sb, what, after, known, &wait)) {
+    switch (pawl__standby_outcome(s->sb, what, after, known, &wait)) {
     case PAWL_SB_USE:
         break;
     case PAWL_SB_PRIMARY:
@@ -441,6 +441,7 @@ static enum read_route read_routed(struct pawl_store *s, struct read_q *q, int64
 static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
                      struct pawl_read_batch *b, int64_t deadline_ns)
 {
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
     int primary = 0;          /* this call reads from the primary in the standby's stead */
     for (;;) {
@@ -524,7 +525,7 @@ static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size
 
 int pawl_read(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b)
 {
-    return pawl_read_until(s, after, max, b, 0);
+    return pawl__log_read_until(s, after, max, b, 0);
 }
 
 int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_read_batch *b,
@@ -532,7 +533,7 @@ int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_rea
 {
     int64_t deadline = timeout_ms >= 0 ? pawl_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
     for (;;) {
-        int rc = pawl_read_until(s, after, max, b, deadline);
+        int rc = pawl__log_read_until(s, after, max, b, deadline);
         if (rc != 0 || b->count > 0)
             return rc;
         int left = -1;
@@ -547,7 +548,7 @@ int pawl_follow(struct pawl_store *s, int64_t after, size_t max, struct pawl_rea
             return rc;
         if (rc == PAWL_ETIMEDOUT) {
             /* One last look: without a listener, notifications from others never arrive. */
-            rc = pawl_read_until(s, after, max, b, deadline);
+            rc = pawl__log_read_until(s, after, max, b, deadline);
             if (rc != 0 || b->count > 0)
                 return rc;
             return PAWL_ETIMEDOUT;
@@ -572,7 +573,7 @@ static int filter_q_init(struct pawl_store *s, struct read_q *q, const struct pa
     for (int i = 0; i < 3; i++) {
         if (n[i] == 0)
             continue;
-        char *lit = pawl_filter_array_literal(v[i], n[i]);
+        char *lit = pawl__filter_array_literal(v[i], n[i]);
         if (lit == NULL) {
             for (int j = 0; j < i; j++)
                 pawl_free((char *)q->arr[j]);
@@ -616,9 +617,9 @@ int pawl_read_filtered(struct pawl_store *s, int64_t after, size_t max, const st
     return read_filtered_until(s, after, max, f, b, position, 0);
 }
 
-int pawl_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
-                             const struct pawl_filter *f, struct pawl_read_batch *b,
-                             int64_t *position, int64_t deadline_ns)
+int pawl__log_read_filtered_until(struct pawl_store *s, int64_t after, size_t max,
+                                  const struct pawl_filter *f, struct pawl_read_batch *b,
+                                  int64_t *position, int64_t deadline_ns)
 {
     return read_filtered_until(s, after, max, f, b, position, deadline_ns);
 }

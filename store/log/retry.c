@@ -87,7 +87,7 @@ static void *retry_main(void *arg)
         if (next == 0) {
             pthread_cond_wait(&s->retry_cond, &s->retry_mu);
         } else {
-            pawl_timed_wait(s->timers, &s->retry_mu, &s->retry_cond, CLOCK_MONOTONIC, next - now);
+            pawl__timed_wait(s->timers, &s->retry_mu, &s->retry_cond, CLOCK_MONOTONIC, next - now);
         }
     }
     pthread_mutex_unlock(&s->retry_mu);
@@ -111,6 +111,7 @@ void pawl__log_retry_stop(struct pawl_store *s)
     if (!s->retry_started)
         return;
     pthread_mutex_lock(&s->retry_mu);
+    PAWL_ASSERT(s->delayed == NULL); /* after pawl_store_drain, or before any append */
     s->retry_stop = 1;
     pthread_cond_signal(&s->retry_cond);
     pthread_mutex_unlock(&s->retry_mu);

@@ -154,9 +154,9 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_store_stats *st, int res
     st->own_notifications = LD(notifies_own);
     st->standby_replay_delay_ms = -1;
     if (s->sb)
-        pawl_standby_stats(s->sb, &st->standby_reads, &st->standby_fallback_reads,
-                           &st->standby_episodes, &st->standby_fallback_active,
-                           &st->standby_replay_delay_ms);
+        pawl__standby_stats(s->sb, &st->standby_reads, &st->standby_fallback_reads,
+                            &st->standby_episodes, &st->standby_fallback_active,
+                            &st->standby_replay_delay_ms);
     st->append_groups = LD(groups_ok);
     st->append_groups_appends = LD(groups_appends);
 #undef LD

@@ -66,7 +66,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
                     const char *const *session, int hooks, char *err, size_t errlen)
 {
     struct pawl_pgpool_opts po;
-    pawl_pgpool_opts_defaults(&po);
+    pawl__pgpool_opts_defaults(&po);
     po.name = name;
     po.connections = conns;
     po.reconnect_min_ms = s->o.reconnect_min_ms;
@@ -79,7 +79,7 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
         pawl__log_listen_hooks(s, &po);
     else if (hooks == 2)
         pawl__log_fin_hooks(s, &po);
-    return pawl_pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
+    return pawl__pgpool_new(out, s->dsn, &po, s->o.open_timeout_ms, err, errlen);
 }
 
 static void raise_index_cb(void *ud, int64_t idx)
@@ -120,8 +120,8 @@ static int check_database(const char *dsn, const struct pawl_store_opts *o, int 
             return rc;
     }
     /* One connection for the version and, when this store finalizes, whether it is a standby. */
-    int dbv = 0, libv = pawl_schema_lib_version();
-    rc = pawl_schema_probe(dsn, &dbv, standby, err, errlen);
+    int dbv = 0, libv = pawl__schema_lib_version();
+    rc = pawl__schema_probe(dsn, &dbv, standby, err, errlen);
     if (rc != 0)
         return rc;
     if (dbv != libv) {
@@ -140,7 +140,7 @@ static int check_database(const char *dsn, const struct pawl_store_opts *o, int 
         return PAWL_ESCHEMA;
     }
     if (*standby && o->finalizer)
-        return pawl_schema_standby_error(dsn, "finalization (the store's finalizer)", err, errlen);
+        return pawl__schema_standby_error(dsn, "finalization (the store's finalizer)", err, errlen);
     return 0;
 }
 
@@ -157,17 +157,17 @@ static struct pawl_store *store_alloc(const struct pawl_store_opts *o)
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_cond_init(&s->op_cond, NULL);
     pthread_mutex_init(&s->idx_mu, NULL);
-    pawl_cond_init_monotonic(&s->idx_cond);
+    pawl__cond_init_monotonic(&s->idx_cond);
     pthread_cond_init(&s->waiters_cond, NULL);
     pthread_mutex_init(&s->fin_mu, NULL);
-    pawl_cond_init_monotonic(&s->fin_cond);
+    pawl__cond_init_monotonic(&s->fin_cond);
     pthread_mutex_init(&s->retry_mu, NULL);
-    pawl_cond_init_monotonic(&s->retry_cond);
+    pawl__cond_init_monotonic(&s->retry_cond);
     pthread_mutex_init(&s->grp_mu, NULL);
     return s;
 }
 
-/* The timers object every timed wait of the store uses (pawl_timed_wait). */
+/* The timers object every timed wait of the store uses (pawl__timed_wait). */
 static int start_timers(struct pawl_store *s, const struct pawl_store_opts *o, char *err,
                         size_t errlen)
 {
@@ -188,16 +188,16 @@ static int open_standby(struct pawl_store *s, const char *dsn, const struct pawl
                         char *err, size_t errlen)
 {
     static const Oid rd_types[2] = {OID_INT8, OID_INT4};
-    int rc = pawl_standby_new(&s->sb, dsn, o, s->timers, raise_index_cb, s, err, errlen);
+    int rc = pawl__standby_new(&s->sb, dsn, o, s->timers, raise_index_cb, s, err, errlen);
     if (rc != 0)
         return rc;
     static const Oid rdf_types[5] = {OID_INT8, OID_INT4, OID_TEXT_ARRAY, OID_TEXT_ARRAY,
                                      OID_TEXT_ARRAY};
     static const Oid rds_types[3] = {OID_INT8, OID_INT4, OID_TEXT};
-    struct pawl_pgpool *sbp = pawl_standby_pool(s->sb);
-    s->stmt_read_sb = pawl_pgpool_prepare(sbp, pawl__log_read_sql, 2, rd_types);
-    s->stmt_read_f_sb = pawl_pgpool_prepare(sbp, pawl__log_read_filtered_sql, 5, rdf_types);
-    s->stmt_read_s_sb = pawl_pgpool_prepare(sbp, pawl__log_read_stream_sql, 3, rds_types);
+    struct pawl_pgpool *sbp = pawl__standby_pool(s->sb);
+    s->stmt_read_sb = pawl__pgpool_prepare(sbp, pawl__log_read_sql, 2, rd_types);
+    s->stmt_read_f_sb = pawl__pgpool_prepare(sbp, pawl__log_read_filtered_sql, 5, rdf_types);
+    s->stmt_read_s_sb = pawl__pgpool_prepare(sbp, pawl__log_read_stream_sql, 3, rds_types);
     if (s->stmt_read_sb < 0 || s->stmt_read_f_sb < 0 || s->stmt_read_s_sb < 0)
         return PAWL_ENOMEM;
     return 0;
@@ -295,25 +295,25 @@ static int prepare_statements(struct pawl_store *s, const struct pawl_store_opts
                                         OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
                                         OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
-    s->stmt_append = pawl_pgpool_prepare(s->main, pawl_log_append_sql, 9, append_types);
+    s->stmt_append = pawl__pgpool_prepare(s->main, pawl__log_append_sql, 9, append_types);
     static const Oid group_types[10] = {
         OID_TEXT_ARRAY, OID_INT8_ARRAY,  OID_INT4_ARRAY,  OID_INT4_ARRAY, OID_INT4_ARRAY,
         OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     s->stmt_append_group =
-        pawl_pgpool_prepare(s->main, pawl__log_append_group_sql, 10, group_types);
-    s->stmt_read = pawl_pgpool_prepare(s->main, pawl__log_read_sql, 2, read_types);
+        pawl__pgpool_prepare(s->main, pawl__log_append_group_sql, 10, group_types);
+    s->stmt_read = pawl__pgpool_prepare(s->main, pawl__log_read_sql, 2, read_types);
     static const Oid readf_types[5] = {OID_INT8, OID_INT4, OID_TEXT_ARRAY, OID_TEXT_ARRAY,
                                        OID_TEXT_ARRAY};
     static const Oid reads_types[3] = {OID_INT8, OID_INT4, OID_TEXT};
-    s->stmt_read_f = pawl_pgpool_prepare(s->main, pawl__log_read_filtered_sql, 5, readf_types);
-    s->stmt_read_s = pawl_pgpool_prepare(s->main, pawl__log_read_stream_sql, 3, reads_types);
-    s->stmt_last = pawl_pgpool_prepare(s->main, pawl__log_last_index_sql, 0, NULL);
+    s->stmt_read_f = pawl__pgpool_prepare(s->main, pawl__log_read_filtered_sql, 5, readf_types);
+    s->stmt_read_s = pawl__pgpool_prepare(s->main, pawl__log_read_stream_sql, 3, reads_types);
+    s->stmt_last = pawl__pgpool_prepare(s->main, pawl__log_last_index_sql, 0, NULL);
     static const Oid resolve_types[5] = {0, OID_TEXT_ARRAY, OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
                                          OID_INT4};
-    s->stmt_resolve = pawl_pgpool_prepare(s->main, pawl__log_resolve_sql, 5, resolve_types);
-    s->stmt_fin_main = pawl_pgpool_prepare(s->main, pawl__log_finalize_sql, 1, NULL);
+    s->stmt_resolve = pawl__pgpool_prepare(s->main, pawl__log_resolve_sql, 5, resolve_types);
+    s->stmt_fin_main = pawl__pgpool_prepare(s->main, pawl__log_finalize_sql, 1, NULL);
     snprintf(s->fin_batch_text, sizeof s->fin_batch_text, "%d", o->finalize_batch_max);
-    s->fin_stmt = pawl_pgpool_prepare(s->fin, pawl__log_finalize_sql, 1, NULL);
+    s->fin_stmt = pawl__pgpool_prepare(s->fin, pawl__log_finalize_sql, 1, NULL);
     if (s->stmt_append < 0 || s->stmt_append_group < 0 || s->stmt_read < 0 || s->stmt_last < 0 ||
         s->stmt_read_f < 0 || s->stmt_read_s < 0 || s->fin_stmt < 0 || s->stmt_resolve < 0 ||
         s->stmt_fin_main < 0)
@@ -326,10 +326,10 @@ static int prepare_statements(struct pawl_store *s, const struct pawl_store_opts
  * never started. */
 static void store_release(struct pawl_store *s)
 {
-    pawl_standby_free(s->sb);
-    pawl_pgpool_free(s->listen);
-    pawl_pgpool_free(s->fin);
-    pawl_pgpool_free(s->main);
+    pawl__standby_free(s->sb);
+    pawl__pgpool_free(s->listen);
+    pawl__pgpool_free(s->fin);
+    pawl__pgpool_free(s->main);
     pawl__log_ops_fini(s);
     pawl_timers_free(s->timers); /* nothing waits on them any more */
     pawl_free(s->ring);
@@ -378,7 +378,7 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     s->grp_limit = o->connections;
     if (pawl__log_groups_init(s) != 0)
         goto fail;
-    s->dsn = pawl_strdup(dsn);
+    s->dsn = pawl__strdup(dsn);
     s->ring = pawl_calloc(ACK_RING, sizeof *s->ring);
     if (s->dsn == NULL || s->ring == NULL)
         goto fail;
@@ -412,6 +412,7 @@ void pawl_store_free(struct pawl_store *s)
 {
     if (s == NULL)
         return;
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     pawl_store_drain(s);
     pawl__log_retry_stop(s);
     pawl__log_fin_stop(s);

@@ -27,7 +27,7 @@
  * (sql/015_event_ids.sql): the row's status then says 'already' (a retry of a committed
  * append: seqs holds the numbers its events got) or 'id' (msg: which id, and why).
  */
-const char pawl_log_append_sql[] =
+const char pawl__log_append_sql[] =
     "SELECT appended, txid, heads, status, seqs, msg FROM pawl.append($1::text[], $2::int8[],"
     " $3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool, $9::text[])";
 
@@ -245,7 +245,7 @@ int pawl__log_validate(const struct pawl_store_opts *o, const struct pawl_event 
 }
 
 /*
- * Encode an append's parameters (see pawl_log_append_sql) as binary arrays. ix is
+ * Encode an append's parameters (see pawl__log_append_sql) as binary arrays. ix is
  * pawl__log_validate()'s order: positions sorted by stream, then position, so each stream's events
  * are a run in it.
  */

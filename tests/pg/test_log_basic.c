@@ -120,7 +120,7 @@ static void test_upgrade_stream_collation(void **state)
     char err[512], d3[1024], name[160];
     other_db("u", "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", d3, sizeof d3, name,
              sizeof name);
-    assert_int_equal(pawl_schema_migrate_to(d3, 3, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d3, 3, err, sizeof err), 0);
     int dbv = 0;
     assert_int_equal(pawl_schema_version(d3, &dbv, NULL, err, sizeof err), 0);
     assert_int_equal(dbv, 3);
@@ -145,7 +145,7 @@ static void test_upgrade_stream_collation(void **state)
 
     assert_int_equal(pawl_schema_migrate(d3, err, sizeof err), 0);
     assert_int_equal(pawl_schema_version(d3, &dbv, NULL, err, sizeof err), 0);
-    assert_int_equal(dbv, pawl_schema_lib_version());
+    assert_int_equal(dbv, pawl__schema_lib_version());
     assert_int_equal(pawl_test_query_i64(d3, is_c), 1);
     assert_int_equal(pawl_test_query_i64(d3, first), 1); /* bytes: "B" first */
     /* The index serves that order (and the head lookups) by itself. */
@@ -210,7 +210,7 @@ static void test_runs_inline(void **state)
     (void)state;
     char err[512], d[1024], name[160];
     other_db("r", NULL, d, sizeof d, name, sizeof name);
-    assert_int_equal(pawl_schema_migrate_to(d, 4, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 4, err, sizeof err), 0);
     static const char last_compressed[] =
         "SELECT (pg_column_compression(xids) IS NOT NULL)::int FROM pawl.runs"
         " ORDER BY last_index DESC LIMIT 1";

@@ -156,7 +156,7 @@ static void *raw_appender(void *arg)
     }
     while (!atomic_load(&stop_appending)) {
         int n = 1 + rand_r(&seed) % 5;
-        /* The statement's parameters (see pawl_log_append_sql): distinct streams with ANY
+        /* The statement's parameters (see pawl__log_append_sql): distinct streams with ANY
          * (0) as their expected first number; per event its stream (1-based) and its rank
          * among that stream's events here. */
         int ev_stream[5], nstreams = 0, streams[5];
@@ -201,7 +201,7 @@ static void *raw_appender(void *arg)
                  (rand_r(&seed) % 60) / 1000.0);
         PQclear(PQexec(c, "BEGIN"));
         PQclear(PQexec(c, sleep_before));
-        PGresult *r = PQexecParams(c, pawl_log_append_sql, 8, NULL, vals, NULL, NULL, 0);
+        PGresult *r = PQexecParams(c, pawl__log_append_sql, 8, NULL, vals, NULL, NULL, 0);
         int ok = PQresultStatus(r) == PGRES_TUPLES_OK && atoi(PQgetvalue(r, 0, 0)) == n;
         PQclear(r);
         if (!ok) {

@@ -622,7 +622,7 @@ static void test_upgrade_from_5(void **state)
     (void)state;
     char d[1024], err[512];
     pawl_test_db_make(pawl_test_dsn(), "t_log_guar_up", NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 5, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 5, err, sizeof err), 0);
     /* Appends written as version 5 wrote them; one finalized, two not yet. */
     const char *old = "INSERT INTO pawl.events (xid, stream_seq, k, n, stream_id, type, payload)"
                       " VALUES (pg_current_xact_id(), %d, 0, 1, 'up', 't', 'old')";
@@ -637,7 +637,7 @@ static void test_upgrade_from_5(void **state)
     assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
     int dbv = 0;
     assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
-    assert_int_equal(dbv, pawl_schema_lib_version());
+    assert_int_equal(dbv, pawl__schema_lib_version());
     assert_int_equal(
         pawl_test_query_i64(d, "SELECT count(*) FROM pawl.events WHERE ticket IS NULL"), 3);
     struct pawl_store *s = NULL;
@@ -739,7 +739,7 @@ static void test_own_xid_repair(void **state)
     (void)state;
     char d[1024], err[512];
     pawl_test_db_make(pawl_test_dsn(), "t_log_guar_own13", NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 13, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 13, err, sizeof err), 0);
     pawl_test_exec(d, "SELECT pawl_api.append('ph', 'T', 'zero')");
     assert_int_equal(pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()"), 1);
     own_xid_pattern(d);
@@ -778,7 +778,7 @@ static void test_migration_lock_wait(void **state)
     (void)state;
     char d[1024], err[512];
     pawl_test_db_make(pawl_test_dsn(), "t_log_guar_mig", NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 13, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 13, err, sizeof err), 0);
     /* A transaction that appended and finalized holds locks the upgrade needs. */
     PGconn *a = raw(d), *b = raw(d);
     assert_true(ok_cmd(a, "BEGIN"));
@@ -798,7 +798,7 @@ static void test_migration_lock_wait(void **state)
     pthread_join(th, NULL);
     assert_int_equal(mig_rc, 0);
     assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
-    assert_int_equal(dbv, pawl_schema_lib_version());
+    assert_int_equal(dbv, pawl__schema_lib_version());
     PQfinish(a);
     PQfinish(b);
     pawl_test_query_i64(d, "SELECT appends FROM pawl.finalize()");

@@ -510,7 +510,7 @@ static void test_upgrade_keeps_rights(void **state)
     (void)state;
     char d[1024], err[512];
     pawl_test_db_make(pawl_test_dsn(), "t_log_ids_up14", NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 14, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 14, err, sizeof err), 0);
     pawl_test_exec(d, roles_sql());
     pawl_test_exec(d, "SELECT pawl_api.append('up-1', 'T', '\\x01')");
     assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);

@@ -32,13 +32,13 @@ static void check_backend(const struct pawl_pgpool *p, int asked)
                        : asked == PAWL_TIMER_BACKEND_IO_URING ? "io_uring"
                        : kernel_refuses_uring                 ? "epoll"
                                                               : "io_uring";
-    assert_string_equal(pawl_pgpool_io_backend(p), want);
+    assert_string_equal(pawl__pgpool_io_backend(p), want);
 }
 
 static struct pawl_pgpool *new_pool(int conns)
 {
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.name = "test";
     o.connections = conns;
     o.reconnect_min_ms = 20;
@@ -46,7 +46,7 @@ static struct pawl_pgpool *new_pool(int conns)
     o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[256];
-    int rc = pawl_pgpool_new(&p, dsn, &o, 10000, err, sizeof err);
+    int rc = pawl__pgpool_new(&p, dsn, &o, 10000, err, sizeof err);
     if (rc != 0)
         fail_msg("pool: %s (%s)", pawl_strerror(rc), err);
     check_backend(p, o.io_backend);
@@ -63,7 +63,7 @@ static int exec1(struct pawl_pgpool *p, const char *sql, int64_t *out)
 {
     struct pawl_pgstmt s = {.sql = sql, .on_result = out ? grab_i64 : NULL, .ud = out};
     struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
-    return pawl_pgpool_exec(p, -1, &r);
+    return pawl__pgpool_exec(p, -1, &r);
 }
 
 /* A request whose outcome the test waits for. */
@@ -116,7 +116,7 @@ static void test_basic(void **state)
 
     /* Prepared with a binary int8 parameter. */
     Oid types[1] = {20};
-    int id = pawl_pgpool_prepare(p, "SELECT $1::int8 * 2", 1, types);
+    int id = pawl__pgpool_prepare(p, "SELECT $1::int8 * 2", 1, types);
     assert_true(id >= 0);
     uint64_t be = __builtin_bswap64(21);
     const char *vals[1] = {(const char *)&be};
@@ -131,7 +131,7 @@ static void test_basic(void **state)
     struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
     for (int i = 0; i < 3; i++) {
         v = 0;
-        assert_int_equal(pawl_pgpool_exec(p, -1, &r), 0);
+        assert_int_equal(pawl__pgpool_exec(p, -1, &r), 0);
         assert_int_equal(v, 42);
     }
 
@@ -141,7 +141,7 @@ static void test_basic(void **state)
                                 {.sql = "INSERT INTO pc VALUES (1)"},
                                 {.sql = "INSERT INTO pc VALUES (2)"}};
     struct pawl_pgreq r2 = {.stmts = st, .nstmts = 3};
-    assert_int_equal(pawl_pgpool_exec(p, -1, &r2), PAWL_ESQL);
+    assert_int_equal(pawl__pgpool_exec(p, -1, &r2), PAWL_ESQL);
     assert_int_equal(r2.failed_stmt, 1);
     assert_string_equal(r2.sqlstate, "23505");
     assert_non_null(strstr(r2.message, "duplicate key"));
@@ -150,7 +150,7 @@ static void test_basic(void **state)
     /* The connection is usable afterwards. */
     assert_int_equal(exec1(p, "SELECT 7", &v), 0);
     assert_int_equal(v, 7);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 static void test_pinned_transaction(void **state)
@@ -160,7 +160,7 @@ static void test_pinned_transaction(void **state)
     assert_int_equal(exec1(p, "CREATE TABLE IF NOT EXISTS pt(x int)", NULL), 0);
     struct pawl_pgstmt a[2] = {{.sql = "BEGIN"}, {.sql = "INSERT INTO pt VALUES (1)"}};
     struct pawl_pgreq ra = {.stmts = a, .nstmts = 2, .flags = PAWL_PGREQ_NOSYNC};
-    assert_int_equal(pawl_pgpool_exec(p, 1, &ra), 0);
+    assert_int_equal(pawl__pgpool_exec(p, 1, &ra), 0);
     /* Meanwhile other requests run on the other connection and do not see the row. */
     int64_t v = -1;
     for (int i = 0; i < 5; i++) {
@@ -169,10 +169,10 @@ static void test_pinned_transaction(void **state)
     }
     struct pawl_pgstmt b[2] = {{.sql = "INSERT INTO pt VALUES (2)"}, {.sql = "COMMIT"}};
     struct pawl_pgreq rb = {.stmts = b, .nstmts = 2};
-    assert_int_equal(pawl_pgpool_exec(p, 1, &rb), 0);
+    assert_int_equal(pawl__pgpool_exec(p, 1, &rb), 0);
     assert_int_equal(exec1(p, "SELECT count(*) FROM pt", &v), 0);
     assert_int_equal(v, 2);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 struct many {
@@ -202,14 +202,14 @@ static void test_many_in_flight(void **state)
         r[i].nstmts = 1;
         r[i].on_done = many_done;
         r[i].ud = &m;
-        assert_int_equal(pawl_pgpool_submit(p, &r[i]), 0);
+        assert_int_equal(pawl__pgpool_submit(p, &r[i]), 0);
     }
     double t0 = pawl_test_now_ms();
     while (atomic_load(&m.done) < N && pawl_test_now_ms() - t0 < 60000)
         usleep(1000);
     assert_int_equal(atomic_load(&m.ok), N);
-    assert_int_equal(pawl_pgpool_pending(p), 0);
-    pawl_pgpool_free(p);
+    assert_int_equal(pawl__pgpool_pending(p), 0);
+    pawl__pgpool_free(p);
     free(s);
     free(r);
 }
@@ -275,14 +275,14 @@ static void test_killed_backend(void **state)
     struct many m = {0};
     r.on_done = many_done;
     r.ud = &m;
-    assert_int_equal(pawl_pgpool_submit(p, &r), 0);
+    assert_int_equal(pawl__pgpool_submit(p, &r), 0);
     terminate_while(pid, &m.done);
     assert_int_equal(atomic_load(&m.ok), 0);
     /* The pool reconnects by itself. */
     int64_t pid2 = 0;
     assert_int_equal(exec1(p, "SELECT pg_backend_pid()", &pid2), 0);
     assert_true(pid2 != 0 && pid2 != pid);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /*
@@ -298,7 +298,7 @@ static int killed_write(struct pawl_pgpool *p, unsigned flags)
     struct pawl_pgstmt s = {.sql = "INSERT INTO pkw SELECT 1 FROM pg_sleep(5)"};
     struct wreq w;
     wreq_init(&w, &s, flags);
-    assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
+    assert_int_equal(pawl__pgpool_submit(p, &w.r), 0);
     terminate_while(pid, &w.done);
     return atomic_load(&w.rc);
 }
@@ -311,7 +311,7 @@ static void test_killed_mid_statement(void **state)
     assert_int_equal(killed_write(p, PAWL_PGREQ_IMPLICIT), PAWL_ECONN);
     assert_int_equal(killed_write(p, 0), PAWL_EINDOUBT);
     assert_int_equal(rows_in(p, "pkw"), 0);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /* A request whose completion holds the pool's I/O thread until released. */
@@ -348,12 +348,12 @@ static void test_killed_while_loop_busy(void **state)
     int64_t pid = 0;
     struct pawl_pgstmt pq = {.sql = "SELECT pg_backend_pid()", .on_result = grab_i64, .ud = &pid};
     struct pawl_pgreq pr = {.stmts = &pq, .nstmts = 1};
-    assert_int_equal(pawl_pgpool_exec(p, 0, &pr), 0);
+    assert_int_equal(pawl__pgpool_exec(p, 0, &pr), 0);
 
     struct pawl_pgstmt ws = {.sql = "INSERT INTO pkb SELECT 1 FROM pg_sleep(5)"};
     struct wreq w;
     wreq_init(&w, &ws, PAWL_PGREQ_IMPLICIT);
-    assert_int_equal(pawl_pgpool_submit_on(p, 0, &w.r), 0);
+    assert_int_equal(pawl__pgpool_submit_on(p, 0, &w.r), 0);
     wait_sleeping(pid);
 
     /* Hold the I/O thread in a completion on the other connection. */
@@ -361,7 +361,7 @@ static void test_killed_while_loop_busy(void **state)
     struct stall st;
     memset(&st, 0, sizeof st);
     st.r = (struct pawl_pgreq){.stmts = &ss, .nstmts = 1, .on_done = stall_done, .ud = &st};
-    assert_int_equal(pawl_pgpool_submit_on(p, 1, &st.r), 0);
+    assert_int_equal(pawl__pgpool_submit_on(p, 1, &st.r), 0);
     wait_done(&st.entered);
 
     /* Terminate the backend and wait until it has exited (its socket then holds the FATAL
@@ -376,7 +376,7 @@ static void test_killed_while_loop_busy(void **state)
     assert_int_equal(atomic_load(&w.rc), PAWL_ECONN);
     assert_non_null(strstr(w.r.message, "connection lost"));
     assert_int_equal(rows_in(p, "pkb"), 0);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /*
@@ -402,12 +402,12 @@ static void test_killed_in_prepare(void **state)
     assert_int_equal(PQresultStatus(lr), PGRES_COMMAND_OK);
     PQclear(lr);
 
-    int id = pawl_pgpool_prepare(p, "INSERT INTO pkp VALUES (1)", 0, NULL);
+    int id = pawl__pgpool_prepare(p, "INSERT INTO pkp VALUES (1)", 0, NULL);
     assert_true(id >= 0);
     struct pawl_pgstmt ws = {.prepared = id};
     struct wreq w;
     wreq_init(&w, &ws, PAWL_PGREQ_IMPLICIT);
-    assert_int_equal(pawl_pgpool_submit(p, &w.r), 0);
+    assert_int_equal(pawl__pgpool_submit(p, &w.r), 0);
     wait_backend(pid, "wait_event_type = 'Lock'");
     terminate(pid);
     wait_done(&w.done);
@@ -417,11 +417,11 @@ static void test_killed_in_prepare(void **state)
     /* Prepared again on the new connection, it runs. */
     struct wreq w2;
     wreq_init(&w2, &ws, PAWL_PGREQ_IMPLICIT);
-    assert_int_equal(pawl_pgpool_submit(p, &w2.r), 0);
+    assert_int_equal(pawl__pgpool_submit(p, &w2.r), 0);
     wait_done(&w2.done);
     assert_int_equal(atomic_load(&w2.rc), 0);
     assert_int_equal(rows_in(p, "pkp"), 1);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /*
@@ -434,11 +434,11 @@ static void test_prepare_fails(void **state)
     (void)state;
     struct pawl_pgpool *p = new_pool(1);
     assert_int_equal(exec1(p, "DROP TABLE IF EXISTS pnp_missing", NULL), 0);
-    int id = pawl_pgpool_prepare(p, "INSERT INTO pnp_missing VALUES (1)", 0, NULL);
+    int id = pawl__pgpool_prepare(p, "INSERT INTO pnp_missing VALUES (1)", 0, NULL);
     assert_true(id >= 0);
     struct pawl_pgstmt s = {.prepared = id};
     struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
-    assert_int_equal(pawl_pgpool_exec(p, -1, &r), PAWL_ESQL);
+    assert_int_equal(pawl__pgpool_exec(p, -1, &r), PAWL_ESQL);
     assert_string_equal(r.sqlstate, "42P01");
     assert_non_null(strstr(r.message, "pnp_missing"));
     int64_t v = 0;
@@ -446,9 +446,9 @@ static void test_prepare_fails(void **state)
     assert_int_equal(v, 5);
     assert_int_equal(exec1(p, "CREATE TABLE pnp_missing(x int)", NULL), 0);
     struct pawl_pgreq r2 = {.stmts = &s, .nstmts = 1};
-    assert_int_equal(pawl_pgpool_exec(p, -1, &r2), 0);
+    assert_int_equal(pawl__pgpool_exec(p, -1, &r2), 0);
     assert_int_equal(rows_in(p, "pnp_missing"), 1);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /*
@@ -489,7 +489,7 @@ static void test_commit_failure(void **state)
         w[i].r.nstmts = 1;
         w[i].r.ud = &w[i];
         w[i].r.on_done = done_store;
-        assert_int_equal(pawl_pgpool_submit_on(p, 0, &w[i].r), 0);
+        assert_int_equal(pawl__pgpool_submit_on(p, 0, &w[i].r), 0);
     }
     for (int t = 0; t < 1000; t++) {
         if (atomic_load(&w[0].done) && atomic_load(&w[1].done) && atomic_load(&w[2].done))
@@ -503,24 +503,24 @@ static void test_commit_failure(void **state)
     int64_t v = 0;
     assert_int_equal(exec1(p, "SELECT sum(x) FROM pcf", &v), 0);
     assert_int_equal(v, 3);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 static void test_bad_dsn(void **state)
 {
     (void)state;
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.connections = 1;
     o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[512];
-    int rc = pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret", &o,
-                             3000, err, sizeof err);
+    int rc = pawl__pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y password=secret",
+                              &o, 3000, err, sizeof err);
     assert_int_equal(rc, PAWL_ECONN);
     assert_null(strstr(err, "secret"));
     assert_non_null(strstr(err, "***"));
-    rc = pawl_pgpool_new(&p, "this is = not a dsn ===", &o, 3000, err, sizeof err);
+    rc = pawl__pgpool_new(&p, "this is = not a dsn ===", &o, 3000, err, sizeof err);
     assert_int_equal(rc, PAWL_EINVAL);
 }
 
@@ -538,7 +538,7 @@ static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     int64_t t0 = pawl_now_ns();
-    w->rc = pawl_pgpool_wait_ready(w->p, w->ms, 0);
+    w->rc = pawl__pgpool_wait_ready(w->p, w->ms, 0);
     w->took_ns = pawl_now_ns() - t0;
     return NULL;
 }
@@ -547,16 +547,16 @@ static void test_wait_ready(void **state)
 {
     (void)state;
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.connections = 1;
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 50;
     o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[512];
-    assert_int_equal(
-        pawl_pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y", &o, 0, err, sizeof err),
-        0);
+    assert_int_equal(pawl__pgpool_new(&p, "host=/nonexistent/socket/dir dbname=x user=y", &o, 0,
+                                      err, sizeof err),
+                     0);
     check_backend(p, o.io_backend);
     struct waiter w[2] = {{p, 300, -1, 0}, {p, 900, -1, 0}};
     pthread_t th[2];
@@ -570,18 +570,18 @@ static void test_wait_ready(void **state)
         print_message("waited %d ms: returned after %.1f ms\n", w[i].ms, w[i].took_ns / 1e6);
     }
     int64_t t0 = pawl_now_ns();
-    assert_int_equal(pawl_pgpool_wait_ready(p, 5000, 1), PAWL_ECONN); /* first attempt failed */
+    assert_int_equal(pawl__pgpool_wait_ready(p, 5000, 1), PAWL_ECONN); /* first attempt failed */
     assert_true(pawl_now_ns() - t0 < 1000000000);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 
-    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
-    assert_int_equal(pawl_pgpool_wait_ready(p, 10000, 1), 0);
-    assert_true(pawl_pgpool_ready(p) > 0);
-    pawl_pgpool_free(p);
+    assert_int_equal(pawl__pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
+    assert_int_equal(pawl__pgpool_wait_ready(p, 10000, 1), 0);
+    assert_true(pawl__pgpool_ready(p) > 0);
+    pawl__pgpool_free(p);
 }
 
 /*
- * The on_loop hook: called on the I/O thread after a pawl_pgpool_wake from another thread, at the
+ * The on_loop hook: called on the I/O thread after a pawl__pgpool_wake from another thread, at the
  * deadline it returned (not much later, not before), and a request it submits goes out and
  * completes (the store's finalizer is built on exactly this).
  */
@@ -609,7 +609,7 @@ static int64_t hook_loop(void *ud, int64_t now)
     if (atomic_exchange(&h->want_request, 0)) {
         h->st = (struct pawl_pgstmt){.sql = "SELECT 42", .on_result = grab_i64, .ud = &h->value};
         wreq_init(&h->req, &h->st, 0);
-        assert_int_equal(pawl_pgpool_submit(h->p, &h->req.r), 0);
+        assert_int_equal(pawl__pgpool_submit(h->p, &h->req.r), 0);
     }
     h->armed = due > 0 && atomic_load(&h->fired_ns) == 0 ? due : 0;
     return h->armed;
@@ -621,7 +621,7 @@ static void test_on_loop(void **state)
     static struct hook_state h;
     memset(&h, 0, sizeof h);
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.name = "hook";
     o.connections = 1;
     o.io_backend = pawl_test_io_backend();
@@ -629,7 +629,7 @@ static void test_on_loop(void **state)
     o.hook_ud = &h;
     struct pawl_pgpool *p = NULL;
     char err[256];
-    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 10000, err, sizeof err), 0);
+    assert_int_equal(pawl__pgpool_new(&p, dsn, &o, 10000, err, sizeof err), 0);
     check_backend(p, o.io_backend);
     atomic_store(&h.p, p);
 
@@ -637,7 +637,7 @@ static void test_on_loop(void **state)
     for (int i = 0; i < 5; i++) {
         long long c0 = atomic_load(&h.calls);
         int64_t t0 = pawl_now_ns();
-        pawl_pgpool_wake(p);
+        pawl__pgpool_wake(p);
         while (atomic_load(&h.calls) == c0 && pawl_now_ns() - t0 < 2000000000LL)
             usleep(100);
         assert_true(atomic_load(&h.calls) > c0);
@@ -649,7 +649,7 @@ static void test_on_loop(void **state)
         atomic_store(&h.fired_ns, 0);
         int64_t due = pawl_now_ns() + (int64_t)ms * 1000000;
         atomic_store(&h.due_ns, due);
-        pawl_pgpool_wake(p); /* so that the hook returns the deadline */
+        pawl__pgpool_wake(p); /* so that the hook returns the deadline */
         while (atomic_load(&h.fired_ns) == 0 && pawl_now_ns() < due + 2000000000LL)
             usleep(1000);
         int64_t fired = atomic_load(&h.fired_ns);
@@ -661,14 +661,14 @@ static void test_on_loop(void **state)
 
     /* A request submitted from the hook goes out and completes. */
     atomic_store(&h.want_request, 1);
-    pawl_pgpool_wake(p);
+    pawl__pgpool_wake(p);
     int64_t t0 = pawl_now_ns();
     while (!atomic_load(&h.req.done) && pawl_now_ns() - t0 < 5000000000LL)
         usleep(1000);
     assert_int_equal(atomic_load(&h.req.done), 1);
     assert_int_equal(atomic_load(&h.req.rc), 0);
     assert_int_equal(h.value, 42);
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
 }
 
 /*
@@ -698,7 +698,7 @@ static void test_session_statement_fails(void **state)
     static const char *const session[] = {"SET application_name = 'pawl test setup'",
                                           "SET lock_timeout = 'soon'", "SET jit = off", NULL};
     struct pawl_pgpool_opts o;
-    pawl_pgpool_opts_defaults(&o);
+    pawl__pgpool_opts_defaults(&o);
     o.name = "badsetup";
     o.connections = 1;
     o.reconnect_min_ms = 20;
@@ -708,7 +708,7 @@ static void test_session_statement_fails(void **state)
     o.io_backend = pawl_test_io_backend();
     struct pawl_pgpool *p = NULL;
     char err[512];
-    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 3000, err, sizeof err), PAWL_ECONN);
+    assert_int_equal(pawl__pgpool_new(&p, dsn, &o, 3000, err, sizeof err), PAWL_ECONN);
     print_message("created with a wait: %s\n", err);
     assert_non_null(strstr(err, "session statement \"SET lock_timeout = 'soon'\" failed"));
 
@@ -717,15 +717,15 @@ static void test_session_statement_fails(void **state)
     enum pawl_log_level level = pawl_log_get_level();
     pawl_log_set_level(PAWL_LOG_DEBUG);
     pawl_log_set_sink(setup_sink, NULL);
-    assert_int_equal(pawl_pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
+    assert_int_equal(pawl__pgpool_new(&p, dsn, &o, 0, err, sizeof err), 0);
     check_backend(p, o.io_backend);
     int64_t v = 0;
     assert_int_equal(exec1(p, "SELECT 1", &v), PAWL_ECONN);
     assert_int_equal(v, 0);
-    assert_int_equal(pawl_pgpool_ready(p), 0);
-    pawl_pgpool_last_error(p, err, sizeof err);
+    assert_int_equal(pawl__pgpool_ready(p), 0);
+    pawl__pgpool_last_error(p, err, sizeof err);
     assert_non_null(strstr(err, "invalid value for parameter \"lock_timeout\""));
-    pawl_pgpool_free(p);
+    pawl__pgpool_free(p);
     pawl_log_set_sink(NULL, NULL);
     pawl_log_set_level(level);
     print_message("1.5 s of failing setups: %d warning(s), %d retries at debug\n",

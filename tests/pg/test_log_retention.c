@@ -27,7 +27,7 @@ static void test_convert_rotate_drop(void **state)
     char err[512], d[1024], name[160];
     snprintf(name, sizeof name, "t_log_retention_%d", (int)getpid());
     pawl_test_db_make(pawl_test_dsn(), name, NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 7, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 7, err, sizeof err), 0);
     pawl_test_exec(d, "DO $$BEGIN CREATE ROLE pawl_retention_test NOLOGIN; "
                       "EXCEPTION WHEN duplicate_object THEN NULL; END$$;"
                       "GRANT SELECT ON pawl.events TO pawl_retention_test");

@@ -374,7 +374,7 @@ static void test_upgrade_from_5(void **state)
     char err[512], d[1024], name[160];
     snprintf(name, sizeof name, "t_tokup_%ld", (long)getpid());
     pawl_test_db_make(pawl_test_dsn(), name, NULL, d, sizeof d);
-    assert_int_equal(pawl_schema_migrate_to(d, 5, err, sizeof err), 0);
+    assert_int_equal(pawl__schema_migrate_to(d, 5, err, sizeof err), 0);
     int dbv = 0;
     assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
     assert_int_equal(dbv, 5);
@@ -393,7 +393,7 @@ static void test_upgrade_from_5(void **state)
 
     assert_int_equal(pawl_schema_migrate(d, err, sizeof err), 0);
     assert_int_equal(pawl_schema_version(d, &dbv, NULL, err, sizeof err), 0);
-    assert_int_equal(dbv, pawl_schema_lib_version());
+    assert_int_equal(dbv, pawl__schema_lib_version());
     assert_true(dbv >= 7);
     assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl.schema_version "
                                             "WHERE name = '007_token_isolation.sql'"),

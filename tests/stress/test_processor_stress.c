@@ -144,15 +144,15 @@ static void test_chaos(void **state)
         int node = (int)(rand_r(&seed) % NODES);
         switch (what) {
         case 0: /* a node that never extends takes a claim */
-            pawl_test_control(PAWL_TESTCTL_TOKENS_MEM_STEAL, tok, "stress", id, "ghost");
+            pawl__test_control(PAWL_TESTCTL_TOKENS_MEM_STEAL, tok, "stress", id, "ghost");
             break;
         case 1: /* a commit fails as if the connection dropped */
-            pawl_test_control(PAWL_TESTCTL_TOKENS_MEM_FAIL_COMMIT, tok,
-                              1 + (int)(rand_r(&seed) % 5));
+            pawl__test_control(PAWL_TESTCTL_TOKENS_MEM_FAIL_COMMIT, tok,
+                               1 + (int)(rand_r(&seed) % 5));
             break;
         case 2: /* reads fail */
-            pawl_test_control(PAWL_TESTCTL_SOURCE_MEM_FAIL_READS, src,
-                              1 + (int)(rand_r(&seed) % 3));
+            pawl__test_control(PAWL_TESTCTL_SOURCE_MEM_FAIL_READS, src,
+                               1 + (int)(rand_r(&seed) % 3));
             break;
         case 3: /* split (refused or not found is fine) */
             if (n < 32)

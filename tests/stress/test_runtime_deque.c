@@ -31,16 +31,16 @@ static void *thief(void *arg)
     struct thief_arg *a = arg;
     struct race *r = a->r;
     while (!atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire) ||
-           pawl_deque_size(&r->d) > 0) {
+           pawl__deque_size(&r->d) > 0) {
         if (r->steal_max > 1 && a->index % 2 == 0) {
             struct pawl_task *out[64];
-            int64_t k = pawl_deque_steal_batch(&r->d, out, r->steal_max);
+            int64_t k = pawl__deque_steal_batch(&r->d, out, r->steal_max);
             for (int64_t i = 0; i < k; i++)
                 atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[out[i] - r->items]), 1,
                                           memory_order_relaxed);
             continue;
         }
-        struct pawl_task *t = pawl_deque_steal(&r->d);
+        struct pawl_task *t = pawl__deque_steal(&r->d);
         if (t == NULL || t == PAWL_DEQUE_ABORT)
             continue;
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[t - r->items]), 1, memory_order_relaxed);
@@ -48,15 +48,15 @@ static void *thief(void *arg)
     return NULL;
 }
 
-/* batch > 1: the owner pushes runs of 1..batch items with pawl_deque_push_n_owner. steal_max > 1:
- * the even-numbered thieves steal up to steal_max at a time with pawl_deque_steal_batch. */
+/* batch > 1: the owner pushes runs of 1..batch items with pawl__deque_push_n_owner. steal_max > 1:
+ * the even-numbered thieves steal up to steal_max at a time with pawl__deque_steal_batch. */
 static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
 {
     struct race r = {0};
     r.steal_max = steal_max;
     r.items = calloc((size_t)n, sizeof(*r.items));
     r.taken = calloc((size_t)n, sizeof(*r.taken));
-    assert_int_equal(pawl_deque_init(&r.d, 2), 0);
+    assert_int_equal(pawl__deque_init(&r.d, 2), 0);
     pthread_t th[4];
     struct thief_arg ta[4];
     for (int i = 0; i < thieves; i++) {
@@ -74,19 +74,19 @@ static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
             run[j] = &r.items[i + j];
         }
         if (batch > 1)
-            assert_int_equal(pawl_deque_push_n_owner(&r.d, run, k), 0);
+            assert_int_equal(pawl__deque_push_n_owner(&r.d, run, k), 0);
         else
-            assert_int_equal(pawl_deque_push_owner(&r.d, run[0]), 0);
+            assert_int_equal(pawl__deque_push_owner(&r.d, run[0]), 0);
         i += k - 1;
         if (i % pop_every == 0) {
-            struct pawl_task *t = pawl_deque_pop_owner(&r.d);
+            struct pawl_task *t = pawl__deque_pop_owner(&r.d);
             if (t)
                 atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
                                           memory_order_relaxed);
         }
     }
     struct pawl_task *t;
-    while ((t = pawl_deque_pop_owner(&r.d)) != NULL)
+    while ((t = pawl__deque_pop_owner(&r.d)) != NULL)
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1, memory_order_relaxed);
     atomic_store_explicit(PAWL_ATOMIC_OF(&r.done), 1, memory_order_release);
     for (int i = 0; i < thieves; i++)
@@ -94,7 +94,7 @@ static void round_(long n, int thieves, int pop_every, int batch, int steal_max)
     for (long i = 0; i < n; i++)
         if (r.taken[i] != 1)
             fail_msg("item %ld taken %u times", i, r.taken[i]);
-    pawl_deque_fini(&r.d);
+    pawl__deque_fini(&r.d);
     free(r.items);
     free(r.taken);
 }
@@ -144,7 +144,7 @@ static void *drain_thief(void *arg)
     struct drain *r = arg;
     struct pawl_task *out[64];
     while (!atomic_load_explicit(PAWL_ATOMIC_OF(&r->done), memory_order_acquire)) {
-        int64_t k = pawl_deque_steal_batch(&r->d, out, 64);
+        int64_t k = pawl__deque_steal_batch(&r->d, out, 64);
         for (int64_t i = 0; i < k; i++)
             atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r->taken[out[i] - r->items]), 1,
                                       memory_order_relaxed);
@@ -161,7 +161,7 @@ static void test_pop_across_chunks(void **state)
     r.taken = calloc((size_t)n, 1);
     assert_non_null(r.items);
     assert_non_null(r.taken);
-    assert_int_equal(pawl_deque_init(&r.d, 2 * PER), 0);
+    assert_int_equal(pawl__deque_init(&r.d, 2 * PER), 0);
     pthread_t th[3];
     for (int i = 0; i < 3; i++)
         pthread_create(&th[i], NULL, drain_thief, &r);
@@ -172,9 +172,9 @@ static void test_pop_across_chunks(void **state)
             r.items[round * PER + j].fn = nop;
             run[j] = &r.items[round * PER + j];
         }
-        assert_int_equal(pawl_deque_push_n_owner(&r.d, run, PER), 0);
+        assert_int_equal(pawl__deque_push_n_owner(&r.d, run, PER), 0);
         struct pawl_task *t;
-        while ((t = pawl_deque_pop_owner(&r.d)) != NULL) {
+        while ((t = pawl__deque_pop_owner(&r.d)) != NULL) {
             atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&r.taken[t - r.items]), 1,
                                       memory_order_relaxed);
             popped++;
@@ -192,7 +192,7 @@ static void test_pop_across_chunks(void **state)
                   rounds, PER, popped, n - popped);
     if (twice || never)
         fail_msg("%ld items taken twice, %ld never", twice, never);
-    pawl_deque_fini(&r.d);
+    pawl__deque_fini(&r.d);
     free(r.items);
     free(r.taken);
 }

@@ -23,15 +23,15 @@ static struct pawl_task task;
 
 static void *push_from_other_thread(void *arg)
 {
-    pawl_deque_push_owner(&dq, &task);
+    pawl__deque_push_owner(&dq, &task);
     return NULL;
 }
 
 static void violate_deque_owner(void)
 {
-    pawl_deque_init(&dq, 4);
-    pawl_deque_push_owner(&dq, &task); /* this thread owns it now */
-    (void)pawl_deque_pop_owner(&dq);
+    pawl__deque_init(&dq, 4);
+    pawl__deque_push_owner(&dq, &task); /* this thread owns it now */
+    (void)pawl__deque_pop_owner(&dq);
     pthread_t th;
     pthread_create(&th, NULL, push_from_other_thread, NULL);
     pthread_join(th, NULL);
@@ -43,7 +43,7 @@ static void violate_timer_hold(void)
 {
     struct pawl_timer t;
     pawl_timer_init(&t, timer_cb, NULL);
-    pawl_timer_unhold_(&t); /* drops a hold nobody took */
+    pawl__timer_unhold(&t); /* drops a hold nobody took */
 }
 
 /* Run fn in a child; return its stderr (static buffer) and whether it died of SIGABRT. */

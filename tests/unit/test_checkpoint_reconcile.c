@@ -193,7 +193,7 @@ static void resume_task(struct pawl_task *t, int status)
     struct seg_h *h = (struct seg_h *)((char *)t - offsetof(struct seg_h, resume_task));
     assert_int_equal(status, 0);
     int64_t to_store = -99;
-    int rc = pawl_reconcile_resume(&h->r, &to_store);
+    int rc = pawl__reconcile_resume(&h->r, &to_store);
     if (rc != PAWL_EAGAIN)
         record(h, rc, to_store);
 }
@@ -213,9 +213,9 @@ static void run_task(struct pawl_task *t, int status)
     int64_t to_store = -99;
     int rc;
     if (h->kind == 1)
-        rc = pawl_reconcile_checkpoint(&h->r, SEG, h->a, h->b, h->c, &to_store);
+        rc = pawl__reconcile_checkpoint(&h->r, SEG, h->a, h->b, h->c, &to_store);
     else
-        rc = pawl_reconcile_release(&h->r, SEG, h->a, h->b, &to_store);
+        rc = pawl__reconcile_release(&h->r, SEG, h->a, h->b, &to_store);
     if (rc != PAWL_EAGAIN)
         record(h, rc, to_store);
 }
@@ -234,13 +234,13 @@ static struct seg_h *seg_new(size_t n, const struct pawl_checkpointing *ckpt)
         h->units[i] = (struct pawl_ckpt_unit){names[i], &h->fakes[i], ckpt};
     }
     assert_int_equal(pawl_serial_init(&h->serial, pool), 0);
-    assert_int_equal(pawl_reconcile_init(&h->r, h->units, n, NULL, pool, timers, on_wake, h), 0);
+    assert_int_equal(pawl__reconcile_init(&h->r, h->units, n, NULL, pool, timers, on_wake, h), 0);
     return h;
 }
 
 static void seg_free(struct seg_h *h)
 {
-    pawl_reconcile_fini(&h->r);
+    pawl__reconcile_fini(&h->r);
     for (size_t i = 0; i < h->n; i++) {
         pthread_mutex_lock(&h->fakes[i].mu);
         for (int k = 0; k < h->fakes[i].npending; k++)
@@ -422,8 +422,8 @@ static void test_failed_future_fails_the_checkpoint(void **state)
     checkpoint(h, 100, 0, 100);
     assert_int_equal(h->rc, PAWL_ECHECKPOINT);
     assert_int_equal(h->to_store, PAWL_RECONCILE_NOTHING);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "'beta'"));
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "disk on fire"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "'beta'"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "disk on fire"));
     seg_free(h);
 }
 
@@ -448,7 +448,7 @@ static void test_report_not_covering_fails_the_checkpoint(void **state)
     checkpoint(h, 100, 0, 100);
     assert_int_equal(h->rc, PAWL_ECHECKPOINT);
     assert_int_equal(h->to_store, PAWL_RECONCILE_NOTHING);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "'alpha' reported 99"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "'alpha' reported 99"));
     /* A laggard that cannot reach the leader fails the checkpoint too. */
     memset(h->fakes[0].script, 0, sizeof h->fakes[0].script);
     h->fakes[0].calls = h->fakes[1].calls = 0;
@@ -482,7 +482,7 @@ static void test_report_behind_stored_is_ignored(void **state)
     h->fakes[0].rel = (struct step){ACT_REPORT, 50};
     release(h, 120, 100);
     assert_int_equal(h->to_store, PAWL_RECONCILE_NOTHING);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "outside [100, 120]"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "outside [100, 120]"));
     seg_free(h);
 }
 
@@ -538,7 +538,7 @@ static void test_failing_release_future_still_yields_a_result(void **state)
     assert_int_equal(wait_result(h, 10000), 0);
     /* The cycle finished (the caller frees the claim) and stored nothing for the failed unit. */
     assert_int_equal(h->to_store, PAWL_RECONCILE_NOTHING);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "'alpha' failed the release"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "'alpha' failed the release"));
     seg_free(h);
 }
 
@@ -568,7 +568,7 @@ static void test_timeout_bounded_future_fails_the_checkpoint(void **state)
     assert_int_equal(h->rc, PAWL_ECHECKPOINT);
     assert_int_equal(h->to_store, PAWL_RECONCILE_NOTHING);
     assert_true(pawl_test_now_ms() - t0 >= 40);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "timed out"));
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "timed out"));
     /* The segment recovers: the next cycle (after re-claim) checkpoints normally. */
     checkpoint(h, 100, 0, 100);
     assert_int_equal(h->rc, 0);
@@ -605,7 +605,7 @@ static void test_never_completing_future_stalls_only_its_segment(void **state)
         assert_int_equal(other->to_store, 100 * (i + 1));
     }
     assert_int_equal(wait_result(stuck, 100), -1);
-    assert_true(pawl_reconcile_busy(&stuck->r));
+    assert_true(pawl__reconcile_busy(&stuck->r));
     /* Let it go so that the test can tidy up. */
     complete_pending(&stuck->fakes[0], 0, 100);
     assert_int_equal(wait_result(stuck, 10000), 0);
@@ -619,9 +619,9 @@ static void test_claim_error_is_reported_and_unwound(void **state)
     (void)state;
     struct seg_h *h = seg_new(3, &with_release);
     h->fakes[1].claim_rc = PAWL_EBUSY;
-    struct pawl_trigger *t = pawl_trigger_new(NULL, NULL);
-    assert_int_equal(pawl_reconcile_claimed(&h->r, SEG, t, 42), PAWL_EBUSY);
-    assert_non_null(strstr(pawl_reconcile_error(&h->r), "'beta' refused the claim"));
+    struct pawl_trigger *t = pawl__trigger_new(NULL, NULL);
+    assert_int_equal(pawl__reconcile_claimed(&h->r, SEG, t, 42), PAWL_EBUSY);
+    assert_non_null(strstr(pawl__reconcile_error(&h->r), "'beta' refused the claim"));
     assert_int_equal(h->fakes[0].claims, 1);
     assert_int_equal(h->fakes[2].claims, 0);
     /* alpha, which had accepted, is told the claim is off. */
@@ -630,9 +630,9 @@ static void test_claim_error_is_reported_and_unwound(void **state)
     assert_int_equal(h->fakes[2].rel_calls, 0);
     /* A later attempt succeeds and every unit gets the trigger. */
     h->fakes[1].claim_rc = 0;
-    assert_int_equal(pawl_reconcile_claimed(&h->r, SEG, t, 42), 0);
+    assert_int_equal(pawl__reconcile_claimed(&h->r, SEG, t, 42), 0);
     assert_ptr_equal(h->fakes[2].trigger, t);
-    pawl_trigger_free(t);
+    pawl__trigger_free(t);
     seg_free(h);
 }
 
@@ -646,7 +646,7 @@ static void test_busy_reconciler_refuses_a_second_cycle(void **state)
         usleep(1000);
     int64_t x;
     /* Only from the serial executor in real use; here the state is quiet while it waits. */
-    assert_int_equal(pawl_reconcile_checkpoint(&h->r, SEG, 200, 0, 200, &x), PAWL_EBUSY);
+    assert_int_equal(pawl__reconcile_checkpoint(&h->r, SEG, 200, 0, 200, &x), PAWL_EBUSY);
     complete_pending(&h->fakes[0], 0, 100);
     assert_int_equal(wait_result(h, 10000), 0);
     seg_free(h);
@@ -658,15 +658,15 @@ static void test_mode_detection(void **state)
     struct pawl_handler hs[3] = {
         {"a", NULL, NULL, NULL}, {"b", NULL, NULL, &with_release}, {"c", NULL, NULL, NULL}};
     enum pawl_ckpt_mode m;
-    assert_int_equal(pawl_ckpt_mode_detect("p", hs, 1, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("p", hs, 1, &m), 0);
     assert_int_equal(m, PAWL_CKPT_PLAIN);
-    assert_int_equal(pawl_ckpt_mode_detect("p", hs + 1, 1, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("p", hs + 1, 1, &m), 0);
     assert_int_equal(m, PAWL_CKPT_DEFERRED);
-    assert_int_equal(pawl_ckpt_mode_detect("p", hs, 3, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("p", hs, 3, &m), 0);
     assert_int_equal(m, PAWL_CKPT_AUTO);
     static const struct pawl_checkpointing broken = {NULL, NULL, NULL, NULL};
     hs[2].ckpt = &broken;
-    assert_int_equal(pawl_ckpt_mode_detect("p", hs, 3, &m), PAWL_EINVAL);
+    assert_int_equal(pawl__ckpt_mode_detect("p", hs, 3, &m), PAWL_EINVAL);
 }
 
 static int log_auto;
@@ -685,12 +685,12 @@ static void test_auto_mode_is_logged(void **state)
     struct pawl_handler hs[2] = {{"a", NULL, NULL, NULL}, {"b", NULL, NULL, &with_release}};
     enum pawl_ckpt_mode m;
     /* At debug only: at the default level (warn) and at info nothing is said. */
-    assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("orders", hs, 2, &m), 0);
     pawl_log_set_level(PAWL_LOG_INFO);
-    assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("orders", hs, 2, &m), 0);
     assert_int_equal(log_auto, 0);
     pawl_log_set_level(PAWL_LOG_DEBUG);
-    assert_int_equal(pawl_ckpt_mode_detect("orders", hs, 2, &m), 0);
+    assert_int_equal(pawl__ckpt_mode_detect("orders", hs, 2, &m), 0);
     pawl_log_set_level(PAWL_LOG_WARN);
     pawl_log_set_sink(NULL, NULL);
     assert_int_equal(log_auto, 1);

@@ -32,7 +32,7 @@ static void test_allocator_hooks(void **state)
     (void)state;
     struct pawl_allocator a = {.malloc = count_malloc};
     pawl_set_allocator(&a);
-    char *s = pawl_strdup("abc");
+    char *s = pawl__strdup("abc");
     assert_string_equal(s, "abc");
     assert_int_equal(allocs, 1);
     pawl_free(s);

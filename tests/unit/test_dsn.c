@@ -89,24 +89,24 @@ static void test_scrub(void **state)
     (void)state;
     char out[256];
     /* As written, unescaped, percent-decoded. */
-    pawl_dsn_scrub("host=x password='a\\'b c'", "x a\\'b c y a'b c z", out, sizeof out);
+    pawl__dsn_scrub("host=x password='a\\'b c'", "x a\\'b c y a'b c z", out, sizeof out);
     assert_string_equal(out, "x *** y *** z");
-    pawl_dsn_scrub("postgresql://u:p%40ss%2Fw0rd@h/db", "bad \"p%40ss%2Fw0rd\" or p@ss/w0rd", out,
-                   sizeof out);
+    pawl__dsn_scrub("postgresql://u:p%40ss%2Fw0rd@h/db", "bad \"p%40ss%2Fw0rd\" or p@ss/w0rd", out,
+                    sizeof out);
     assert_null(strstr(out, "w0rd"));
     /* Cut short after scrubbing: no part of the secret at the end. */
     char tiny[12];
-    pawl_dsn_scrub("password=0123456789abcdef", "at 0123456789abcdef", tiny, sizeof tiny);
+    pawl__dsn_scrub("password=0123456789abcdef", "at 0123456789abcdef", tiny, sizeof tiny);
     assert_null(strstr(tiny, "0123"));
     /* No secret: the message as it is. */
-    pawl_dsn_scrub("host=/tmp dbname=x", "plain message", out, sizeof out);
+    pawl__dsn_scrub("host=/tmp dbname=x", "plain message", out, sizeof out);
     assert_string_equal(out, "plain message");
     /* More password values than the scrubber keeps: the message is hidden whole, so the ones
      * past its limit never show. */
     char many[4096] = "host=x";
     for (int i = 0; i < 80; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), " password=secret%02d", i);
-    pawl_dsn_scrub(many, "refused secret79 and secret00", out, sizeof out);
+    pawl__dsn_scrub(many, "refused secret79 and secret00", out, sizeof out);
     assert_null(strstr(out, "secret"));
     assert_non_null(strstr(out, "message hidden"));
 }
@@ -127,7 +127,7 @@ static void test_nul_in_password(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_refused_hiding(bad[i], "Zq9Secret", "SecretPw");
     char out[128];
-    pawl_dsn_scrub("postgres://u:%00@h/db", "message with %00 in it", out, sizeof out);
+    pawl__dsn_scrub("postgres://u:%00@h/db", "message with %00 in it", out, sizeof out);
     assert_string_equal(out, "message with *** in it");
 }
 

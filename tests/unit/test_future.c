@@ -153,10 +153,10 @@ static void test_sleepers_woken(void **state)
 
 /* ---- the object cache (skipped where it is compiled out: ASan builds) ---- */
 
-static struct pawl_future_cache_stats_ cache_stats(void)
+static struct pawl__future_cache_stats cache_stats(void)
 {
-    struct pawl_future_cache_stats_ st;
-    pawl_future_cache_stats_(&st);
+    struct pawl__future_cache_stats st;
+    pawl__future_cache_stats(&st);
     return st;
 }
 
@@ -193,7 +193,7 @@ static void test_cache_reuses_objects(void **state)
 
 struct churn {
     int n;
-    struct pawl_future_cache_stats_ end; /* the thread's view just before it exits */
+    struct pawl__future_cache_stats end; /* the thread's view just before it exits */
 };
 
 /* Create n futures, then drop them all: this thread ends up holding some of them. */

@@ -26,11 +26,11 @@ static struct pawl_ioloop *new_loop(enum pawl_timer_backend b, unsigned nslots)
     struct pawl_ioloop *l = NULL;
     struct pawl_ioloop_opts o = {.backend = b};
     /* The io_uring half runs only where the kernel allows io_uring: a refusal here is a bug. */
-    int rc = pawl_ioloop_new(&l, nslots, "test", &o);
+    int rc = pawl__ioloop_new(&l, nslots, "test", &o);
     if (rc != 0)
-        fail_msg("pawl_ioloop_new(%s): %s", b == PAWL_TIMER_BACKEND_EPOLL ? "epoll" : "io_uring",
+        fail_msg("pawl__ioloop_new(%s): %s", b == PAWL_TIMER_BACKEND_EPOLL ? "epoll" : "io_uring",
                  pawl_strerror(rc));
-    assert_string_equal(pawl_ioloop_backend(l),
+    assert_string_equal(pawl__ioloop_backend(l),
                         b == PAWL_TIMER_BACKEND_EPOLL ? "epoll" : "io_uring");
     return l;
 }
@@ -46,43 +46,43 @@ static void readiness(enum pawl_timer_backend b)
     int sv[2];
     pair(sv);
     struct pawl_ioev ev[2];
-    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
     /* Nothing to read: the wait ends at its deadline, not before it. */
     int64_t t0 = pawl_now_ns();
-    assert_int_equal(pawl_ioloop_wait(l, t0 + 20000000, ev), 0);
+    assert_int_equal(pawl__ioloop_wait(l, t0 + 20000000, ev), 0);
     assert_true(pawl_now_ns() - t0 >= 20000000);
     assert_int_equal(write(sv[1], "abc", 3), 3);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
     assert_int_equal(ev[0].slot, 1);
     assert_true(ev[0].events & PAWL_IO_IN);
     /* Not read: reported again (level-triggered), at once. */
     t0 = pawl_now_ns();
-    assert_int_equal(pawl_ioloop_wait(l, t0 + 2000000000LL, ev), 1);
+    assert_int_equal(pawl__ioloop_wait(l, t0 + 2000000000LL, ev), 1);
     assert_true(ev[0].events & PAWL_IO_IN);
     assert_true(pawl_now_ns() - t0 < 1000000000LL);
     char buf[8];
     assert_int_equal(read(sv[0], buf, sizeof buf), 3);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
     /* Write interest: a socket with room is writable at once. */
-    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN | PAWL_IO_OUT), 0);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(pawl__ioloop_watch(l, 1, sv[0], PAWL_IO_IN | PAWL_IO_OUT), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
     assert_true(ev[0].events & PAWL_IO_OUT);
     assert_false(ev[0].events & PAWL_IO_IN);
     /* Back to read interest only: no event. */
-    assert_int_equal(pawl_ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 1, sv[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
     /* The peer hangs up: reported. */
     close(sv[1]);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
     assert_true(ev[0].events & (PAWL_IO_IN | PAWL_IO_ERR));
     struct pawl_ioloop_stats st;
-    pawl_ioloop_stats(l, &st);
+    pawl__ioloop_stats(l, &st);
     assert_int_equal(st.events, 4);
     assert_true(st.enters >= 1 && st.enters <= st.waits + 2);
-    assert_int_equal(pawl_ioloop_watch(l, 1, -1, 0), 0);
-    assert_int_equal(pawl_ioloop_watch(l, 2, sv[0], PAWL_IO_IN), PAWL_EINVAL);
+    assert_int_equal(pawl__ioloop_watch(l, 1, -1, 0), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 2, sv[0], PAWL_IO_IN), PAWL_EINVAL);
     close(sv[0]);
-    pawl_ioloop_free(l);
+    pawl__ioloop_free(l);
 }
 
 static void test_readiness_uring(void **state)
@@ -105,27 +105,27 @@ static void move_slot(enum pawl_timer_backend b)
     pair(a);
     pair(c);
     struct pawl_ioev ev[1];
-    assert_int_equal(pawl_ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 1000000, ev), 0); /* armed on a */
-    assert_int_equal(pawl_ioloop_watch(l, 0, c[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 1000000, ev), 0); /* armed on a */
+    assert_int_equal(pawl__ioloop_watch(l, 0, c[0], PAWL_IO_IN), 0);
     assert_int_equal(write(a[1], "x", 1), 1);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 20000000, ev), 0);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 20000000, ev), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
     assert_int_equal(write(c[1], "y", 1), 1);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 2000000000LL, ev), 1);
     assert_int_equal(ev[0].slot, 0);
     char ch;
     assert_int_equal(read(c[0], &ch, 1), 1);
     assert_int_equal(ch, 'y');
     /* The old descriptor closed while watched, then the slot watches nothing. */
-    assert_int_equal(pawl_ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 0, a[0], PAWL_IO_IN), 0);
     close(a[0]);
-    assert_int_equal(pawl_ioloop_watch(l, 0, -1, 0), 0);
-    assert_int_equal(pawl_ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
+    assert_int_equal(pawl__ioloop_watch(l, 0, -1, 0), 0);
+    assert_int_equal(pawl__ioloop_wait(l, pawl_now_ns() + 5000000, ev), 0);
     close(a[1]);
     close(c[0]);
     close(c[1]);
-    pawl_ioloop_free(l);
+    pawl__ioloop_free(l);
 }
 
 static void test_move_slot_uring(void **state)
@@ -149,8 +149,8 @@ static void *waker_main(void *arg)
 {
     struct waker *w = arg;
     usleep((useconds_t)w->delay_ms * 1000);
-    pawl_ioloop_wake(w->l);
-    pawl_ioloop_wake(w->l); /* coalesced with the first */
+    pawl__ioloop_wake(w->l);
+    pawl__ioloop_wake(w->l); /* coalesced with the first */
     return NULL;
 }
 
@@ -169,17 +169,17 @@ static void wakeup(enum pawl_timer_backend b)
         int64_t until = t0 + 10000000000LL;
         while (pawl_now_ns() < until) {
             struct pawl_ioloop_stats st;
-            pawl_ioloop_stats(l, &st);
+            pawl__ioloop_stats(l, &st);
             uint64_t before = st.wakeups;
-            assert_int_equal(pawl_ioloop_wait(l, until, ev), 0);
-            pawl_ioloop_stats(l, &st);
+            assert_int_equal(pawl__ioloop_wait(l, until, ev), 0);
+            pawl__ioloop_stats(l, &st);
             if (st.wakeups > before)
                 break;
         }
         assert_true(pawl_now_ns() - t0 < 5000000000LL);
         pthread_join(th, NULL);
     }
-    pawl_ioloop_free(l);
+    pawl__ioloop_free(l);
 }
 
 static void test_wakeup_uring(void **state)
@@ -200,22 +200,22 @@ static void test_refused(void **state)
     (void)state;
     struct pawl_ioloop *l = NULL;
     struct pawl_ioloop_opts o = {.backend = PAWL_TIMER_BACKEND_AUTO, .simulate_uring_errno = EPERM};
-    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), 0);
-    assert_string_equal(pawl_ioloop_backend(l), "epoll");
-    assert_non_null(strstr(pawl_ioloop_reason(l), "refused"));
-    assert_non_null(strstr(pawl_ioloop_reason(l), "simulated"));
-    pawl_ioloop_free(l);
+    assert_int_equal(pawl__ioloop_new(&l, 4, "test", &o), 0);
+    assert_string_equal(pawl__ioloop_backend(l), "epoll");
+    assert_non_null(strstr(pawl__ioloop_reason(l), "refused"));
+    assert_non_null(strstr(pawl__ioloop_reason(l), "simulated"));
+    pawl__ioloop_free(l);
     o.backend = PAWL_TIMER_BACKEND_IO_URING;
     l = NULL;
-    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), PAWL_ENOTSUP);
+    assert_int_equal(pawl__ioloop_new(&l, 4, "test", &o), PAWL_ENOTSUP);
     assert_null(l);
     o.backend = PAWL_TIMER_BACKEND_EPOLL;
     o.simulate_uring_errno = 0;
-    assert_int_equal(pawl_ioloop_new(&l, 0, "test", &o), PAWL_EINVAL);
-    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), 0);
-    assert_non_null(strstr(pawl_ioloop_reason(l), "option"));
-    pawl_ioloop_free(l);
-    pawl_ioloop_free(NULL);
+    assert_int_equal(pawl__ioloop_new(&l, 0, "test", &o), PAWL_EINVAL);
+    assert_int_equal(pawl__ioloop_new(&l, 4, "test", &o), 0);
+    assert_non_null(strstr(pawl__ioloop_reason(l), "option"));
+    pawl__ioloop_free(l);
+    pawl__ioloop_free(NULL);
 }
 
 /* Auto takes io_uring exactly where the kernel allows it, and says why; where the kernel
@@ -227,16 +227,16 @@ static void test_auto_follows_kernel(void **state)
     int refused = pawl_test_uring_refused(why, sizeof why);
     struct pawl_ioloop *l = NULL;
     struct pawl_ioloop_opts o = {.backend = PAWL_TIMER_BACKEND_AUTO};
-    assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), 0);
-    print_message("kernel: %s; auto: %s (%s)\n", why, pawl_ioloop_backend(l),
-                  pawl_ioloop_reason(l));
-    assert_string_equal(pawl_ioloop_backend(l), refused ? "epoll" : "io_uring");
-    assert_non_null(strstr(pawl_ioloop_reason(l), refused ? "refused" : "available"));
-    pawl_ioloop_free(l);
+    assert_int_equal(pawl__ioloop_new(&l, 4, "test", &o), 0);
+    print_message("kernel: %s; auto: %s (%s)\n", why, pawl__ioloop_backend(l),
+                  pawl__ioloop_reason(l));
+    assert_string_equal(pawl__ioloop_backend(l), refused ? "epoll" : "io_uring");
+    assert_non_null(strstr(pawl__ioloop_reason(l), refused ? "refused" : "available"));
+    pawl__ioloop_free(l);
     if (refused) {
         o.backend = PAWL_TIMER_BACKEND_IO_URING;
         l = NULL;
-        assert_int_equal(pawl_ioloop_new(&l, 4, "test", &o), PAWL_ENOTSUP);
+        assert_int_equal(pawl__ioloop_new(&l, 4, "test", &o), PAWL_ENOTSUP);
         assert_null(l);
     }
 }

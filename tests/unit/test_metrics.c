@@ -24,7 +24,7 @@ static void test_bucket_geometry(void **state)
     uint64_t prev_hi = 0;
     for (unsigned i = 0; i < PAWL_METRICS_BUCKETS; i++) {
         uint64_t lo, hi;
-        pawl_metrics_bucket_bounds(i, &lo, &hi);
+        pawl__metrics_bucket_bounds(i, &lo, &hi);
         if (i > 0)
             assert_int_equal(lo, prev_hi + 1); /* contiguous, no gaps or overlaps */
         assert_true(hi >= lo);

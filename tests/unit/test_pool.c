@@ -374,7 +374,7 @@ static void *push_chains(void *arg)
                 atomic_store_explicit(PAWL_ATOMIC_OF(&c->link), (void *)&pr->nodes[i + j + 1].link,
                                       memory_order_relaxed);
         }
-        pawl_mpsc_push_chain_mp(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
+        pawl__mpsc_push_chain_mp(pr->q, &pr->nodes[i].link, &pr->nodes[i + k - 1].link);
         i += k;
     }
     return NULL;
@@ -385,7 +385,7 @@ static void test_mpsc_chains(void **state)
     enum { P = 4 };
     int n = PAWL_TEST_SCALE(200000);
     struct pawl_mpsc_ q;
-    pawl_mpsc_init(&q);
+    pawl__mpsc_init(&q);
     struct cnode *nodes = calloc((size_t)(P * n), sizeof(*nodes));
     struct chain_producer pr[P];
     pthread_t th[P];
@@ -396,7 +396,7 @@ static void test_mpsc_chains(void **state)
     int next[P] = {0};
     int in_chain = -1; /* producer whose chain is being taken, or -1 */
     for (long got = 0; got < (long)P * n;) {
-        void **link = pawl_mpsc_pop_sc(&q);
+        void **link = pawl__mpsc_pop_sc(&q);
         if (link == NULL || link == PAWL_MPSC_BUSY) {
             sched_yield();
             continue;
@@ -412,7 +412,7 @@ static void test_mpsc_chains(void **state)
     }
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
-    assert_null(pawl_mpsc_pop_sc(&q));
+    assert_null(pawl__mpsc_pop_sc(&q));
     free(nodes);
 }
 
@@ -678,7 +678,7 @@ struct placed {
 static void placed_fn(struct pawl_task *t, int status)
 {
     struct placed *x = (struct placed *)t;
-    if (status == 0 && pawl_pool_current() != x->pool)
+    if (status == 0 && pawl__pool_current() != x->pool)
         atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&x->wrong), 1, memory_order_relaxed);
     atomic_fetch_add_explicit(PAWL_ATOMIC_OF(&x->calls), 1, memory_order_relaxed);
     rt_inc(x->runs);

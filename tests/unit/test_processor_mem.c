@@ -519,7 +519,7 @@ static void test_stolen_claim(void **state)
     atomic_store(&hc.slow_stream, 0);
     append(&w, 200, 8);
     usleep(20000);
-    assert_int_equal(pawl_test_control(PAWL_TESTCTL_TOKENS_MEM_STEAL, w.tok, "steal", 0, "thief"),
+    assert_int_equal(pawl__test_control(PAWL_TESTCTL_TOKENS_MEM_STEAL, w.tok, "steal", 0, "thief"),
                      0);
     atomic_store(&hc.slow_stream, -1);
     assert_true(wait_total(&w, 300, 20000));
@@ -571,7 +571,7 @@ static void test_failure_backoff(void **state)
     }
     assert_true(redelivered <= 9);
     /* Store faults: a commit that fails with a lost connection rolls back and is retried. */
-    pawl_test_control(PAWL_TESTCTL_TOKENS_MEM_FAIL_COMMIT, w.tok, 3);
+    pawl__test_control(PAWL_TESTCTL_TOKENS_MEM_FAIL_COMMIT, w.tok, 3);
     append(&w, 500, NSTREAMS);
     assert_true(wait_total(&w, 1500, 30000));
     struct pawl_processor_stats st;
@@ -594,7 +594,7 @@ static void test_source_errors(void **state)
     struct pawl_processor_opts o;
     opts_fast(&o, "srcerr", "n1");
     append(&w, 500, NSTREAMS);
-    pawl_test_control(PAWL_TESTCTL_SOURCE_MEM_FAIL_READS, w.src, 3);
+    pawl__test_control(PAWL_TESTCTL_SOURCE_MEM_FAIL_READS, w.src, 3);
     struct pawl_processor *p;
     assert_int_equal(pawl_processor_new(&p, &o, w.src, w.tok, &h, 1), 0);
     assert_int_equal(pawl_processor_start(p), 0);

@@ -16,9 +16,9 @@ static void test_hash_vectors(void **state)
     assert_int_equal(pawl_stream_hash(NULL), 0x00000000u);
     assert_int_equal(pawl_stream_hash("a"), 0x3c2569b2u);
     assert_int_equal(pawl_stream_hash("The quick brown fox jumps over the lazy dog"), 0x2e4ff723u);
-    assert_int_equal(pawl_murmur3_32("", 0, 1), 0x514e28b7u);
-    assert_int_equal(pawl_murmur3_32("Hello, world!", 13, 1234), 0xfaf6cdb3u);
-    assert_int_equal(pawl_murmur3_32("\xff\xff\xff\xff", 4, 0), 0x76293b50u);
+    assert_int_equal(pawl__murmur3_32("", 0, 1), 0x514e28b7u);
+    assert_int_equal(pawl__murmur3_32("Hello, world!", 13, 1234), 0xfaf6cdb3u);
+    assert_int_equal(pawl__murmur3_32("\xff\xff\xff\xff", 4, 0), 0x76293b50u);
 }
 
 static void test_initial_partition(void **state)
@@ -72,9 +72,9 @@ static void test_split_merge(void **state)
     assert_false(pawl_segment_valid(bad));
     struct pawl_segment bad2 = {0, 6};
     assert_false(pawl_segment_valid(bad2));
-    assert_true(pawl_segment_count_valid(16));
-    assert_false(pawl_segment_count_valid(12));
-    assert_false(pawl_segment_count_valid(0));
+    assert_true(pawl__segment_count_valid(16));
+    assert_false(pawl__segment_count_valid(12));
+    assert_false(pawl__segment_count_valid(0));
 }
 
 static void test_batch_arena(void **state)

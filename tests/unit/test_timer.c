@@ -99,7 +99,7 @@ static void test_backends_and_fallback(void **state)
     assert_int_equal(o.backend, PAWL_TIMER_BACKEND_AUTO);
     assert_int_equal(o.require_io_uring, 0);
     /* what a seccomp profile answers */
-    assert_int_equal(pawl_test_control(PAWL_TESTCTL_URING_ERRNO, EPERM), 0);
+    assert_int_equal(pawl__test_control(PAWL_TESTCTL_URING_ERRNO, EPERM), 0);
     assert_int_equal(pawl_timers_new(&tm, pool, &o), 0);
     assert_string_equal(pawl_timers_backend(tm), "epoll");
     assert_non_null(strstr(pawl_timers_backend_reason(tm), "refused"));
@@ -109,14 +109,14 @@ static void test_backends_and_fallback(void **state)
     o.require_io_uring = 1;
     assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
     assert_null(tm);
-    pawl_test_control(PAWL_TESTCTL_URING_ERRNO, ENOSYS);
+    pawl__test_control(PAWL_TESTCTL_URING_ERRNO, ENOSYS);
     o.require_io_uring = 0;
     o.backend = PAWL_TIMER_BACKEND_IO_URING;
     assert_int_equal(pawl_timers_new(&tm, pool, &o), PAWL_ENOTSUP);
 
-    pawl_test_control(PAWL_TESTCTL_URING_ERRNO, 0);
+    pawl__test_control(PAWL_TESTCTL_URING_ERRNO, 0);
     o.backend = PAWL_TIMER_BACKEND_AUTO;
-    assert_int_equal(pawl_test_control(-1), PAWL_EINVAL); /* unknown operation */
+    assert_int_equal(pawl__test_control(-1), PAWL_EINVAL); /* unknown operation */
     /* Auto takes io_uring exactly where the kernel allows it; required where the kernel
      * refuses it, it is PAWL_ENOTSUP (not another error). */
     char why[256];
@@ -432,7 +432,7 @@ static void test_timed_wait(void **state)
         for (int i = 0; i < 40; i++) {
             int64_t d_ns = (i % 4 + 1) * 1000000LL + (i % 3) * 250000LL;
             int64_t t0 = pawl_now_ns();
-            pawl_timed_wait(tm, &mu, &cv, CLOCK_REALTIME, d_ns);
+            pawl__timed_wait(tm, &mu, &cv, CLOCK_REALTIME, d_ns);
             int64_t took = pawl_now_ns() - t0;
             assert_true(took >= d_ns);
             worst = took - d_ns > worst ? took - d_ns : worst;
@@ -444,7 +444,7 @@ static void test_timed_wait(void **state)
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, kick_main, &k), 0);
         int64_t t0 = pawl_now_ns();
-        pawl_timed_wait(tm, &mu, &cv, CLOCK_REALTIME, 10000000000LL); /* cancelled at wake-up */
+        pawl__timed_wait(tm, &mu, &cv, CLOCK_REALTIME, 10000000000LL); /* cancelled at wake-up */
         assert_true(pawl_now_ns() - t0 < 5000000000LL);
         pthread_mutex_unlock(&mu);
         pthread_join(th, NULL);
@@ -455,12 +455,12 @@ static void test_timed_wait(void **state)
     pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
     pthread_mutex_lock(&mu);
     int64_t t0 = pawl_now_ns();
-    pawl_timed_wait(NULL, &mu, &cv, CLOCK_REALTIME, 2000000);
+    pawl__timed_wait(NULL, &mu, &cv, CLOCK_REALTIME, 2000000);
     assert_true(pawl_now_ns() - t0 >= 2000000);
     pthread_mutex_unlock(&mu);
 }
 
-/* A wait woken by someone else at about its deadline: once pawl_timed_wait has returned, the
+/* A wait woken by someone else at about its deadline: once pawl__timed_wait has returned, the
  * timer's callback never touches the mutex or the condition again, so the caller may destroy
  * and free them at once (ASan reports a use after free otherwise; the race is aimed at by
  * kicking at the deadline itself). */
@@ -495,7 +495,7 @@ static void test_timed_wait_then_destroy(void **state)
         m->kick_at = pawl_now_ns() + d_ns;
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, kick_at_main, m), 0);
-        pawl_timed_wait(tm, &m->mu, &m->cv, CLOCK_REALTIME, d_ns);
+        pawl__timed_wait(tm, &m->mu, &m->cv, CLOCK_REALTIME, d_ns);
         pthread_mutex_unlock(&m->mu);
         pthread_join(th, NULL);
         pthread_cond_destroy(&m->cv);
