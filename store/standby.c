@@ -268,6 +268,7 @@ void pawl__standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallb
 static void on_poll_result(void *ud, const PGresult *res)
 {
     struct pawl_standby *sb = ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(sb->pool)); /* the standby pool's completion */
     struct pawl_sb_check c;
     note_check(sb, res, &c);
     int64_t idx = -1;
@@ -283,7 +284,9 @@ static void on_poll_done(struct pawl_pgreq *req, int rc)
 {
     struct pawl_standby *sb = req->ud;
     (void)rc;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(sb->pool) && req == &sb->poll_req);
     pthread_mutex_lock(&sb->mu);
+    PAWL_ASSERT(sb->busy); /* the poller sent it, and waits for this */
     sb->busy = 0;
     pthread_cond_broadcast(&sb->cond);
     pthread_mutex_unlock(&sb->mu);
@@ -466,6 +469,7 @@ void pawl__standby_free(struct pawl_standby *sb)
     }
     /* Completes a poll still queued (on_poll_done touches sb, which is still here). */
     pawl__pgpool_free(sb->pool);
+    PAWL_ASSERT(!sb->busy); /* no request of ours is left with the pool: sb may go */
     pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->mu);
     pawl_free(sb);

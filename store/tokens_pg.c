@@ -118,6 +118,8 @@ static const char *pg_errmsg(struct pawl_tokens *tk)
 /* Run a request synchronously on pool and map the server's pawl error codes. */
 static int run_on(struct tokens_pg *t, struct pawl_pgpool *pool, struct pawl_pgstmt *stmts, int n)
 {
+    /* Blocks until the pool's I/O thread completes it: never on an I/O thread (a callback). */
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL));
     struct pawl_pgreq req;
     memset(&req, 0, sizeof req);
     req.stmts = stmts;
@@ -173,6 +175,7 @@ static int64_t geti(const PGresult *r, int row, int col, int64_t dflt)
 static void on_rows(void *ud, const PGresult *r)
 {
     struct rows_cap *c = ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(NULL)); /* while its caller waits in run_on */
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQnfields(r) < c->skip + 10)
         return;
     int nt = PQntuples(r);
@@ -218,6 +221,7 @@ struct ints_cap {
 static void on_ints(void *ud, const PGresult *r)
 {
     struct ints_cap *c = ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(NULL)); /* while its caller waits in run_on */
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1)
         return;
     c->got = 1;

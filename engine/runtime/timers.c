@@ -285,6 +285,18 @@ int pawl_timer_cancel(struct pawl_timers *tm, struct pawl_timer *t)
     return 0;
 }
 
+void pawl__timer_init_inline(struct pawl_timer *t, pawl_timer_fn cb, void *arg)
+{
+    pawl_timer_init(t, cb, arg);
+    t->_inline = 1;
+}
+
+int pawl__timer_start_ns(struct pawl_timers *tm, struct pawl_timer *t, int64_t delay_ns)
+{
+    PAWL_ASSERT(t == NULL || t->_inline); /* pool timers start through pawl_timer_start */
+    return start_ns(tm, t, delay_ns, 0);
+}
+
 /* ---- the owner's set of timers held by the backend ---- */
 
 static int set_reserve(struct pawl_timers *tm)

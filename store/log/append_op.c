@@ -7,12 +7,16 @@
  * statistics, the finalizer's signal, the user's callback, recycling). op_mu guards the free
  * list (free_ops, nfree) and op_cond, on which pawl_store_drain waits for `inflight` to reach 0.
  * An op belongs to one thread at a time: the caller until it is submitted, then the main
- * pool's I/O thread (every completion here runs there), the retry thread while it waits for a
- * delayed retry, and the group that holds it (group.c); nothing in an op is shared.
+ * pool's I/O thread (every completion here runs there), the store's timers while it waits for a
+ * delayed retry (its retry_timer: the callback, on the timers thread and holding no lock,
+ * submits it again, as the I/O thread must not sleep), and the group that holds it (group.c);
+ * nothing in an op is shared. A delayed op still counts in `inflight`, so pawl_store_drain
+ * waits for its retry to fire and complete: no timer of an op is armed once the store drained.
  */
 #include "log_internal.h"
 
 #include "metrics.h"
+#include "timers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +42,8 @@ const char pawl__log_resolve_sql[] =
 /* A retried append's lock wait: set_config(..., true) lasts until the request's Sync. */
 static const char RETRY_LOCK_TIMEOUT_SQL[] = "SELECT set_config('lock_timeout', '5ms', true)";
 
+static void retry_fire(struct pawl_timer *t, void *arg, int status);
+
 /* An op from the free list, or a new one (NULL: out of memory). Any thread (op_mu). */
 struct append_op *pawl__log_op_get(struct pawl_store *s)
 {
@@ -54,11 +60,17 @@ struct append_op *pawl__log_op_get(struct pawl_store *s)
         if (op == NULL)
             return NULL;
         op->s = s;
+        pawl__timer_init_inline(&op->retry_timer, retry_fire, op);
     }
     return op;
 }
 
-/* Recycle op: back to the free list (op_mu), or freed when the list is full. */
+/*
+ * Recycle op: back to the free list (op_mu), or freed when the list is full. An op whose retry
+ * timer the timers thread still holds (its retry fired, was sent and has completed before that
+ * thread let go) stays on the list whatever its length: pawl__log_ops_fini frees it once the
+ * timers are gone.
+ */
 void pawl__log_op_put(struct pawl_store *s, struct append_op *op)
 {
     /* Keep small buffers for reuse; large ones go back to the allocator. */
@@ -73,8 +85,10 @@ void pawl__log_op_put(struct pawl_store *s, struct append_op *op)
         op->en.seqs_cap = 0;
     }
     PAWL_ASSERT(op->s == s);
+    PAWL_ASSERT(op->next_q == NULL); /* out of the group queue before it completes */
+    int held = pawl_timer_busy(&op->retry_timer);
     pthread_mutex_lock(&s->op_mu);
-    if (s->nfree < 1024) {
+    if (s->nfree < 1024 || held) {
         op->next_free = s->free_ops;
         s->free_ops = op;
         s->nfree++;
@@ -104,10 +118,41 @@ static void on_resolve_result(void *ud, const PGresult *res)
 
 static void resolve_done(struct pawl_pgreq *req, int rc);
 
+/* Submit op again now (its delayed retry is due); a refusal means the store is closing. */
+static void retry_submit(struct append_op *op)
+{
+    if (pawl__log_op_submit(op->s, op) != 0)
+        pawl__log_op_fail(op, PAWL_ESHUTDOWN, "", "not appended: store closing");
+    /* op may be complete and recycled by now: not touched again. */
+}
+
+/* A delayed retry is due: on the store's timers thread, which holds no lock of the store's. */
+static void retry_fire(struct pawl_timer *t, void *arg, int status)
+{
+    struct append_op *op = arg;
+    (void)status;
+    PAWL_ASSERT(t == &op->retry_timer && !pawl__pgpool_on_io_thread(NULL));
+    retry_submit(op);
+}
+
+/*
+ * Submit op again after delay_ns, from the store's timers: the I/O thread that completed it
+ * must not sleep, and the op must leave that connection's pipeline meanwhile. The timer cannot
+ * be armed (an op waits for one retry at a time) and the timers run until the store drained;
+ * should it be refused all the same, the op goes again at once rather than never.
+ */
+static void retry_later(struct append_op *op, int64_t delay_ns)
+{
+    int rc = pawl__timer_start_ns(op->s->timers, &op->retry_timer, delay_ns);
+    PAWL_ASSERT(rc == 0);
+    if (rc != 0)
+        retry_submit(op);
+}
+
 /*
  * An append with ids whose connection was lost: append it again later (append_retry_ms), from
- * the retry thread once the pool has reconnected. Its ids make that safe: if the first try
- * committed, the retry writes nothing and reports already. 1 when it was queued.
+ * a timer, once the pool has reconnected. Its ids make that safe: if the first try committed,
+ * the retry writes nothing and reports already. 1 when it was queued.
  */
 static int retry_lost(struct append_op *op, const struct pawl_append_result *res, int64_t now)
 {
@@ -127,8 +172,9 @@ static int retry_lost(struct append_op *op, const struct pawl_append_result *res
                   "again for up to %d ms (append_retry_ms; their ids make that safe)",
                   pawl_strerror(res->rc), res->message, s->o.append_retry_ms);
     atomic_fetch_add_explicit(&s->lost_retries, 1, memory_order_relaxed); /* statistic */
-    pawl__log_retry_delay(s, op, now + (int64_t)op->lost_backoff_ms * 1000000);
+    int64_t delay_ns = (int64_t)op->lost_backoff_ms * 1000000;
     op->lost_backoff_ms = PAWL_MIN(op->lost_backoff_ms * 2, 1000);
+    retry_later(op, delay_ns); /* the op is the timers' from here */
     return 1;
 }
 
@@ -207,6 +253,7 @@ static int start_resolve(struct append_op *op)
 static void resolve_done(struct pawl_pgreq *req, int rc)
 {
     struct append_op *op = req->ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(op->s->main)); /* a completion of the main pool */
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
     /* Still running, or the check's own connection was lost (it is read-only: ask again). */
@@ -251,14 +298,16 @@ void pawl__log_op_done(struct pawl_pgreq *req, int rc)
 {
     struct append_op *op = req->ud;
     struct pawl_store *s = op->s;
+    /* A completion of the main pool (its own, or its group's through op_as_single). */
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main) && req == &op->req);
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
 
     if (rc == PAWL_ESQL && strcmp(req->sqlstate, "55P03") == 0) {
         /*
          * lock_timeout: a transaction holds one of its streams (an outbox append not yet
-         * committed). The server rolled this append back; retry it later from the retry
-         * thread, off this connection's pipeline, until append_lock_wait_ms has passed.
+         * committed). The server rolled this append back; retry it later from a timer,
+         * off this connection's pipeline, until append_lock_wait_ms has passed.
          */
         int64_t now = pawl_now_ns();
         atomic_fetch_add_explicit(&s->lock_timeouts, 1, memory_order_relaxed); /* statistic */
@@ -276,8 +325,9 @@ void pawl__log_op_done(struct pawl_pgreq *req, int rc)
                           "transaction (lock_timeout %d ms); retrying it for up to %d ms",
                           pawl_printable_str(stream, shown, sizeof shown),
                           s->o.append_lock_timeout_ms, s->o.append_lock_wait_ms);
-            pawl__log_retry_delay(s, op, now + (int64_t)op->lock_backoff_ms * 1000000);
+            int64_t delay_ns = (int64_t)op->lock_backoff_ms * 1000000;
             op->lock_backoff_ms = PAWL_MIN(op->lock_backoff_ms * 2, 500);
+            retry_later(op, delay_ns); /* the op is the timers' from here */
             return;
         }
         res.rc = PAWL_ETIMEDOUT;
@@ -306,8 +356,8 @@ void pawl__log_op_done(struct pawl_pgreq *req, int rc)
                 return;
         }
     }
-    if (rc == 0 && op->fin.appends >= 0) /* the piggybacked run committed with this transaction */
-        pawl__log_fin_piggy_done(s, &op->fin, op->acked_at_submit, pawl_now_ns());
+    if (rc == 0) /* a piggybacked run committed with this transaction */
+        pawl__log_fin_piggy_done(s, &op->piggy);
     if (rc == PAWL_EINDOUBT && op->en.xid[0] != '\0' && op->en.rows == (int64_t)op->n) {
         op->resolve_tries = 0;
         if (start_resolve(op) == 0)
@@ -353,9 +403,9 @@ void pawl__log_op_done(struct pawl_pgreq *req, int rc)
 
 /*
  * The statements of one transaction of appends (one alone, or a group): each op's pawl.append in
- * the order given, then, with append_finalizes, the piggybacked finalization. Resets each op's
- * result fields; records in *acked_at_submit the acks this request's finalization will cover.
- * Returns the number of statements written to st (n + 1 at most).
+ * the order given, then, with append_finalizes, the piggybacked finalization (piggy, the
+ * finalizer's: pawl__log_fin_piggy_stmt). Resets each op's result fields. Returns the number of
+ * statements written to st (n + 1 at most).
  *
  * The first and the last append's results are flushed before the Sync commits: the client has
  * every append's outcome (and the xid) before the commit can be in doubt, and a connection lost
@@ -368,7 +418,7 @@ void pawl__log_op_done(struct pawl_pgreq *req, int rc)
  */
 int pawl__log_append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
                            const struct pawl_pgstmt *one, struct pawl_pgstmt *st,
-                           struct fin_out *fin, const char **fin_vals, long long *acked_at_submit)
+                           struct fin_piggy *piggy)
 {
     int k = 0;
     if (one != NULL)
@@ -391,12 +441,8 @@ int pawl__log_append_stmts(struct pawl_store *s, struct append_op *const *ops, s
                                        .ud = op,
                                        .flush_after = i == 0 || i + 1 == n};
     }
-    struct pawl_pgstmt fs =
-        pawl__log_fin_stmt(s, s->stmt_fin_main, fin_vals, fin); /* resets fin too */
-    if (s->o.append_finalizes)
-        st[k++] = fs;
-    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
-    *acked_at_submit = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    k += pawl__log_fin_piggy_stmt(s, piggy, &st[k]);
+    PAWL_ASSERT(k >= 1 && (size_t)k <= n + 1); /* the caller's st holds n + 1 */
     return k;
 }
 
@@ -419,8 +465,8 @@ int pawl__log_op_submit_on(struct pawl_store *s, struct append_op *op, int conn)
      */
     if (op->lock_wait_start != 0)
         op->stmt[k++] = (struct pawl_pgstmt){.sql = RETRY_LOCK_TIMEOUT_SQL};
-    k += pawl__log_append_stmts(s, &op, 1, NULL, op->stmt + k, &op->fin, op->fin_vals,
-                                &op->acked_at_submit);
+    k += pawl__log_append_stmts(s, &op, 1, NULL, op->stmt + k, &op->piggy);
+    PAWL_ASSERT(k <= (int)PAWL_ARRAY_LEN(op->stmt));
     memset(&op->req, 0, sizeof op->req);
     op->req.stmts = op->stmt;
     op->req.nstmts = k;
@@ -442,11 +488,13 @@ void pawl__log_op_fail(struct append_op *op, int rc, const char *sqlstate, const
     pawl__log_op_finish(op, &res);
 }
 
-/* Free the recycled ops (pawl_store_free, once nothing is in flight). */
+/* Free the recycled ops (pawl_store_free, once nothing is in flight and the timers are gone). */
 void pawl__log_ops_fini(struct pawl_store *s)
 {
+    PAWL_ASSERT(atomic_load(&s->inflight) == 0);
     while (s->free_ops) {
         struct append_op *op = s->free_ops;
+        PAWL_ASSERT(!pawl_timer_busy(&op->retry_timer)); /* the timers let go of every op */
         s->free_ops = op->next_free;
         pawl_free(op->en.buf);
         pawl_free(op->en.seqs);

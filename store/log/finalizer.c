@@ -7,8 +7,12 @@
  * through the seq_cst signal words (fin_signal, fin_foreign, fin_waiting, fin_stop) and a pool
  * wake-up. fin_mu guards fin_done, on which pawl_store_free waits; cov_mu guards covered and
  * the delay histogram, which the state machine and the piggybacked runs' accounting both
- * update. pawl__log_fin_append_committed and pawl__log_fin_piggy_done are called from the main
- * pool's I/O thread (append completions); pawl_finalize_now from any thread that may block.
+ * update. The runs piggybacked on appends (struct fin_piggy) are built and accounted here:
+ * append_op.c and group.c embed one per request and hand it to pawl__log_fin_piggy_stmt when
+ * they build the request (the thread that submits it) and to pawl__log_fin_piggy_done when it
+ * committed; they never read it. pawl__log_fin_append_committed and pawl__log_fin_piggy_done
+ * are called from the main pool's I/O thread (append completions); pawl_finalize_now from any
+ * thread that may block.
  */
 #include "log_internal.h"
 
@@ -50,8 +54,8 @@ static void on_fin_result(void *ud, const PGresult *res)
 /* The statement pawl.finalize(finalize_batch_max), prepared as `prepared` on its pool, whose row
  * goes to *out (reset to -2: no row yet). vals is the caller's one-element parameter array and
  * must live until the request completes. */
-struct pawl_pgstmt pawl__log_fin_stmt(struct pawl_store *s, int prepared, const char **vals,
-                                      struct fin_out *out)
+static struct pawl_pgstmt fin_stmt(struct pawl_store *s, int prepared, const char **vals,
+                                   struct fin_out *out)
 {
     vals[0] = s->fin_batch_text;
     out->appends = out->events = out->last = -2;
@@ -93,6 +97,7 @@ static void record_ack(struct pawl_store *s, int64_t now)
  * its ack for the finalize delays and signal the finalizer. */
 void pawl__log_fin_append_committed(struct pawl_store *s, int64_t now)
 {
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main)); /* only a completion learns of a commit */
     record_ack(s, now);
     signal_finalizer(s);
 }
@@ -118,7 +123,7 @@ static void fin_account(struct pawl_store *s, const struct fin_out *out, int64_t
 static int finalize_once(struct pawl_store *s, struct fin_out *out)
 {
     const char *vals[1];
-    struct pawl_pgstmt st = pawl__log_fin_stmt(s, s->fin_stmt, vals, out);
+    struct pawl_pgstmt st = fin_stmt(s, s->fin_stmt, vals, out);
     struct pawl_pgreq req = {.stmts = &st, .nstmts = 1};
     int64_t t0 = pawl_now_ns();
     int rc = pawl__pgpool_exec(s->fin, 0, &req);
@@ -136,6 +141,7 @@ static int finalize_once(struct pawl_store *s, struct fin_out *out)
 
 int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, int64_t *last)
 {
+    PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
     struct fin_out o;
     int rc = finalize_once(s, &o);
     if (rc == 0) {
@@ -156,6 +162,8 @@ int pawl_finalize_now(struct pawl_store *s, int64_t *appends, int64_t *events, i
  */
 static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 {
+    /* A run covers acks counted before it was sent: never more than there are. */
+    PAWL_ASSERT(upto <= atomic_load_explicit(&s->acked, memory_order_relaxed));
     pthread_mutex_lock(&s->cov_mu);
     /* relaxed: covered is written under cov_mu; other readers only want a recent value. */
     long long from = atomic_load_explicit(&s->covered, memory_order_relaxed);
@@ -176,16 +184,40 @@ static void record_delays(struct pawl_store *s, long long upto, int64_t t_end)
 }
 
 /*
- * A transaction of appends carried a piggybacked run (append_finalizes; the main pool's I/O
- * thread, in the transaction's completion): when the run committed with it (fin->appends >= 0),
- * its statistics, the index it reached, and the finalize delays of the acks it covered (those
- * counted before the request was sent).
+ * The piggybacked run of a request of appends about to be sent (append_finalizes): writes its
+ * statement to *st and returns 1, or returns 0 (nothing written) when appends do not finalize.
+ * Resets fp either way, and records the acks the run will cover: those counted before the
+ * request's snapshot. fp and its statement must stay put until the request completes.
  */
-void pawl__log_fin_piggy_done(struct pawl_store *s, const struct fin_out *fin,
-                              long long acked_at_submit, int64_t now)
+int pawl__log_fin_piggy_stmt(struct pawl_store *s, struct fin_piggy *fp, struct pawl_pgstmt *st)
 {
+    struct pawl_pgstmt fs = fin_stmt(s, s->stmt_fin_main, fp->_vals, &fp->_out); /* resets */
+    /* relaxed: a lower bound; every ack counted here precedes the request's snapshot. */
+    fp->_acked = atomic_load_explicit(&s->acked, memory_order_relaxed);
+    if (!s->o.append_finalizes)
+        return 0;
+    *st = fs;
+    return 1;
+}
+
+/* No piggybacked run (a group's append handed the group's failure): done is then a no-op. */
+void pawl__log_fin_piggy_reset(struct fin_piggy *fp)
+{
+    fp->_out.appends = fp->_out.events = fp->_out.last = -2;
+}
+
+/*
+ * The transaction that carried fp committed (the main pool's I/O thread, in its completion): when
+ * its run returned a row (appends >= 0), the run's statistics, the index it reached, and the
+ * finalize delays of the acks it covered (those counted before the request was sent).
+ */
+void pawl__log_fin_piggy_done(struct pawl_store *s, const struct fin_piggy *fp)
+{
+    const struct fin_out *fin = &fp->_out;
     if (fin->appends < 0)
         return;
+    /* A row only comes back on the main pool, whose I/O thread completes its request. */
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main));
     if (fin->appends > 0) {
         /* relaxed: statistics. */
         atomic_fetch_add_explicit(&s->fin_piggy, 1, memory_order_relaxed);
@@ -194,7 +226,7 @@ void pawl__log_fin_piggy_done(struct pawl_store *s, const struct fin_out *fin,
     }
     if (fin->last > 0)
         pawl__log_index_raise(s, fin->last);
-    record_delays(s, acked_at_submit, now);
+    record_delays(s, fp->_acked, pawl_now_ns());
 }
 
 /*
@@ -477,7 +509,7 @@ static int64_t fin_loop(void *ud, int64_t now)
         m->foreign = foreign;
         m->acked = acked;
         m->last_start = now;
-        m->st = pawl__log_fin_stmt(s, s->fin_stmt, m->vals, &m->out);
+        m->st = fin_stmt(s, s->fin_stmt, m->vals, &m->out);
         m->req =
             (struct pawl_pgreq){.stmts = &m->st, .nstmts = 1, .on_done = fin_run_done, .ud = s};
         int rc = pawl__pgpool_submit_on(s->fin, 0, &m->req);

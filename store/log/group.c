@@ -2,14 +2,18 @@
  * group.c — group append: appends that queue while every group is in flight go to the server
  * together, in one transaction (struct append_group below says how, group_done what happens on
  * failure). grp_mu guards the queue (grp_head, grp_tail, grp_queued, linked through next_q), the
- * free groups (grp_free) and grp_inflight; grp_linger_due is written under grp_mu and read by
- * the retry thread, which fires the linger (pawl__log_group_linger_fire). A group, and the ops
- * in it, belong to one thread at a time: the one that took it from the queue (an appender, the
- * retry thread, or the main pool's I/O thread finishing the previous group), then the main
- * pool's I/O thread, where every completion here runs. pawl__log_group_enqueue may be called
- * from any thread, and may submit a group on it.
+ * free groups (grp_free), grp_inflight and grp_linger_armed. The linger is an inline timer on
+ * the store's timers (grp_linger), armed by an enqueue that leaves appends waiting; its callback
+ * (linger_fire) runs on the timers thread, takes grp_mu and starts a group with what queued.
+ * A group, and the ops in it, belong to one thread at a time: the one that took it from the
+ * queue (an appender, the timers thread, or the main pool's I/O thread finishing the previous
+ * group), then the main pool's I/O thread, where every completion here runs.
+ * pawl__log_group_enqueue may be called from any thread, and may submit a group on it;
+ * pawl__log_group_linger_stop belongs to pawl_store_free.
  */
 #include "log_internal.h"
+
+#include "timers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -46,9 +50,7 @@ const char pawl__log_append_group_sql[] =
 struct append_group {
     struct pawl_store *s;
     struct pawl_pgreq req;
-    struct fin_out fin; /* the piggybacked finalization's result (append_finalizes) */
-    const char *fin_vals[1];
-    long long acked_at_submit;
+    struct fin_piggy piggy; /* the piggybacked finalization (finalizer.c's) */
     int retries;
     int conn; /* the connection the last attempt ran on */
     size_t n; /* ops */
@@ -92,10 +94,14 @@ static struct append_group *group_new(struct pawl_store *s)
     return g;
 }
 
-/* The store's grp_limit groups, all free (pawl_store_new). 0, or PAWL_ENOMEM (those made so far
- * are on grp_free, for pawl__log_groups_fini). */
+static void linger_fire(struct pawl_timer *t, void *arg, int status);
+
+/* The store's grp_limit groups, all free, and the linger timer (pawl_store_new, before the
+ * timers start). 0, or PAWL_ENOMEM (those made so far are on grp_free, for
+ * pawl__log_groups_fini). */
 int pawl__log_groups_init(struct pawl_store *s)
 {
+    pawl__timer_init_inline(&s->grp_linger, linger_fire, s);
     for (int i = 0; i < s->grp_limit; i++) {
         struct append_group *g = group_new(s);
         if (g == NULL)
@@ -109,6 +115,7 @@ int pawl__log_groups_init(struct pawl_store *s)
 /* Free the groups (pawl_store_free, once none is in flight; or a failed pawl_store_new). */
 void pawl__log_groups_fini(struct pawl_store *s)
 {
+    PAWL_ASSERT(s->grp_inflight == 0 && s->grp_head == NULL);
     while (s->grp_free) {
         struct append_group *g = s->grp_free;
         s->grp_free = g->next_free;
@@ -338,8 +345,7 @@ static int group_send(struct append_group *g)
                               .on_result = on_group_result,
                               .ud = g,
                               .flush_after = 1};
-    int k = pawl__log_append_stmts(s, g->ops, g->n, g->one ? &one : NULL, g->stmts, &g->fin,
-                                   g->fin_vals, &g->acked_at_submit);
+    int k = pawl__log_append_stmts(s, g->ops, g->n, g->one ? &one : NULL, g->stmts, &g->piggy);
     memset(&g->req, 0, sizeof g->req);
     g->req.stmts = g->stmts;
     g->req.nstmts = k;
@@ -362,11 +368,15 @@ static void group_run(struct pawl_store *s, struct append_group *g)
     }
 }
 
+/*
+ * Queue op for a group: at once when linger is off or a group's worth has queued; otherwise the
+ * linger timer (armed by the first op to wait) starts the group when it fires, unless a group
+ * that finishes first takes the queue. Any thread.
+ */
 void pawl__log_group_enqueue(struct pawl_store *s, struct append_op *op)
 {
     struct append_group *g = NULL;
-    int arm = 0;
-    op->next_q = NULL;
+    PAWL_ASSERT(op->s == s && op->next_q == NULL); /* in no queue yet */
     pthread_mutex_lock(&s->grp_mu);
     if (s->grp_tail != NULL)
         s->grp_tail->next_q = op;
@@ -375,31 +385,50 @@ void pawl__log_group_enqueue(struct pawl_store *s, struct append_op *op)
     s->grp_tail = op;
     s->grp_queued++;
     PAWL_ASSERT(s->grp_inflight >= 0 && s->grp_inflight <= s->grp_limit);
-    if (s->o.append_group_linger_us == 0 || s->grp_queued >= (size_t)s->o.append_group_max)
+    if (s->o.append_group_linger_us == 0 || s->grp_queued >= (size_t)s->o.append_group_max) {
         g = group_take_locked(s);
-    /* relaxed: grp_linger_due is only set under grp_mu; the retry thread re-reads it under
-     * retry_mu after the signal below. */
-    else if (s->grp_inflight < s->grp_limit &&
-             atomic_load_explicit(&s->grp_linger_due, memory_order_relaxed) == 0) {
-        atomic_store_explicit(&s->grp_linger_due,
-                              pawl_now_ns() + (int64_t)s->o.append_group_linger_us * 1000,
-                              memory_order_relaxed);
-        arm = 1;
+    } else if (s->grp_inflight < s->grp_limit && !s->grp_linger_armed) {
+        /* Starting a timer only queues it for the timers thread: fine under grp_mu. It cannot
+         * be armed (grp_linger_armed says so), and the timers run until the store is freed;
+         * should it be refused all the same, the group starts now rather than never. */
+        if (pawl__timer_start_ns(s->timers, &s->grp_linger,
+                                 (int64_t)s->o.append_group_linger_us * 1000) == 0)
+            s->grp_linger_armed = 1;
+        else
+            g = group_take_locked(s);
     }
     pthread_mutex_unlock(&s->grp_mu);
-    if (arm)
-        pawl__log_retry_wake(s);
     group_run(s, g);
 }
 
-/* Linger expired (retry thread): start a group with what queued, if a group is free. */
-void pawl__log_group_linger_fire(struct pawl_store *s)
+/* The linger expired (the store's timers thread, holding no lock of the store's): start a group
+ * with what queued meanwhile, if a group is free (if not, the next to finish takes them). */
+static void linger_fire(struct pawl_timer *t, void *arg, int status)
 {
+    struct pawl_store *s = arg;
+    (void)status;
+    PAWL_ASSERT(t == &s->grp_linger && !pawl__pgpool_on_io_thread(NULL));
     pthread_mutex_lock(&s->grp_mu);
-    atomic_store_explicit(&s->grp_linger_due, 0, memory_order_relaxed); /* under grp_mu */
+    PAWL_ASSERT(s->grp_linger_armed); /* armed under grp_mu; only this clears it, or a cancel */
+    s->grp_linger_armed = 0;
     struct append_group *g = group_take_locked(s);
     pthread_mutex_unlock(&s->grp_mu);
     group_run(s, g);
+}
+
+/*
+ * pawl_store_free, after pawl_store_drain: nothing is queued any more, but the linger may still
+ * be armed (a group that finished first took what it was armed for). Cancel it, as stopping the
+ * old retry thread dropped it; a callback that won the race finds the queue empty and touches
+ * grp_mu only, which outlives the timers (pawl_timers_free joins their thread first).
+ */
+void pawl__log_group_linger_stop(struct pawl_store *s)
+{
+    pthread_mutex_lock(&s->grp_mu);
+    PAWL_ASSERT(s->grp_head == NULL && s->grp_queued == 0); /* drained */
+    if (s->grp_linger_armed && pawl_timer_cancel(s->timers, &s->grp_linger) == 0)
+        s->grp_linger_armed = 0;
+    pthread_mutex_unlock(&s->grp_mu);
 }
 
 /* A committed group's append: its statement's result says what it did. */
@@ -445,7 +474,7 @@ static void op_as_single(struct append_op *op, const struct pawl_pgreq *greq, in
     op->req.conn_index = greq->conn_index;
     memcpy(op->req.sqlstate, greq->sqlstate, sizeof op->req.sqlstate);
     memcpy(op->req.message, greq->message, sizeof op->req.message);
-    op->fin.appends = -2; /* no piggybacked run of its own */
+    pawl__log_fin_piggy_reset(&op->piggy); /* no piggybacked run of its own */
     pawl__log_op_done(&op->req, rc);
 }
 
@@ -569,6 +598,7 @@ static void group_resolve_done(struct pawl_pgreq *req, int rc)
 {
     struct append_group *g = req->ud;
     struct pawl_store *s = g->s;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main)); /* a completion of the main pool */
     /* Still running, or the check itself failed (its connection was lost, say): it is
      * read-only, so ask again, a bounded number of times. */
     if (((rc == 0 && strcmp(g->xact_status, "in progress") == 0) ||
@@ -607,10 +637,10 @@ static void group_done(struct pawl_pgreq *req, int rc)
 {
     struct append_group *g = req->ud;
     struct pawl_store *s = g->s;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main) && g->n >= 1); /* the main pool's completion */
     g->conn = req->conn_index;
     if (rc == 0) {
-        if (g->fin.appends >= 0) /* the piggybacked run committed with this transaction */
-            pawl__log_fin_piggy_done(s, &g->fin, g->acked_at_submit, pawl_now_ns());
+        pawl__log_fin_piggy_done(s, &g->piggy); /* a piggybacked run committed with it */
         /* relaxed: statistics. */
         atomic_fetch_add_explicit(&s->groups_ok, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->groups_appends, (long long)g->n, memory_order_relaxed);

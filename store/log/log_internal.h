@@ -22,23 +22,29 @@
  *   - Sessions pin read committed and writable transactions; the finalizer's also pins a
  *     durable synchronous_commit and no timeouts (see store.c).
  *   - listener pool (1 connection, LISTEN pawl_log): other processes' runs.
+ *   - the store's timers (no pool, one thread): every timed wait's deadline, and two kinds of
+ *     inline timer whose callbacks run on that thread, holding no lock of the store's when
+ *     called: an append's delayed retry (append_op.c), which submits it again, and the group
+ *     linger (group.c), which starts a group. Neither blocks: a submit only queues.
  * All three raise `last_index` and broadcast idx_cond, on which followers block.
  *
  * Invariants: `last_index` only grows (updated under idx_mu), except where a reader finds it
  * ahead of the log itself and lowers it to the log's word (read_gap). An append op is
- * owned by the caller until submitted, then by the pool until on_done, then returns to the
- * free list; the user callback runs before it is recycled. `inflight` counts submitted ops.
+ * owned by the caller until submitted, then by the pool until on_done (by the store's timers
+ * while a delayed retry waits), then returns to the free list; the user callback runs before it
+ * is recycled. `inflight` counts submitted ops, delayed ones included.
  *
  * The rooms, lowest first. Each file's first comment says what it owns, which lock guards it
- * and which thread may call it; a room calls the rooms before it in this list, and retry.c is
- * called by append_op.c and group.c only to hand work to its thread.
+ * and which thread may call it; a room calls the rooms before it in this list.
  *   wire.c        an append's parameters: validation, binary encoding, its result row read back
  *   stats.c       latency histograms, pawl_store_stats and the last error (err_mu)
  *   index.c       the highest known index, those who wait on it, the listener (idx_mu)
- *   finalizer.c   the finalizer's state machine, commit acks and finalize delays (fin_mu, cov_mu)
- *   append_op.c   one append: its statement, completion, retries, in-doubt check (op_mu)
- *   group.c       group append (grp_mu)
- *   retry.c       delayed retries and the group linger: the pawl-retry thread (retry_mu)
+ *   finalizer.c   the finalizer's state machine, commit acks, finalize delays, and the runs
+ *                 piggybacked on appends (struct fin_piggy, opaque to the rooms above it)
+ *                 (fin_mu, cov_mu)
+ *   append_op.c   one append: its statement, completion, retries (a delayed one is a timer on
+ *                 the store's timers), in-doubt check (op_mu)
+ *   group.c       group append, and its linger: a timer on the store's timers (grp_mu)
  *   append.c      the append API: async, blocking, and in the caller's transaction
  *   reader.c      reads and follows, with standby routing behind one call
  *   store.c       options and the life cycle: pawl_store_new in named steps, pawl_store_free
@@ -172,27 +178,22 @@ struct pawl_store {
     pthread_mutex_t err_mu; /* stats.c: the last failure's text */
     char last_err[512];
 
-    /* Appends that hit lock_timeout, waiting for their retry (retry thread, retry.c); then
-     * append_op.c's two episodes, and the main pool's session settings (store.c). */
-    pthread_mutex_t retry_mu;
-    pthread_cond_t retry_cond;
-    struct append_op *delayed; /* under retry_mu, unsorted */
-    int retry_stop;            /* under retry_mu */
-    pthread_t retry_thread;
-    int retry_started;
+    /* append_op.c's two retry episodes, and the main pool's session settings (store.c). */
     atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
     atomic_int lost_episode; /* a lost-connection retry episode was logged (append_retry_ms) */
     const char *main_session[8];
     char lock_sql[48];
 
     /* Group append: ops waiting for a group (FIFO through next_q), the groups not in flight,
-     * and how many are (at most grp_limit = connections). All under grp_mu (group.c). */
+     * how many are (at most grp_limit = connections), and whether the linger timer is armed.
+     * All under grp_mu (group.c). The timer itself is the timers' (its callback takes grp_mu). */
     pthread_mutex_t grp_mu;
     struct append_op *grp_head, *grp_tail;
     size_t grp_queued;
     struct append_group *grp_free;
     int grp_inflight, grp_limit;
-    atomic_llong grp_linger_due; /* linger: when the retry thread starts a group (0: none) */
+    int grp_linger_armed;
+    struct pawl_timer grp_linger;
     atomic_llong groups_ok, groups_appends;
 
     /* Async appends (append_op.c, append.c). */
@@ -286,15 +287,25 @@ struct append_enc {
     int seqs_ok; /* seqs[0..n) are valid */
 };
 
+/*
+ * A finalization run piggybacked on a transaction of appends (append_finalizes): its statement's
+ * parameter and result, and the acks it will cover. Embedded in an append op and in a group, but
+ * finalizer.c's alone: the rooms above it hand it to pawl__log_fin_piggy_* and never read or
+ * write its fields (underscored for that reason).
+ */
+struct fin_piggy {
+    struct fin_out _out;  /* the run's row; appends -2: no row (or no run) */
+    const char *_vals[1]; /* the statement's one parameter */
+    long long _acked;     /* this store's acks before the request was sent */
+};
+
 struct append_op {
     struct pawl_store *s;
     struct pawl_pgreq req;
     struct pawl_pgstmt stmt[3]; /* [a retry's short lock_timeout,] the append (+ piggybacked
                                  * finalization), or the check */
-    struct fin_out fin;         /* the piggybacked finalization's result */
-    const char *fin_vals[1];
-    long long acked_at_submit; /* this store's acks before the request was sent */
-    char xact_status[16];      /* pg_xact_status() when resolving an in-doubt commit */
+    struct fin_piggy piggy;     /* the piggybacked finalization (finalizer.c's) */
+    char xact_status[16];       /* pg_xact_status() when resolving an in-doubt commit */
     int resolve_tries;
     const char *resolve_vals[5];
     int resolve_lens[5];
@@ -307,11 +318,13 @@ struct append_op {
     int64_t lock_wait_start; /* first lock timeout of this append (0: none) */
     int64_t lost_start;      /* first lost connection of an append with ids (0: none) */
     int lost_backoff_ms;
-    int64_t due_ns; /* delayed retry: when to submit again */
     int lock_backoff_ms;
+    /* A delayed retry: an inline timer on the store's timers whose callback submits the op
+     * again (append_op.c). Initialised once, when the op is made: it survives recycling. */
+    struct pawl_timer retry_timer;
     pawl_append_fn cb;
     void *ud;
-    struct append_op *next_free; /* also the delayed-retry list */
+    struct append_op *next_free; /* the free list (op_mu) */
     struct append_op *next_q;    /* the group queue (grp_mu) */
 };
 
@@ -375,11 +388,10 @@ void pawl__log_listen_hooks(struct pawl_store *s, struct pawl_pgpool_opts *po);
 
 /* ---- finalizer.c ----------------------------------------------------------------------- */
 extern const char pawl__log_finalize_sql[];
-struct pawl_pgstmt pawl__log_fin_stmt(struct pawl_store *s, int prepared, const char **vals,
-                                      struct fin_out *out);
 void pawl__log_fin_append_committed(struct pawl_store *s, int64_t now);
-void pawl__log_fin_piggy_done(struct pawl_store *s, const struct fin_out *fin,
-                              long long acked_at_submit, int64_t now);
+int pawl__log_fin_piggy_stmt(struct pawl_store *s, struct fin_piggy *fp, struct pawl_pgstmt *st);
+void pawl__log_fin_piggy_reset(struct fin_piggy *fp);
+void pawl__log_fin_piggy_done(struct pawl_store *s, const struct fin_piggy *fp);
 void pawl__log_fin_hooks(struct pawl_store *s, struct pawl_pgpool_opts *po);
 void pawl__log_fin_start(struct pawl_store *s);
 void pawl__log_fin_stop(struct pawl_store *s);
@@ -391,7 +403,7 @@ void pawl__log_op_put(struct pawl_store *s, struct append_op *op);
 void pawl__log_ops_fini(struct pawl_store *s);
 int pawl__log_append_stmts(struct pawl_store *s, struct append_op *const *ops, size_t n,
                            const struct pawl_pgstmt *one, struct pawl_pgstmt *st,
-                           struct fin_out *fin, const char **fin_vals, long long *acked_at_submit);
+                           struct fin_piggy *piggy);
 int pawl__log_op_submit(struct pawl_store *s, struct append_op *op);
 int pawl__log_op_submit_on(struct pawl_store *s, struct append_op *op, int conn);
 void pawl__log_op_done(struct pawl_pgreq *req, int rc);
@@ -403,13 +415,7 @@ extern const char pawl__log_append_group_sql[];
 int pawl__log_groups_init(struct pawl_store *s);
 void pawl__log_groups_fini(struct pawl_store *s);
 void pawl__log_group_enqueue(struct pawl_store *s, struct append_op *op);
-void pawl__log_group_linger_fire(struct pawl_store *s);
-
-/* ---- retry.c --------------------------------------------------------------------------- */
-void pawl__log_retry_delay(struct pawl_store *s, struct append_op *op, int64_t due_ns);
-void pawl__log_retry_wake(struct pawl_store *s);
-int pawl__log_retry_start(struct pawl_store *s);
-void pawl__log_retry_stop(struct pawl_store *s);
+void pawl__log_group_linger_stop(struct pawl_store *s);
 
 /* ---- reader.c -------------------------------------------------------------------------- */
 extern const char pawl__log_read_sql[];

@@ -1,8 +1,9 @@
 /*
  * store.c — the store's life cycle: options (defaults and ranges), pawl_store_new in named
  * steps (arguments, the database, the store and its locks, timers, pools, statements, the
- * index, the retry thread, the finalizer) and pawl_store_free, which stops the rooms in order
- * (appends drained, the retry thread, the finalizer, the waiters) before it frees them. No lock
+ * index, the finalizer) and pawl_store_free, which stops the rooms in order (appends drained,
+ * with every delayed retry fired; the group linger cancelled; the finalizer; the waiters)
+ * before it frees them, the timers before the ops whose retry timers they held. No lock
  * of its own: pawl_store_new runs before any other thread can see the store, pawl_store_free
  * after the caller's last call on it (any thread that may block, never a store's I/O thread);
  * pawl_store_opts_defaults is a pure function.
@@ -161,13 +162,12 @@ static struct pawl_store *store_alloc(const struct pawl_store_opts *o)
     pthread_cond_init(&s->waiters_cond, NULL);
     pthread_mutex_init(&s->fin_mu, NULL);
     pawl__cond_init_monotonic(&s->fin_cond);
-    pthread_mutex_init(&s->retry_mu, NULL);
-    pawl__cond_init_monotonic(&s->retry_cond);
     pthread_mutex_init(&s->grp_mu, NULL);
     return s;
 }
 
-/* The timers object every timed wait of the store uses (pawl__timed_wait). */
+/* The timers object every timed wait of the store uses (pawl__timed_wait), and the delayed
+ * retries' and the group linger's inline timers: no pool, their callbacks run on its thread. */
 static int start_timers(struct pawl_store *s, const struct pawl_store_opts *o, char *err,
                         size_t errlen)
 {
@@ -330,16 +330,14 @@ static void store_release(struct pawl_store *s)
     pawl__pgpool_free(s->listen);
     pawl__pgpool_free(s->fin);
     pawl__pgpool_free(s->main);
-    pawl__log_ops_fini(s);
-    pawl_timers_free(s->timers); /* nothing waits on them any more */
+    pawl_timers_free(s->timers); /* nothing waits on them any more; their thread is joined */
+    pawl__log_ops_fini(s);       /* after the timers: they may have held an op's retry timer */
     pawl_free(s->ring);
     pawl_free(s->dsn);
     pthread_cond_destroy(&s->fin_cond);
     pthread_mutex_destroy(&s->fin_mu);
     pawl__log_groups_fini(s);
     pthread_mutex_destroy(&s->grp_mu);
-    pthread_cond_destroy(&s->retry_cond);
-    pthread_mutex_destroy(&s->retry_mu);
     pthread_cond_destroy(&s->waiters_cond);
     pthread_cond_destroy(&s->idx_cond);
     pthread_mutex_destroy(&s->idx_mu);
@@ -394,16 +392,12 @@ int pawl_store_new(struct pawl_store **out, const char *dsn, const struct pawl_s
     rc = pawl__log_index_load(s, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = pawl__log_retry_start(s);
-    if (rc != 0)
-        goto fail;
     if (o->finalizer)
         pawl__log_fin_start(s);
     *out = s;
     return 0;
 
 fail:
-    pawl__log_retry_stop(s);
     store_release(s);
     return rc;
 }
@@ -413,8 +407,9 @@ void pawl_store_free(struct pawl_store *s)
     if (s == NULL)
         return;
     PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
+    /* Drained: every delayed retry has fired and completed (each counts in `inflight`). */
     pawl_store_drain(s);
-    pawl__log_retry_stop(s);
+    pawl__log_group_linger_stop(s);
     pawl__log_fin_stop(s);
     pawl__log_index_shutdown(s);
     store_release(s);

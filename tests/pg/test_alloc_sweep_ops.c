@@ -15,10 +15,11 @@
  * A failed append must return PAWL_ENOMEM and write nothing, or PAWL_EINDOUBT (a failure after
  * it was sent) and have written all of it or nothing: after the sweep every append that
  * returned 0 is in the log whole, every PAWL_ENOMEM one is absent, and every PAWL_EINDOUBT one
- * is whole or absent. A failed read must return PAWL_ENOMEM and leave its batch fit to free; a
- * read that succeeds returns every event as appended, and after a failed one the store reads
- * everything again. Once the store is freed, every allocation since it was opened has been given
- * back (under ASan, LeakSanitizer checks what the hooks do not see).
+ * is whole or absent; after each round, failed or not, the same store appends again (no fault
+ * armed), and that append is in the log exactly once. A failed read must return PAWL_ENOMEM and
+ * leave its batch fit to free; a read that succeeds returns every event as appended, and after a
+ * failed one the store reads everything again. Once the store is freed, every allocation since it
+ * was opened has been given back (under ASan, LeakSanitizer checks what the hooks do not see).
  */
 #include "pawl_test.h"
 
@@ -136,10 +137,11 @@ static int setup(void **state)
     return 0;
 }
 
-/* The append of round n: two events of stream a-n and one of b-n, with ids and metadata. */
+/* The append of round n: two events of stream a-n and one of b-n, with ids and metadata; then
+ * the store's next append, one event of stream c-n. */
 struct round {
-    char a[32], b[32], ids[3][48];
-    struct pawl_event ev[3];
+    char a[32], b[32], c[32], ids[3][48];
+    struct pawl_event ev[3], next;
 };
 
 static void round_init(struct round *r, long n)
@@ -147,6 +149,12 @@ static void round_init(struct round *r, long n)
     memset(r, 0, sizeof *r);
     snprintf(r->a, sizeof r->a, "sweep-a-%ld", n);
     snprintf(r->b, sizeof r->b, "sweep-b-%ld", n);
+    snprintf(r->c, sizeof r->c, "sweep-c-%ld", n);
+    r->next.stream_id = r->c;
+    r->next.stream_seq = 1;
+    r->next.type = "Swept";
+    r->next.payload = "{\"n\":2}";
+    r->next.payload_len = 7;
     for (int i = 0; i < 3; i++) {
         snprintf(r->ids[i], sizeof r->ids[i], "sweep-id-%ld-%d", n, i);
         r->ev[i].stream_id = i < 2 ? r->a : r->b;
@@ -205,6 +213,11 @@ static void test_append(void **state)
                          n, pawl_errname(rc));
             ok[n] = rc == PAWL_EINDOUBT ? IN_DOUBT : FAILED;
         }
+        /* The store goes on after the failure: its next append (no fault armed) succeeds. */
+        int next_rc = pawl_append(store, &r.next, 1, &res);
+        if (next_rc != 0)
+            fail_msg("after allocation %ld failed, the next append returned %s: %s", n,
+                     pawl_errname(next_rc), res.message);
         close_store(before, "pawl_append", n);
         if (rc == 0 && !hit)
             break; /* the append made fewer than n allocations: done */
@@ -220,6 +233,8 @@ static void test_append(void **state)
         round_init(&r, i);
         size_t a = stream_count(r.a), b = stream_count(r.b);
         int whole = a == 2 && b == 1, none = a == 0 && b == 0;
+        if (stream_count(r.c) != 1)
+            fail_msg("round %ld: the append after it is not in the log once", i);
         if (ok[i] == APPENDED ? !whole : ok[i] == FAILED ? !none : !whole && !none)
             fail_msg("round %ld (%s): the log holds %zu events of %s and %zu of %s", i,
                      ok[i] == APPENDED ? "appended"

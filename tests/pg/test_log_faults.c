@@ -8,6 +8,9 @@
  *     reachable, so every cut-off commit's fate can be learned), at least one is cut off, and
  *     the log holds exactly the committed ones (every success present, no PAWL_ECONN one
  *     present); the store reconnects and appends again;
+ *   - the same with event ids and append_retry_ms: every cut-off append is appended again (its
+ *     delayed retry, a timer on the store's timers, fires once the store reconnected), so every
+ *     append succeeds and the log holds each exactly once;
  *   - the store's own finalizer session is terminated again and again while appends flow (in a
  *     run, between runs): the finalizer reports the failures, reconnects, and within a safety
  *     interval of the last kill every committed append is final; none is lost or doubled;
@@ -186,6 +189,64 @@ static void test_server_goes_away(void **state)
     pawl_store_free(s);
 }
 
+static void test_lost_appends_repeated(void **state)
+{
+    (void)state;
+    struct pawl_store_opts o;
+    pawl_store_opts_defaults(&o);
+    o.append_finalizes = 0;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    o.append_retry_ms = 30000;
+    struct pawl_store *s = NULL;
+    char err[512];
+    if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0)
+        fail_msg("store: %s", err);
+    static char sid[N_APPENDS][24], id[N_APPENDS][24];
+    memset(outcomes, 0, sizeof outcomes);
+    for (int i = 0; i < N_APPENDS; i++) {
+        snprintf(sid[i], sizeof sid[i], "again-%d", i);
+        snprintf(id[i], sizeof id[i], "again-id-%d", i);
+        struct pawl_event e = {.stream_id = sid[i],
+                               .stream_seq = 1,
+                               .type = "t",
+                               .payload = "x",
+                               .payload_len = 1,
+                               .id = id[i]};
+        if (i == N_APPENDS / 4)
+            pawl_test_exec(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE application_name = 'pawl' AND pid <> pg_backend_pid() "
+                                "AND datname = current_database()");
+        int rc;
+        while ((rc = pawl_append_async(s, &e, 1, on_done, &outcomes[i])) == PAWL_EAGAIN)
+            usleep(1000);
+        assert_int_equal(rc, 0);
+    }
+    pawl_store_drain(s); /* the delayed retries included: they count as in flight */
+    static char present[N_APPENDS];
+    PGconn *c = PQconnectdb(dsn);
+    PGresult *res = PQexec(c, "SELECT substr(stream_id, 7)::int FROM pawl.events "
+                              "WHERE stream_id LIKE 'again-%'");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    for (int r = 0; r < PQntuples(res); r++)
+        present[atoi(PQgetvalue(res, r, 0))]++;
+    PQclear(res);
+    PQfinish(c);
+    for (int i = 0; i < N_APPENDS; i++) {
+        assert_int_equal(atomic_load(&outcomes[i].done), 1);
+        int rc = atomic_load(&outcomes[i].rc);
+        if (rc != 0 || present[i] != 1)
+            fail_msg("append %d: %s (%s), %d in the log", i, pawl_errname(rc), outcomes[i].msg,
+                     present[i]);
+    }
+    struct pawl_store_stats st;
+    pawl_store_stats(s, &st, 0);
+    printf("after the connections dropped: %lld appends repeated, all %d in the log once\n",
+           (long long)st.append_lost_retries, N_APPENDS);
+    assert_true(st.append_lost_retries > 0); /* the kill hit appends in flight */
+    pawl_store_free(s);
+}
+
 static atomic_int fk_stop;
 
 static void *fk_appender(void *arg)
@@ -346,7 +407,9 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_killed_appender), cmocka_unit_test(test_server_goes_away),
+        cmocka_unit_test(test_killed_appender),
+        cmocka_unit_test(test_server_goes_away),
+        cmocka_unit_test(test_lost_appends_repeated),
         cmocka_unit_test(test_finalizer_session_killed),
         cmocka_unit_test(test_finalizer_outage_logged_once), /* last: it closes the database */
     };
