@@ -13,7 +13,7 @@
  *     without it as a hint), which outlive a package: a re-claimed segment counts on.
  * The package's step (package.c) decides when to consult them; the retry of a stream runs the
  * handlers, so it is a package step too and lives there. This file calls nothing in package.c
- * or processor.c.
+ * or the files above it (the list in processor_int.h).
  */
 #include "dead_letters.h"
 

@@ -3,8 +3,9 @@
  * policy (pawl/processor.h) that the work packages (package.c) consult. Never installed.
  *
  * dead_letters.c sits below package.c: it knows the package's fields (processor_int.h) but calls
- * nothing in package.c or processor.c. The package's step decides when to park, retry or roll
- * back; these functions keep the tables that say what is parked.
+ * nothing in package.c or the files above it (the list in processor_int.h). The package's step
+ * decides when to park, retry or roll back; these functions keep the tables that say what is
+ * parked.
  *
  * Threads: every pawl__dl_ function taking a package runs on that package's step (its worker,
  * one step at a time), which owns k->parked and the batch counters; the processor's table of

@@ -13,7 +13,7 @@
  * on a future.
  *
  * Threads: steps run on the workers of the processor's pool; pawl__pkg_schedule and the wakes may
- * be called from any thread. The coordinator (processor.c) creates packages, feeds their inboxes
+ * be called from any thread. The coordinator (coordinator.c) creates packages, feeds their inboxes
  * under k->mu and frees them once they are on the done list.
  */
 #include "processor_int.h"
@@ -91,7 +91,7 @@ int pawl_txn_exec(struct pawl_txn *txn, const char *sql, int nparams, const char
 /* ---------------------------------------------------------------------------------------------
  * Scheduling: each package step is a task of the processor's work-stealing pool (seg_pool),
  * always submitted through the pool's injection queue, so that a package re-queued after its
- * batch goes behind the packages already waiting (see processor.c).
+ * batch goes behind the packages already waiting (see processor_int.h).
  * ------------------------------------------------------------------------------------------ */
 
 static void pkg_step(struct pkg *k);

@@ -1,11 +1,64 @@
 /*
- * processor_int.h — private declarations shared by the processor's files: processor.c (the
- * coordinator, claims, claim extension, life cycle, administration), package.c (work packages,
- * the pool their steps run on, the event context) and dead_letters.c (the dead-letter tables,
- * below package.c). Never installed.
+ * processor_int.h — the pooled streaming processor (engine/processor/): struct pawl_processor,
+ * the work package (struct pkg) and what the processor's files share. Never installed.
  *
- * Ownership and locking are described at the top of processor.c; every field below says which
- * thread may touch it and under which lock.
+ * Threads and who owns what:
+ *   - The coordinator thread owns the list of work packages. It runs the claim cycle (claim up
+ *     to this node's fair share, release the surplus), reads the log through the shared reader
+ *     and dispatches each event to the package of its segment, reaps finished packages and
+ *     applies their back-off, and serves split/merge requests.
+ *   - The extender thread refreshes this node's claims every claim_extend_interval_ms on its
+ *     own, so a pool busy with slow handlers never lets a claim expire; a claim it finds taken
+ *     marks the package lost.
+ *   - The segment workers are a runtime work-stealing pool of opts.threads workers ("pawl-seg").
+ *     A package step is a pool task. One step handles one batch in one transaction; a package
+ *     is queued at most once at a time and after each batch re-submits itself through the
+ *     pool's injection queue (pawl__pool_yield), not onto its worker's own deque: the deque's
+ *     owner end is LIFO, so a busy segment re-pushed there would run again before the segments
+ *     queued behind it. Through the injection queue a segment's batches never overlap, its
+ *     events stay in index order, every segment with work gets its turn, and a worker that
+ *     takes a run of queued steps leaves them in its deque where an idle worker steals them.
+ *     Checkpoint futures' continuations and timers run on a second, one-worker pool, so they
+ *     never wait behind long steps.
+ *   - Claim extension has its own thread rather than a runtime timer: timer callbacks run as
+ *     pool tasks, and an extension must not wait for a free worker.
+ *
+ * Reading. The shared reader keeps position R: every attached package has received all of its
+ * events up to R. A package's inbox holds at most read_ahead events (and read_ahead_bytes of
+ * their data); when the reader finds it
+ * full it detaches the package instead of waiting, so the slowest segment never stalls the
+ * others. A detached package reads the log on its own (its own reads, filtered to its segment)
+ * until it reaches R, and re-attaches between two dispatches (both under dispatch_mu, so no
+ * dispatched batch is half-seen). queued_pos is the package's "complete up to" mark; the reader
+ * skips events at or below it, so catching up past R never duplicates an event.
+ *
+ * Tokens. Each batch commits the handlers' statements and the segment's new token in one
+ * transaction, conditional on this node still owning the claim. Any failure (handler error,
+ * lost claim, store error, source error) rolls the batch back, aborts the package, releases the
+ * claim and keeps the segment away from this node for a back-off that starts at backoff_min_ms,
+ * doubles up to backoff_max_ms and resets after the next successful batch.
+ *
+ * Checkpoint protocol (pawl/checkpoint.h). The mode follows from the handlers. In auto and
+ * deferred mode each claim gets a trigger and a reconciler (reconcile.h); the commit
+ * cycle asks the units, and while their futures are pending the package is parked with its
+ * batch transaction open (no thread waits; the reconciler's wake queues the next step). A
+ * release (stop, rebalancing, split/merge, abort) makes the trigger inert, reconciles the
+ * units' release reports and stores the result while the claim is still held. Claim extension
+ * never writes a token, so a deferred token only moves on a reconciled request.
+ *
+ * Lock order: p->mu (coordinator state, done list), then dispatch_mu, then pkg->mu. The package
+ * list changes only on the coordinator thread, under p->mu; the coordinator reads it without the
+ * lock, other threads under p->mu.
+ *
+ * The files, lowest first; each calls only the ones before it:
+ *   dead_letters.c  the dead-letter tables and their administration
+ *   package.c       work packages: their steps on the segment pool, the event context
+ *   coordinator.c   the coordinator thread: claim cycle, reading and dispatch, reaping and
+ *                   back-off, serving split/merge requests
+ *   extender.c      the claim extender thread
+ *   processor.c     options, construction (pawl_processor_new in named steps), start, stop,
+ *                   free, stats, split/merge requests, reset, the subscribing processor
+ * Every field below says which thread may touch it and under which lock.
  */
 #ifndef PAWL_ENGINE_PROCESSOR_INT_H
 #define PAWL_ENGINE_PROCESSOR_INT_H
@@ -271,5 +324,26 @@ void pawl__pkg_free(struct pkg *k);
 void pawl__pkg_schedule(struct pkg *k);
 /* package.c: pawl__pkg_schedule for a list of packages in one submission. Coordinator only. */
 void pawl__pkg_schedule_list(struct pawl_processor *p, struct pkg *first, int kicked_only);
+
+/* The package of segment seg_id in p's list, or NULL. The coordinator, or under p->mu. */
+static inline struct pkg *pawl_pkg_find(struct pawl_processor *p, uint32_t seg_id)
+{
+    for (struct pkg *k = p->pkgs; k; k = k->next)
+        if (k->seg.id == seg_id)
+            return k;
+    return NULL;
+}
+
+/* Ask k to release its claim, and queue its next step to do so. Any thread. */
+static inline void pawl_pkg_request_release(struct pkg *k)
+{
+    atomic_store_explicit(&k->release_req, 1, memory_order_relaxed);
+    pawl__pkg_schedule(k);
+}
+
+/* coordinator.c: the coordinator thread's body (arg: the processor), until the stop. */
+void *pawl__coordinator_main(void *arg);
+/* extender.c: the claim extender thread's body (arg: the processor), until p->stopped. */
+void *pawl__extender_main(void *arg);
 
 #endif

@@ -627,7 +627,7 @@ static void test_ring_across_pools(void **state)
     free(tasks);
 }
 
-/* ---- producer rings: one per outside thread and pool (pool.c, spsc_push_sp) ---- */
+/* ---- producer rings: one per outside thread and pool (pool_submit.c, spsc_push_sp) ---- */
 
 /* More outside threads than a pool has rings for (16), one in six submitting more tasks than a
  * ring holds (16384), one at a time; every thread of each wave exits with its tasks still queued
@@ -1040,9 +1040,9 @@ static void test_allocator_hooks(void **state)
 }
 
 /*
- * The pass-on rule (pool.c, worth_waking): a burst of a few short tasks submitted from outside
- * is run by the worker it wakes, which does not wake a second worker for the rest; tasks that
- * block, by saying so (pawl_pool_will_block) or by being slow, get their queued neighbours
+ * The pass-on rule (pool_worker.c, worth_waking): a burst of a few short tasks submitted from
+ * outside is run by the worker it wakes, which does not wake a second worker for the rest; tasks
+ * that block, by saying so (pawl_pool_will_block) or by being slow, get their queued neighbours
  * shared with a parked worker.
  */
 static uint32_t meet_in;
