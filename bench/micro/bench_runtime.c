@@ -822,8 +822,10 @@ static void bm_timer_delay(pawl_bench_state *st, void *arg)
  *                       only when the ring looks full; the consumer takes up to 32 slots per
  *                       acquire of tail and release of head.
  *   ring_spsc/ck_ring   ck_ring_enqueue_spsc / ck_ring_dequeue_spsc, what the pool's producer
- *                       rings now are (pool.c, through ckring.h, without its wake-up hand-shake).
- *   ring_mp/pawl        the pool's injection ring (pool.c, ring_push_mp and ring_take_sc),
+ *                       rings now are (pool_submit.c and pool_worker.c, through ckring.h, without
+ *                       its wake-up hand-shake).
+ *   ring_mp/pawl        the pool's injection ring (ring_push_mp in pool_submit.c, ring_take_sc in
+ *                       pool_worker.c),
  *                       copied: one CAS reserves the slot, the slot is published tagged with its
  *                       lap, so producers never wait for each other.
  *   ring_mp/ck_ring     ck_ring_enqueue_mpsc / ck_ring_dequeue_spsc (a producer that reserved a
