@@ -25,3 +25,19 @@ set boxwidth 0.9
 set grid ytics
 set key top left
 set xtics rotate by -25'
+
+# The INSERT baseline's table: bench_insert.events, made LIKE the newest partition of pawl.events
+# (its columns, constraints, defaults and every index), and the sequence its rows number from.
+# Usage: bench_insert_twin DSN (a database with pawl's schema).
+bench_insert_twin() {
+    psql "$1" -Xq -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE SCHEMA bench_insert;
+DO $$
+BEGIN
+    EXECUTE format('CREATE TABLE bench_insert.events (LIKE pawl.%I INCLUDING ALL)',
+                   (SELECT relname FROM pawl.event_parts WHERE hi IS NULL));
+END
+$$;
+CREATE SEQUENCE bench_insert.seq START 1000000;
+SQL
+}

@@ -19,6 +19,7 @@ set -uo pipefail
 ROUNDS=${1:-3}
 T=${2:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/bench/lib.sh"
 PAWL=${PAWL:-$here/build/bin/pawl}
 B=$("$here/tools/pawl-pg" dsn) || exit 1
 w=$(mktemp -d)
@@ -34,16 +35,7 @@ else
         { echo "native path not available"; exit 1; }
 fi
 PAWL_DSN="$B dbname=as_$$" "$PAWL" init --server-path sql >/dev/null 2>&1 || exit 1
-psql "$B dbname=an_$$" -Xq -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 1
-CREATE SCHEMA bench_insert;
-DO $$
-BEGIN
-    EXECUTE format('CREATE TABLE bench_insert.events (LIKE pawl.%I INCLUDING ALL)',
-                   (SELECT relname FROM pawl.event_parts WHERE hi IS NULL));
-END
-$$;
-CREATE SEQUENCE bench_insert.seq;
-SQL
+bench_insert_twin "$B dbname=an_$$" || exit 1
 cat >"$w/a1.sql" <<'EOF'
 \set s random(1, 100000)
 SELECT * FROM pawl.append(ARRAY['acct-' || :s], '{0}', '{1}', '{1}', '{Deposited}', '{"\\x7b7d"}', NULL, false, NULL);

@@ -18,6 +18,7 @@ set -uo pipefail
 SMALL=${1:-200}
 LARGE=${2:-1200}
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/bench/lib.sh"
 PAWL=${PAWL:-$here/build/bin/pawl}
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
@@ -38,15 +39,8 @@ if [ -n "${PAWL_NATIVE_LIB:-}" ]; then
 else
     PAWL_DSN="$dsn" "$PAWL" init --server-path native >/dev/null || { echo "native path not available"; exit 1; }
 fi
+bench_insert_twin "$dsn" || exit 1
 psql "$dsn" -Xq -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 1
-CREATE SCHEMA bench_insert;
-DO $$
-BEGIN
-    EXECUTE format('CREATE TABLE bench_insert.events (LIKE pawl.%I INCLUDING ALL)',
-                   (SELECT relname FROM pawl.event_parts WHERE hi IS NULL));
-END
-$$;
-CREATE SEQUENCE bench_insert.seq START 1000000;
 SELECT count(*) FROM pawl.append(ARRAY(SELECT 'fill-' || g FROM generate_series(1, 20000) g),
     array_fill(0::int8, ARRAY[20000]), ARRAY(SELECT generate_series(1, 20000)),
     array_fill(1, ARRAY[20000]), array_fill('Deposited'::text, ARRAY[20000]),
