@@ -714,8 +714,7 @@ static Expr *cached_expr(const char *text, Oid typid, Relation rel, AttrNumber a
     for (i = 0; i < expr_cached; i++)
         if (expr_cache[i].typid == typid && strcmp(expr_cache[i].text, text) == 0)
             return expr_cache[i].planned;
-    cxt = AllocSetContextCreate(CacheMemoryContext, "pawl_native expression",
-                                ALLOCSET_SMALL_SIZES);
+    cxt = AllocSetContextCreate(CacheMemoryContext, "pawl_native expression", ALLOCSET_SMALL_SIZES);
     old = MemoryContextSwitchTo(cxt);
     PG_TRY();
     {
