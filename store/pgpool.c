@@ -247,6 +247,23 @@ static void *io_main(void *arg)
     return NULL;
 }
 
+/* What pawl__pgpool_new made before its I/O thread (the loop, the session statements, the names,
+ * the lock) and the pool itself; for a pool half made as for one whose thread has ended. */
+static void pool_release(struct pawl_pgpool *p)
+{
+    pawl__ioloop_free(p->loop);
+    if (p->session_sql) {
+        for (int i = 0; i < p->nsession; i++)
+            pawl_free(p->session_sql[i]);
+        pawl_free(p->session_sql);
+    }
+    pawl_free(p->dsn);
+    pawl_free(p->name);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->mu);
+    pawl_free(p);
+}
+
 /* ---- public API -------------------------------------------------------------------------- */
 
 int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
@@ -339,17 +356,7 @@ int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct paw
     return 0;
 
 fail:
-    pawl__ioloop_free(p->loop);
-    if (p->session_sql) {
-        for (int i = 0; i < p->nsession; i++)
-            pawl_free(p->session_sql[i]);
-        pawl_free(p->session_sql);
-    }
-    pawl_free(p->dsn);
-    pawl_free(p->name);
-    pthread_cond_destroy(&p->cond);
-    pthread_mutex_destroy(&p->mu);
-    pawl_free(p);
+    pool_release(p);
     return rc_fail;
 }
 
@@ -362,7 +369,6 @@ void pawl__pgpool_free(struct pawl_pgpool *p)
     atomic_store_explicit(&p->stop, 1, memory_order_release);
     pawl__ioloop_wake(p->loop);
     pthread_join(p->thread, NULL);
-    pawl__ioloop_free(p->loop);
     for (int i = 0; i < p->nconns; i++)
         pawl_free(p->conns[i].exp);
     int np = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* all published */
@@ -371,14 +377,7 @@ void pawl__pgpool_free(struct pawl_pgpool *p)
         pawl_free(p->prep[i].sql);
         pawl_free(p->prep[i].types);
     }
-    for (int i = 0; i < p->nsession; i++)
-        pawl_free(p->session_sql[i]);
-    pawl_free(p->session_sql);
-    pawl_free(p->dsn);
-    pawl_free(p->name);
-    pthread_cond_destroy(&p->cond);
-    pthread_mutex_destroy(&p->mu);
-    pawl_free(p);
+    pool_release(p);
 }
 
 int pawl__pgpool_prepare(struct pawl_pgpool *p, const char *sql, int nparams, const Oid *types)

@@ -116,6 +116,18 @@ static void on_done(void *ud, const struct pawl_append_result *r)
     atomic_store(&o->done, 1);
 }
 
+/* How often each append's number (what sql selects, one int per row) is in the log: counts[n]. */
+static void count_in_log(const char *conninfo, const char *sql, char counts[N_APPENDS])
+{
+    PGconn *c = PQconnectdb(conninfo);
+    PGresult *res = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    for (int r = 0; r < PQntuples(res); r++)
+        counts[atoi(PQgetvalue(res, r, 0))]++;
+    PQclear(res);
+    PQfinish(c);
+}
+
 static void test_server_goes_away(void **state)
 {
     (void)state;
@@ -141,14 +153,10 @@ static void test_server_goes_away(void **state)
     pawl_store_drain(s);
     int ok = 0, lost = 0, doubt = 0, other = 0;
     static char present_map[N_APPENDS];
-    PGconn *c = PQconnectdb(dsn);
-    PGresult *res = PQexec(c, "SELECT substr(stream_id, 6)::int FROM pawl.events "
-                              "WHERE stream_id LIKE 'away-%' AND stream_id <> 'away-after'");
-    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
-    for (int r = 0; r < PQntuples(res); r++)
-        present_map[atoi(PQgetvalue(res, r, 0))]++;
-    PQclear(res);
-    PQfinish(c);
+    count_in_log(dsn,
+                 "SELECT substr(stream_id, 6)::int FROM pawl.events "
+                 "WHERE stream_id LIKE 'away-%' AND stream_id <> 'away-after'",
+                 present_map);
     for (int i = 0; i < submitted; i++) {
         assert_int_equal(atomic_load(&outcomes[i].done), 1);
         int rc = atomic_load(&outcomes[i].rc);
@@ -224,14 +232,10 @@ static void test_lost_appends_repeated(void **state)
     }
     pawl_store_drain(s); /* the delayed retries included: they count as in flight */
     static char present[N_APPENDS];
-    PGconn *c = PQconnectdb(dsn);
-    PGresult *res = PQexec(c, "SELECT substr(stream_id, 7)::int FROM pawl.events "
-                              "WHERE stream_id LIKE 'again-%'");
-    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
-    for (int r = 0; r < PQntuples(res); r++)
-        present[atoi(PQgetvalue(res, r, 0))]++;
-    PQclear(res);
-    PQfinish(c);
+    count_in_log(dsn,
+                 "SELECT substr(stream_id, 7)::int FROM pawl.events "
+                 "WHERE stream_id LIKE 'again-%'",
+                 present);
     for (int i = 0; i < N_APPENDS; i++) {
         assert_int_equal(atomic_load(&outcomes[i].done), 1);
         int rc = atomic_load(&outcomes[i].rc);
