@@ -698,7 +698,8 @@ static void expr_cache_clear(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /* The planned expression of text (typid: the column's type for a default, InvalidOid for a
- * check); make (with rel and attnum) builds the unplanned tree on a miss. */
+ * check). On a miss a default's tree is built from rel's column attnum, a check's parsed from
+ * text. */
 static Expr *cached_expr(const char *text, Oid typid, Relation rel, AttrNumber attnum)
 {
     MemoryContext cxt;
