@@ -81,15 +81,26 @@ expect_rc "the copy again stops at the first event without an id (a seq conflict
 check "tail | append twice: every event copied once" $?
 
 # ---- lost connections: the appender's backends terminated while it appends -------------------
-n=400
-for i in $(seq 1 $n); do
-    printf '{"stream":"k-%d","type":"T","payload":{"i":%d},"id":"k-%d"}\n' $((i % 7)) "$i" "$i"
-done >"$tmp/k.jsonl"
 # Lines arrive a few at a time, so that appends are in flight all along; once the appender has
 # written some (it is connected), every backend of it (its application name) that is running a
-# statement is terminated every 30 ms until it ends.
-( while read -r l; do echo "$l"; sleep 0.005; done <"$tmp/k.jsonl" ) |
-    "$PAWL" append --events-per-append 5 >"$tmp/k.out" 2>"$tmp/k.err" &
+# statement is terminated every 30 ms until it ends. The killer catches a backend only while a
+# statement runs, so the feed goes on past its first 400 lines until the appender has said it
+# sends lost appends again (bounded: 6000 lines, about 40 s); the checks then count what was fed.
+feed() {
+    local i=0
+    while :; do
+        i=$((i + 1))
+        printf '{"stream":"k-%d","type":"T","payload":{"i":%d},"id":"k-%d"}\n' $((i % 7)) "$i" "$i"
+        sleep 0.005
+        if [ $i -ge 400 ] && [ $((i % 10)) -eq 0 ]; then
+            grep -q 'appending them again' "$tmp/k.err" && break
+            [ $i -ge 6000 ] && break
+        fi
+    done
+    echo $i >"$tmp/k.count"
+}
+: >"$tmp/k.err"
+feed | "$PAWL" append --events-per-append 5 >"$tmp/k.out" 2>"$tmp/k.err" &
 app=$!
 for _ in $(seq 1 200); do
     [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'k-%'")" -ge 20 ] && break
@@ -102,6 +113,8 @@ killer=$!
 wait "$app"
 rc=$?
 kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; killer=
+n=$(cat "$tmp/k.count" 2>/dev/null || echo 0)
+echo "lines fed: $n"
 expect_rc "append under terminated connections" 0 $rc
 [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'k-%'")" = $n ] &&
     [ "$(sql "SELECT count(DISTINCT event_id) FROM pawl.events WHERE event_id LIKE 'k-%'")" = $n ]

@@ -38,7 +38,11 @@ BIN=${CHAOS_BIN:?set CHAOS_BIN}
 PG=${PAWL_PG:?set PAWL_PG}
 command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
 
-work=$(mktemp -d /tmp/pawl-chaos.XXXXXX)
+# The run's folder (its logs, the acknowledged ids, the examples' durable state; its path also
+# keys the cluster) goes beside the chaos programs, in the build tree, not in /tmp: a CI run once
+# lost it from /tmp in mid-run, with everything of the run in it, while the suite's other
+# clusters there stayed. The loop below says when it vanishes, to find who removes it.
+work=$(mktemp -d "$BIN/chaos.XXXXXX") || { echo "chaos: cannot make a folder in $BIN"; exit 1; }
 chmod 755 "$work"
 export PAWL_PG_KEY=$work
 declare -A pid_of role_of
@@ -144,6 +148,12 @@ echo "chaos: running for ${SECONDS_WANTED}s (PostgreSQL restarts at +$((fast_at 
 while [ "$(date +%s)" -lt "$end" ] || [ $tried_fast -eq 0 ] || [ $tried_immediate -eq 0 ]; do
     sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.3 + (r % 170) / 100 }')"
     now=$(date +%s)
+    if [ ! -d "$work" ] && [ -z "${vanished:-}" ]; then
+        vanished=$now
+        echo "chaos: +$((now - t0))s the run's folder $work vanished (removed from outside the run); what is left:"
+        ls -la "$(dirname "$work")" /tmp 2>&1 | sed 's/^/chaos:   /' | head -n 40
+        unexpected=$((unexpected + 1))
+    fi
     # A helper that died on its own is a failure of the run (a crash, an abort, a gave-up exit).
     for r in "${appenders[@]}" "${procs[@]}"; do
         p=${pid_of[$r]}
