@@ -11,11 +11,16 @@
 #              1% as a plain indexed SELECT fetched by psql (a process of its own).
 #   stream     one stream's 100 events (streams of category "hot" hold 200 each): pgbench of
 #              pawl_api.read_stream(s, 0, 100) against SELECT ... WHERE stream_id = s ORDER BY
-#              stream_seq LIMIT 100 (the (stream_id, stream_seq) index), same connection count.
+#              stream_seq LIMIT 100 (the (stream_id, stream_seq) index), same connection count;
+#              on the native path also the SQL version (sql/native/deactivate.sql's text, as
+#              bench_sql.read_stream) in the same rounds.
 #   append     pgbench of pawl.append (1 and 100 events) in a database with the category index
 #              and in one without it: the backend's CPU per event, alternated.
 # Ratios are of medians over ROUNDS (default 3); the machine is shared, so read the ranges too.
-# PARTS (default "catchup stream append") picks the parts (the file says which ran).
+# PARTS (default "catchup stream append") picks the parts (the file says which ran). The server
+# functions are those `pawl init` chooses (native where the server has this pawl's pawl_native);
+# PAWL_NATIVE_LIB=/path/pawl_native.so uses that build where it is (the SQL path, then
+# sql/native/activate.sql with its path for $libdir's; a superuser login). The file names the path.
 set -uo pipefail
 EVENTS=${1:-5000000}
 ROUNDS=${2:-3}
@@ -33,8 +38,26 @@ trap 'rm -rf "$w"; psql "$B" -Xqc "DROP DATABASE IF EXISTS $db" -c "DROP DATABAS
 D="$B dbname=$db"
 for d in $db $dbx; do
     psql "$B" -Xqc "CREATE DATABASE $d" >/dev/null || exit 1
-    PAWL_DSN="$B dbname=$d" "$PAWL" init -q >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+    if [ -n "${PAWL_NATIVE_LIB:-}" ]; then
+        PAWL_DSN="$B dbname=$d" "$PAWL" init -q --server-path sql >/dev/null 2>&1 ||
+            { echo "pawl init failed"; exit 1; }
+        sed "s#\$libdir/pawl_native#$PAWL_NATIVE_LIB#g" "$here/sql/native/activate.sql" |
+            psql "$B dbname=$d" -Xq -v ON_ERROR_STOP=1 >/dev/null || exit 1
+    else
+        PAWL_DSN="$B dbname=$d" "$PAWL" init -q >/dev/null 2>&1 || { echo "pawl init failed"; exit 1; }
+    fi
 done
+# The server path the reads take: the language of pawl_api.read_filtered.
+path=$(psql "$B dbname=$db" -XqAtc "SELECT CASE l.lanname WHEN 'c' THEN 'native' ELSE 'SQL' END
+    FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+    WHERE p.oid = 'pawl_api.read_filtered(int8, int4, text[], text[], text[])'::regprocedure")
+if [ "$path" = native ]; then
+    # The SQL stream read beside the C one, for the stream part.
+    { echo "CREATE SCHEMA bench_sql;"
+      awk '/^CREATE OR REPLACE FUNCTION pawl_api.read_stream\(/ { on = 1 } on { print } on && /^\$fn\$;/ { exit }' \
+          "$here/sql/native/deactivate.sql" | sed '1s/pawl_api\.read_stream(/bench_sql.read_stream(/'
+    } | psql "$B dbname=$db" -Xq -v ON_ERROR_STOP=1 >/dev/null || exit 1
+fi
 psql "$B dbname=$dbx" -Xqc "DROP INDEX pawl.events_category_idx" ||
     exit 1
 
@@ -109,6 +132,7 @@ timed() { # CMD...: seconds
 
 {
     echo "# PARTS=\"$PARTS\" T=$T bench/filtered.sh $EVENTS $ROUNDS, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB"
+    echo "# server functions: $path${PAWL_NATIVE_LIB:+ (PAWL_NATIVE_LIB, pawl_native built from this tree)}"
     echo "# log: $head events (fill and finalize $fill_s s); category c7 holds $(psql "$D" -XqAtc "SELECT count(*) FROM pawl.events e WHERE pawl.category(e.stream_id) = 'c7'")"
     printf '%-6s %-22s %10s\n' round cell seconds
 } | tee "$w/head"
@@ -117,6 +141,10 @@ part catchup && for r in $(seq 1 "$ROUNDS"); do
     c=$((r % 90 + 3)) # a different category each round: no round reads what the last one cached
     printf '%-6s %-22s %10s\n' "$r" tail_filtered "$(timed env PAWL_DSN="$D" "$PAWL" tail -q --category c$c)"
     printf '%-6s %-22s %10s\n' "$r" select_plain "$(timed psql "$D" -XqAt -o /dev/null -c "SELECT e.* FROM pawl.events e WHERE pawl.category(e.stream_id) = 'c$c' ORDER BY e.xid, e.k")"
+    # The server's part alone: the same SELECT counted in the server, and the filtered reads a
+    # processor makes (1000 events per call, from each position row) paged in the server.
+    printf '%-6s %-22s %10s\n' "$r" select_server "$(timed psql "$D" -XqAt -o /dev/null -c "SELECT count(*) FROM (SELECT e.* FROM pawl.events e WHERE pawl.category(e.stream_id) = 'c$((c + 1))' ORDER BY e.xid, e.k) x")"
+    printf '%-6s %-22s %10s\n' "$r" read_server "$(timed psql "$D" -XqAt -o /dev/null -c "DO \$\$DECLARE pos int8 := 0; np int8; head int8 := pawl_api.last_index(); BEGIN LOOP SELECT max(global_index) FILTER (WHERE stream_id IS NULL) INTO np FROM pawl_api.read_filtered(pos, 1000, ARRAY['c$((c + 2))']); EXIT WHEN np >= head; pos := np; END LOOP; END\$\$")"
     printf '%-6s %-22s %10s\n' "$r" processor_filtered "$(run_until_head pf$r --category c$c)"
     printf '%-6s %-22s %10s\n' "$r" processor_all "$(run_until_head pa$r)"
 done | tee "$w/catchup"
@@ -124,9 +152,12 @@ done | tee "$w/catchup"
 # ---- stream reads ----------------------------------------------------------------------------
 printf '\\set s random(0, 99)\nSELECT count(*) FROM pawl_api.read_stream('"'"'hot-'"'"' || :s, 0, 100);\n' >"$w/rs.sql"
 printf '\\set s random(0, 99)\nSELECT count(*) FROM (SELECT * FROM pawl.events e WHERE e.stream_id = '"'"'hot-'"'"' || :s ORDER BY e.stream_seq LIMIT 100) x;\n' >"$w/sel.sql"
+printf '\\set s random(0, 99)\nSELECT count(*) FROM bench_sql.read_stream('"'"'hot-'"'"' || :s, 0, 100);\n' >"$w/rs_sql.sql"
+streams="rs sel"
+[ "$path" = native ] && streams="rs sel rs_sql"
 : >"$w/stream"
 part stream && for r in $(seq 1 "$ROUNDS"); do
-    for v in rs sel; do
+    for v in $streams; do
         l=$(pgbench -n -M prepared -c 1 -T "$T" -f "$w/$v.sql" "$D" 2>/dev/null | awk '/latency average/ { print $4 }')
         printf '%-6s %-22s %10s\n' "$r" "stream_$v" "$l"
     done
@@ -162,7 +193,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 {
     echo
     echo "# medians (seconds; stream: ms per read; append: backend CPU µs per event)"
-    for k in tail_filtered select_plain processor_filtered processor_all stream_rs stream_sel append1_with append1_without append100_with append100_without; do
+    for k in tail_filtered select_plain select_server read_server processor_filtered processor_all stream_rs stream_sel stream_rs_sql append1_with append1_without append100_with append100_without; do
+        [ "$k" = stream_rs_sql ] && [ "$path" != native ] && continue
         f=$w/catchup
         case $k in stream_*) f=$w/stream ;; append*) f=$w/append ;; esac
         printf '%-22s %10s\n' "$k" "$(med $k "$f")"
@@ -172,7 +204,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
     echo "processor catch-up, unfiltered / filtered (1%):   $(ratio "$(med processor_all "$w/catchup")" "$pf")x  (target >= 20)"
     echo "plain indexed SELECT / filtered processor:        $(ratio "$(med select_plain "$w/catchup")" "$pf")  (target >= 0.8)"
     echo "plain indexed SELECT / filtered tail:             $(ratio "$(med select_plain "$w/catchup")" "$(med tail_filtered "$w/catchup")")"
+    echo "in the server: SELECT counted / filtered reads:   $(ratio "$(med select_server "$w/catchup")" "$(med read_server "$w/catchup")")"
     echo "stream read / SELECT on (stream_id, stream_seq):  $(ratio "$(med stream_rs "$w/stream")" "$(med stream_sel "$w/stream")")  (target <= 1.2)"
+    [ "$path" = native ] &&
+        echo "SQL stream read / SELECT (same rounds):           $(ratio "$(med stream_rs_sql "$w/stream")" "$(med stream_sel "$w/stream")")"
     echo "append CPU with / without the filter indexes, 1 event:    $(ratio "$(med append1_with "$w/append")" "$(med append1_without "$w/append")")  (target <= 1.05)"
     echo "append CPU with / without the filter indexes, 100 events: $(ratio "$(med append100_with "$w/append")" "$(med append100_without "$w/append")")  (target <= 1.05)"
 } | tee "$w/summary"

@@ -180,7 +180,7 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * of the functions activate.sql declares), so it is never out of step with what runs. The
  * extension's version names the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.3"
+#define NATIVE_VERSION "1.4"
 
 const char *pawl_server_path_name(int path)
 {
@@ -213,6 +213,9 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
                          "pg_catalog.to_regprocedure('pawl.runs_guard()'), "
                          "pg_catalog.to_regprocedure('pawl.events_guard()'), "
                          "pg_catalog.to_regprocedure('pawl_api.read(int8, int4)'), "
+                         "pg_catalog.to_regprocedure('pawl_api.read_stream(text, int8, int4)'), "
+                         "pg_catalog.to_regprocedure('pawl_api.read_filtered(int8, int4, text[], "
+                         "text[], text[])'), "
                          "pg_catalog.to_regprocedure('pawl.append(text[], int8[], int4[], "
                          "int4[], text[], bytea[], jsonb[], boolean, text[])'), "
                          "pg_catalog.to_regprocedure('pawl.append_group(text[], int8[], int4[], "

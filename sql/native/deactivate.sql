@@ -1,7 +1,8 @@
 -- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
--- activate.sql made pawl's functions native: pawl.finalize and pawl.runs_guard as
--- sql/017_finalize_fixes.sql defines them, pawl.events_guard as sql/009_retention.sql does and
--- pawl_api.read as sql/015_event_ids.sql does, copied exactly
+-- activate.sql made pawl's functions native: pawl.finalize, pawl.runs_guard and
+-- pawl_api.read_filtered as sql/017_finalize_fixes.sql defines them, pawl.events_guard as
+-- sql/009_retention.sql does, pawl_api.read as sql/015_event_ids.sql does and
+-- pawl_api.read_stream as sql/016_filtered_reads.sql does, copied exactly
 -- (pg_test_server_path and pg_test_native_read compare the result with a database that never
 -- left the SQL path: a migration that changes any of them must change this file too).
 -- CREATE OR REPLACE keeps owners and grants.
@@ -259,6 +260,236 @@ BEGIN
                   HINT = format('read from index %s on (after %s), or reload the archive', w,
                                 w - 1);
     END IF;
+END
+$fn$;
+
+-- pawl_api.read_filtered as sql/017_finalize_fixes.sql defines it.
+CREATE OR REPLACE FUNCTION pawl_api.read_filtered(after_index int8,
+                                                  max_events int4 DEFAULT 1000,
+                                                  categories text[] DEFAULT NULL,
+                                                  stream_prefixes text[] DEFAULT NULL,
+                                                  types text[] DEFAULT NULL)
+RETURNS TABLE (global_index int8, stream_id text, stream_seq int8, type text, payload bytea,
+               metadata jsonb, appended_at timestamptz, event_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET max_parallel_workers_per_gather = 0
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    lo     int8;          -- everything matching up to here was returned
+    head   int8;          -- the highest final index at this read's snapshot
+    wend   int8;          -- the window's end (a run's last index)
+    xlo    xid8;
+    xhi    xid8;
+    late   xid8[];
+    span   int8;
+    looked int8 := 0;
+    got    int4 := 0;
+    cats   text[];        -- categories to range-scan (NULL: scan by type)
+    pre    text[];        -- prefixes longer than a category
+    rf     record;
+    ev     record;
+BEGIN
+    IF after_index IS NULL OR after_index < 0 THEN
+        RAISE EXCEPTION 'pawl_api.read_filtered: after_index must be >= 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_events IS NULL OR max_events < 1 OR max_events > 100000 THEN
+        RAISE EXCEPTION 'pawl_api.read_filtered: max_events must be in 1..100000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- An empty list is a list not given, as in the C API.
+    IF cardinality(categories) = 0 THEN
+        categories := NULL;
+    END IF;
+    IF cardinality(stream_prefixes) = 0 THEN
+        stream_prefixes := NULL;
+    END IF;
+    IF cardinality(types) = 0 THEN
+        types := NULL;
+    END IF;
+    PERFORM pawl.filter_check('pawl_api.read_filtered', 'categories', categories);
+    PERFORM pawl.filter_check('pawl_api.read_filtered', 'stream_prefixes', stream_prefixes);
+    PERFORM pawl.filter_check('pawl_api.read_filtered', 'types', types);
+    IF coalesce(cardinality(categories), 0) + coalesce(cardinality(stream_prefixes), 0)
+       + coalesce(cardinality(types), 0) = 0 THEN
+        RAISE EXCEPTION 'pawl_api.read_filtered: no filter (give categories, stream_prefixes '
+            'or types; pawl_api.read reads the whole log)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pawl.refuse_below_watermark(after_index);
+
+    -- What to range-scan: the categories, each prefix's category when the prefix reaches past
+    -- it, and the categories a shorter prefix begins (found by skipping through the index).
+    IF categories IS NOT NULL OR stream_prefixes IS NOT NULL THEN
+        cats := coalesce(categories, '{}');
+        pre := '{}';
+        FOR ev IN SELECT DISTINCT v FROM unnest(stream_prefixes) v LOOP
+            IF strpos(ev.v, '-') > 0 THEN
+                cats := cats || split_part(ev.v, '-', 1);
+                pre := pre || ev.v;
+            ELSE
+                cats := cats || ARRAY(
+                    WITH RECURSIVE c(cat) AS (
+                        SELECT (SELECT min(pawl.category(e.stream_id)) FROM pawl.events e
+                                 WHERE pawl.category(e.stream_id) >= ev.v)
+                        UNION ALL
+                        SELECT (SELECT min(pawl.category(e.stream_id)) FROM pawl.events e
+                                 WHERE pawl.category(e.stream_id) > c.cat)
+                          FROM c
+                         WHERE c.cat IS NOT NULL AND left(c.cat, length(ev.v)) = ev.v)
+                    SELECT c.cat FROM c
+                     WHERE c.cat IS NOT NULL AND left(c.cat, length(ev.v)) = ev.v);
+            END IF;
+        END LOOP;
+        cats := ARRAY(SELECT DISTINCT v FROM unnest(cats) v);
+    END IF;
+
+    head := (SELECT r.last_index FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1);
+    lo := after_index;
+    span := greatest(4 * max_events::int8, 4096);
+    -- Windows of runs, growing while they find little, until max_events are found, the head
+    -- is reached, or 4 million indexes were looked at (the position row lets the caller go on).
+    WHILE got < max_events AND lo < head AND looked < 4194304 LOOP
+        SELECT r.first_index, r.scan_xmax INTO rf
+          FROM pawl.runs r WHERE r.last_index > lo ORDER BY r.last_index LIMIT 1;
+        SELECT r.last_index, r.scan_xmax INTO wend, xhi
+          FROM pawl.runs r WHERE r.last_index >= least(lo + span, head)
+         ORDER BY r.last_index LIMIT 1;
+        SELECT r.scan_xmax, r.open_xids INTO xlo, late
+          FROM pawl.runs r
+         WHERE r.last_index < rf.first_index AND r.scan_xmax < rf.scan_xmax
+         ORDER BY r.last_index DESC LIMIT 1;
+        IF NOT FOUND THEN
+            xlo := '0';
+            late := '{}';
+        END IF;
+        FOR ev IN
+            SELECT m.idx, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
+                   e.appended_at, e.event_id
+              FROM (SELECT e.* FROM pawl.events e
+                     WHERE cats IS NOT NULL AND pawl.category(e.stream_id) = ANY (cats)
+                       AND e.xid >= xlo AND e.xid < xhi
+                    UNION ALL
+                    SELECT e.* FROM pawl.events e
+                     WHERE cats IS NULL AND e.xid >= xlo AND e.xid < xhi
+                       AND e.type = ANY (types)
+                    UNION ALL
+                    SELECT e.* FROM pawl.events e
+                     WHERE e.xid = ANY (late) AND e.xid < xlo) e
+             CROSS JOIN LATERAL (SELECT r.bases[p.p] + e.k AS idx
+                                  FROM pawl.runs r
+                                 CROSS JOIN LATERAL array_position(r.xids, e.xid) AS p(p)
+                                 WHERE r.scan_xmax > e.xid AND r.last_index <= wend
+                                   AND p.p IS NOT NULL AND e.k < r.ns[p.p]
+                                 ORDER BY r.scan_xmax, r.last_index
+                                 LIMIT 1) m
+             WHERE m.idx > lo AND m.idx <= wend
+               AND (cats IS NULL
+                    OR pawl.category(e.stream_id) = ANY (categories)
+                    OR EXISTS (SELECT 1 FROM unnest(stream_prefixes) p(p)
+                                WHERE left(e.stream_id, length(p.p)) = p.p))
+               AND (types IS NULL OR e.type = ANY (types))
+             ORDER BY m.idx
+             LIMIT max_events - got
+        LOOP
+            global_index := ev.idx;
+            stream_id := ev.stream_id;
+            stream_seq := ev.stream_seq;
+            type := ev.type;
+            payload := ev.payload;
+            metadata := ev.metadata;
+            appended_at := ev.appended_at;
+            event_id := ev.event_id;
+            RETURN NEXT;
+            got := got + 1;
+            IF got = max_events THEN
+                wend := ev.idx; -- the rest of the window is for the next read
+            END IF;
+        END LOOP;
+        looked := looked + (wend - lo);
+        lo := wend;
+        IF got < max_events / 2 THEN
+            span := least(span * 2, 1048576);
+        END IF;
+    END LOOP;
+    -- A drop that committed after the look above: as in pawl_api.read.
+    PERFORM pawl.refuse_below_watermark(after_index);
+    -- The position row.
+    global_index := lo;
+    stream_id := NULL;
+    stream_seq := NULL;
+    type := NULL;
+    payload := NULL;
+    metadata := NULL;
+    appended_at := NULL;
+    event_id := NULL;
+    RETURN NEXT;
+END
+$fn$;
+
+-- pawl_api.read_stream as sql/016_filtered_reads.sql defines it.
+CREATE OR REPLACE FUNCTION pawl_api.read_stream(stream text, after_seq int8 DEFAULT 0,
+                                                max_events int4 DEFAULT 1000)
+RETURNS TABLE (global_index int8, stream_id text, stream_seq int8, type text, payload bytea,
+               metadata jsonb, appended_at timestamptz, event_id text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET max_parallel_workers_per_gather = 0
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    s    text COLLATE "C" := stream;
+    fl   int8;
+    head int8;
+BEGIN
+    IF s IS NULL OR s = '' THEN
+        RAISE EXCEPTION 'pawl_api.read_stream: stream_id must not be NULL or empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF after_seq IS NULL OR after_seq < 0 THEN
+        RAISE EXCEPTION 'pawl_api.read_stream: after_seq must be >= 0'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_events IS NULL OR max_events < 1 OR max_events > 100000 THEN
+        RAISE EXCEPTION 'pawl_api.read_stream: max_events must be in 1..100000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT f.last_seq INTO fl FROM pawl.stream_floors f WHERE f.stream_id = s;
+    IF fl IS NOT NULL AND after_seq < fl THEN
+        RAISE EXCEPTION 'pawl: stream "%" starts at sequence number % (retention dropped the '
+            'events below it); cannot read after %', s, fl + 1, after_seq
+            USING ERRCODE = 'PW020',
+                  DETAIL = format('stream_floor=%s after_seq=%s', fl, after_seq),
+                  HINT = format('read the stream after %s, or reload the archive', fl);
+    END IF;
+    head := (SELECT r.last_index FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1);
+    RETURN QUERY
+    SELECT m.idx, e.stream_id::text, e.stream_seq, e.type, e.payload, e.metadata,
+           e.appended_at, e.event_id::text
+      FROM (SELECT e.* FROM pawl.events e
+             WHERE e.stream_id = s AND e.stream_seq > after_seq
+             ORDER BY e.stream_seq LIMIT max_events) e
+     CROSS JOIN LATERAL (SELECT r.bases[p.p] + e.k AS idx
+                                  FROM pawl.runs r
+                                 CROSS JOIN LATERAL array_position(r.xids, e.xid) AS p(p)
+                                 WHERE r.scan_xmax > e.xid AND r.last_index <= head
+                                   AND p.p IS NOT NULL AND e.k < r.ns[p.p]
+                                 ORDER BY r.scan_xmax, r.last_index
+                                 LIMIT 1) m
+     ORDER BY e.stream_seq;
 END
 $fn$;
 

@@ -1270,7 +1270,7 @@ Datum pawl_finalize(PG_FUNCTION_ARGS)
  * no policy could be applied here. Nothing is looked up through search_path.
  *
  * Materialize mode: a set-returning function in FROM is copied into a tuplestore by the executor
- * in either mode, so the rows go straight into one (see read_rows_begin for its memory).
+ * in either mode, so the rows go straight into one (see pawln_rows_begin for its memory).
  */
 
 /* One append in the window: its events k in [klo, khi], with indexes base + k. */
@@ -1335,9 +1335,7 @@ typedef struct read_parts {
 
 #define ERRCODE_PAWL_BELOW_WATERMARK MAKE_SQLSTATE('P', 'W', '0', '2', '0')
 
-static void below_watermark(int64 w, int64 after) pg_attribute_noreturn();
-
-static void below_watermark(int64 w, int64 after)
+void pawln_below_watermark(int64 w, int64 after)
 {
     ereport(ERROR, (errcode(ERRCODE_PAWL_BELOW_WATERMARK),
                     errmsg("pawl: the log starts at index " INT64_FORMAT
@@ -1795,8 +1793,9 @@ static void read_rows_reset(XactEvent event, void *arg)
         MemoryContextReset(read_rows_cxt);
 }
 
-/* InitMaterializedSRF's checks and set-up, with the tuplestore in read_rows_cxt. */
-static void read_rows_begin(FunctionCallInfo fcinfo)
+/* InitMaterializedSRF's checks and set-up, with the tuplestore in read_rows_cxt; the result's
+ * descriptor is a copy of desc, or without one the function's declared result type. */
+void pawln_rows_begin(FunctionCallInfo fcinfo, TupleDesc desc)
 {
     ReturnSetInfo *rsi = (ReturnSetInfo *)fcinfo->resultinfo;
     MemoryContext old;
@@ -1817,7 +1816,9 @@ static void read_rows_begin(FunctionCallInfo fcinfo)
     }
     /* The descriptor lives with the query, as the executor expects. */
     old = MemoryContextSwitchTo(rsi->econtext->ecxt_per_query_memory);
-    if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+    if (desc != NULL)
+        td = CreateTupleDescCopy(desc);
+    else if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "return type must be a row type");
     MemoryContextSwitchTo(read_rows_cxt);
     rsi->setResult =
@@ -1892,7 +1893,7 @@ Datum pawl_read(PG_FUNCTION_ARGS)
     after = PG_GETARG_INT64(0);
     max_events = PG_GETARG_INT32(1);
     if (read_watermark(&w) && after < w - 1)
-        below_watermark(w, after);
+        pawln_below_watermark(w, after);
 
     rsi = (ReturnSetInfo *)fcinfo->resultinfo;
     lo = after;
@@ -1944,7 +1945,7 @@ Datum pawl_read(PG_FUNCTION_ARGS)
                      errmsg("pawl_api.read: the runs give index " INT64_FORMAT " to two appends",
                             es.v[i].base + es.v[i].klo)));
 
-    read_rows_begin(fcinfo);
+    pawln_rows_begin(fcinfo, NULL);
     if (es.n > 0) {
         read_partitions(events, &ps);
         for (i = 0; i < es.n; i++) {
@@ -1968,7 +1969,7 @@ Datum pawl_read(PG_FUNCTION_ARGS)
     if (read_watermark(&w) && after < w - 1) {
         tuplestore_end(rsi->setResult);
         rsi->setResult = NULL;
-        below_watermark(w, after);
+        pawln_below_watermark(w, after);
     }
     return (Datum)0;
 }

@@ -1,15 +1,16 @@
 /*
  * pawl_native.h: what the files of pawl_native share. pawl_native.c holds the finalization run,
- * the guards and the read; append.c the append. The helpers here find pawl's relations and
- * columns without the caller's search_path and refuse a schema they were not written for.
- * Their names carry the pawln_ prefix: the module's global symbols share the server's
- * namespace.
+ * the guards and the read; append.c the append; read_filtered.c the stream and filtered reads.
+ * The helpers here find pawl's relations and columns without the caller's search_path and refuse
+ * a schema they were not written for. Their names carry the pawln_ prefix: the module's global
+ * symbols share the server's namespace.
  */
 #ifndef PAWL_NATIVE_H
 #define PAWL_NATIVE_H
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "storage/lockdefs.h"
 #include "utils/acl.h"
 #include "utils/relcache.h"
@@ -36,5 +37,15 @@ Relation pawln_open_pkey(Relation rel, const AttrNumber *cols, int ncols);
 
 /* The leaf partitions of pawl.events with the xid range each can hold (copied). */
 part_range *pawln_event_partitions(Relation events, AttrNumber a_xid, int *nparts);
+
+/* The refusal of a read after index after below the low-watermark w (PW020, the SQL readers'
+ * message, detail and hint). */
+void pawln_below_watermark(int64 w, int64 after) pg_attribute_noreturn();
+
+/* A read's result: the checks InitMaterializedSRF makes, then the caller's tuplestore
+ * (rsinfo->setResult, setDesc) in a context of this backend's that keeps its first block across
+ * reads and is reset when the transaction ends. setDesc is a copy of desc (the caller checked it
+ * is the read's row), or without one the function's declared result type. */
+void pawln_rows_begin(FunctionCallInfo fcinfo, TupleDesc desc);
 
 #endif
