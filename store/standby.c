@@ -2,6 +2,10 @@
  * standby.c — reading events from a streaming standby (see standby.h for the contract and
  * docs/design.md, "Reading from standbys", for why the guarantees hold).
  *
+ * A reader's read consults it twice: pawl__standby_plan before (which pool, and the check to send
+ * with the read) and pawl__standby_settle after (what the read found, and so whether the reader
+ * uses it, reads again from the primary, or waits).
+ *
  * State. One episode at a time per store: it opens when a read finds the standby behind the
  * announced index, unreachable or not in recovery, and closes when a read on the standby gives
  * events again (or nothing while nothing more is announced). Each opening and closing is logged
@@ -83,6 +87,14 @@ struct pawl_standby {
     struct pawl_pgstmt poll_stmt;
 };
 
+/* What the check after a read (or the poll) says: whether the server is still in recovery and
+ * its replay delay. */
+struct pawl_sb_check {
+    int ok;          /* the check's row arrived */
+    int in_recovery; /* 1: still a standby */
+    double delay_ms; /* replay delay, 0 when everything received is replayed; -1 unknown */
+};
+
 static void note_check(struct pawl_standby *sb, const PGresult *res, struct pawl_sb_check *c)
 {
     c->ok = 0;
@@ -99,23 +111,15 @@ static void note_check(struct pawl_standby *sb, const PGresult *res, struct pawl
                           memory_order_relaxed);
 }
 
+/* The check sent after a read on the standby: the read's rows are trusted only when it says the
+ * server is still in recovery (so it was while the read ran: promotion is one-way). */
 static void on_check(void *ud, const PGresult *res)
 {
-    struct pawl_sb_check *c = ud;
-    note_check(c->_sb, res, c);
-}
-
-void pawl__standby_check_stmt(struct pawl_standby *sb, struct pawl_pgstmt *st,
-                              struct pawl_sb_check *out)
-{
-    out->_sb = sb;
-    out->ok = 0;
-    out->in_recovery = 0;
-    out->delay_ms = -1;
-    memset(st, 0, sizeof *st);
-    st->prepared = sb->stmt_check;
-    st->on_result = on_check;
-    st->ud = out;
+    struct pawl_sb_plan *plan = ud;
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(plan->_sb->pool)); /* the standby pool's completion */
+    struct pawl_sb_check c;
+    note_check(plan->_sb, res, &c);
+    plan->trusted = c.ok && c.in_recovery;
 }
 
 struct pawl_pgpool *pawl__standby_pool(struct pawl_standby *sb)
@@ -123,19 +127,43 @@ struct pawl_pgpool *pawl__standby_pool(struct pawl_standby *sb)
     return sb->pool;
 }
 
-int pawl__standby_route(struct pawl_standby *sb)
+/* Whether the next read goes to the standby: always, but during a fallback only the one read
+ * per PROBE_NS that probes it (when it has a connection). */
+static int to_standby(struct pawl_standby *sb)
 {
     /* relaxed throughout: hints (see the file comment). */
-    if (atomic_load_explicit(&sb->fallback, memory_order_relaxed)) {
-        int64_t now = pawl_now_ns();
-        long long due = atomic_load_explicit(&sb->next_probe, memory_order_relaxed);
-        if (now >= due && pawl__pgpool_ready(sb->pool) > 0 &&
-            atomic_compare_exchange_strong_explicit(&sb->next_probe, &due, now + PROBE_NS,
-                                                    memory_order_relaxed, memory_order_relaxed))
-            return PAWL_SB_STANDBY; /* this read probes the standby */
-        return PAWL_SB_ROUTE_PRIMARY;
+    if (!atomic_load_explicit(&sb->fallback, memory_order_relaxed))
+        return 1;
+    int64_t now = pawl_now_ns();
+    long long due = atomic_load_explicit(&sb->next_probe, memory_order_relaxed);
+    return now >= due && pawl__pgpool_ready(sb->pool) > 0 &&
+           atomic_compare_exchange_strong_explicit(&sb->next_probe, &due, now + PROBE_NS,
+                                                   memory_order_relaxed, memory_order_relaxed);
+}
+
+int pawl__standby_plan(struct pawl_standby *sb, struct pawl_sb_plan *plan, char *why, size_t whylen)
+{
+    PAWL_ASSERT(!plan->_open);                         /* the last read planned was settled */
+    PAWL_ASSERT(plan->_sb == NULL || plan->_sb == sb); /* a plan serves one store */
+    plan->pool = NULL;
+    memset(&plan->check, 0, sizeof plan->check);
+    plan->trusted = 1;
+    plan->_sb = sb;
+    plan->_open = 1;
+    if (sb == NULL || plan->_primary || !to_standby(sb))
+        return 0;
+    plan->pool = sb->pool;
+    plan->trusted = 0;
+    plan->check.prepared = sb->stmt_check;
+    plan->check.on_result = on_check;
+    plan->check.ud = plan;
+    if (pawl__pgpool_ready(sb->pool) == 0) {
+        char e[256];
+        pawl__pgpool_last_error(sb->pool, e, sizeof e);
+        snprintf(why, whylen, "no connection to the standby: %s", e);
+        return PAWL_ECONN;
     }
-    return PAWL_SB_STANDBY;
+    return 0;
 }
 
 static const char *kind_text(int kind)
@@ -190,9 +218,14 @@ static void start_fallback(struct pawl_standby *sb, int what, int64_t after, int
               sb->where, kind_text(what), lag_s, (long long)after, (long long)known, delay);
 }
 
-enum pawl_sb_action pawl__standby_outcome(struct pawl_standby *sb, enum pawl_sb_outcome what,
-                                          int64_t after, int64_t known, int64_t *wait_ns)
+/*
+ * What a read on the standby found decides the episode and the reader's next step (see
+ * pawl__standby_settle); the poller reports an outage it notices through here too.
+ */
+static enum pawl_sb_action decide(struct pawl_standby *sb, enum pawl_sb_outcome what, int64_t after,
+                                  int64_t known, int64_t *wait_ns)
 {
+    PAWL_ASSERT(what != PAWL_SB_FAILED); /* not the standby's: settled without an episode */
     /* relaxed throughout: hints and statistics (see the file comment). */
     *wait_ns = 0;
     int64_t now = pawl_now_ns();
@@ -218,13 +251,13 @@ enum pawl_sb_action pawl__standby_outcome(struct pawl_standby *sb, enum pawl_sb_
     double lag_s = since ? (double)(now - since) / 1e9 : 0;
     if (atomic_load_explicit(&sb->fallback, memory_order_relaxed)) {
         atomic_store_explicit(&sb->next_probe, now + PROBE_NS, memory_order_relaxed);
-        return PAWL_SB_PRIMARY;
+        return PAWL_SB_AGAIN;
     }
     int late = since != 0 && now - since >= (int64_t)sb->max_lag_ms * 1000000;
     if (sb->policy == PAWL_READ_FALLBACK_PRIMARY) {
         if (what != PAWL_SB_BEHIND || late) {
             start_fallback(sb, what, after, known, lag_s);
-            return PAWL_SB_PRIMARY;
+            return PAWL_SB_AGAIN;
         }
         *wait_ns = next_backoff(sb);
         return PAWL_SB_WAIT;
@@ -241,14 +274,32 @@ enum pawl_sb_action pawl__standby_outcome(struct pawl_standby *sb, enum pawl_sb_
                   sb->where, kind_text(what), lag_s, (long long)after, (long long)known, delay);
     }
     if (what == PAWL_SB_LOST)
-        return PAWL_SB_OUTAGE;
+        return PAWL_SB_USE; /* the store's outage path reads again until read_retry_timeout_ms */
     *wait_ns = next_backoff(sb);
     return PAWL_SB_WAIT;
 }
 
-void pawl__standby_note_primary_read(struct pawl_standby *sb)
+enum pawl_sb_action pawl__standby_settle(struct pawl_standby *sb, struct pawl_sb_plan *plan,
+                                         enum pawl_sb_outcome what, int64_t after, int64_t known,
+                                         int64_t *wait_ns)
 {
-    atomic_fetch_add_explicit(&sb->fb_reads, 1, memory_order_relaxed); /* relaxed: a statistic */
+    PAWL_ASSERT(plan->_open && plan->_sb == sb); /* the read this plan planned, settled once */
+    plan->_open = 0;
+    *wait_ns = 0;
+    if (sb == NULL)
+        return PAWL_SB_USE;
+    if (plan->pool == NULL) {
+        /* A read on the primary in the standby's stead. relaxed: a statistic. */
+        atomic_fetch_add_explicit(&sb->fb_reads, 1, memory_order_relaxed);
+        return PAWL_SB_USE;
+    }
+    PAWL_ASSERT(what != PAWL_SB_NOT_STANDBY || !plan->trusted); /* only an untrusted read */
+    if (what == PAWL_SB_FAILED)
+        return PAWL_SB_USE;
+    enum pawl_sb_action next = decide(sb, what, after, known, wait_ns);
+    if (next == PAWL_SB_AGAIN)
+        plan->_primary = 1;
+    return next;
 }
 
 void pawl__standby_stats(struct pawl_standby *sb, int64_t *reads, int64_t *fallback_reads,
@@ -302,7 +353,7 @@ static void report_outage(struct pawl_standby *sb, int64_t best)
     if (sb->policy == PAWL_READ_FALLBACK_PRIMARY)
         return;
     int64_t unused;
-    (void)pawl__standby_outcome(sb, PAWL_SB_LOST, best, best, &unused);
+    (void)decide(sb, PAWL_SB_LOST, best, best, &unused);
 }
 
 static void *poll_main(void *arg)

@@ -70,14 +70,15 @@ struct read_q {
 };
 
 /*
- * Send one read and wait for its result (pawl__log_read_sql, or the filtered or stream read, on the
- * main pool or the standby's). 0 with *resp holding the rows; 0 with *not_standby set (and no rows)
- * when the standby turned out not to be one any more; or the failure, with the store's error set
- * and the server's SQLSTATE (or "") in sqlstate.
+ * Send one read where plan says and wait for its result (pawl__log_read_sql, or the filtered or
+ * stream read, on the main pool or the standby's). 0 with *resp holding the rows; 0 with
+ * *not_standby set (and no rows) when the standby turned out not to be one any more; or the
+ * failure, with the store's error set and the server's SQLSTATE (or "") in sqlstate.
  */
 static int read_exec(struct pawl_store *s, const struct read_q *q, int64_t after, size_t max,
-                     PGresult **resp, char sqlstate[6], int on_standby, int *not_standby)
+                     PGresult **resp, char sqlstate[6], struct pawl_sb_plan *plan, int *not_standby)
 {
+    int on_standby = plan->pool != NULL;
     char after_be[8], max_be[4];
     put64(after_be, (uint64_t)after);
     put32(max_be, (uint32_t)max);
@@ -108,13 +109,12 @@ static int read_exec(struct pawl_store *s, const struct read_q *q, int64_t after
                                  .keep_result = 1}};
     /* On a standby, the read is followed in the same request by the check that the server is
      * still in recovery (so it was while the read ran: promotion is one-way). */
-    struct pawl_sb_check check = {0};
     if (on_standby)
-        pawl__standby_check_stmt(s->sb, &st[1], &check);
+        st[1] = plan->check;
     struct pawl_pgreq req = {
         .stmts = st, .nstmts = on_standby ? 2 : 1, .flags = PAWL_PGREQ_READONLY};
-    int rc = pawl__pgpool_exec(on_standby ? pawl__standby_pool(s->sb) : s->main, -1, &req);
-    if (rc == 0 && on_standby && !(check.ok && check.in_recovery)) {
+    int rc = pawl__pgpool_exec(on_standby ? plan->pool : s->main, -1, &req);
+    if (rc == 0 && !plan->trusted) {
         if (res)
             PQclear(res);
         *not_standby = 1;
@@ -217,11 +217,13 @@ static int read_rows(struct pawl_store *s, struct read_q *q, int64_t after,
 }
 
 /*
- * One read, no retry: after is an index (READ_STREAM: a stream sequence number). On failure the
- * store's error is set and the server's SQLSTATE (or "") copied to sqlstate.
+ * One read, no retry, where plan says: after is an index (READ_STREAM: a stream sequence
+ * number). On failure the store's error is set and the server's SQLSTATE (or "") copied to
+ * sqlstate.
  */
 static int read_once(struct pawl_store *s, struct read_q *q, int64_t after, size_t max,
-                     struct pawl_read_batch *b, char sqlstate[6], int on_standby, int *not_standby)
+                     struct pawl_read_batch *b, char sqlstate[6], struct pawl_sb_plan *plan,
+                     int *not_standby)
 {
     *not_standby = 0;
     sqlstate[0] = '\0';
@@ -238,7 +240,7 @@ static int read_once(struct pawl_store *s, struct read_q *q, int64_t after, size
     if (max == 0)
         return 0;
     PGresult *res = NULL;
-    int rc = read_exec(s, q, after, max, &res, sqlstate, on_standby, not_standby);
+    int rc = read_exec(s, q, after, max, &res, sqlstate, plan, not_standby);
     if (rc != 0 || *not_standby)
         return rc;
     return read_rows(s, q, after, b, res);
@@ -382,49 +384,37 @@ enum read_route {
 };
 
 /*
- * Where does this read go: one read, sent where the standby's routing says (standby.c, with a
- * read_dsn; the main pool otherwise), and the standby told what it found. *primary is read_loop's
- * "this call reads from the primary in the standby's stead"; known the highest index known
- * before the read. The read's outcome goes to *rc and ss (the server's SQLSTATE).
+ * Where does this read go: one read, sent where the standby's plan says (standby.c: the main
+ * pool, or with a read_dsn the standby's), and what it found settled with the standby. plan is
+ * read_loop's, shared by the call's reads; known the highest index known before the read. The
+ * read's outcome goes to *rc and ss (the server's SQLSTATE).
  */
 static enum read_route read_routed(struct pawl_store *s, struct read_q *q, int64_t after,
                                    size_t max, struct pawl_read_batch *b, int64_t known,
-                                   int64_t deadline_ns, int *primary, char ss[6], int *rc)
+                                   int64_t deadline_ns, struct pawl_sb_plan *plan, char ss[6],
+                                   int *rc)
 {
-    int on_sb = s->sb && !*primary && pawl__standby_route(s->sb) == PAWL_SB_STANDBY;
-    if (!on_sb) {
-        int not_sb;
-        if (s->sb)
-            pawl__standby_note_primary_read(s->sb);
-        *rc = read_once(s, q, after, max, b, ss, 0, &not_sb);
-        return ROUTE_READ;
-    }
+    char why[300];
     int not_sb = 0;
-    if (pawl__pgpool_ready(pawl__standby_pool(s->sb)) == 0) {
-        char why[256], m[300];
-        pawl__pgpool_last_error(pawl__standby_pool(s->sb), why, sizeof why);
-        snprintf(m, sizeof m, "no connection to the standby: %s", why);
-        pawl__log_set_err(s, NULL, m);
+    if (pawl__standby_plan(s->sb, plan, why, sizeof why) != 0) {
+        pawl__log_set_err(s, NULL, why);
         ss[0] = '\0';
         *rc = PAWL_ECONN;
     } else {
-        *rc = read_once(s, q, after, max, b, ss, 1, &not_sb);
+        *rc = read_once(s, q, after, max, b, ss, plan, &not_sb);
     }
     enum pawl_sb_outcome what;
     if (*rc == 0)
         what = not_sb                                             ? PAWL_SB_NOT_STANDBY
                : read_found_nothing(q, after, b) && known > after ? PAWL_SB_BEHIND
                                                                   : PAWL_SB_GOT;
-    else if (read_lost(*rc, ss))
-        what = PAWL_SB_LOST;
     else
-        return ROUTE_RETURN;
+        what = read_lost(*rc, ss) ? PAWL_SB_LOST : PAWL_SB_FAILED;
     int64_t wait;
-    switch (pawl__standby_outcome(s->sb, what, after, known, &wait)) {
+    switch (pawl__standby_settle(s->sb, plan, what, after, known, &wait)) {
     case PAWL_SB_USE:
         break;
-    case PAWL_SB_PRIMARY:
-        *primary = 1;
+    case PAWL_SB_AGAIN:
         return ROUTE_AGAIN;
     case PAWL_SB_WAIT:
         b->count = 0;
@@ -432,8 +422,6 @@ static enum read_route read_routed(struct pawl_store *s, struct read_q *q, int64
             wait = PAWL_MIN(wait, PAWL_MAX(deadline_ns - pawl_now_ns(), 0));
         *rc = pawl__log_index_sleep(s, wait);
         return ROUTE_RETURN;
-    case PAWL_SB_OUTAGE:
-        break;
     }
     return ROUTE_READ;
 }
@@ -442,14 +430,14 @@ static int read_loop(struct pawl_store *s, struct read_q *q, int64_t after, size
                      struct pawl_read_batch *b, int64_t deadline_ns)
 {
     PAWL_ASSERT(!pawl__pgpool_on_io_thread(NULL)); /* blocks: never on an I/O thread */
-    int64_t pause = 10000000; /* 10 ms, doubling to 1 s between retries of this call */
-    int primary = 0;          /* this call reads from the primary in the standby's stead */
+    int64_t pause = 10000000;       /* 10 ms, doubling to 1 s between retries of this call */
+    struct pawl_sb_plan plan = {0}; /* where this call's reads go (standby.c) */
     for (;;) {
         /* relaxed: a snapshot; the read below is sent after it. */
         int64_t known = atomic_load_explicit(&s->last_index, memory_order_relaxed);
         char ss[6];
         int rc;
-        switch (read_routed(s, q, after, max, b, known, deadline_ns, &primary, ss, &rc)) {
+        switch (read_routed(s, q, after, max, b, known, deadline_ns, &plan, ss, &rc)) {
         case ROUTE_AGAIN:
             continue;
         case ROUTE_RETURN:

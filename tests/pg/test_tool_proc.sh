@@ -156,9 +156,14 @@ status_json
 check "merged back into 1/0x3" $?
 
 # ---- status --watch --json: one document per refresh -------------------------------------
+# Until two documents came (bounded: 15 s; a loaded machine is slow to the first one).
 "$PAWL" status p --json --watch 200ms >"$tmp/watch.jsonl" 2>/dev/null &
 bg=$!
-sleep 1.5
+for _ in $(seq 1 150); do
+    [ "$(wc -l <"$tmp/watch.jsonl")" -ge 2 ] && break
+    sleep 0.1
+done
+sleep 0.3
 stop_bg
 n=$(wc -l <"$tmp/watch.jsonl")
 [ "$n" -ge 2 ] && jq -e -s 'all(.[]; .processor == "p")' "$tmp/watch.jsonl" >/dev/null
