@@ -222,7 +222,7 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
                          "int4[], text[], bytea[], jsonb[], boolean, text[])'), "
                          "pg_catalog.to_regprocedure('pawl.append_group(text[], int8[], int4[], "
                          "int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'), "
-                         "pg_catalog.to_regprocedure('pawl.runs_durable()'))",
+                         "pg_catalog.to_regprocedure('pawl_api.runs_durable()'))",
                          v, sizeof v, err, errlen);
     if (rc != 0)
         return rc;
@@ -234,7 +234,7 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
         return PAWL_ESCHEMA;
     }
     /* Native only when all NATIVE_FUNCTIONS are the C ones: a database activated by an older
-     * pawl_native (pawl.runs_durable missing) is AUTO, and a switch brings it up to date. */
+     * pawl_native (pawl_api.runs_durable missing) is AUTO, and a switch brings it up to date. */
     *active = native == 0                  ? PAWL_SERVER_SQL
               : native == NATIVE_FUNCTIONS ? PAWL_SERVER_NATIVE
                                            : PAWL_SERVER_AUTO;

@@ -6,11 +6,6 @@
 -- (pg_test_server_path and pg_test_native_read compare the result with a database that never
 -- left the SQL path: a migration that changes any of them must change this file too).
 -- CREATE OR REPLACE keeps owners and grants.
--- A native run whose commit is visible but not yet flushed (pawl_native.c, durable runs) holds
--- the finalizer's gate until its flush: taking the gate first waits for it, so that the SQL reads
--- put back below, which do not flush, see only durable runs. Held to the end of the switch.
-LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE;
-
 CREATE OR REPLACE FUNCTION pawl.finalize(max_appends int4 DEFAULT 2000)
 RETURNS TABLE (appends int8, events int8, last_index int8)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -127,6 +122,13 @@ BEGIN
     RETURN QUERY SELECT cnt::int8, total, first + total - 1;
 END
 $fn$;
+
+-- A native run whose commit is visible but not yet flushed (pawl_native.c, durable runs) holds
+-- the finalizer's gate until its flush. With pawl.finalize SQL again (above: at once when this
+-- file runs statement by statement; at the commit when pawl runs it in one transaction, which
+-- then holds the gate to its end), taking the gate waits for such a run, so that the SQL reads
+-- put back below, which do not flush, see only durable runs.
+DO $$ BEGIN LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE; END $$;
 
 CREATE OR REPLACE FUNCTION pawl.runs_guard() RETURNS trigger
 LANGUAGE plpgsql
@@ -534,7 +536,7 @@ END
 $append$;
 
 -- The SQL that returns indexes without the native flush: last_index as sql/001_log.sql defines
--- it, the events view as sql/015_event_ids.sql does; pawl.runs_durable() goes.
+-- it, the events view as sql/015_event_ids.sql does; pawl_api.runs_durable() goes.
 CREATE OR REPLACE FUNCTION pawl_api.last_index() RETURNS int8
 LANGUAGE sql STABLE
 SET enable_seqscan = off
@@ -548,4 +550,4 @@ SELECT a.base + e.k AS global_index, e.stream_id, e.stream_seq, e.type, e.payloa
   JOIN pawl.events e ON e.xid = a.xid AND e.k < a.n
  WHERE a.base + e.k >= (SELECT pawl_api.first_index());
 
-DROP FUNCTION IF EXISTS pawl.runs_durable();
+DROP FUNCTION IF EXISTS pawl_api.runs_durable();

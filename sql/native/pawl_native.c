@@ -727,7 +727,7 @@ static void insert_runs(const cand *c, const int64 *bases, int cnt, int32 max_ap
  *    commit, usually within an append), then flushes it itself. The run's result, the pawl_log
  *    notification and the gate all go after the flush;
  *  - every reader of what runs assigned (pawl_api.read, read_stream, read_filtered here, and
- *    through pawl.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
+ *    through pawl_api.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
  *    before returning, the commit of the newest run its snapshot sees is flushed
  *    (TransactionIdGetCommitLSN of the run's xmin, past the flush pointer: XLogFlush to it).
  *    WAL is one sequence and runs commit in index order, so older runs are durable with it.
@@ -838,8 +838,8 @@ static void defer_run_flush(void)
     if (run_commit_wait_us < 0 || (SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0'))
         return;
     /* Only where the SQL that returns indexes flushes too: a database activated by an older
-     * pawl_native has no pawl.runs_durable() (pawl switches it again when it opens it). */
-    nsp = get_namespace_oid("pawl", true);
+     * pawl_native has no pawl_api.runs_durable() (pawl switches it again when it opens it). */
+    nsp = get_namespace_oid("pawl_api", true);
     if (!OidIsValid(nsp) ||
         !OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
                                     CStringGetDatum("runs_durable"),
@@ -856,7 +856,7 @@ static void defer_run_flush(void)
 }
 
 /*
- * pawl.runs_durable() RETURNS bool: the newest run the calling statement sees made durable;
+ * pawl_api.runs_durable() RETURNS bool: the newest run the calling statement sees made durable;
  * true. For SQL that returns what runs assigned (activate.sql's last_index and events view).
  */
 Datum pawl_runs_durable(PG_FUNCTION_ARGS)
@@ -905,7 +905,8 @@ static void check_call(FunctionCallInfo fcinfo, int32 *max_appends)
                         errhint("SET default_transaction_isolation = 'read committed' for the "
                                 "session that finalizes")));
     }
-    if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+    /* (Not when an earlier run of this transaction lowered it: its commit is made durable.) */
+    if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH && !run_flush_pending)
         ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
                         errmsg("pawl.finalize must run with synchronous_commit on or stronger, "
                                "not %s",

@@ -60,8 +60,8 @@ fi
 q -f "$tmp/activate.sql" >/dev/null || { echo "FAIL activate.sql"; exit 1; }
 [ "$(q -c "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
             WHERE l.lanname = 'c' AND p.oid IN ('pawl.finalize(int4)'::regprocedure,
-                                                'pawl.runs_durable()'::regprocedure)")" = 2 ] ||
-    { echo "FAIL the native finalize and pawl.runs_durable are not active"; exit 1; }
+                                                'pawl_api.runs_durable()'::regprocedure)")" = 2 ] ||
+    { echo "FAIL the native finalize and pawl_api.runs_durable are not active"; exit 1; }
 
 fails=0
 check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
@@ -183,7 +183,7 @@ crash
 check "the default wait: the run answers and survives a crash right after (runs $before, then $(runs))" $?
 
 # Out-of-range settings are refused by the server, naming the setting.
-err=$(q -c "SELECT pawl.runs_durable()" -c "SET pawl.run_commit_wait = 5000001" 2>&1)
+err=$(q -c "SELECT pawl_api.runs_durable()" -c "SET pawl.run_commit_wait = 5000001" 2>&1)
 [[ $err == *'pawl.run_commit_wait'* ]]
 check "pawl.run_commit_wait above 5 s is refused ($(tail -n 1 <<<"$err"))" $?
 
