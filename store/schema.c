@@ -180,7 +180,9 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * of the functions activate.sql declares), so it is never out of step with what runs. The
  * extension's version names the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.4"
+#define NATIVE_VERSION "1.5"
+/* The functions activate.sql declares in C, as active_path lists them. */
+#define NATIVE_FUNCTIONS 9
 
 const char *pawl_server_path_name(int path)
 {
@@ -219,7 +221,8 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
                          "pg_catalog.to_regprocedure('pawl.append(text[], int8[], int4[], "
                          "int4[], text[], bytea[], jsonb[], boolean, text[])'), "
                          "pg_catalog.to_regprocedure('pawl.append_group(text[], int8[], int4[], "
-                         "int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'))",
+                         "int4[], int4[], text[], bytea[], jsonb[], boolean, text[])'), "
+                         "pg_catalog.to_regprocedure('pawl_api.runs_durable()'))",
                          v, sizeof v, err, errlen);
     if (rc != 0)
         return rc;
@@ -230,9 +233,11 @@ static int active_path(PGconn *c, int *active, char *err, size_t errlen)
         put_err(err, errlen, "the database has no pawl schema: run pawl init");
         return PAWL_ESCHEMA;
     }
-    *active = native == 0       ? PAWL_SERVER_SQL
-              : native == found ? PAWL_SERVER_NATIVE
-                                : PAWL_SERVER_AUTO;
+    /* Native only when all NATIVE_FUNCTIONS are the C ones: a database activated by an older
+     * pawl_native (pawl_api.runs_durable missing) is AUTO, and a switch brings it up to date. */
+    *active = native == 0                  ? PAWL_SERVER_SQL
+              : native == NATIVE_FUNCTIONS ? PAWL_SERVER_NATIVE
+                                           : PAWL_SERVER_AUTO;
     return 0;
 }
 

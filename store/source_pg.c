@@ -168,6 +168,8 @@ static int pg_head(struct pawl_source *src, int64_t *index)
  * Events appended at or after time_us: the log records when each finalization run committed,
  * and an event is finalized after its append commits, so starting after the last run that
  * finished before time_us covers every such event (and possibly a few appended just before).
+ * last_index() is never below that run's index: it is there because on the native path it makes
+ * the runs it sees durable first (a run may be visible before its commit is flushed).
  */
 static int pg_index_at(struct pawl_source *src, int64_t time_us, int64_t *token)
 {
@@ -179,8 +181,8 @@ static int pg_index_at(struct pawl_source *src, int64_t time_us, int64_t *token)
     char t[32];
     snprintf(t, sizeof t, "%lld", (long long)time_us);
     return admin_i64(s,
-                     "SELECT coalesce(max(last_index), 0) FROM pawl.runs "
-                     "WHERE finalized_at < to_timestamp($1::int8 / 1e6)",
+                     "SELECT least(coalesce(max(last_index), 0), pawl_api.last_index()) "
+                     "FROM pawl.runs WHERE finalized_at < to_timestamp($1::int8 / 1e6)",
                      t, token);
 }
 

@@ -115,3 +115,29 @@ BEGIN
     END LOOP;
 END
 $append$;
+
+-- Durable runs (pawl_native.c): a run commits without a WAL flush of its own and is flushed at
+-- its commit, within pawl.run_commit_wait, before its session goes on; meanwhile others may see
+-- it, so whatever returns what runs assigned flushes the newest run it sees first. The C reads do
+-- it themselves; pawl_api.runs_durable() does it for the SQL that returns indexes: last_index and
+-- the events view (a condition without columns: evaluated once, before any row). It is in
+-- pawl_api, whose functions whoever reads may execute (sql/roles/least_privilege.sql grants
+-- them; a new function is executable by PUBLIC until that script says otherwise); it returns
+-- true and shows nothing.
+CREATE OR REPLACE FUNCTION pawl_api.runs_durable() RETURNS bool
+LANGUAGE c STABLE PARALLEL RESTRICTED
+AS '$libdir/pawl_native', 'pawl_runs_durable';
+
+CREATE OR REPLACE FUNCTION pawl_api.last_index() RETURNS int8
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$ SELECT r.last_index FROM pawl.runs r WHERE pawl_api.runs_durable()
+       ORDER BY r.last_index DESC LIMIT 1 $$;
+
+CREATE OR REPLACE VIEW pawl_api.events AS
+SELECT a.base + e.k AS global_index, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
+       e.appended_at, e.event_id
+  FROM pawl.runs r
+ CROSS JOIN LATERAL unnest(r.xids, r.bases, r.ns) AS a(xid, base, n)
+  JOIN pawl.events e ON e.xid = a.xid AND e.k < a.n
+ WHERE a.base + e.k >= (SELECT pawl_api.first_index()) AND pawl_api.runs_durable();

@@ -123,6 +123,13 @@ BEGIN
 END
 $fn$;
 
+-- A native run whose commit is visible but not yet flushed (pawl_native.c, durable runs) holds
+-- the finalizer's gate until its flush. With pawl.finalize SQL again (above: at once when this
+-- file runs statement by statement; at the commit when pawl runs it in one transaction, which
+-- then holds the gate to its end), taking the gate waits for such a run, so that the SQL reads
+-- put back below, which do not flush, see only durable runs.
+DO $$ BEGIN LOCK TABLE pawl_locks.finalizer IN EXCLUSIVE MODE; END $$;
+
 CREATE OR REPLACE FUNCTION pawl.runs_guard() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -527,3 +534,20 @@ BEGIN
     END LOOP;
 END
 $append$;
+
+-- The SQL that returns indexes without the native flush: last_index as sql/001_log.sql defines
+-- it, the events view as sql/015_event_ids.sql does; pawl_api.runs_durable() goes.
+CREATE OR REPLACE FUNCTION pawl_api.last_index() RETURNS int8
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$ SELECT r.last_index FROM pawl.runs r ORDER BY r.last_index DESC LIMIT 1 $$;
+
+CREATE OR REPLACE VIEW pawl_api.events AS
+SELECT a.base + e.k AS global_index, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
+       e.appended_at, e.event_id
+  FROM pawl.runs r
+ CROSS JOIN LATERAL unnest(r.xids, r.bases, r.ns) AS a(xid, base, n)
+  JOIN pawl.events e ON e.xid = a.xid AND e.k < a.n
+ WHERE a.base + e.k >= (SELECT pawl_api.first_index());
+
+DROP FUNCTION IF EXISTS pawl_api.runs_durable();

@@ -27,7 +27,12 @@
  *      constraints, the column defaults and both unique indexes apply as for INSERT; a runs table
  *      with rules or transition tables goes through a saved SPI plan instead. The horizon written
  *      is S.xmax and S.xip, plus the caller's own xid when it is below S.xmax;
- *   6. notifies pawl_log with the new last index (delivered at commit) and returns one row.
+ *   6. notifies pawl_log with the new last index (delivered at commit) and returns one row;
+ *   7. lets its commit go without a WAL flush of its own (SET LOCAL synchronous_commit = off) and,
+ *      at the commit, before the caller hears of it, waits up to pawl.run_commit_wait (1 ms) for
+ *      another session's flush to cover the commit record, and flushes it itself when none did
+ *      ("durable runs" below). Not with synchronous standbys configured, nor with the setting
+ *      at -1: then the run commits as the caller's setting says (on or stronger).
  *
  * Nothing depends on planner statistics: the reads are index scans chosen here, and nothing is
  * planned (but the SPI fallback's INSERT ... VALUES). Every relation is named with its schema and
@@ -51,6 +56,7 @@
 #include "access/relation.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
+#include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/transam.h"
@@ -74,6 +80,7 @@
 #include "nodes/makefuncs.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "replication/syncrep.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -90,6 +97,7 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
@@ -98,6 +106,7 @@
 PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(pawl_finalize);
+PG_FUNCTION_INFO_V1(pawl_runs_durable);
 PG_FUNCTION_INFO_V1(pawl_runs_guard);
 PG_FUNCTION_INFO_V1(pawl_events_guard);
 PG_FUNCTION_INFO_V1(pawl_read);
@@ -704,6 +713,159 @@ static void insert_runs(const cand *c, const int64 *bases, int cnt, int32 max_ap
     SPI_finish();
 }
 
+/* ---- durable runs ----------------------------------------------------------------------------
+ *
+ * A lone writer's appends each end in a run, and a run that commits durably is a second WAL
+ * flush per event (on a VM, 150-250 us of CPU for the flushing backend and a wait for the
+ * writer's next flush behind it). So a run commits without a flush of its own, and the
+ * invariant "nothing a run assigned leaves the server before the run is durable" is kept by
+ * those who let it leave:
+ *
+ *  - the finalizing session: at its commit (XACT_EVENT_COMMIT, after the run became visible and
+ *    before its locks, its notifications and the answer to its client go) it waits up to
+ *    pawl.run_commit_wait for the commit record to be flushed by someone else (the writer's next
+ *    commit, usually within an append), then flushes it itself. The run's result, the pawl_log
+ *    notification and the gate all go after the flush;
+ *  - every reader of what runs assigned (pawl_api.read, read_stream, read_filtered here, and
+ *    through pawl_api.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
+ *    before returning, the commit of the newest run its snapshot sees is flushed
+ *    (TransactionIdGetCommitLSN of the run's xmin, past the flush pointer: XLogFlush to it).
+ *    WAL is one sequence and runs commit in index order, so older runs are durable with it.
+ *
+ * A crash then loses only a run nobody outside the server saw (its appends are finalized again,
+ * perhaps in another order), since whoever saw it flushed it first. A standby receives only
+ * flushed WAL. With synchronous standbys configured, runs commit as before: a failover must not
+ * lose a run a reader of the old primary saw, and only the synchronous commit waits for them.
+ */
+static int run_commit_wait_us = 1000;
+static bool run_flush_pending = false;
+static bool run_callback_registered = false;
+
+void _PG_init(void);
+
+void _PG_init(void)
+{
+    DefineCustomIntVariable(
+        "pawl.run_commit_wait",
+        "How long a finalization run's commit waits for another session's WAL flush to cover it "
+        "before flushing it itself, in microseconds.",
+        "-1: each run commits with its own flush, as synchronous_commit says.", &run_commit_wait_us,
+        1000, -1, 5000000, PGC_USERSET, 0, NULL, NULL, NULL);
+}
+
+void pawln_flush_to(XLogRecPtr lsn, int wait_us)
+{
+    TimestampTz until;
+
+    if (XLogRecPtrIsInvalid(lsn) || RecoveryInProgress() || GetFlushRecPtr(NULL) >= lsn)
+        return;
+    if (wait_us > 0) {
+        until = GetCurrentTimestamp() + wait_us; /* TimestampTz counts microseconds */
+        do {
+            pg_usleep(50);
+            if (GetFlushRecPtr(NULL) >= lsn)
+                return;
+        } while (GetCurrentTimestamp() < until);
+    }
+    XLogFlush(lsn);
+}
+
+void pawln_runs_durable(Snapshot snap)
+{
+    Relation runs;
+    Relation irel;
+    AttrNumber a_last;
+    TupleTableSlot *slot;
+    IndexScanDesc scan;
+    TransactionId xmin = InvalidTransactionId;
+
+    /* A standby has only what its primary flushed; with nothing unflushed, nothing to do. */
+    if (RecoveryInProgress() || GetFlushRecPtr(NULL) >= GetXLogInsertRecPtr())
+        return;
+    runs = table_openrv(makeRangeVar("pawl", "runs", -1), AccessShareLock);
+    a_last = pawln_column_of(runs, "last_index", INT8OID);
+    irel = pawln_open_pkey(runs, &a_last, 1);
+    slot = table_slot_create(runs, NULL);
+    scan = index_beginscan(runs, irel, snap, 0, 0);
+    index_rescan(scan, NULL, 0, NULL, 0);
+    if (index_getnext_slot(scan, BackwardScanDirection, slot)) {
+        bool isnull;
+        Datum d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+        if (!isnull)
+            xmin = DatumGetTransactionId(d);
+    }
+    index_endscan(scan);
+    ExecDropSingleTupleTableSlot(slot);
+    index_close(irel, NoLock);
+    table_close(runs, NoLock);
+    /* A frozen run is old and durable; this transaction's own run is made durable at its
+     * commit. The commit LSN of an asynchronous commit is kept per group of transactions in
+     * the commit log (the highest of the group: flushing to it is enough); a synchronous one,
+     * or one whose page was written out since, has none and is durable already. */
+    if (TransactionIdIsNormal(xmin) && !TransactionIdIsCurrentTransactionId(xmin))
+        pawln_flush_to(TransactionIdGetCommitLSN(xmin), 0);
+}
+
+/* The finalizing session's commit: the run's commit record flushed before anything else goes. */
+static void run_commit_callback(XactEvent event, void *arg)
+{
+    (void)arg;
+    if (!run_flush_pending)
+        return;
+    switch (event) {
+    case XACT_EVENT_COMMIT:
+        run_flush_pending = false;
+        pawln_flush_to(XactLastCommitEnd, run_commit_wait_us);
+        break;
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE: /* a PREPARE is flushed; COMMIT PREPARED goes as its session says */
+        run_flush_pending = false;
+        break;
+    default:
+        break;
+    }
+}
+
+/* After a run that wrote rows: its commit without a flush of its own, made durable at commit by
+ * run_commit_callback. SET LOCAL: it outlives this function's own settings (search_path) and
+ * ends with the transaction. */
+static void defer_run_flush(void)
+{
+    Oid nsp;
+
+    if (run_commit_wait_us < 0 || (SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0'))
+        return;
+    /* Only where the SQL that returns indexes flushes too: a database activated by an older
+     * pawl_native has no pawl_api.runs_durable() (pawl switches it again when it opens it). */
+    nsp = get_namespace_oid("pawl_api", true);
+    if (!OidIsValid(nsp) ||
+        !OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+                                    CStringGetDatum("runs_durable"),
+                                    PointerGetDatum(buildoidvector(NULL, 0)),
+                                    ObjectIdGetDatum(nsp))))
+        return;
+    if (!run_callback_registered) {
+        RegisterXactCallback(run_commit_callback, NULL);
+        run_callback_registered = true;
+    }
+    (void)set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_LOCAL, true, 0, false);
+    run_flush_pending = true;
+}
+
+/*
+ * pawl_api.runs_durable() RETURNS bool: the newest run the calling statement sees made durable;
+ * true. For SQL that returns what runs assigned (activate.sql's last_index and events view).
+ */
+Datum pawl_runs_durable(PG_FUNCTION_ARGS)
+{
+    (void)fcinfo;
+    pawln_runs_durable(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+    PG_RETURN_BOOL(true);
+}
+
 /* The checks the SQL version makes before taking its lock, in its order. */
 static void check_call(FunctionCallInfo fcinfo, int32 *max_appends)
 {
@@ -743,7 +905,8 @@ static void check_call(FunctionCallInfo fcinfo, int32 *max_appends)
                         errhint("SET default_transaction_isolation = 'read committed' for the "
                                 "session that finalizes")));
     }
-    if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+    /* (Not when an earlier run of this transaction lowered it: its commit is made durable.) */
+    if (synchronous_commit <= SYNCHRONOUS_COMMIT_LOCAL_FLUSH && !run_flush_pending)
         ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
                         errmsg("pawl.finalize must run with synchronous_commit on or stronger, "
                                "not %s",
@@ -1235,6 +1398,8 @@ Datum pawl_finalize(PG_FUNCTION_ARGS)
         check_call(fcinfo, &max_appends);
         funcctx = SRF_FIRSTCALL_INIT();
         finalize_run(max_appends, out, &last_null);
+        if (out[0] > 0)
+            defer_run_flush();
         values[0] = Int64GetDatum(out[0]);
         values[1] = Int64GetDatum(out[1]);
         values[2] = Int64GetDatum(out[2]);
@@ -1947,6 +2112,7 @@ Datum pawl_read(PG_FUNCTION_ARGS)
 
     pawln_rows_begin(fcinfo, NULL);
     if (es.n > 0) {
+        pawln_runs_durable(snap); /* what it returns leaves the server durable */
         read_partitions(events, &ps);
         for (i = 0; i < es.n; i++) {
             read_part *p = read_part_of(&ps, es.v[i].xid);

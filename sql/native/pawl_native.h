@@ -13,7 +13,9 @@
 #include "fmgr.h"
 #include "storage/lockdefs.h"
 #include "utils/acl.h"
+#include "access/xlogdefs.h"
 #include "utils/relcache.h"
+#include "utils/snapshot.h"
 
 /* One partition of pawl.events and the xids it may hold, [lo, hi] inclusive. */
 typedef struct part_range {
@@ -47,5 +49,12 @@ void pawln_below_watermark(int64 w, int64 after) pg_attribute_noreturn();
  * reads and is reset when the transaction ends. setDesc is a copy of desc (the caller checked it
  * is the read's row), or without one the function's declared result type. */
 void pawln_rows_begin(FunctionCallInfo fcinfo, TupleDesc desc);
+
+/* Durable runs (pawl_native.c). A finalization run may commit without flushing its WAL (see
+ * pawl.run_commit_wait); whatever returns what runs assigned flushes first. pawln_flush_to:
+ * WAL flushed up to lsn, after waiting up to wait_us for another session to flush it.
+ * pawln_runs_durable: the newest run visible under snap durable (its commit flushed). */
+void pawln_flush_to(XLogRecPtr lsn, int wait_us);
+void pawln_runs_durable(Snapshot snap);
 
 #endif

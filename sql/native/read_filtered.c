@@ -1228,6 +1228,8 @@ Datum pawl_read_stream(PG_FUNCTION_ARGS)
         index_close(sr.xidx, NoLock);
     }
     runs_close(&sr.rr);
+    if (got > 0)
+        pawln_runs_durable(snap); /* what it returns leaves the server durable */
     return (Datum)0;
 }
 
@@ -2303,5 +2305,6 @@ Datum pawl_read_filtered(PG_FUNCTION_ARGS)
         nulls[0] = false;
         tuplestore_putvalues(fr.ts, fr.td, values, nulls);
     }
+    pawln_runs_durable(fr.snap); /* the rows and the position leave the server durable */
     return (Datum)0;
 }

@@ -181,7 +181,7 @@ struct pawl_store {
     /* append_op.c's two retry episodes, and the main pool's session settings (store.c). */
     atomic_int lock_episode; /* a lock-timeout episode was logged and has not ended */
     atomic_int lost_episode; /* a lost-connection retry episode was logged (append_retry_ms) */
-    const char *main_session[8];
+    const char *main_session[10];
     char lock_sql[48];
 
     /* Group append: ops waiting for a group (FIFO through next_q), the groups not in flight,

@@ -242,7 +242,9 @@ static int open_pools(struct pawl_store *s, const char *dsn, const struct pawl_s
     snprintf(s->lock_sql, sizeof s->lock_sql, "SET lock_timeout = %d", o->append_lock_timeout_ms);
     {
         /* Appends keep the database's synchronous_commit (the user's durability choice), unless
-         * they carry piggybacked finalization runs: pawl.finalize refuses a non-durable commit. */
+         * they carry piggybacked finalization runs: pawl.finalize refuses a non-durable commit.
+         * A piggybacked run's commit is the appends' own: on the native path it flushes at once
+         * rather than wait for another session's flush (pawl.run_commit_wait). */
         const char *ms[] = {"SET application_name = 'pawl'",
                             "SET plan_cache_mode = force_generic_plan",
                             "SET default_transaction_isolation = 'read committed'",
@@ -250,7 +252,9 @@ static int open_pools(struct pawl_store *s, const char *dsn, const struct pawl_s
                             "SET statement_timeout = 0",
                             s->lock_sql,
                             o->append_finalizes ? fin_sync_sql : NULL,
+                            o->append_finalizes ? "SET pawl.run_commit_wait = 0" : NULL,
                             NULL};
+        _Static_assert(sizeof ms <= sizeof s->main_session, "main_session holds the list");
         memcpy(s->main_session, ms, sizeof ms);
     }
     static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
