@@ -840,11 +840,9 @@ static void defer_run_flush(void)
     /* Only where the SQL that returns indexes flushes too: a database activated by an older
      * pawl_native has no pawl_api.runs_durable() (pawl switches it again when it opens it). */
     nsp = get_namespace_oid("pawl_api", true);
-    if (!OidIsValid(nsp) ||
-        !OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
-                                    CStringGetDatum("runs_durable"),
-                                    PointerGetDatum(buildoidvector(NULL, 0)),
-                                    ObjectIdGetDatum(nsp))))
+    if (!OidIsValid(nsp) || !OidIsValid(GetSysCacheOid3(
+                                PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum("runs_durable"),
+                                PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(nsp))))
         return;
     if (!run_callback_registered) {
         RegisterXactCallback(run_commit_callback, NULL);

@@ -10,10 +10,10 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
 #include "fmgr.h"
 #include "storage/lockdefs.h"
 #include "utils/acl.h"
-#include "access/xlogdefs.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 
