@@ -128,6 +128,7 @@ typedef struct cand {
 typedef struct prev_run {
     bool found;
     int64 last_index;
+    TransactionId xmin; /* the transaction that wrote it (pawln_runs_durable) */
     uint64 scan_xmax;
     uint64 *open; /* prev.open_xids, non-NULL elements, as read */
     int nopen;
@@ -291,6 +292,8 @@ static void read_prev_run(Relation runs, Snapshot snap, bool want_horizon, prev_
 
         p->found = true;
         p->last_index = DatumGetInt64(slot_getattr(slot, a_last, &isnull));
+        d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+        p->xmin = isnull ? InvalidTransactionId : DatumGetTransactionId(d);
         last_index_hint = p->last_index;
         if (want_horizon) {
             d = slot_getattr(slot, a_xmax, &isnull);
@@ -773,38 +776,21 @@ void pawln_flush_to(XLogRecPtr lsn, int wait_us)
 void pawln_runs_durable(Snapshot snap)
 {
     Relation runs;
-    Relation irel;
-    AttrNumber a_last;
-    TupleTableSlot *slot;
-    IndexScanDesc scan;
-    TransactionId xmin = InvalidTransactionId;
+    prev_run newest;
 
     /* A standby has only what its primary flushed; with nothing unflushed, nothing to do. */
     if (RecoveryInProgress() || GetFlushRecPtr(NULL) >= GetXLogInsertRecPtr())
         return;
     runs = table_openrv(makeRangeVar("pawl", "runs", -1), AccessShareLock);
-    a_last = pawln_column_of(runs, "last_index", INT8OID);
-    irel = pawln_open_pkey(runs, &a_last, 1);
-    slot = table_slot_create(runs, NULL);
-    scan = index_beginscan(runs, irel, snap, 0, 0);
-    index_rescan(scan, NULL, 0, NULL, 0);
-    if (index_getnext_slot(scan, BackwardScanDirection, slot)) {
-        bool isnull;
-        Datum d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
-
-        if (!isnull)
-            xmin = DatumGetTransactionId(d);
-    }
-    index_endscan(scan);
-    ExecDropSingleTupleTableSlot(slot);
-    index_close(irel, NoLock);
+    read_prev_run(runs, snap, false, &newest);
     table_close(runs, NoLock);
     /* A frozen run is old and durable; this transaction's own run is made durable at its
      * commit. The commit LSN of an asynchronous commit is kept per group of transactions in
      * the commit log (the highest of the group: flushing to it is enough); a synchronous one,
      * or one whose page was written out since, has none and is durable already. */
-    if (TransactionIdIsNormal(xmin) && !TransactionIdIsCurrentTransactionId(xmin))
-        pawln_flush_to(TransactionIdGetCommitLSN(xmin), 0);
+    if (newest.found && TransactionIdIsNormal(newest.xmin) &&
+        !TransactionIdIsCurrentTransactionId(newest.xmin))
+        pawln_flush_to(TransactionIdGetCommitLSN(newest.xmin), 0);
 }
 
 /* The finalizing session's commit: the run's commit record flushed before anything else goes. */
