@@ -234,8 +234,16 @@ ERROR 22023|pawl_api.read: max_events must be in 1..100000||" \
     "$(q "SELECT t.out('pawl_api.read', -1, 1) UNION ALL SELECT t.out('pawl_api.read', 0, 0)")"
 
 # --- (c) Retention ---------------------------------------------------------------------------
+# Which partitions lie wholly below w1, worked out from the events view and each row's table
+# rather than from the runs as the drop does. Usually just the first: a transaction that another
+# test holds open in the shared cluster across a rotate moves that partition's bound below it,
+# so the second can hold only phase 1's tail and lie below w1 too.
+below=$(q "SELECT count(*) FROM pawl.event_parts p WHERE p.hi IS NOT NULL AND NOT EXISTS (
+             SELECT 1 FROM pawl.events e JOIN pawl_api.events v USING (stream_id, stream_seq)
+              WHERE e.tableoid = format('pawl.%I', p.relname)::regclass AND v.global_index >= $w1)")
 dropped=$(q "SELECT count(*) FROM pawl.retention_drop($w1)")
-expect "retention drops the first partition (low-watermark $w1)" 1 "$dropped"
+expect "retention drops the closed partitions wholly below the low-watermark $w1 ($below)" "$below" "$dropped"
+[ "${below:-0}" -ge 1 ]; check "the first partition lies below the low-watermark $w1" $?
 expect "reads around the low-watermark: the same rows or errors" "" \
     "$(q "SELECT t.diff(a, m) FROM (SELECT a, m FROM generate_series(0, $w1 + 2) a, (VALUES (1), (3), (1000)) v(m)) c WHERE t.diff(a, m) IS NOT NULL LIMIT 3")"
 expect "below it: PW020, message, detail and hint" \

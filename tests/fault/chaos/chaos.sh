@@ -39,15 +39,19 @@ PG=${PAWL_PG:?set PAWL_PG}
 command -v psql >/dev/null || { echo "SKIP: psql is not installed"; exit 77; }
 
 # The run's folder (its logs, the acknowledged ids, the examples' durable state; its path also
-# keys the cluster) goes beside the chaos programs, in the build tree, not in /tmp: a CI run once
-# lost it from /tmp in mid-run, with everything of the run in it, while the suite's other
-# clusters there stayed. The loop below says when it vanishes, to find who removes it.
+# keys the cluster) goes beside the chaos programs, in the build tree. The loop below says if it
+# vanishes in mid-run (see cleanup: that was this script's own copy).
 work=$(mktemp -d "$BIN/chaos.XXXXXX") || { echo "chaos: cannot make a folder in $BIN"; exit 1; }
 chmod 755 "$work"
 export PAWL_PG_KEY=$work
 declare -A pid_of role_of
 stopping=0
+# Only the driver itself cleans up. A restarted helper is a forked copy of this shell until it
+# execs, and meanwhile holds these traps: a SIGTERM from the stop below landing in that window
+# ran the copy's `exit 130` and then this cleanup, which killed every helper, removed the
+# cluster and deleted the run's folder in mid-run (two CI failures, in /tmp and here).
 cleanup() {
+    [ "$BASHPID" = "$$" ] || return 0
     stopping=1
     for p in "${!role_of[@]}"; do kill -9 "$p" 2>/dev/null; done
     wait 2>/dev/null
@@ -60,7 +64,7 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'if [ "$BASHPID" = "$$" ]; then exit 130; else exit 143; fi' INT TERM
 
 "$PG" start >/dev/null || { echo "chaos: cannot start PostgreSQL"; exit 1; }
 DSN=$("$PG" dsn)
@@ -89,8 +93,9 @@ sql "CREATE TABLE chaos_outbox (id text PRIMARY KEY);
          FOR EACH ROW EXECUTE FUNCTION chaos_audit();" || exit 1
 
 start_appender() { # id (appender 4 carries event ids and repeats every failed append)
-    "$BIN/chaos_append" "$DSN" "$1" "$work/ack-$1" "$work/doubt-$1" $([ "$1" = 4 ] && echo ids) \
-        2>>"$work/app-$1.log" &
+    local ids=()
+    [ "$1" = 4 ] && ids=(ids)
+    "$BIN/chaos_append" "$DSN" "$1" "$work/ack-$1" "$work/doubt-$1" "${ids[@]}" 2>>"$work/app-$1.log" &
     pid_of[app$1]=$!; role_of[$!]=app$1
 }
 start_outbox() { # id
