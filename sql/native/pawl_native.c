@@ -1594,28 +1594,27 @@ static void add_entry(read_entries *es, uint64 xid, int64 base, int32 klo, int32
 }
 
 /* An array of a run row, read in place when it has no NULLs (fixed-width elements, as unnest
- * reads them in storage order), else deconstructed. A NULL array has no elements (unnest). */
-typedef struct run_array {
-    int n;
-    const char *raw; /* n elements of width bytes, or NULL */
-    Datum *d;
-    bool *nulls;
-    int width;
-} run_array;
-
-static void run_array_init(run_array *ra, Datum v, bool isnull, Oid elemtype, int16 width,
-                           bool byval, char align, const char *col)
+ * reads them in storage order), else deconstructed. A NULL array has no elements (unnest); one
+ * of several dimensions has all of its elements, flattened (unnest), and multi set (a single
+ * subscript of it is NULL, which pawln_rarr_sub answers). copy: read a copy rather than in
+ * place (an array stored inline lies in the slot's buffer, gone when the slot moves on). */
+void pawln_rarr_init(pawln_rarr *ra, Datum v, bool isnull, Oid elemtype, int16 width, bool byval,
+                     char align, const char *col, bool copy)
 {
     ArrayType *a;
 
     memset(ra, 0, sizeof(*ra));
     ra->width = width;
+    ra->lb = 1;
     if (isnull)
         return;
-    a = DatumGetArrayTypeP(v);
+    a = copy ? DatumGetArrayTypePCopy(v) : DatumGetArrayTypeP(v);
     if (ARR_ELEMTYPE(a) != elemtype)
         pawln_schema_error(
             psprintf("runs.%s has elements of type %s", col, format_type_be(ARR_ELEMTYPE(a))));
+    ra->multi = ARR_NDIM(a) > 1;
+    if (ARR_NDIM(a) >= 1)
+        ra->lb = ARR_LBOUND(a)[0];
     if (!ARR_HASNULL(a)) {
         ra->n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
         /* No NULLs: the data follow the header and the dimensions, aligned. */
@@ -1624,11 +1623,11 @@ static void run_array_init(run_array *ra, Datum v, bool isnull, Oid elemtype, in
         deconstruct_array(a, elemtype, width, byval, align, &ra->d, &ra->nulls, &ra->n);
 }
 
-/* Element i as an int64 (int4 and int8 elements; xid8 as its uint64 bits); false for NULL or
- * past the end (unnest pads the shorter arrays with NULLs). */
-static bool run_array_get(const run_array *ra, int i, int64 *out)
+/* Element i, 0-based in storage order, as an int64 (int4 and int8 elements; xid8 as its uint64
+ * bits); false for NULL or past either end (unnest pads the shorter arrays with NULLs). */
+bool pawln_rarr_at(const pawln_rarr *ra, int64 i, int64 *out)
 {
-    if (i >= ra->n)
+    if (i < 0 || i >= ra->n)
         return false;
     if (ra->raw != NULL) {
         if (ra->width == 8) {
@@ -1656,21 +1655,21 @@ static bool run_array_get(const run_array *ra, int i, int64 *out)
 static void run_entries(TupleTableSlot *slot, AttrNumber a_xids, AttrNumber a_bases,
                         AttrNumber a_ns, int64 lo, int64 hi, read_entries *es)
 {
-    run_array xids;
-    run_array bases;
-    run_array ns;
+    pawln_rarr xids;
+    pawln_rarr bases;
+    pawln_rarr ns;
     bool isnull;
     Datum d;
     int len;
     int i;
 
     d = slot_getattr(slot, a_xids, &isnull);
-    run_array_init(&xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids");
+    pawln_rarr_init(&xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids", false);
     d = slot_getattr(slot, a_bases, &isnull);
-    run_array_init(&bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-                   "bases");
+    pawln_rarr_init(&bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+                    "bases", false);
     d = slot_getattr(slot, a_ns, &isnull);
-    run_array_init(&ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns");
+    pawln_rarr_init(&ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns", false);
     len = Max(xids.n, Max(bases.n, ns.n));
     for (i = 0; i < len; i++) {
         int64 x;
@@ -1680,14 +1679,14 @@ static void run_entries(TupleTableSlot *slot, AttrNumber a_xids, AttrNumber a_ba
         int64 klo;
         int64 khi;
 
-        if (!run_array_get(&bases, i, &base) || base > hi)
+        if (!pawln_rarr_at(&bases, i, &base) || base > hi)
             continue;
-        if (!run_array_get(&ns, i, &n))
+        if (!pawln_rarr_at(&ns, i, &n))
             continue;
         check_add(base, n, &end);
         if (end <= lo)
             continue;
-        if (!run_array_get(&xids, i, &x))
+        if (!pawln_rarr_at(&xids, i, &x))
             continue;
         /* greatest(0, lo + 1 - base), least(hi - base, n - 1) */
         check_add(lo, 1, &klo);

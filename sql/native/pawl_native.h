@@ -24,6 +24,21 @@ typedef struct part_range {
     uint64 hi;
 } part_range;
 
+/* One int4, int8 or xid8 array of a pawl.runs row (pawl_native.c says how it is read). */
+typedef struct pawln_rarr {
+    int n;        /* elements, every dimension's */
+    int lb;       /* the first dimension's lower bound */
+    bool multi;   /* more than one dimension */
+    int width;    /* 4 or 8 bytes */
+    const char *raw; /* n elements in place (no NULLs), or NULL: then d and nulls */
+    Datum *d;
+    bool *nulls;
+} pawln_rarr;
+
+void pawln_rarr_init(pawln_rarr *ra, Datum v, bool isnull, Oid elemtype, int16 width, bool byval,
+                     char align, const char *col, bool copy);
+bool pawln_rarr_at(const pawln_rarr *ra, int64 i, int64 *out);
+
 /* An error (55000) naming what in the pawl schema is not as this module expects. */
 void pawln_schema_error(const char *what) pg_attribute_noreturn();
 

@@ -448,76 +448,11 @@ static void keys_xid_range(ScanKey k, AttrNumber att, uint64 lo, uint64 hi)
 
 /* ---- the runs ------------------------------------------------------------------------------ */
 
-/* One array of a run row, as the SQL subscripts it: elements at subscripts lb .. lb + n - 1 of
- * a one-dimensional array (read in place when it has no NULLs), none for a NULL array or one of
- * more dimensions (a single subscript of those is NULL). */
-typedef struct rarr {
-    int n;
-    int lb;
-    bool multi;
-    int width;
-    const char *raw;
-    Datum *d;
-    bool *nulls;
-} rarr;
-
-static void rarr_init(rarr *ra, Datum v, bool isnull, Oid elemtype, int16 width, bool byval,
-                      char align, const char *col, bool copy)
+/* The element at subscript p of a run row's array (array[p] in SQL): NULL (false) for a NULL
+ * array, past its bounds, or one of several dimensions. */
+static bool rarr_sub(const pawln_rarr *ra, int64 p, int64 *out)
 {
-    ArrayType *a;
-
-    memset(ra, 0, sizeof(*ra));
-    ra->width = width;
-    if (isnull)
-        return;
-    /* Without a copy, an array stored inline is read where it lies: in the slot's buffer. */
-    a = copy ? DatumGetArrayTypePCopy(v) : DatumGetArrayTypeP(v);
-    if (ARR_ELEMTYPE(a) != elemtype)
-        pawln_schema_error(
-            psprintf("runs.%s has elements of type %s", col, format_type_be(ARR_ELEMTYPE(a))));
-    if (ARR_NDIM(a) > 1) {
-        ra->multi = true;
-        return;
-    }
-    if (ARR_NDIM(a) < 1)
-        return;
-    ra->lb = ARR_LBOUND(a)[0];
-    if (!ARR_HASNULL(a)) {
-        ra->n = ARR_DIMS(a)[0];
-        ra->raw = (const char *)a + ARR_OVERHEAD_NONULLS(1);
-    } else
-        deconstruct_array(a, elemtype, width, byval, align, &ra->d, &ra->nulls, &ra->n);
-}
-
-/* The element at 0-based position i (false: NULL or none). */
-static bool rarr_at(const rarr *ra, int64 i, int64 *out)
-{
-    if (i < 0 || i >= ra->n)
-        return false;
-    if (ra->raw != NULL) {
-        if (ra->width == 8) {
-            int64 v;
-
-            memcpy(&v, ra->raw + (size_t)i * 8, 8);
-            *out = v;
-        } else {
-            int32 v;
-
-            memcpy(&v, ra->raw + (size_t)i * 4, 4);
-            *out = v;
-        }
-        return true;
-    }
-    if (ra->nulls[i])
-        return false;
-    *out = ra->width == 8 ? DatumGetInt64(ra->d[i]) : DatumGetInt32(ra->d[i]);
-    return true;
-}
-
-/* The element at subscript p (array[p] in SQL). */
-static bool rarr_sub(const rarr *ra, int64 p, int64 *out)
-{
-    return rarr_at(ra, p - ra->lb, out);
+    return !ra->multi && pawln_rarr_at(ra, p - ra->lb, out);
 }
 
 /* A run row read: its scalar columns, and its arrays when decoded. */
@@ -525,9 +460,9 @@ typedef struct run_row {
     int64 last_index;
     int64 first_index;
     uint64 scan_xmax;
-    rarr xids;
-    rarr bases;
-    rarr ns;
+    pawln_rarr xids;
+    pawln_rarr bases;
+    pawln_rarr ns;
 } run_row;
 
 typedef struct runs_rel {
@@ -591,12 +526,12 @@ static void run_arrays(runs_rel *rr, run_row *r, bool copy)
     Datum d;
 
     d = slot_getattr(rr->slot, rr->a_xids, &isnull);
-    rarr_init(&r->xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids", copy);
+    pawln_rarr_init(&r->xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids", copy);
     d = slot_getattr(rr->slot, rr->a_bases, &isnull);
-    rarr_init(&r->bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+    pawln_rarr_init(&r->bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
               "bases", copy);
     d = slot_getattr(rr->slot, rr->a_ns, &isnull);
-    rarr_init(&r->ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns", copy);
+    pawln_rarr_init(&r->ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns", copy);
 }
 
 /* What a run says of transaction x at its first position in xids (array_position): false when
@@ -616,7 +551,7 @@ static bool run_lists(const run_row *r, uint64 x, int64 *base, bool *has_base, i
         int64 p;
         int64 nn;
 
-        if (!rarr_at(&r->xids, i, &v) || (uint64)v != x)
+        if (!pawln_rarr_at(&r->xids, i, &v) || (uint64)v != x)
             continue;
         p = (int64)r->xids.lb + i;
         *has_base = rarr_sub(&r->bases, p, base);
@@ -1855,7 +1790,7 @@ static void map_run(fcall *fr, const window *w, const run_row *r, void *arg)
         int64 base = 0;
         int64 nn = 0;
 
-        if (!rarr_at(&r->xids, i, &v) || (e = xhash_get(h, (uint64)v)) == NULL)
+        if (!pawln_rarr_at(&r->xids, i, &v) || (e = xhash_get(h, (uint64)v)) == NULL)
             continue;
         if (e->seen && e->seen_li == r->last_index)
             continue;
@@ -2095,7 +2030,7 @@ static void types_run(fcall *fr, const window *w, const run_row *r, void *arg)
         int64 klo;
         int64 khi;
 
-        if (!rarr_at(&r->xids, i, &v) || !window_xid(w, (uint64)v) || (uint64)v >= r->scan_xmax)
+        if (!pawln_rarr_at(&r->xids, i, &v) || !window_xid(w, (uint64)v) || (uint64)v >= r->scan_xmax)
             continue;
         p = (int64)r->xids.lb + i;
         if (!rarr_sub(&r->ns, p, &nn) || !rarr_sub(&r->bases, p, &base))
