@@ -26,10 +26,10 @@ typedef struct part_range {
 
 /* One int4, int8 or xid8 array of a pawl.runs row (pawl_native.c says how it is read). */
 typedef struct pawln_rarr {
-    int n;        /* elements, every dimension's */
-    int lb;       /* the first dimension's lower bound */
-    bool multi;   /* more than one dimension */
-    int width;    /* 4 or 8 bytes */
+    int n;           /* elements, every dimension's */
+    int lb;          /* the first dimension's lower bound */
+    bool multi;      /* more than one dimension */
+    int width;       /* 4 or 8 bytes */
     const char *raw; /* n elements in place (no NULLs), or NULL: then d and nulls */
     Datum *d;
     bool *nulls;

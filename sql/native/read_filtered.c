@@ -529,7 +529,7 @@ static void run_arrays(runs_rel *rr, run_row *r, bool copy)
     pawln_rarr_init(&r->xids, d, isnull, XID8OID, XID8_LEN, XID8_BYVAL, XID8_ALIGN, "xids", copy);
     d = slot_getattr(rr->slot, rr->a_bases, &isnull);
     pawln_rarr_init(&r->bases, d, isnull, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-              "bases", copy);
+                    "bases", copy);
     d = slot_getattr(rr->slot, rr->a_ns, &isnull);
     pawln_rarr_init(&r->ns, d, isnull, INT4OID, sizeof(int32), true, TYPALIGN_INT, "ns", copy);
 }
@@ -2030,7 +2030,8 @@ static void types_run(fcall *fr, const window *w, const run_row *r, void *arg)
         int64 klo;
         int64 khi;
 
-        if (!pawln_rarr_at(&r->xids, i, &v) || !window_xid(w, (uint64)v) || (uint64)v >= r->scan_xmax)
+        if (!pawln_rarr_at(&r->xids, i, &v) || !window_xid(w, (uint64)v) ||
+            (uint64)v >= r->scan_xmax)
             continue;
         p = (int64)r->xids.lb + i;
         if (!rarr_sub(&r->ns, p, &nn) || !rarr_sub(&r->bases, p, &base))
