@@ -30,7 +30,8 @@
  *   6. notifies pawl_log with the new last index (delivered at commit) and returns one row;
  *   7. lets its commit go without a WAL flush of its own (SET LOCAL synchronous_commit = off) and,
  *      at the commit, before the caller hears of it, waits up to pawl.run_commit_wait (1 ms) for
- *      another session's flush to cover the commit record, and flushes it itself when none did
+ *      another session's flush to cover the commit record while another session runs a writing
+ *      transaction, and flushes it itself when none did
  *      ("durable runs" below). Not with synchronous standbys configured, nor with the setting
  *      at -1: then the run commits as the caller's setting says (on or stronger).
  *
@@ -727,8 +728,10 @@ static void insert_runs(const cand *c, const int64 *bases, int cnt, int32 max_ap
  *  - the finalizing session: at its commit (XACT_EVENT_COMMIT, after the run became visible and
  *    before its locks, its notifications and the answer to its client go) it waits up to
  *    pawl.run_commit_wait for the commit record to be flushed by someone else (the writer's next
- *    commit, usually within an append), then flushes it itself. The run's result, the pawl_log
- *    notification and the gate all go after the flush;
+ *    commit, usually within an append), then flushes it itself. It waits only while another
+ *    session runs a transaction with an xid (one whose commit will flush): with nobody writing,
+ *    as at a low append rate, it flushes at once, and the wait adds no latency. The run's result,
+ *    the pawl_log notification and the gate all go after the flush;
  *  - every reader of what runs assigned (pawl_api.read, read_stream, read_filtered here, and
  *    through pawl_api.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
  *    before returning, the commit of the newest run its snapshot sees is flushed
@@ -756,6 +759,26 @@ void _PG_init(void)
         1000, -1, 5000000, PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
+/* Whether another session (a backend, not a prepared transaction) runs a transaction that has
+ * an xid: one that writes, whose commit flushes WAL. Read without a lock (each xid is read
+ * whole): a hint that decides only whether waiting for someone else's flush can pay off. */
+static bool other_writer_running(void)
+{
+    uint32 i;
+
+    for (i = 0; i < ProcGlobal->allProcCount; i++) {
+        PGPROC *p = &ProcGlobal->allProcs[i];
+
+        if (p != MyProc && p->pid != 0 &&
+            TransactionIdIsValid(*(volatile const TransactionId *)&p->xid))
+            return true;
+    }
+    return false;
+}
+
+/* lsn flushed: at once when wait_us is 0, else after waiting up to wait_us for another
+ * session's flush to cover it, for as long as another session runs a writing transaction (with
+ * none, nobody else is about to flush: waiting would only add latency). */
 void pawln_flush_to(XLogRecPtr lsn, int wait_us)
 {
     TimestampTz until;
@@ -764,11 +787,13 @@ void pawln_flush_to(XLogRecPtr lsn, int wait_us)
         return;
     if (wait_us > 0) {
         until = GetCurrentTimestamp() + wait_us; /* TimestampTz counts microseconds */
-        do {
+        while (other_writer_running()) {
             pg_usleep(50);
             if (GetFlushRecPtr(NULL) >= lsn)
                 return;
-        } while (GetCurrentTimestamp() < until);
+            if (GetCurrentTimestamp() >= until)
+                break;
+        }
     }
     XLogFlush(lsn);
 }

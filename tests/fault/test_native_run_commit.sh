@@ -4,13 +4,15 @@
 # pawl.run_commit_wait, before its session hears of it; whatever returns what runs assigned
 # flushes the newest run it sees first. Shown by crashes at the worst moment: the WAL writer is
 # stopped (SIGSTOP) so that nothing but a flush someone asks for makes WAL durable, a session
-# finalizes with a long pawl.run_commit_wait (its run visible, its commit not yet flushed), and
-# then every process of the cluster is killed (SIGKILL: a power cut, as far as WAL goes):
+# finalizes with a long pawl.run_commit_wait while another session holds a writing transaction
+# open (its run visible, its commit not yet flushed), and then every process of the cluster is
+# killed (SIGKILL: a power cut, as far as WAL goes):
 #   - nobody read the run: it is gone after crash recovery, its caller never got its result,
 #     and the next run finalizes the same appends (the run's commit was not flushed by itself);
 #   - a reader saw the run through pawl_api.read, read_stream, read_filtered, last_index or the
 #     pawl_api.events view: the run survives with the indexes that reader saw;
-#   - pawl.run_commit_wait = -1: the run commits with its own flush and survives unread.
+#   - pawl.run_commit_wait = -1: the run commits with its own flush and survives unread;
+#   - nobody else in a writing transaction: the run flushes at once, whatever the wait allows.
 # An attempt whose finalizing session got its answer before the kill (its wait ran out: a very
 # slow machine) proves nothing either way and is made again, up to 4 times per case. Each
 # attempt starts with a CHECKPOINT, so that the background writer has no dirty page to write
@@ -102,6 +104,15 @@ attempt() {
     q -c "CHECKPOINT" >/dev/null
     append3
     before=$(runs)
+    # Another session in a writing transaction (an xid, nothing written), open until the crash:
+    # a finalizing session waits for someone else's flush only while one runs.
+    psql "$DSN" -XqAt -c "BEGIN" -c "SELECT pg_current_xact_id()" -c "SELECT pg_sleep(60)" \
+        >/dev/null 2>&1 &
+    bgs+=("$!")
+    for _ in $(seq 1 200); do
+        [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()")" -ge 1 ] && break
+        sleep 0.02
+    done
     ww=$(walwriter)
     [ -n "$ww" ] && kill -STOP "$ww"
     : >"$tmp/fin.out"
@@ -173,19 +184,30 @@ case_ "pawl_api.read_stream" $W "SELECT global_index || '/' || stream_seq FROM p
 case_ "pawl_api.read_filtered" $W "SELECT coalesce(global_index::text, '-') || '/' || coalesce(stream_id, '') FROM pawl_api.read_filtered(0, 1000, ARRAY['s'])" kept
 case_ "pawl.run_commit_wait = -1 (a commit with its own flush)" -1 "" kept
 
-# The wait is bounded and the run is durable when its caller hears of it: with nobody else
-# writing, a run with the default wait (1 ms) answers at once and survives an immediate crash.
+# With nobody else in a writing transaction, nobody is about to flush: a run flushes its commit
+# at once, whatever the wait allows (3 s here; the default 1 ms below), answers and survives an
+# immediate crash.
+append3
+before=$(runs)
+t0=$(date +%s%N)
+res=$(q -c "SET pawl.run_commit_wait = $W" -c "SELECT appends FROM pawl.finalize(1000)")
+t1=$(date +%s%N)
+crash
+[ "$res" -ge 3 ] && [ $(((t1 - t0) / 1000000)) -lt 1000 ] && [ "$(runs)" != "$before" ]
+rc=$? # (before the message's $(runs) sets $?)
+check "nobody else writing: a run allowed a 3 s wait answers at once ($(((t1 - t0) / 1000000)) ms) and survives a crash right after (runs $before, then $(runs))" $rc
 append3
 before=$(runs)
 res=$(q -c "SELECT appends FROM pawl.finalize(1000)")
 crash
 [ "$res" -ge 3 ] && [ "$(runs)" != "$before" ] && [ "$(runs)" = "$(q -c "SELECT count(*) || ':' || max(last_index) FROM pawl.runs")" ]
-check "the default wait: the run answers and survives a crash right after (runs $before, then $(runs))" $?
+rc=$?
+check "the default wait: the run answers and survives a crash right after (runs $before, then $(runs))" $rc
 
 # Out-of-range settings are refused by the server, naming the setting.
 err=$(q -c "SELECT pawl_api.runs_durable()" -c "SET pawl.run_commit_wait = 5000001" 2>&1)
 [[ $err == *'pawl.run_commit_wait'* ]]
-check "pawl.run_commit_wait above 5 s is refused ($(tail -n 1 <<<"$err"))" $?
+_rc=$?; check "pawl.run_commit_wait above 5 s is refused ($(tail -n 1 <<<"$err"))" $_rc
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"
