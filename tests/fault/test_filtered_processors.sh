@@ -127,7 +127,7 @@ sleep 1
 # Finalize what the appenders left, then let every processor reach the head.
 "$PAWL" append -q </dev/null >/dev/null 2>&1
 wait_for 20 '[ "$(q "SELECT count(*) FROM pawl.events")" = "$(head)" ]'
-check "every appended event is finalized ($(head))" $?
+_rc=$?; check "every appended event is finalized ($(head))" $_rc
 for n in fa fbc fd; do
     wait_for 60 "tokens_at_head $n 2"; check "$n: its tokens reach the head after the kills and the restart" $?
 done
@@ -140,7 +140,7 @@ for n in fa fbc fd; do
     q "SELECT global_index FROM pawl_api.events WHERE ${where[$n]} ORDER BY 1" >"$work/$n.want"
     awk '{ print $2 }' "$work/$n.seen" | sort -n -u >"$work/$n.got"
     cmp -s "$work/$n.want" "$work/$n.got"
-    check "$n: handled exactly the $(wc -l <"$work/$n.want") events of its filter (handled $(wc -l <"$work/$n.got") distinct)" $?
+    _rc=$?; check "$n: handled exactly the $(wc -l <"$work/$n.want") events of its filter (handled $(wc -l <"$work/$n.got") distinct)" $_rc
     awk '{ k = $1 " " $3; if (k in last && $4 <= last[k]) bad++; last[k] = $4 } END { exit bad > 0 }' "$work/$n.seen"
     check "$n: each command saw each stream's events in sequence order" $?
 done
@@ -218,7 +218,7 @@ for s in a-1 d-3; do
     jq -r '"\(.index) \(.seq)"' "$work/tail.$s" >"$work/tail.$s.got"
     q "SELECT global_index || ' ' || stream_seq FROM pawl_api.events WHERE stream_id = '$s' ORDER BY stream_seq" >"$work/tail.$s.want"
     cmp -s "$work/tail.$s.want" "$work/tail.$s.got"
-    check "tail --stream $s prints exactly its $(wc -l <"$work/tail.$s.want") events" $?
+    _rc=$?; check "tail --stream $s prints exactly its $(wc -l <"$work/tail.$s.want") events" $_rc
 done
 # A stream with at least three events (the log is random: a-1 may hold one): --from -2 prints its
 # last two, in order.

@@ -54,7 +54,7 @@ psql "$BASE_DSN" -qAtc "CREATE DATABASE $db" >/dev/null || exit 1
 env -u LD_LIBRARY_PATH -u PAWL_LOG_LEVEL timeout 60 "$tmp/app" "$dsn" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 0 ]; check "./app \"\$(tools/pawl-pg dsn)\" exits 0 (exit $rc)" $?
-grep -qx 'order-17#1 is event 1' "$tmp/out"; check "it read its event back: $(cat "$tmp/out")" $?
+grep -qx 'order-17#1 is event 1' "$tmp/out"; _rc=$?; check "it read its event back: $(cat "$tmp/out")" $_rc
 [ ! -s "$tmp/err" ]; check "the library said nothing on stderr (default level warn)" $?
 [ -s "$tmp/err" ] && sed 's/^/     /' "$tmp/err"
 [ "$(psql "$dsn" -qAtc "SELECT count(*) FROM pawl_api.events WHERE stream_id = 'order-17'")" = 1 ]
@@ -64,6 +64,6 @@ check "the event is in the log once" $?
 env -u LD_LIBRARY_PATH timeout 60 "$tmp/app" "$dsn" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 0 ] && grep -qx 'order-17#2 is event 2' "$tmp/out"
-check "a second run appends order-17#2 and reads it back: $(cat "$tmp/out") (exit $rc)" $?
+_rc=$?; check "a second run appends order-17#2 and reads it back: $(cat "$tmp/out") (exit $rc)" $_rc
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }

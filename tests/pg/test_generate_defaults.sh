@@ -37,7 +37,7 @@ warnings() { grep -E '^[0-9T:.-]+Z (warn|error) |^pawl: (warning|error)' "$1"; }
 "$PAWL" append --generate --duration 4s --progress off >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 0 ]; check "append --generate at its defaults (exit $rc)" $?
-grep -q 'appended [0-9]* events .* 0 failed appends' "$tmp/err"; check "summary: $(grep appended "$tmp/err")" $?
+grep -q 'appended [0-9]* events .* 0 failed appends' "$tmp/err"; _rc=$?; check "summary: $(grep appended "$tmp/err")" $_rc
 [ -z "$(warnings "$tmp/err")" ]; check "no warning at the defaults" $?
 warnings "$tmp/err" | sed 's/^/     /'
 

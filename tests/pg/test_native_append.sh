@@ -184,7 +184,7 @@ expect "the SQL path's pawl.append: PL/pgSQL, SECURITY DEFINER (owner $owner)" "
 grep -q "$rx=X/" <<<"$acl"; check "... grants $acl" $?
 nat_def="c|t|{\"search_path=pg_catalog, pg_temp\"}|$owner|$acl|t|v"
 for round in 1 2; do
-    to_native "$D_N"; check "round $round: the switch to native ($(tail -1 "$tmp/init.out"))" $?
+    to_native "$D_N"; _rc=$?; check "round $round: the switch to native ($(tail -1 "$tmp/init.out"))" $_rc
     expect "round $round: pawl.append is C, SECURITY DEFINER, search_path pinned, owner and grants kept" \
         "$nat_def" "$(qn "$(fdef append)" | cut -d'|' -f1-7)"
     expect "round $round: pawl.append_sql is the SQL function as it was (body, settings, owner, grants)" \
@@ -192,7 +192,7 @@ for round in 1 2; do
     expect "round $round: $rx may execute pawl.append, $rn may not" "t|f" \
         "$(qn "SELECT has_function_privilege('$rx', 'pawl.append$SIG', 'EXECUTE'),
                       has_function_privilege('$rn', 'pawl.append$SIG', 'EXECUTE')")"
-    to_sql "$D_N"; check "round $round: the switch back to SQL ($(tail -1 "$tmp/init.out"))" $?
+    to_sql "$D_N"; _rc=$?; check "round $round: the switch back to SQL ($(tail -1 "$tmp/init.out"))" $_rc
     expect "round $round: back on SQL, pawl.append is exactly the never-switched one" "$ref" \
         "$(qn "$(fdef append)")"
     expect "round $round: ... and pawl.append_sql is gone" "t" \
@@ -661,7 +661,7 @@ skew() { # skew DSN: the two outcomes
 sk_n=$(skew "$D_N"); sk_s=$(skew "$D_S")
 expect "d: SERIALIZABLE write skew through two appends: the same outcome" "$sk_s" "$sk_n"
 grep -q 'could not serialize' <<<"$sk_n"
-check "d: ... one of them fails to serialize ($(tr '\n' ' ' <<<"$sk_n" | head -c 160))" $?
+_rc=$?; check "d: ... one of them fails to serialize ($(tr '\n' ' ' <<<"$sk_n" | head -c 160))" $_rc
 
 # Two sessions racing: the first holds its append open, the second appends the same stream
 # (expected 0, then the right number) or the same id: it waits, then fails on the partition's

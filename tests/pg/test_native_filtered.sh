@@ -165,12 +165,12 @@ expect "the SQL path's read_filtered and read_stream: PL/pgSQL, SECURITY DEFINER
 plpgsql|t" "$(printf '%s\n%s' "$(cut -d'|' -f1-2 <<<"$ref_f")" "$(cut -d'|' -f1-2 <<<"$ref_s")")"
 grep -q "$rx=X/" <<<"$acl"; check "... grants $acl" $?
 for round in 1 2; do
-    to_native "$D_N"; check "round $round: the switch to native ($(tail -1 "$tmp/init.out"))" $?
+    to_native "$D_N"; _rc=$?; check "round $round: the switch to native ($(tail -1 "$tmp/init.out"))" $_rc
     expect "round $round: read_filtered is C, SECURITY DEFINER, no SET clause, STABLE, owner and grants kept" \
         "c|t||$owner|$acl|t|s" "$(qn "$(fdef read_filtered "$F_SIG")" | cut -d'|' -f1-7)"
     expect "round $round: read_stream likewise" \
         "c|t||$owner|$acl|t|s" "$(qn "$(fdef read_stream "$S_SIG")" | cut -d'|' -f1-7)"
-    to_sql "$D_N"; check "round $round: the switch back to SQL ($(tail -1 "$tmp/init.out"))" $?
+    to_sql "$D_N"; _rc=$?; check "round $round: the switch back to SQL ($(tail -1 "$tmp/init.out"))" $_rc
     expect "round $round: back on SQL, read_filtered is exactly the never-switched one" "$ref_f" \
         "$(qn "$(fdef read_filtered "$F_SIG")")"
     expect "round $round: ... and read_stream" "$ref_s" "$(qn "$(fdef read_stream "$S_SIG")")"
@@ -727,7 +727,7 @@ SELECT 'alive';
 EOF
 )
 [ "$(grep -c '^ERROR' <<<"$bad")" -ge 9 ] && [ "$(tail -1 <<<"$bad")" = alive ]
-check "malformed declarations are errors ($(grep -c '^ERROR' <<<"$bad") errors), the session lives" $?
+_rc=$?; check "malformed declarations are errors ($(grep -c '^ERROR' <<<"$bad") errors), the session lives" $_rc
 
 # Odd ledgers, behind the guard's back: a run appended past the last one, ordering two
 # committed appends no run has ordered yet, then removed. The answers must be an answer or an

@@ -308,7 +308,7 @@ grep -q '^zero|22023 | pawl.finalize: max_appends must be at least 1 | $' "$tmp/
     grep -q '^guard gap|23000 | pawl.runs: a run must start at' "$tmp/calls.n" &&
     grep -q '^guard last|23000 | pawl.runs: run .* is not a contiguous list of appends$' "$tmp/calls.n" &&
     grep -q '^guard update|23000 | pawl.runs: rows are never updated or deleted$' "$tmp/calls.n"
-check "the expected errors and results (native: $(tr '\n' ';' <"$tmp/calls.n" | cut -c1-120)...)" $?
+_rc=$?; check "the expected errors and results (native: $(tr '\n' ';' <"$tmp/calls.n" | cut -c1-120)...)" $_rc
 # The SQL version's chunk arithmetic overflows int4 at max_appends = 2147483647 ("integer out of
 # range" whenever it has something to finalize); the native one takes every int4 >= 1.
 psql "$DSN_N" -XqAtc "SELECT pawl_api.append('c1', 'T', '\x07')" >/dev/null
@@ -431,7 +431,7 @@ for d in n s; do
                            FROM pawl.runs ORDER BY 1" >"$tmp/runs.$d"
 done
 ! grep "ERROR\|FATAL" "$tmp/inter.n" "$tmp/inter.s"
-check "interleaving: no statement failed ($(grep -c . "$tmp/ops") steps, $(grep -c "'F'" "$tmp/ops") runs, $(grep -c "'R'" "$tmp/ops") rotations)" $?
+_rc=$?; check "interleaving: no statement failed ($(grep -c . "$tmp/ops") steps, $(grep -c "'F'" "$tmp/ops") runs, $(grep -c "'R'" "$tmp/ops") rotations)" $_rc
 same "interleaving: every call returns the same on both paths" "$tmp/inter.s" "$tmp/inter.n"
 same "interleaving: the same log (indexes, streams, sequences, payloads)" "$tmp/events.s" "$tmp/events.n"
 same "interleaving: the same runs (bounds, bases, counts)" "$tmp/runs.s" "$tmp/runs.n"
@@ -487,7 +487,7 @@ for d in n s; do
     wait $fp
     frc=$?
     [ $arc -eq 0 ] && [ $frc -eq 0 ]
-    check "concurrent ($d): pgbench appenders and finalizers ran ($(grep -E '^number of (transactions actually processed|failed)' "$tmp/app.$d" | tr '\n' ' '))" $?
+    _rc=$?; check "concurrent ($d): pgbench appenders and finalizers ran ($(grep -E '^number of (transactions actually processed|failed)' "$tmp/app.$d" | tr '\n' ' '))" $_rc
     [ $arc -eq 0 ] || tail -5 "$tmp/app.$d"
     [ $frc -eq 0 ] || tail -5 "$tmp/fin.$d"
     psql "${!dsn}" -XqAtc "SELECT * FROM pawl.finalize()" >/dev/null

@@ -447,7 +447,7 @@ SELECT 'alive';
 EOF
 )
 [ "$(grep -c '^ERROR' <<<"$bad")" -ge 7 ] && [ "$(tail -1 <<<"$bad")" = alive ]
-check "malformed declarations are errors ($(grep -c '^ERROR' <<<"$bad") errors), the session lives" $?
+_rc=$?; check "malformed declarations are errors ($(grep -c '^ERROR' <<<"$bad") errors), the session lives" $_rc
 
 # Odd ledgers, behind the guard's back: runs appended past the last one, then removed.
 odd() { # odd NAME XIDS BASES NS: one run row after the last, read by both versions

@@ -121,7 +121,7 @@ tokens=$(out_of "pawl status orders" | awk '
     col && $1 ~ /^[0-9]+$/ { print $col }')
 nseg=$(grep -c . <<<"$tokens")
 [ "$nseg" -gt 0 ] && ! grep -qvx 2 <<<"$tokens"
-check "status shows the processor's token 2 on each of its $nseg segments (seen: $(sort -u <<<"$tokens" | tr '\n' ' '))" $?
+_rc=$?; check "status shows the processor's token 2 on each of its $nseg segments (seen: $(sort -u <<<"$tokens" | tr '\n' ' '))" $_rc
 dsn=$("$PG" dsn)
 [ "$(psql "$dsn" -qAtc "SELECT min(token) FROM pawl.tokens WHERE processor = 'orders'")" = 2 ]
 check "the reset preview changed no token" $?

@@ -64,7 +64,7 @@ check "--dsn wins over libpq's variables" $?
 # A connection error says that libpq's variables chose the database, naming the ones set.
 PGHOST=/nonexistent-pawl PGDATABASE=nope "$PAWL" status >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ] && grep -q 'PGHOST, PGDATABASE from the environment chose the database' "$tmp/err"
-check "no database: names the PG* variables that chose it (exit $rc: $(tr '\n' ' ' <"$tmp/err" | head -c 300))" $?
+_rc=$?; check "no database: names the PG* variables that chose it (exit $rc: $(tr '\n' ' ' <"$tmp/err" | head -c 300))" $_rc
 PGHOST=/nonexistent-pawl "$PAWL" tail --from 0 --count 1 >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 3 ] && grep -q 'PGHOST from the environment chose' "$tmp/err"; check "the same for tail (exit $rc)" $?
 PGHOST=/nonexistent-pawl PAWL_DSN="host=/nonexistent-pawl dbname=nope" "$PAWL" status >/dev/null 2>"$tmp/err"
