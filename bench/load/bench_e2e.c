@@ -807,7 +807,8 @@ static void cmd_growth(void)
     PGconn *c = db_connect();
     finalize_all(c);
     int64_t head = log_head(c);
-    int64_t bytes = db_int(c, "SELECT pg_total_relation_size('pawl.events')");
+    int64_t bytes = db_int(c, "SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::int8 FROM "
+                              "pg_partition_tree('pawl.events')");
     struct pawl_store *s = open_store(4, 1, 0);
     struct closed d = {0};
     struct pawl_event ev[100];
