@@ -30,8 +30,8 @@
  *   6. notifies pawl_log with the new last index (delivered at commit) and returns one row;
  *   7. lets its commit go without a WAL flush of its own (SET LOCAL synchronous_commit = off) and,
  *      at the commit, before the caller hears of it, waits up to pawl.run_commit_wait (1 ms) for
- *      another session's flush to cover the commit record while another session runs a writing
- *      transaction, and flushes it itself when none did
+ *      another session's flush to cover the commit record while another client session is busy
+ *      (running a statement, or in a transaction with an xid), and flushes it itself when none did
  *      ("durable runs" below). Not with synchronous standbys configured, nor with the setting
  *      at -1: then the run commits as the caller's setting says (on or stronger).
  *
@@ -100,6 +100,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "utils/wait_event.h"
 #include "utils/xid8.h"
 
 #include "pawl_native.h"
@@ -729,8 +730,9 @@ static void insert_runs(const cand *c, const int64 *bases, int cnt, int32 max_ap
  *    before its locks, its notifications and the answer to its client go) it waits up to
  *    pawl.run_commit_wait for the commit record to be flushed by someone else (the writer's next
  *    commit, usually within an append), then flushes it itself. It waits only while another
- *    session runs a transaction with an xid (one whose commit will flush): with nobody writing,
- *    as at a low append rate, it flushes at once, and the wait adds no latency. The run's result,
+ *    client session is busy (running a statement, or in a transaction with an xid): with every
+ *    other session waiting for its client, as at a low append rate, nobody is about to flush,
+ *    and it flushes at once: the wait adds no latency there. The run's result,
  *    the pawl_log notification and the gate all go after the flush;
  *  - every reader of what runs assigned (pawl_api.read, read_stream, read_filtered here, and
  *    through pawl_api.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
@@ -759,26 +761,43 @@ void _PG_init(void)
         1000, -1, 5000000, PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
-/* Whether another session (a backend, not a prepared transaction) runs a transaction that has
- * an xid: one that writes, whose commit flushes WAL. Read without a lock (each xid is read
- * whole): a hint that decides only whether waiting for someone else's flush can pay off. */
-static bool other_writer_running(void)
+/* Whether another client session is on its way to a commit that may flush: it runs a
+ * transaction that has an xid, or it is doing something rather than waiting for its client's
+ * next command (a lone writer's next append, before its first insert takes an xid) or for a
+ * heavyweight lock (another finalizer waiting for the gate this run holds, which would only
+ * make the run wait its whole bound for nothing, at every run). Client
+ * sessions only (the first MaxConnections PGPROCs: not autovacuum, background workers, WAL
+ * senders or the auxiliary processes). Read without a lock (each field read whole): a hint that
+ * decides only whether waiting for someone else's flush can pay off. */
+static bool other_session_busy(void)
 {
-    uint32 i;
+    int i;
+    int n = Min(MaxConnections, (int)ProcGlobal->allProcCount);
+    uint32 w;
 
-    for (i = 0; i < ProcGlobal->allProcCount; i++) {
+    for (i = 0; i < n; i++) {
         PGPROC *p = &ProcGlobal->allProcs[i];
 
-        if (p != MyProc && p->pid != 0 &&
-            TransactionIdIsValid(*(volatile const TransactionId *)&p->xid))
+        /* A slot in use: its latch has an owner (a backend that exited disowned it; its pid
+         * and wait event stay behind). */
+        if (p == MyProc || *(volatile int *)&p->procLatch.owner_pid == 0)
+            continue;
+        w = *(volatile uint32 *)&p->wait_event_info;
+        if (TransactionIdIsValid(*(volatile const TransactionId *)&p->xid) ||
+            (w != WAIT_EVENT_CLIENT_READ && (w & 0xFF000000) != PG_WAIT_LOCK))
             return true;
     }
     return false;
 }
 
+/* How long a run's commit goes on waiting with no other session busy: a lone writer's next
+ * append reaches its backend within about this long after the previous one's answer. */
+#define RUN_COMMIT_IDLE_US 200
+
 /* lsn flushed: at once when wait_us is 0, else after waiting up to wait_us for another
- * session's flush to cover it, for as long as another session runs a writing transaction (with
- * none, nobody else is about to flush: waiting would only add latency). */
+ * session's flush to cover it, for as long as another session is busy, or was within the last
+ * RUN_COMMIT_IDLE_US (with none, nobody else is about to flush: waiting longer would only add
+ * latency). */
 void pawln_flush_to(XLogRecPtr lsn, int wait_us)
 {
     TimestampTz until;
@@ -786,12 +805,20 @@ void pawln_flush_to(XLogRecPtr lsn, int wait_us)
     if (XLogRecPtrIsInvalid(lsn) || RecoveryInProgress() || GetFlushRecPtr(NULL) >= lsn)
         return;
     if (wait_us > 0) {
-        until = GetCurrentTimestamp() + wait_us; /* TimestampTz counts microseconds */
-        while (other_writer_running()) {
+        TimestampTz now = GetCurrentTimestamp();
+        TimestampTz idle_until = now + Min(wait_us, RUN_COMMIT_IDLE_US);
+
+        until = now + wait_us; /* TimestampTz counts microseconds */
+        for (;;) {
             pg_usleep(50);
             if (GetFlushRecPtr(NULL) >= lsn)
                 return;
-            if (GetCurrentTimestamp() >= until)
+            now = GetCurrentTimestamp();
+            if (now >= until)
+                break;
+            if (other_session_busy())
+                idle_until = now + RUN_COMMIT_IDLE_US;
+            else if (now >= idle_until)
                 break;
         }
     }
