@@ -74,7 +74,9 @@ for i in $(seq 1 600); do
     [ "$(qs "SELECT pawl_api.last_index()" 2>/dev/null || echo 0)" -ge "$events" ] && break
     sleep 0.1
 done
-[ -f "$csv" ] || echo "kind,source,count,events,seconds,events_per_s,append_events_per_s,round" >"$csv"
+# Each run writes its files afresh (they are this run's, not a history: that is git's).
+echo "kind,source,count,events,seconds,events_per_s,append_events_per_s,round" >"$csv"
+rm -f "${csv%.csv}_latency.csv"
 ratios=$(mktemp)
 trap 'cleanup; rm -f "$ratios"' EXIT
 
