@@ -31,7 +31,8 @@
  *   7. lets its commit go without a WAL flush of its own (SET LOCAL synchronous_commit = off) and,
  *      at the commit, before the caller hears of it, waits up to pawl.run_commit_wait (1 ms) for
  *      another session's flush to cover the commit record while another client session is busy
- *      (running a statement, or in a transaction with an xid), and flushes it itself when none did
+ *      (running a statement, or in a transaction with an xid) or was within the last 200 us, and
+ *      flushes it itself when none did
  *      ("durable runs" below). Not with synchronous standbys configured, nor with the setting
  *      at -1: then the run commits as the caller's setting says (on or stronger).
  *
@@ -730,9 +731,10 @@ static void insert_runs(const cand *c, const int64 *bases, int cnt, int32 max_ap
  *    before its locks, its notifications and the answer to its client go) it waits up to
  *    pawl.run_commit_wait for the commit record to be flushed by someone else (the writer's next
  *    commit, usually within an append), then flushes it itself. It waits only while another
- *    client session is busy (running a statement, or in a transaction with an xid): with every
- *    other session waiting for its client, as at a low append rate, nobody is about to flush,
- *    and it flushes at once: the wait adds no latency there. The run's result,
+ *    client session is busy (running a statement, or in a transaction with an xid) or was within
+ *    the last RUN_COMMIT_IDLE_US: with every other session waiting for its client, as at a low
+ *    append rate, nobody is about to flush, and it flushes after that grace, not after the whole
+ *    wait. The run's result,
  *    the pawl_log notification and the gate all go after the flush;
  *  - every reader of what runs assigned (pawl_api.read, read_stream, read_filtered here, and
  *    through pawl_api.runs_durable() the SQL ones activate.sql wraps: last_index, the events view):
