@@ -180,7 +180,7 @@ int pawl_schema_version(const char *dsn, int *dbv, int *libv, char *err, size_t 
  * of the functions activate.sql declares), so it is never out of step with what runs. The
  * extension's version names the contract it implements: NATIVE_VERSION for this library's schema.
  */
-#define NATIVE_VERSION "1.5"
+#define NATIVE_VERSION "1.6"
 /* The functions activate.sql declares in C, as active_path lists them. */
 #define NATIVE_FUNCTIONS 9
 

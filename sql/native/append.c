@@ -26,7 +26,9 @@
  *      event order, into the partition that holds the xid, as logical replication applies rows
  *      (execReplication.c): the parent's statement triggers (events_guard, under S), the
  *      partition's NOT NULL, CHECK and partition constraints and all its indexes apply as for
- *      the INSERT the SQL function runs, with the parent's column defaults;
+ *      the INSERT the SQL function runs, with the parent's column defaults; with schema 18,
+ *      each row's cat_run too (category_runs: consecutive rows of one category share one entry
+ *      of the category index, sql/018_category_runs.sql), where the SQL function writes NULL;
  *   6. NOTIFY pawl_pending when asked and something was written.
  *
  * SECURITY DEFINER with search_path pinned (activate.sql), as the SQL function: the look-ups and
@@ -255,6 +257,21 @@ static int text_cmp(Datum x, Datum y)
     int c = memcmp(VARDATA_ANY(tx), VARDATA_ANY(ty), Min(lx, ly));
 
     return c != 0 ? c : (lx > ly) - (lx < ly);
+}
+
+/* Whether stream ids x and y have the same category (pawl.category: up to the first '-'). */
+static bool same_category(Datum x, Datum y)
+{
+    text *tx = DatumGetTextPP(x);
+    text *ty = DatumGetTextPP(y);
+    const char *px = VARDATA_ANY(tx);
+    const char *py = VARDATA_ANY(ty);
+    const char *dx = memchr(px, '-', VARSIZE_ANY_EXHDR(tx));
+    const char *dy = memchr(py, '-', VARSIZE_ANY_EXHDR(ty));
+    size_t lx = dx != NULL ? (size_t)(dx - px) : VARSIZE_ANY_EXHDR(tx);
+    size_t ly = dy != NULL ? (size_t)(dy - py) : VARSIZE_ANY_EXHDR(ty);
+
+    return lx == ly && memcmp(px, py, lx) == 0;
 }
 
 static int datum_text_cmp(const void *x, const void *y)
@@ -816,6 +833,57 @@ static void leaf_defaults(Relation events, Relation leaf, EState *estate, Datum 
     MemoryContextSwitchTo(old);
 }
 
+/* rel's column name of type typid (checked), or 0 when rel has none (a schema before it). */
+static AttrNumber column_if(Relation rel, const char *name, Oid typid)
+{
+    TupleDesc td = RelationGetDescr(rel);
+    int i;
+
+    for (i = 0; i < td->natts; i++) {
+        Form_pg_attribute att = TupleDescAttr(td, i);
+
+        if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+            return pawln_column_of(rel, name, typid);
+    }
+    return 0;
+}
+
+/*
+ * The category runs of the written rows (sql/018_category_runs.sql), by event ordinal: a row
+ * heads a run (its length, >= 1) unless it follows, with the next k, a row of the same category
+ * written by this call (then 0, and its head's length counts it). Unwritten events get -1.
+ */
+static int32 *category_runs(const append_args *a, const append_plan *p)
+{
+    int32 *run = palloc(sizeof(int32) * a->n);
+    int head = -1;
+    int32 prev_k = 0;
+    Datum prev_stream = (Datum)0;
+    int o;
+
+    for (o = 0; o < a->n; o++) {
+        int s = a->si[o] - 1;
+        int ap = a->sa[s] - 1;
+        int32 k = p->kd[ap] + o + 1;
+
+        if (p->w[ap] == 0) {
+            run[o] = -1;
+            continue;
+        }
+        if (head >= 0 && k == prev_k + 1 && run[head] < PG_INT32_MAX &&
+            same_category(prev_stream, a->streams[s])) {
+            run[head]++;
+            run[o] = 0;
+        } else {
+            head = o;
+            run[o] = 1;
+        }
+        prev_k = k;
+        prev_stream = a->streams[s];
+    }
+    return run;
+}
+
 /* The written appends' rows, in event order, into leaf (a partition of events), as one INSERT
  * command into events would put them there. */
 static void insert_events(Relation events, Relation leaf, const append_args *a,
@@ -823,6 +891,8 @@ static void insert_events(Relation events, Relation leaf, const append_args *a,
 {
     TupleDesc ltd = RelationGetDescr(leaf);
     AttrNumber att[EV_COLS];
+    AttrNumber a_run;
+    int32 *run = NULL;
     EState *estate;
     RangeTblEntry *rte;
     ResultRelInfo *root;
@@ -835,6 +905,9 @@ static void insert_events(Relation events, Relation leaf, const append_args *a,
 
     for (i = 0; i < EV_COLS; i++)
         att[i] = pawln_column_of(leaf, ev_cols[i], ev_types[i]);
+    a_run = column_if(leaf, "cat_run", INT4OID);
+    if (a_run != 0)
+        run = category_runs(a, p);
     estate = CreateExecutorState();
     rte = makeNode(RangeTblEntry);
     rte->rtekind = RTE_RELATION;
@@ -891,6 +964,10 @@ static void insert_events(Relation events, Relation leaf, const append_args *a,
             v[att[EV_ID] - 1] = a->ids[o];
         else
             nl[att[EV_ID] - 1] = true;
+        if (run != NULL && run[o] != 1) { /* a row alone stays NULL: no bytes for it */
+            v[a_run - 1] = Int32GetDatum(run[o]);
+            nl[a_run - 1] = false;
+        }
         ExecStoreVirtualTuple(slot);
         ExecSimpleRelationInsert(rri, estate, slot);
         ResetPerTupleExprContext(estate);

@@ -1,6 +1,7 @@
 -- sql/native/deactivate.sql: put the SQL versions back (the portable path) in a database where
--- activate.sql made pawl's functions native: pawl.finalize, pawl.runs_guard and
--- pawl_api.read_filtered as sql/017_finalize_fixes.sql defines them, pawl.events_guard as
+-- activate.sql made pawl's functions native: pawl.finalize and pawl.runs_guard as
+-- sql/017_finalize_fixes.sql defines them, pawl_api.read_filtered as
+-- sql/018_category_runs.sql does, pawl.events_guard as
 -- sql/009_retention.sql does, pawl_api.read as sql/015_event_ids.sql does and
 -- pawl_api.read_stream as sql/016_filtered_reads.sql does, copied exactly
 -- (pg_test_server_path and pg_test_native_read compare the result with a database that never
@@ -270,7 +271,7 @@ BEGIN
 END
 $fn$;
 
--- pawl_api.read_filtered as sql/017_finalize_fixes.sql defines it.
+-- pawl_api.read_filtered as sql/018_category_runs.sql defines it.
 CREATE OR REPLACE FUNCTION pawl_api.read_filtered(after_index int8,
                                                   max_events int4 DEFAULT 1000,
                                                   categories text[] DEFAULT NULL,
@@ -345,10 +346,12 @@ BEGIN
                 cats := cats || ARRAY(
                     WITH RECURSIVE c(cat) AS (
                         SELECT (SELECT min(pawl.category(e.stream_id)) FROM pawl.events e
-                                 WHERE pawl.category(e.stream_id) >= ev.v)
+                                 WHERE pawl.category(e.stream_id) >= ev.v
+                                   AND e.cat_run IS DISTINCT FROM 0)
                         UNION ALL
                         SELECT (SELECT min(pawl.category(e.stream_id)) FROM pawl.events e
-                                 WHERE pawl.category(e.stream_id) > c.cat)
+                                 WHERE pawl.category(e.stream_id) > c.cat
+                                   AND e.cat_run IS DISTINCT FROM 0)
                           FROM c
                          WHERE c.cat IS NOT NULL AND left(c.cat, length(ev.v)) = ev.v)
                     SELECT c.cat FROM c
@@ -380,9 +383,13 @@ BEGIN
         FOR ev IN
             SELECT m.idx, e.stream_id, e.stream_seq, e.type, e.payload, e.metadata,
                    e.appended_at, e.event_id
-              FROM (SELECT e.* FROM pawl.events e
-                     WHERE cats IS NOT NULL AND pawl.category(e.stream_id) = ANY (cats)
-                       AND e.xid >= xlo AND e.xid < xhi
+              FROM (SELECT e.* FROM pawl.events h
+                      JOIN pawl.events e
+                        ON e.xid = h.xid AND e.k >= h.k AND e.k < h.k + coalesce(h.cat_run, 1)
+                     WHERE cats IS NOT NULL AND pawl.category(h.stream_id) = ANY (cats)
+                       AND h.cat_run IS DISTINCT FROM 0
+                       AND h.xid >= xlo AND h.xid < xhi
+                       AND (e.k = h.k OR e.cat_run = 0)
                     UNION ALL
                     SELECT e.* FROM pawl.events e
                      WHERE cats IS NULL AND e.xid >= xlo AND e.xid < xhi

@@ -15,7 +15,9 @@
  *    xhi, the same previous call P, the same growth of the span and the same limits). In each it
  *    collects the candidates from the same index ranges: per category, each partition's category
  *    index over [P.scan_xmax, xhi) (their xids read from the index tuples: nothing is fetched
- *    yet), and P's open xids below P.scan_xmax. It then reads the window's runs once, forward
+ *    yet), and P's open xids below P.scan_xmax; an entry that heads a category run (schema
+ *    18, sql/018_category_runs.sql) brings the rest of its run through the primary key when it
+ *    is fetched (walk_run). It then reads the window's runs once, forward
  *    through runs_pkey, keeping the base and count of the candidates' transactions only, and
  *    fetches the events whose index falls in the window; their top max_events - got by index
  *    are returned in index order. A filter of types alone (no category index applies) walks the
@@ -57,6 +59,7 @@
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_class_d.h"
 #include "catalog/pg_collation_d.h"
+#include "catalog/pg_operator_d.h"
 #include "catalog/pg_opfamily_d.h"
 #include "catalog/pg_type_d.h"
 #include "commands/defrem.h"
@@ -338,9 +341,46 @@ static bool category_expr(Node *e, AttrNumber a_stream)
     }
 }
 
+/* rel's int4 column cat_run, or 0 when it has none (a schema before 18). */
+static AttrNumber run_column(Relation rel)
+{
+    TupleDesc td = RelationGetDescr(rel);
+    int i;
+
+    for (i = 0; i < td->natts; i++) {
+        Form_pg_attribute att = TupleDescAttr(td, i);
+
+        if (!att->attisdropped && strcmp(NameStr(att->attname), "cat_run") == 0)
+            return att->atttypid == INT4OID ? att->attnum : InvalidAttrNumber;
+    }
+    return InvalidAttrNumber;
+}
+
+/* Whether pred (an index predicate, implicitly ANDed) is exactly cat_run IS DISTINCT FROM 0 on
+ * rel: the category index of schema 18, which holds heads of runs and lone rows only. */
+static bool runs_predicate(Relation rel, List *pred)
+{
+    DistinctExpr *d;
+    Node *v;
+    Node *c;
+    AttrNumber a = run_column(rel);
+
+    if (a == InvalidAttrNumber || list_length(pred) != 1 || !IsA(linitial(pred), DistinctExpr))
+        return false;
+    d = (DistinctExpr *)linitial(pred);
+    if (d->opno != Int4EqualOperator || list_length(d->args) != 2)
+        return false;
+    v = (Node *)linitial(d->args);
+    c = (Node *)lsecond(d->args);
+    return IsA(v, Var) && ((Var *)v)->varattno == a && ((Var *)v)->vartype == INT4OID &&
+           IsA(c, Const) && !((Const *)c)->constisnull && ((Const *)c)->consttype == INT4OID &&
+           DatumGetInt32(((Const *)c)->constvalue) == 0;
+}
+
 /* Whether irel is rel's index of the kind asked for, on atts (for the category index, atts[0]
- * is stream_id and atts[1] xid): a valid btree, ascending, no predicate, the key columns and
- * operator families the scans here use, text keys in the "C" order. */
+ * is stream_id and atts[1] xid): a valid btree, ascending, the key columns and operator
+ * families the scans here use, text keys in the "C" order, and no predicate, except the
+ * category index's of schema 18 (runs_predicate: its readers then walk the runs). */
 static bool index_fits(Relation rel, Relation irel, ikind kind, const AttrNumber *atts)
 {
     Form_pg_index ix = irel->rd_index;
@@ -353,8 +393,10 @@ static bool index_fits(Relation rel, Relation irel, ikind kind, const AttrNumber
     if (ix->indrelid != RelationGetRelid(rel) || irel->rd_rel->relam != BTREE_AM_OID ||
         !ix->indisvalid || !ix->indisready || ix->indnkeyatts != 2 || irel->rd_indoption[0] != 0 ||
         irel->rd_indoption[1] != 0 || irel->rd_opfamily[0] != fam1 ||
-        irel->rd_opfamily[1] != fam2 || !OidIsValid(fam1) || !OidIsValid(fam2) ||
-        RelationGetIndexPredicate(irel) != NIL)
+        irel->rd_opfamily[1] != fam2 || !OidIsValid(fam1) || !OidIsValid(fam2))
+        return false;
+    if (RelationGetIndexPredicate(irel) != NIL &&
+        (kind != IK_CATEGORY || !runs_predicate(rel, RelationGetIndexPredicate(irel))))
         return false;
     if (kind != IK_SCAN_XMAX && !collation_is_c(irel->rd_indcollation[0]))
         return false;
@@ -625,6 +667,7 @@ typedef struct epart {
     TupleTableSlot *slot;
     struct IndexFetchTableData *fetch; /* fetches by tid (read_filtered) */
     Relation ix;                       /* the category index, or the stream key */
+    AttrNumber a_run;                  /* cat_run when ix holds runs (schema 18), else 0 */
     IndexScanDesc scan;
     ScanKeyData keys[3];
     Relation pk; /* the primary key (xid, k), when used */
@@ -718,6 +761,7 @@ static void part_category(epart *p, Snapshot snap)
     atts[0] = p->att[EV_STREAM];
     atts[1] = p->a_xid;
     p->ix = find_index(p->rel, IK_CATEGORY, atts, "index on (pawl.category(stream_id), xid)");
+    p->a_run = RelationGetIndexPredicate(p->ix) != NIL ? run_column(p->rel) : InvalidAttrNumber;
     p->scan = index_beginscan(p->rel, p->ix, snap, 3, 0);
     p->scan->xs_want_itup = true;
     MemoryContextSwitchTo(old);
@@ -1864,6 +1908,52 @@ static bool part_overlaps(const epart *p, uint64 lo, uint64 hi)
     return p->lo <= p->hi && p->lo <= hi && p->hi >= lo;
 }
 
+/*
+ * After a category index entry's row (in p->slot, of transaction x): when the index holds runs
+ * and the row heads one (cat_run m > 1), the run's other rows, k + 1 .. k + m - 1, through the
+ * primary key. A row counts only as a follower (cat_run 0), and its category is checked from its
+ * stream id, not taken from the head's, so a run never brings a row its own entry brings too.
+ */
+static void walk_run(fcall *fr, const window *w, topn *t, epart *p, int16 pi, const xhash *h,
+                     uint64 x)
+{
+    bool isnull;
+    Datum d;
+    int32 k;
+    int64 last;
+
+    if (p->a_run == InvalidAttrNumber)
+        return;
+    d = slot_getattr(p->slot, p->a_run, &isnull);
+    if (isnull || DatumGetInt32(d) <= 1)
+        return;
+    last = (int64)DatumGetInt32(d) - 1;
+    d = slot_getattr(p->slot, p->a_k, &isnull);
+    if (isnull || DatumGetInt32(d) == PG_INT32_MAX)
+        return;
+    k = DatumGetInt32(d);
+    last += k;
+    part_pkey(p, fr->snap);
+    keys_xid_range(&p->pkkeys[0], 1, x, x);
+    ScanKeyInit(&p->pkkeys[2], 2, BTGreaterEqualStrategyNumber, F_INT4GE, Int32GetDatum(k + 1));
+    part_rescan(p, p->pkscan, p->pkkeys, 3);
+    while (part_next(p, p->pkscan)) {
+        int32 kk = itup_k(p->pkscan, p->rel);
+        int64 idx;
+
+        CHECK_FOR_INTERRUPTS();
+        if (kk > last)
+            break;
+        if (!in_window(fr, w, xhash_get(h, x), kk, &idx) || !topn_wants(t, idx))
+            continue;
+        if (!index_fetch_heap(p->pkscan, p->slot))
+            continue;
+        d = slot_getattr(p->slot, p->a_run, &isnull);
+        if (!isnull && DatumGetInt32(d) == 0)
+            consider(fr, w, t, p, pi, h, x, -1);
+    }
+}
+
 /* A window of a category filter (see the file's comment). */
 static void window_by_category(fcall *fr, const window *w, topn *t)
 {
@@ -1920,8 +2010,10 @@ static void window_by_category(fcall *fr, const window *w, topn *t)
         CHECK_FOR_INTERRUPTS();
         if (e == NULL || !e->found || !e->has_base)
             continue;
-        if (fetch_tid(fr, p, &cs[i].tid))
+        if (fetch_tid(fr, p, &cs[i].tid)) {
             consider(fr, w, t, p, cs[i].part, &h, cs[i].xid, cs[i].cat);
+            walk_run(fr, w, t, p, cs[i].part, &h, cs[i].xid);
+        }
     }
 
     /* The late transactions ordered in the window: each one's events, through the category
@@ -1946,8 +2038,10 @@ static void window_by_category(fcall *fr, const window *w, topn *t)
                     part_rescan(p, p->scan, p->keys, 3);
                     while (part_next(p, p->scan)) {
                         CHECK_FOR_INTERRUPTS();
-                        if (index_fetch_heap(p->scan, p->slot))
+                        if (index_fetch_heap(p->scan, p->slot)) {
                             consider(fr, w, t, p, (int16)pi, &h, x, c);
+                            walk_run(fr, w, t, p, (int16)pi, &h, x);
+                        }
                     }
                 }
             } else {

@@ -17,9 +17,13 @@
  *   - pawl_filter_json is canonical;
  *   - a processor's filter is part of its definition (PAWL_EFILTER for another one), and a
  *     filtered processor handles exactly the matching events, once, in stream order, while its
- *     tokens reach the head past events it does not select.
+ *     tokens reach the head past events it does not select;
+ *   - category runs (schema 18): an upgraded database's old rows stand alone, the native append
+ *     writes sound runs (one index entry for an append of one stream), and reads on both server
+ *     paths, also after a rotation, equal pawl_api.events.
  */
 #include "pawl_test.h"
+#include "schema.h"
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -1297,6 +1301,193 @@ static void test_processor(void **state)
     pawl_store_free(s);
 }
 
+/* ---- 5. category runs (schema 18) ----------------------------------------------------------- */
+
+/* Every follower (cat_run 0) lies in exactly the run of one head of its transaction, of its
+ * category; every head's run is whole (its m - 1 rows after it, followers of its category). */
+static void assert_runs_sound(const char *d, const char *what)
+{
+    int64_t orphans = pawl_test_query_i64(
+        d, "SELECT count(*) FROM pawl.events f WHERE f.cat_run = 0 AND (SELECT count(*) "
+           "FROM pawl.events h WHERE h.xid = f.xid AND h.cat_run >= 1 AND f.k > h.k "
+           "AND f.k < h.k + h.cat_run AND pawl.category(h.stream_id) = "
+           "pawl.category(f.stream_id)) <> 1");
+    int64_t broken = pawl_test_query_i64(
+        d, "SELECT count(*) FROM pawl.events h WHERE h.cat_run > 1 AND (SELECT count(*) "
+           "FROM pawl.events f WHERE f.xid = h.xid AND f.k > h.k AND f.k < h.k + h.cat_run "
+           "AND f.cat_run = 0 AND pawl.category(f.stream_id) = pawl.category(h.stream_id)) "
+           "<> h.cat_run - 1");
+    if (orphans != 0 || broken != 0)
+        fail_msg("%s: %lld followers outside one run of their category, %lld broken runs", what,
+                 (long long)orphans, (long long)broken);
+}
+
+static const struct fcase RUN_CASES[] = {
+    {"runs: one category", {CATS("run")}, "split_part(stream_id, '-', 1) IN ('run')"},
+    {"runs: two categories",
+     {CATS("run", "mix")},
+     "split_part(stream_id, '-', 1) IN ('run', 'mix')"},
+    {"runs: prefix with '-'", {PREFIXES("run-1")}, "starts_with(stream_id, 'run-1')"},
+    {"runs: prefix without '-'", {PREFIXES("r")}, "starts_with(stream_id, 'r')"},
+    {"runs: category and type",
+     {CATS("run"), TYPES_("Moved")},
+     "split_part(stream_id, '-', 1) IN ('run') AND type IN ('Moved')"},
+    {"runs: old rows", {CATS("old")}, "split_part(stream_id, '-', 1) IN ('old')"},
+};
+
+/* Each of RUN_CASES read in pages of 7 and of 1000 through s equals pawl_api.events. */
+static void runs_read_all(struct pawl_store *s, const char *path)
+{
+    int64_t head = head_now();
+    for (size_t c = 0; c < sizeof RUN_CASES / sizeof RUN_CASES[0]; c++)
+        for (int big = 0; big < 2; big++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s path, %s, pages of %d", path, RUN_CASES[c].name,
+                     big ? 1000 : 7);
+            struct rows want, got;
+            fetch(&want, RUN_CASES[c].pred, 0, "global_index");
+            if (want.n == 0)
+                fail_msg("%s: the log holds no matching event (the test's data is wrong)", what);
+            read_filtered_all(s, &RUN_CASES[c].f, big ? 1000 : 7, 0, head, &got, what);
+            assert_rows_equal(&got, &want, what);
+            rows_free(&want);
+            rows_free(&got);
+        }
+}
+
+/*
+ * The category index of schema 18 holds a row per run of one category in an append: a database
+ * written at schema 17 is upgraded (its rows stand alone), then appends of every shape (one
+ * stream, categories interleaved, groups of appends in one transaction, an outbox transaction
+ * that appends twice) write runs on the native path; the runs are sound, a 40-event append of
+ * one stream is one index entry there, and every filtered read, on the native path and on the
+ * SQL one, returns exactly the rows of pawl_api.events, also after a rotation.
+ */
+static void test_category_runs(void **state)
+{
+    (void)state;
+    char d[1024], err[512];
+    pawl_test_db_make(pawl_test_dsn(), "t_log_filtered_runs", NULL, d, sizeof d);
+    assert_int_equal(pawl__schema_migrate_to(d, 17, err, sizeof err), 0);
+    pawl_test_exec(d, "SELECT count(*) FROM pawl_api.append_batch(ARRAY['old-1', 'old-1', "
+                      "'run-old', 'old-2'], ARRAY['Opened', 'Moved', 'Moved', 'Closed'], "
+                      "ARRAY['\\x01', '\\x02', '\\x03', '\\x04']::bytea[])");
+    if (pawl_schema_migrate(d, err, sizeof err) != 0)
+        fail_msg("migrate to 18: %s", err);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT max(version) FROM pawl.schema_version"), 18);
+    assert_int_equal(pawl_test_query_i64(d, "SELECT count(*) FROM pawl.events WHERE cat_run IS "
+                                            "NULL"),
+                     4);
+    int native = (int)pawl_test_query_i64(
+        d, "SELECT (l.lanname = 'c')::int FROM pg_proc p JOIN pg_language l ON l.oid = "
+           "p.prolang WHERE p.oid = 'pawl.append(text[], int8[], int4[], int4[], text[], "
+           "bytea[], jsonb[], boolean, text[])'::regprocedure");
+    print_message("server path after the upgrade: %s\n", native ? "native" : "SQL");
+
+    /* The file's helpers read this database. */
+    const char *dsn0 = dsn;
+    PGconn *db0 = db;
+    dsn = d;
+    db = PQconnectdb(d);
+    assert_int_equal(PQstatus(db), CONNECTION_OK);
+
+    struct pawl_store *s = open_store(1, 1);
+    struct pawl_event ev[40];
+    char sid[40][32];
+    struct pawl_append_result r;
+    for (int a = 0; a < 20; a++) { /* one stream: one run of 40 */
+        for (int k = 0; k < 40; k++) {
+            snprintf(sid[k], sizeof sid[k], "run-%d", a);
+            ev[k] = (struct pawl_event){
+                .stream_id = sid[k], .type = TYPES[k % 3], .payload = "r", .payload_len = 1};
+        }
+        if (pawl_append(s, ev, 40, &r) != 0)
+            fail_msg("run append: %s", r.message);
+    }
+    static const char *const mixed[] = {"run-m1", "run-m2", "mix-1",  "mix-2",  "run-m1",
+                                        "mix",    "mix-3",  "run-m3", "run-m3", "mix-1"};
+    for (int a = 0; a < 10; a++) { /* categories interleaved: heads at each change */
+        for (int k = 0; k < 10; k++)
+            ev[k] = (struct pawl_event){.stream_id = mixed[(k + a) % 10],
+                                        .type = TYPES[k % 3],
+                                        .payload = "m",
+                                        .payload_len = 1};
+        if (pawl_append(s, ev, 10, &r) != 0)
+            fail_msg("mixed append: %s", r.message);
+    }
+    pawl_store_free(s);
+    struct writer gw = {.s = open_store(8, 0), .seed = 7, .appends = 200, .async = 1};
+    writer_main(&gw); /* groups of appends, one transaction each */
+    assert_int_equal(atomic_load(&gw.bad), 0);
+    pawl_store_free(gw.s);
+    PGconn *ob = PQconnectdb(d); /* an outbox transaction that appends twice */
+    assert_int_equal(PQstatus(ob), CONNECTION_OK);
+    PQclear(PQexec(ob, "BEGIN"));
+    for (int t = 0; t < 2; t++) {
+        for (int k = 0; k < 3; k++)
+            ev[k] = (struct pawl_event){
+                .stream_id = "run-ob", .type = "Moved", .payload = "o", .payload_len = 1};
+        if (pawl_append_in(ob, ev, 3, &r) != 0)
+            fail_msg("outbox append: %s", r.message);
+    }
+    PGresult *cr = PQexec(ob, "COMMIT");
+    assert_int_equal(PQresultStatus(cr), PGRES_COMMAND_OK);
+    PQclear(cr);
+    PQfinish(ob);
+    s = open_store(1, 1);
+    finalize_all(s);
+
+    assert_runs_sound(d, "after the appends");
+    int64_t rows = q64("SELECT count(*) FROM pawl.events");
+    int64_t entries = q64("SELECT count(*) FROM pawl.events WHERE cat_run IS DISTINCT FROM 0");
+    print_message("%lld rows, %lld category index entries\n", (long long)rows, (long long)entries);
+    if (native) {
+        /* Each 40-event append of one stream is one entry; the interleaved appends have a head
+         * at their first row and at each change of category (64 of their 100 rows). */
+        assert_int_equal(q64("SELECT count(*) FROM pawl.events WHERE stream_id ~ '^run-[0-9]+$' "
+                             "AND cat_run IS DISTINCT FROM 0"),
+                         20);
+        assert_int_equal(q64("SELECT count(*) FROM pawl.events WHERE stream_id ~ '^run-[0-9]+$' "
+                             "AND cat_run = 40"),
+                         20);
+        assert_int_equal(q64("SELECT count(*) FROM pawl.events e WHERE e.n = 10 AND e.stream_id "
+                             "IN ('run-m1', 'run-m2', 'run-m3', 'mix', 'mix-1', 'mix-2', "
+                             "'mix-3') AND e.cat_run IS DISTINCT FROM 0"),
+                         64);
+        assert_true(entries * 2 < rows);
+    } else {
+        print_message("not native: every row stands alone (no runs written)\n");
+        assert_int_equal(entries, rows);
+    }
+    runs_read_all(s, native ? "native" : "SQL");
+    if (native) {
+        int active = 0;
+        assert_int_equal(pawl_schema_server_path(d, PAWL_SERVER_SQL, &active, err, sizeof err), 0);
+        assert_int_equal(active, PAWL_SERVER_SQL);
+        runs_read_all(s, "SQL (native runs)");
+        assert_int_equal(pawl_schema_server_path(d, PAWL_SERVER_NATIVE, &active, err, sizeof err),
+                         0);
+    }
+    /* A rotation: the runs stay in their partition, new ones go to the next. */
+    pawl_test_exec(d, "SELECT pawl.rotate()");
+    for (int k = 0; k < 40; k++) {
+        snprintf(sid[k], sizeof sid[k], "run-1%d", k % 2);
+        ev[k] = (struct pawl_event){
+            .stream_id = sid[k], .type = "Moved", .payload = "t", .payload_len = 1};
+    }
+    if (pawl_append(s, ev, 40, &r) != 0)
+        fail_msg("append after the rotation: %s", r.message);
+    finalize_all(s);
+    assert_true(q64("SELECT count(*) FROM pawl.event_parts") >= 2);
+    assert_runs_sound(d, "after the rotation");
+    runs_read_all(s, native ? "native, rotated" : "SQL, rotated");
+    pawl_store_free(s);
+
+    PQfinish(db);
+    db = db0;
+    dsn = dsn0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1304,7 +1495,7 @@ int main(void)
         cmocka_unit_test(test_partition),   cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_filter_json), cmocka_unit_test(test_stream),
         cmocka_unit_test(test_idle),        cmocka_unit_test(test_stream_tail),
-        cmocka_unit_test(test_processor),
+        cmocka_unit_test(test_processor),   cmocka_unit_test(test_category_runs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
