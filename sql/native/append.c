@@ -833,21 +833,6 @@ static void leaf_defaults(Relation events, Relation leaf, EState *estate, Datum 
     MemoryContextSwitchTo(old);
 }
 
-/* rel's column name of type typid (checked), or 0 when rel has none (a schema before it). */
-static AttrNumber column_if(Relation rel, const char *name, Oid typid)
-{
-    TupleDesc td = RelationGetDescr(rel);
-    int i;
-
-    for (i = 0; i < td->natts; i++) {
-        Form_pg_attribute att = TupleDescAttr(td, i);
-
-        if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
-            return pawln_column_of(rel, name, typid);
-    }
-    return 0;
-}
-
 /*
  * The category runs of the written rows (sql/018_category_runs.sql), by event ordinal: a row
  * heads a run (its length, >= 1) unless it follows, with the next k, a row of the same category
@@ -905,7 +890,7 @@ static void insert_events(Relation events, Relation leaf, const append_args *a,
 
     for (i = 0; i < EV_COLS; i++)
         att[i] = pawln_column_of(leaf, ev_cols[i], ev_types[i]);
-    a_run = column_if(leaf, "cat_run", INT4OID);
+    a_run = pawln_column_if(leaf, "cat_run", INT4OID);
     if (a_run != 0)
         run = category_runs(a, p);
     estate = CreateExecutorState();

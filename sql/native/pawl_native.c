@@ -229,6 +229,20 @@ AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid)
     pawln_schema_error(psprintf("%s has no column %s", RelationGetRelationName(rel), name));
 }
 
+AttrNumber pawln_column_if(Relation rel, const char *name, Oid typid)
+{
+    TupleDesc td = RelationGetDescr(rel);
+    int i;
+
+    for (i = 0; i < td->natts; i++) {
+        Form_pg_attribute att = TupleDescAttr(td, i);
+
+        if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+            return pawln_column_of(rel, name, typid);
+    }
+    return InvalidAttrNumber;
+}
+
 /* Open pawl.<name> with lockmode, checking what a statement reading it would check: the current
  * user's right (need), and no row-level security applying to it (those reads are not planned
  * here, so a policy could not be applied: refuse rather than bypass it). */

@@ -44,6 +44,8 @@ void pawln_schema_error(const char *what) pg_attribute_noreturn();
 
 /* The attribute of rel named name, of type typid; pawln_schema_error when there is none. */
 AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid);
+/* The same, or 0 when rel has no such column (a column a later schema added). */
+AttrNumber pawln_column_if(Relation rel, const char *name, Oid typid);
 
 /* pawl.<name> opened with lockmode, after the checks a statement reading it would make: the
  * current user's right need, and no row-level security applying. */

@@ -341,19 +341,10 @@ static bool category_expr(Node *e, AttrNumber a_stream)
     }
 }
 
-/* rel's int4 column cat_run, or 0 when it has none (a schema before 18). */
+/* rel's column cat_run (int4), or 0 when it has none (a schema before 18). */
 static AttrNumber run_column(Relation rel)
 {
-    TupleDesc td = RelationGetDescr(rel);
-    int i;
-
-    for (i = 0; i < td->natts; i++) {
-        Form_pg_attribute att = TupleDescAttr(td, i);
-
-        if (!att->attisdropped && strcmp(NameStr(att->attname), "cat_run") == 0)
-            return att->atttypid == INT4OID ? att->attnum : InvalidAttrNumber;
-    }
-    return InvalidAttrNumber;
+    return pawln_column_if(rel, "cat_run", INT4OID);
 }
 
 /* Whether pred (an index predicate, implicitly ANDed) is exactly cat_run IS DISTINCT FROM 0 on
