@@ -3,7 +3,8 @@
 # commits without a WAL flush of its own and is flushed at its commit, within
 # pawl.run_commit_wait, before its session hears of it; whatever returns what runs assigned
 # flushes the newest run it sees first. Shown by crashes at the worst moment: the WAL writer is
-# stopped (SIGSTOP) so that nothing but a flush someone asks for makes WAL durable, a session
+# stopped (SIGSTOP), with the background writer and the checkpointer, so that nothing but a
+# flush someone asks for makes WAL durable, a session
 # finalizes with a long pawl.run_commit_wait while another session holds a writing transaction
 # open (its run visible, its commit not yet flushed), and then every process of the cluster is
 # killed (SIGKILL: a power cut, as far as WAL goes):
@@ -69,10 +70,13 @@ fails=0
 check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
 
 postmaster() { head -n 1 "$data/postmaster.pid"; }
-walwriter() { # the WAL writer's pid
+flushers() { # the pids of the processes that write WAL or pages on their own: the WAL
+    # writer, the background writer (a page written out flushes WAL up to its changes first,
+    # and so, within the WAL page, a commit just after them) and the checkpointer
     local p
     for p in $(pgrep -P "$(postmaster)"); do
-        grep -q 'walwriter' "/proc/$p/cmdline" 2>/dev/null && { echo "$p"; return; }
+        grep -Eq 'walwriter|background writer|checkpointer' "/proc/$p/cmdline" 2>/dev/null &&
+            echo "$p"
     done
 }
 crash() { # every process of the cluster killed at once, then started again (crash recovery)
@@ -113,8 +117,8 @@ attempt() {
         [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()")" -ge 1 ] && break
         sleep 0.02
     done
-    ww=$(walwriter)
-    [ -n "$ww" ] && kill -STOP "$ww"
+    ww=$(flushers)
+    [ -n "$ww" ] && kill -STOP $ww
     : >"$tmp/fin.out"
     psql "$DSN" -XqAt -c "SET pawl.run_commit_wait = $wait_us" \
         -c "SELECT 't0=' || extract(epoch FROM clock_timestamp())" \

@@ -12,8 +12,9 @@
 #       metadata elements, ids, notify, toasted payloads and metadata, 1000 events, 200 streams)
 #       and of malformed calls (NULL and empty arrays, other lengths, shapes and lower bounds,
 #       NULL elements, bad expected numbers, ranks and slots, bad or repeated ids, constraint
-#       violations, a head at the int8 limit), and a CHECK constraint and a default changed
-#       under a session that has appended (what the C function keeps planned follows them);
+#       violations, a head at the int8 limit), and a CHECK constraint, a default and an index
+#       changed under a session that has appended (what the C function keeps planned follows
+#       them);
 #   (c) the calls the C function hands to pawl.append_sql: several appends in one transaction or
 #       statement, ids already in the log, other triggers on pawl.events (row, statement, on a
 #       partition, disabled), rotations (heads across partitions) and retention (stream floors);
@@ -458,6 +459,26 @@ log|1|t|f
 log|2|t|t
 log|3|forbidden|f" \
     "$(cat "$tmp/b: definitions changed under a session.n")"
+
+# An index created and dropped under a session that has appended: the indexes' planned
+# expressions and predicates the C function keeps per backend follow it (a new unique partial
+# expression index refuses a duplicate where its predicate holds, and nothing once dropped).
+cat >"$tmp/idx.sql" <<EOF
+SELECT 'i1', t.try(\$c\$$(ap "ARRAY['ix']" "$E1" "$I1" "$R1" "ARRAY['A']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+DO \$d\$ BEGIN EXECUTE format('CREATE UNIQUE INDEX t_ix ON pawl.%I (lower(type)) WHERE stream_id = %L',
+    (SELECT relname FROM pawl.event_parts WHERE hi IS NULL), 'ix'); END \$d\$;
+SELECT 'i2', t.try(\$c\$$(ap "ARRAY['ix']" "$E1" "$I1" "$R1" "ARRAY['a']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+SELECT 'i3', t.try(\$c\$$(ap "ARRAY['ix2']" "$E1" "$I1" "$R1" "ARRAY['a']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+DROP INDEX pawl.t_ix;
+SELECT 'i4', t.try(\$c\$$(ap "ARRAY['ix']" "$E1" "$I1" "$R1" "ARRAY['a']" "$P1" "$M0" "$N0" "$D0")\$c\$);
+EOF
+both "b: an index created under a session" "$tmp/idx.sql"
+expect "b: ... the new index refused a duplicate where its predicate held, then was gone" \
+    "i1|1|t|{0}|||
+i2|ERROR 23505|duplicate key value violates unique constraint \"t_ix\"
+i3|1|t|{0}|||
+i4|1|t|{1}|||" \
+    "$(cat "$tmp/b: an index created under a session.n")"
 
 # --- (c) The calls the C function hands to pawl.append_sql -----------------------------------
 cat >"$tmp/tx.sql" <<EOF
