@@ -210,7 +210,7 @@ void pawln_schema_error(const char *what)
 }
 
 /* The attribute of rel named name, of type typid; an error when there is none. */
-AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid)
+AttrNumber pawln_column_if(Relation rel, const char *name, Oid typid)
 {
     TupleDesc td = RelationGetDescr(rel);
     int i;
@@ -226,21 +226,16 @@ AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid)
                                         format_type_be(att->atttypid)));
         return att->attnum;
     }
-    pawln_schema_error(psprintf("%s has no column %s", RelationGetRelationName(rel), name));
+    return InvalidAttrNumber;
 }
 
-AttrNumber pawln_column_if(Relation rel, const char *name, Oid typid)
+AttrNumber pawln_column_of(Relation rel, const char *name, Oid typid)
 {
-    TupleDesc td = RelationGetDescr(rel);
-    int i;
+    AttrNumber a = pawln_column_if(rel, name, typid);
 
-    for (i = 0; i < td->natts; i++) {
-        Form_pg_attribute att = TupleDescAttr(td, i);
-
-        if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
-            return pawln_column_of(rel, name, typid);
-    }
-    return InvalidAttrNumber;
+    if (a == InvalidAttrNumber)
+        pawln_schema_error(psprintf("%s has no column %s", RelationGetRelationName(rel), name));
+    return a;
 }
 
 /* Open pawl.<name> with lockmode, checking what a statement reading it would check: the current

@@ -1899,6 +1899,15 @@ static bool part_overlaps(const epart *p, uint64 lo, uint64 hi)
     return p->lo <= p->hi && p->lo <= hi && p->hi >= lo;
 }
 
+/* p's primary-key scan positioned on transaction x's rows from k_lo on, in k order. */
+static void pkey_rows(epart *p, Snapshot snap, uint64 x, int32 k_lo)
+{
+    part_pkey(p, snap);
+    keys_xid_range(&p->pkkeys[0], 1, x, x);
+    ScanKeyInit(&p->pkkeys[2], 2, BTGreaterEqualStrategyNumber, F_INT4GE, Int32GetDatum(k_lo));
+    part_rescan(p, p->pkscan, p->pkkeys, 3);
+}
+
 /*
  * After a category index entry's row (in p->slot, of transaction x): when the index holds runs
  * and the row heads one (cat_run m > 1), the run's other rows, k + 1 .. k + m - 1, through the
@@ -1924,10 +1933,7 @@ static void walk_run(fcall *fr, const window *w, topn *t, epart *p, int16 pi, co
         return;
     k = DatumGetInt32(d);
     last += k;
-    part_pkey(p, fr->snap);
-    keys_xid_range(&p->pkkeys[0], 1, x, x);
-    ScanKeyInit(&p->pkkeys[2], 2, BTGreaterEqualStrategyNumber, F_INT4GE, Int32GetDatum(k + 1));
-    part_rescan(p, p->pkscan, p->pkkeys, 3);
+    pkey_rows(p, fr->snap, x, k + 1);
     while (part_next(p, p->pkscan)) {
         int32 kk = itup_k(p->pkscan, p->rel);
         int64 idx;
@@ -2036,12 +2042,8 @@ static void window_by_category(fcall *fr, const window *w, topn *t)
                     }
                 }
             } else {
-                part_pkey(p, fr->snap);
-                keys_xid_range(&p->pkkeys[0], 1, x, x);
-                /* every k (the SQL does not bound it below) */
-                ScanKeyInit(&p->pkkeys[2], 2, BTGreaterEqualStrategyNumber, F_INT4GE,
-                            Int32GetDatum(PG_INT32_MIN));
-                part_rescan(p, p->pkscan, p->pkkeys, 3);
+                pkey_rows(p, fr->snap, x,
+                          PG_INT32_MIN); /* every k (the SQL does not bound it below) */
                 while (part_next(p, p->pkscan)) {
                     int64 idx;
 
