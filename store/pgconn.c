@@ -35,10 +35,10 @@ void pawl__pgconn_watch(struct conn *c, uint32_t events)
     int fd = c->pg ? PQsocket(c->pg) : -1;
     if (fd == c->fd && (fd < 0 || events == c->events))
         return;
-    if (pawl__ioloop_watch(p->loop, (unsigned)c->index, fd, events) != 0) {
+    if (pawl__ioloop_watch(p->loop, (unsigned)c->slot, fd, events) != 0) {
         PAWL_ERROR("pgconn", "%s: cannot watch connection %d's socket: %s", p->name, c->index,
                    strerror(errno));
-        pawl__ioloop_watch(p->loop, (unsigned)c->index, -1, 0);
+        pawl__ioloop_watch(p->loop, (unsigned)c->slot, -1, 0);
         fd = -1;
     }
     c->fd = fd;
@@ -49,7 +49,7 @@ void pawl__pgconn_watch(struct conn *c, uint32_t events)
 void pawl__pgconn_close(struct conn *c)
 {
     PAWL_ASSERT(pawl__pgpool_on_io_thread(c->pool)); /* the I/O thread owns the connection */
-    pawl__ioloop_watch(c->pool->loop, (unsigned)c->index, -1, 0);
+    pawl__ioloop_watch(c->pool->loop, (unsigned)c->slot, -1, 0);
     c->fd = -1;
     c->events = 0;
     if (c->pg)

@@ -157,14 +157,28 @@ struct pawl_pgpool_opts {
      * (PAWL_ENOTSUP) when io_uring is refused.
      */
     int io_backend;
+    /*
+     * Hosting. A pool made with guest_slots > 0 keeps that many socket slots of its I/O loop
+     * for the connections of guest pools (0..64; default 0). A pool made with host set is such
+     * a guest: it has no I/O thread of its own; its host's thread drives it (its sockets, its
+     * deadlines, its on_loop hook, its completions) in the same loop and the same system call
+     * as the host's own connections, so that a completion on one can hand work to the other
+     * without a cross-thread wake-up. Everything else is the guest's own: its connections,
+     * queues, session statements, prepared statements, hooks and errors. A guest is freed
+     * before its host; a host that stops first (or whose loop fails) shuts its guests down
+     * with it. io_backend is the host's.
+     */
+    int guest_slots;
+    struct pawl_pgpool *host;
 };
 
 void pawl__pgpool_opts_defaults(struct pawl_pgpool_opts *o);
 
 /*
- * Create a pool and start its I/O thread; connections are opened in the background (failures
- * are retried with back-off and logged). When wait_ms > 0, waits up to that long for the first
- * connection and returns PAWL_ECONN (with the reason in err) if none came up. dsn is copied.
+ * Create a pool and start its I/O thread (a guest: attach it to its host's); connections are opened
+ * in the background (failures are retried with back-off and logged). When wait_ms > 0, waits up to
+ * that long for the first connection and returns PAWL_ECONN (with the reason in err) if none came
+ * up. dsn is copied.
  */
 int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct pawl_pgpool_opts *o,
                      int wait_ms, char *err, size_t errlen);

@@ -28,6 +28,9 @@
 
 #define MAX_PREPARED 128
 #define MAX_CONNS 64
+/* Guest pools one host drives at most, and the slots it may keep for them. */
+#define MAX_GUESTS 4
+#define MAX_GUEST_SLOTS 64
 /* While connection attempts keep failing, a warning this often (each retry is at debug). */
 #define CONNECT_WARN_NS (10 * 1000000000LL)
 
@@ -47,6 +50,7 @@ struct expect {
 struct conn {
     struct pawl_pgpool *pool;
     int index;
+    int slot; /* its socket's slot in the I/O loop (index, after a host's own) */
     PGconn *pg;
     int fd;            /* watched by the I/O loop, or -1 */
     uint32_t events;   /* currently watched PAWL_IO_* events */
@@ -98,11 +102,26 @@ struct pawl_pgpool {
 
     pthread_t thread;
     struct pawl_ioloop *loop; /* sockets, deadlines and wake-ups; owned by the I/O thread */
-    int self_kick;            /* I/O thread only: its callbacks queued requests */
-    int64_t loop_due_ns;      /* I/O thread only: when on_loop asked to be called again; 0 */
-    atomic_int stop;          /* set by free(); read by the I/O thread after each wakeup */
-    atomic_int nready;        /* connections READY; relaxed, informational */
-    atomic_llong pending;     /* requests submitted and not completed */
+    /* Hosting (pawl_pgpool_opts.host, .guest_slots). driver: the pool whose I/O thread runs
+     * this one, itself or its host; a guest shares its host's loop. A host's fields below
+     * marked "mu" are under the host's mutex; "I/O thread" its thread's alone. */
+    struct pawl_pgpool *driver;
+    int slot_base;     /* a guest: its connections' first slot in the loop */
+    int guest_slots;   /* a host: slots kept for guests */
+    int slots_given;   /* a host, mu: slots handed to guests so far */
+    int ndriven_total; /* a host, mu: guests ever attached (at most MAX_GUESTS) */
+    struct pawl_pgpool *attaching[MAX_GUESTS]; /* a host, mu: guests not yet adopted */
+    int nattaching;                            /* a host, mu */
+    atomic_int guests_changed; /* a host: a guest attached or is stopping; seq_cst */
+    struct pawl_pgpool *driven[1 + MAX_GUESTS]; /* a host, I/O thread: itself, then guests */
+    int ndriven;                                /* a host, I/O thread */
+    struct conn **slot_conn; /* a host, I/O thread: each slot's connection, or NULL */
+    int detached;            /* a guest, under its own mu: its host let it go; nothing drives it */
+    int self_kick;           /* I/O thread only: its callbacks queued requests */
+    int64_t loop_due_ns;     /* I/O thread only: when on_loop asked to be called again; 0 */
+    atomic_int stop;         /* set by free(); read by the I/O thread after each wakeup */
+    atomic_int nready;       /* connections READY; relaxed, informational */
+    atomic_llong pending;    /* requests submitted and not completed */
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* signalled when a connection becomes READY or fails (for new) */

@@ -33,13 +33,20 @@ void pawl__pgpool_opts_defaults(struct pawl_pgpool_opts *o)
 }
 
 /* The pool whose I/O thread this is (NULL elsewhere): a request submitted from one of its own
- * callbacks needs no wake-up, only a loop pass that does not sleep before dispatching it. */
+ * callbacks, or one of its guests', needs no wake-up, only a loop pass that does not sleep
+ * before dispatching it. */
 static _Thread_local struct pawl_pgpool *io_self;
+
+/* Whether this is the thread that drives p (its own I/O thread, or its host's). */
+static int on_thread(const struct pawl_pgpool *p)
+{
+    return io_self != NULL && io_self == p->driver;
+}
 
 static void wake(struct pawl_pgpool *p)
 {
-    if (io_self == p)
-        p->self_kick = 1; /* I/O thread only */
+    if (on_thread(p))
+        p->driver->self_kick = 1; /* I/O thread only */
     else
         pawl__ioloop_wake(p->loop); /* orders the queue writes made under the mutex before it */
 }
@@ -61,7 +68,7 @@ void pawl__pgpool_set_error(struct pawl_pgpool *p, const char *fmt, ...)
 /* Complete a request: runs its callback on the I/O thread. */
 void pawl__pgpool_complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
 {
-    PAWL_ASSERT(io_self == p); /* callbacks run on the I/O thread, and only there */
+    PAWL_ASSERT(on_thread(p)); /* callbacks run on the I/O thread, and only there */
     /* relaxed: a statistic; completion order is carried by the callback itself. */
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
     r->_next = NULL;
@@ -71,7 +78,7 @@ void pawl__pgpool_complete(struct pawl_pgpool *p, struct pawl_pgreq *r, int rc)
 /* A connection attempt ended (READY, or failed): wake pawl__pgpool_new's wait for the first. */
 void pawl__pgpool_attempt_done(struct pawl_pgpool *p)
 {
-    PAWL_ASSERT(io_self == p); /* the connections' state machines run on the I/O thread */
+    PAWL_ASSERT(on_thread(p)); /* the connections' state machines run on the I/O thread */
     pthread_mutex_lock(&p->mu);
     p->attempts_done++;
     pthread_cond_broadcast(&p->cond);
@@ -82,7 +89,7 @@ void pawl__pgpool_attempt_done(struct pawl_pgpool *p)
 
 static void expire_queue(struct pawl_pgpool *p, int64_t now)
 {
-    PAWL_ASSERT(io_self == p); /* the I/O thread's own work */
+    PAWL_ASSERT(on_thread(p)); /* the I/O thread's own work */
     if (p->o.queue_timeout_ms <= 0 || atomic_load_explicit(&p->nready, memory_order_relaxed) > 0)
         return;
     int64_t limit = now - (int64_t)p->o.queue_timeout_ms * 1000000;
@@ -127,7 +134,7 @@ static void expire_queue(struct pawl_pgpool *p, int64_t now)
 
 static void fail_all_queued(struct pawl_pgpool *p)
 {
-    PAWL_ASSERT(io_self == p); /* the I/O thread's own work */
+    PAWL_ASSERT(on_thread(p)); /* the I/O thread's own work */
     pthread_mutex_lock(&p->mu);
     struct pawl_pgreq *r = p->q_head;
     p->q_head = p->q_tail = NULL;
@@ -146,7 +153,7 @@ static void fail_all_queued(struct pawl_pgpool *p)
  * was sent and it could commit) or pinned, and the shared queue; close every connection. */
 static void io_shutdown(struct pawl_pgpool *p)
 {
-    PAWL_ASSERT(io_self == p); /* the I/O thread's last work */
+    PAWL_ASSERT(on_thread(p)); /* the I/O thread's last work */
     pthread_mutex_lock(&p->mu);
     p->io_exited = 1;
     atomic_store_explicit(&p->wake_at_ns, 0, memory_order_relaxed);
@@ -179,6 +186,82 @@ static void io_shutdown(struct pawl_pgpool *p)
     fail_all_queued(p);
 }
 
+/* A guest's end, on its host's thread: shut down as a pool of its own would be (its requests
+ * failed, its connections closed), its slots forgotten; then pawl__pgpool_free may go on. */
+static void guest_detach(struct pawl_pgpool *h, struct pawl_pgpool *g)
+{
+    PAWL_ASSERT(io_self == h && g->driver == h); /* the host's thread drives and lets go */
+    /* release: submitters see stop (and refuse) rather than queue to a pool nothing drives. */
+    atomic_store_explicit(&g->stop, 1, memory_order_release);
+    io_shutdown(g);
+    for (int i = 0; i < g->nconns; i++)
+        h->slot_conn[g->conns[i].slot] = NULL;
+    pthread_mutex_lock(&g->mu);
+    g->detached = 1;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Adopt the guests attached since the last pass (their connections start now) and let go of
+ * those being freed. Cheap when nothing changed: one atomic exchange. */
+static void guests_update(struct pawl_pgpool *p)
+{
+    PAWL_ASSERT(io_self == p);
+    /* seq_cst: pairs with the attaching or freeing thread's store, made after its own writes
+     * (the attaching list under mu, the guest's stop). */
+    if (p->guest_slots == 0 || !atomic_exchange(&p->guests_changed, 0))
+        return;
+    struct pawl_pgpool *add[MAX_GUESTS];
+    pthread_mutex_lock(&p->mu);
+    int nadd = p->nattaching;
+    for (int k = 0; k < nadd; k++)
+        add[k] = p->attaching[k];
+    p->nattaching = 0;
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < nadd; k++) {
+        struct pawl_pgpool *g = add[k];
+        PAWL_ASSERT(p->ndriven < (int)PAWL_ARRAY_LEN(p->driven)); /* counted at attach */
+        p->driven[p->ndriven++] = g;
+        for (int i = 0; i < g->nconns; i++)
+            p->slot_conn[g->conns[i].slot] = &g->conns[i];
+        /* acquire: a guest freed before it was adopted is let go below, never connected. */
+        if (!atomic_load_explicit(&g->stop, memory_order_acquire))
+            for (int i = 0; i < g->nconns; i++)
+                pawl__pgconn_start(&g->conns[i]);
+    }
+    for (int d = 1; d < p->ndriven;) {
+        struct pawl_pgpool *g = p->driven[d];
+        /* acquire: pairs with the release in pawl__pgpool_free. */
+        if (!atomic_load_explicit(&g->stop, memory_order_acquire)) {
+            d++;
+            continue;
+        }
+        guest_detach(p, g);
+        for (int k = d + 1; k < p->ndriven; k++)
+            p->driven[k - 1] = p->driven[k];
+        p->ndriven--;
+    }
+}
+
+/* The host's loop has ended: its guests end with it (nothing else would drive them), those
+ * not yet adopted too. */
+static void guests_shutdown(struct pawl_pgpool *p)
+{
+    PAWL_ASSERT(io_self == p);
+    for (int d = 1; d < p->ndriven; d++)
+        guest_detach(p, p->driven[d]);
+    p->ndriven = 1;
+    pthread_mutex_lock(&p->mu);
+    int n = p->nattaching;
+    struct pawl_pgpool *left[MAX_GUESTS];
+    for (int k = 0; k < n; k++)
+        left[k] = p->attaching[k];
+    p->nattaching = 0;
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < n; k++)
+        guest_detach(p, left[k]);
+}
+
 static void *io_main(void *arg)
 {
     struct pawl_pgpool *p = arg;
@@ -186,27 +269,32 @@ static void *io_main(void *arg)
     for (int i = 0; i < p->nconns; i++)
         pawl__pgconn_start(&p->conns[i]);
 
-    struct pawl_ioev evs[MAX_CONNS];
+    struct pawl_ioev evs[MAX_CONNS + MAX_GUEST_SLOTS];
+    int64_t wake_at[1 + MAX_GUESTS];
     for (;;) {
         /* acquire: pairs with the release in pawl__pgpool_free. */
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             break;
+        guests_update(p);
         int64_t now = pawl_now_ns();
         int64_t next = now + 1000000000LL;
-        for (int i = 0; i < p->nconns; i++) {
-            struct conn *c = &p->conns[i];
-            if (c->state == C_CONNECTING || c->state == C_BACKOFF)
-                next = PAWL_MIN(next, c->deadline_ns);
+        for (int d = 0; d < p->ndriven; d++) {
+            struct pawl_pgpool *q = p->driven[d];
+            for (int i = 0; i < q->nconns; i++) {
+                struct conn *c = &q->conns[i];
+                if (c->state == C_CONNECTING || c->state == C_BACKOFF)
+                    next = PAWL_MIN(next, c->deadline_ns);
+            }
+            if (q->o.queue_timeout_ms > 0 &&
+                atomic_load_explicit(&q->nready, memory_order_relaxed) == 0)
+                next = PAWL_MIN(next, now + 50000000LL);
+            /* relaxed: a waiter that moves it earlier wakes the loop after storing it. */
+            wake_at[d] = atomic_load_explicit(&q->wake_at_ns, memory_order_relaxed);
+            if (wake_at[d] > 0)
+                next = PAWL_MIN(next, wake_at[d]);
+            if (q->loop_due_ns > 0)
+                next = PAWL_MIN(next, q->loop_due_ns);
         }
-        if (p->o.queue_timeout_ms > 0 &&
-            atomic_load_explicit(&p->nready, memory_order_relaxed) == 0)
-            next = PAWL_MIN(next, now + 50000000LL);
-        /* relaxed: a waiter that moves it earlier wakes the loop after storing it. */
-        int64_t wake_at = atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed);
-        if (wake_at > 0)
-            next = PAWL_MIN(next, wake_at);
-        if (p->loop_due_ns > 0)
-            next = PAWL_MIN(next, p->loop_due_ns);
         if (p->self_kick) {
             p->self_kick = 0;
             next = now; /* poll only: what our callbacks queued goes out in this pass */
@@ -216,34 +304,48 @@ static void *io_main(void *arg)
             PAWL_ERROR("pgconn", "%s: the I/O loop failed; the pool stops", p->name);
             break;
         }
-        for (int i = 0; i < n; i++)
-            pawl__pgconn_on_io(&p->conns[evs[i].slot], evs[i].events);
+        for (int i = 0; i < n; i++) {
+            struct conn *c = p->slot_conn[evs[i].slot];
+            if (c != NULL)
+                pawl__pgconn_on_io(c, evs[i].events);
+        }
         now = pawl_now_ns();
-        for (int i = 0; i < p->nconns; i++) {
-            struct conn *c = &p->conns[i];
-            if (c->state == C_BACKOFF && now >= c->deadline_ns)
-                pawl__pgconn_start(c);
-            else if (c->state == C_CONNECTING && now >= c->deadline_ns)
-                pawl__pgconn_break(c, "connect timeout");
+        for (int d = 0; d < p->ndriven; d++) {
+            struct pawl_pgpool *q = p->driven[d];
+            for (int i = 0; i < q->nconns; i++) {
+                struct conn *c = &q->conns[i];
+                if (c->state == C_BACKOFF && now >= c->deadline_ns)
+                    pawl__pgconn_start(c);
+                else if (c->state == C_CONNECTING && now >= c->deadline_ns)
+                    pawl__pgconn_break(c, "connect timeout");
+            }
         }
         p->self_kick = 0; /* what callbacks queued so far goes out now */
-        if (p->o.on_loop) {
-            int64_t want = p->o.on_loop(p->o.hook_ud, now);
-            p->loop_due_ns = want > 0 ? want : 0;
-        }
-        pawl__pgpipe_dispatch(p);
-        expire_queue(p, now);
-        if (wake_at > 0 && now >= wake_at) {
-            pthread_mutex_lock(&p->mu);
-            if (atomic_load_explicit(&p->wake_at_ns, memory_order_relaxed) <= now) {
-                /* waiters still short of their deadline set it again */
-                atomic_store_explicit(&p->wake_at_ns, 0, memory_order_relaxed);
-                pthread_cond_broadcast(&p->cond);
+        for (int d = 0; d < p->ndriven; d++) {
+            struct pawl_pgpool *q = p->driven[d];
+            if (q->o.on_loop) {
+                int64_t want = q->o.on_loop(q->o.hook_ud, now);
+                q->loop_due_ns = want > 0 ? want : 0;
             }
-            pthread_mutex_unlock(&p->mu);
+        }
+        for (int d = 0; d < p->ndriven; d++)
+            pawl__pgpipe_dispatch(p->driven[d]);
+        for (int d = 0; d < p->ndriven; d++) {
+            struct pawl_pgpool *q = p->driven[d];
+            expire_queue(q, now);
+            if (wake_at[d] > 0 && now >= wake_at[d]) {
+                pthread_mutex_lock(&q->mu);
+                if (atomic_load_explicit(&q->wake_at_ns, memory_order_relaxed) <= now) {
+                    /* waiters still short of their deadline set it again */
+                    atomic_store_explicit(&q->wake_at_ns, 0, memory_order_relaxed);
+                    pthread_cond_broadcast(&q->cond);
+                }
+                pthread_mutex_unlock(&q->mu);
+            }
         }
     }
     io_shutdown(p);
+    guests_shutdown(p);
     return NULL;
 }
 
@@ -251,7 +353,9 @@ static void *io_main(void *arg)
  * the lock) and the pool itself; for a pool half made as for one whose thread has ended. */
 static void pool_release(struct pawl_pgpool *p)
 {
-    pawl__ioloop_free(p->loop);
+    if (p->driver == NULL || p->driver == p)
+        pawl__ioloop_free(p->loop); /* a guest's is its host's */
+    pawl_free(p->slot_conn);
     if (p->session_sql) {
         for (int i = 0; i < p->nsession; i++)
             pawl_free(p->session_sql[i]);
@@ -262,6 +366,77 @@ static void pool_release(struct pawl_pgpool *p)
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->mu);
     pawl_free(p);
+}
+
+/* Give p (its connections set up, not started) a loop and an I/O thread of its own, with
+ * room for its guests; *out is p once the thread runs. */
+static int start_thread(struct pawl_pgpool *p, struct pawl_pgpool **out, char *err, size_t errlen)
+{
+    p->driver = p;
+    p->guest_slots = p->o.guest_slots;
+    p->driven[0] = p;
+    p->ndriven = 1;
+    p->slot_conn = pawl_calloc((size_t)p->nconns + (size_t)p->guest_slots, sizeof(struct conn *));
+    if (p->slot_conn == NULL)
+        return PAWL_ENOMEM;
+    for (int i = 0; i < p->nconns; i++)
+        p->slot_conn[i] = &p->conns[i];
+    struct pawl_ioloop_opts lo = {.backend = (enum pawl_timer_backend)p->o.io_backend};
+    int rc = pawl__ioloop_new(&p->loop, (unsigned)(p->nconns + p->guest_slots), p->name, &lo);
+    if (rc != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot start the I/O loop: %s", p->name,
+                     rc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(rc));
+        return rc;
+    }
+    /* Published before the I/O thread starts: its hooks may read *out (thread creation
+     * orders this store before them). */
+    *out = p;
+    if (pthread_create(&p->thread, NULL, io_main, p) != 0) {
+        *out = NULL;
+        return PAWL_ENOMEM;
+    }
+    char tname[32]; /* shown by top -H and perf; the kernel keeps 15 bytes */
+    snprintf(tname, sizeof tname, "pg-%.12s", p->name);
+    pthread_setname_np(p->thread, tname);
+    return 0;
+}
+
+/* Make p (its connections set up, not started) a guest of h: it takes slots of h's loop and
+ * waits in h's attaching list for h's thread to adopt it (guests_update); *out is p before
+ * that thread can run its hooks. */
+static int attach(struct pawl_pgpool *p, struct pawl_pgpool *h, struct pawl_pgpool **out, char *err,
+                  size_t errlen)
+{
+    PAWL_ASSERT(!on_thread(h)); /* adopting takes a pass of h's loop after this returns */
+    pthread_mutex_lock(&h->mu);
+    /* acquire: pairs with the release in pawl__pgpool_free. */
+    int room = !h->io_exited && !atomic_load_explicit(&h->stop, memory_order_acquire) &&
+               h->nattaching < MAX_GUESTS && h->ndriven_total < MAX_GUESTS &&
+               h->slots_given + p->nconns <= h->guest_slots;
+    if (room) {
+        p->slot_base = h->nconns + h->slots_given;
+        h->slots_given += p->nconns;
+        h->ndriven_total++;
+        for (int i = 0; i < p->nconns; i++)
+            p->conns[i].slot = p->slot_base + i;
+        p->driver = h;
+        p->loop = h->loop;
+        /* Before the host's thread can adopt p (it needs guests_changed, stored below, or a
+         * pass of its own after this unlock): its hooks may read *out. */
+        *out = p;
+        h->attaching[h->nattaching++] = p;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!room) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: its host pool %s has no room for it, or has stopped",
+                     p->name, h->name);
+        return PAWL_EINVAL;
+    }
+    atomic_store(&h->guests_changed, 1); /* seq_cst: read by the host's next pass */
+    pawl__ioloop_wake(h->loop);
+    return 0;
 }
 
 /* ---- public API -------------------------------------------------------------------------- */
@@ -279,7 +454,9 @@ int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct paw
     if (out == NULL || o->connections < 1 || o->connections > MAX_CONNS ||
         o->reconnect_min_ms < 1 || o->reconnect_max_ms < o->reconnect_min_ms ||
         o->max_inflight < 1 || o->connect_timeout_ms < 1 || o->io_backend < 0 ||
-        o->io_backend > PAWL_TIMER_BACKEND_EPOLL) {
+        o->io_backend > PAWL_TIMER_BACKEND_EPOLL || o->guest_slots < 0 ||
+        o->guest_slots > MAX_GUEST_SLOTS ||
+        (o->host && (o->guest_slots > 0 || o->host->driver != o->host))) {
         if (err && errlen)
             snprintf(err, errlen, "invalid connection pool options");
         return PAWL_EINVAL;
@@ -315,29 +492,13 @@ int pawl__pgpool_new(struct pawl_pgpool **out, const char *dsn, const struct paw
     for (int i = 0; i < p->nconns; i++) {
         p->conns[i].pool = p;
         p->conns[i].index = i;
+        p->conns[i].slot = i;
         p->conns[i].fd = -1;
         p->conns[i].state = C_DOWN;
     }
-    struct pawl_ioloop_opts lo = {.backend = (enum pawl_timer_backend)o->io_backend};
-    int lrc = pawl__ioloop_new(&p->loop, (unsigned)p->nconns, p->name, &lo);
-    if (lrc != 0) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot start the I/O loop: %s", p->name,
-                     lrc == PAWL_ENOTSUP ? "io_uring is required and refused" : pawl_strerror(lrc));
-        rc_fail = lrc;
+    rc_fail = o->host ? attach(p, o->host, out, err, errlen) : start_thread(p, out, err, errlen);
+    if (rc_fail != 0)
         goto fail;
-    }
-    /* Published before the I/O thread starts: its hooks may read *out (thread creation
-     * orders this store before them). */
-    *out = p;
-    if (pthread_create(&p->thread, NULL, io_main, p) != 0) {
-        *out = NULL;
-        goto fail;
-    }
-    char tname[32]; /* shown by top -H and perf; the kernel keeps 15 bytes */
-    snprintf(tname, sizeof tname, "pg-%.12s", p->name);
-    pthread_setname_np(p->thread, tname);
-
     if (wait_ms > 0) {
         int rc = pawl__pgpool_wait_ready(p, wait_ms, 1) == 0 ? 0 : PAWL_ECONN;
         pthread_mutex_lock(&p->mu);
@@ -364,11 +525,30 @@ void pawl__pgpool_free(struct pawl_pgpool *p)
 {
     if (p == NULL)
         return;
-    PAWL_ASSERT(io_self != p); /* not from a callback of its own: it joins the I/O thread */
-    /* release: the I/O thread sees stop after its next wakeup. */
-    atomic_store_explicit(&p->stop, 1, memory_order_release);
-    pawl__ioloop_wake(p->loop);
-    pthread_join(p->thread, NULL);
+    /* Not from a callback of its own: it joins the I/O thread, or waits for it. */
+    PAWL_ASSERT(!on_thread(p));
+    if (p->driver != p) {
+        /* A guest: its host's thread shuts it down and lets go of it (guests_update), or did
+         * already when the host stopped first (then the host is not touched: it may be gone). */
+        pthread_mutex_lock(&p->mu);
+        if (!p->detached) {
+            pthread_mutex_unlock(&p->mu);
+            struct pawl_pgpool *h = p->driver;
+            /* release: the host's thread sees stop after it sees guests_changed. */
+            atomic_store_explicit(&p->stop, 1, memory_order_release);
+            atomic_store(&h->guests_changed, 1); /* seq_cst */
+            pawl__ioloop_wake(h->loop);
+            pthread_mutex_lock(&p->mu);
+            while (!p->detached)
+                pthread_cond_wait(&p->cond, &p->mu);
+        }
+        pthread_mutex_unlock(&p->mu);
+    } else {
+        /* release: the I/O thread sees stop after its next wakeup. */
+        atomic_store_explicit(&p->stop, 1, memory_order_release);
+        pawl__ioloop_wake(p->loop);
+        pthread_join(p->thread, NULL);
+    }
     for (int i = 0; i < p->nconns; i++)
         pawl_free(p->conns[i].exp);
     int np = atomic_load_explicit(&p->nprepared, memory_order_acquire); /* all published */
@@ -480,7 +660,7 @@ int pawl__pgpool_submit_on(struct pawl_pgpool *p, int conn_index, struct pawl_pg
 
 int pawl__pgpool_on_io_thread(const struct pawl_pgpool *p)
 {
-    return p ? io_self == p : io_self != NULL;
+    return p ? on_thread(p) : io_self != NULL;
 }
 
 void pawl__pgpool_wake(struct pawl_pgpool *p)
@@ -507,7 +687,7 @@ int pawl__pgpool_size(const struct pawl_pgpool *p)
 
 int pawl__pgpool_wait_ready(struct pawl_pgpool *p, int wait_ms, int first_attempts_only)
 {
-    PAWL_ASSERT(io_self != p || p == NULL); /* its own I/O thread would wait for itself */
+    PAWL_ASSERT(p == NULL || !on_thread(p)); /* its own I/O thread would wait for itself */
     int64_t until = pawl_now_ns() + (int64_t)PAWL_MAX(wait_ms, 0) * 1000000;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
@@ -572,7 +752,7 @@ static void exec_done(struct pawl_pgreq *req, int rc)
 
 int pawl__pgpool_exec(struct pawl_pgpool *p, int conn_index, struct pawl_pgreq *req)
 {
-    PAWL_ASSERT(io_self != p || p == NULL); /* its own I/O thread would wait for itself */
+    PAWL_ASSERT(p == NULL || !on_thread(p)); /* its own I/O thread would wait for itself */
     struct exec_wait w = {.done = 0, .rc = 0};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cond, NULL);

@@ -287,8 +287,9 @@ static void prepare_server(void)
         fprintf(stderr, "the server is not on this machine: no CPU figures\n");
 }
 
-/* A thread's ticks if it is the store's finalizer thread (by its name: the finalizer runs on its
- * connection's I/O thread, pg-finalizer). */
+/* A thread's ticks if it is the store's finalizer thread (by its name: with finalizer_own_thread
+ * the finalizer runs on its connection's own I/O thread, pg-finalizer; by default it shares the
+ * log connections' thread, pg-log, and its client CPU cannot be told from the appends'). */
 static int64_t finalizer_thread_ticks(const char *path)
 {
     char file[340], comm[32] = "";
@@ -306,7 +307,7 @@ static int64_t finalizer_thread_ticks(const char *path)
 
 /*
  * The finalizer's own CPU, to tell what it costs directly (its backend's statements and commits,
- * the I/O thread of its connection, which runs it) from what it costs the
+ * and the I/O thread of its connection when it has one of its own) from what it costs the
  * appends around it. backend: the finalizer connection's server process (0: none).
  */
 static int64_t fin_cpu_ns_now(pid_t backend)

@@ -44,12 +44,14 @@
  *
  * Usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] [--cells a,b,...]
  *                    [--latency-share PCT] [--min-interval-us N] [--busy-share PCT]
- *                    [--messagedb DSN|none]
+ *                    [--piggyback 0|1] [--own-thread-variant] [--messagedb DSN|none]
  * (--latency-share, --min-interval-us, --busy-share: the finalizer's cadence, the store options
- * of those names; --messagedb: where message-db's schema is, default the --dsn server's database
- * pawl_peer_messagedb as bench/peers/setup.sh installs it; when that has no write_message, the
- * variant is left out with a note.)
- * DSN names a scratch database whose log is empty: every cell starts with the tables empty.
+ * of those names; --piggyback: append_finalizes; --own-thread-variant: every cell also runs
+ * "grouped_own_thread", grouped with the finalizer on an I/O thread of its own
+ * (finalizer_own_thread) rather than on the log connections' loop; --messagedb: where message-db's
+ * schema is, default the --dsn server's database pawl_peer_messagedb as bench/peers/setup.sh
+ * installs it; when that has no write_message, the variant is left out with a note.) DSN names a
+ * scratch database whose log is empty: every cell starts with the tables empty.
  */
 #include "pawl.h"
 #include "pawl/metrics.h"
@@ -79,6 +81,8 @@ static int latency_share = -1;   /* --latency-share: finalizer_latency_share_pct
 static int min_interval_us = -1; /* --min-interval-us: finalizer_min_interval_us (< 0: default) */
 static int busy_share = -1;      /* --busy-share: finalizer_busy_share_pct (< 0: default) */
 static int piggyback = -1;       /* --piggyback: append_finalizes (< 0: default) */
+static int own_thread_variant;   /* --own-thread-variant: also grouped_own_thread */
+static int own_thread_now;       /* the variant running sets finalizer_own_thread */
 
 static const char PAYLOAD[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
 static const char MESSAGEDB_DB[] = "pawl_peer_messagedb";
@@ -594,6 +598,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
         o.finalizer_busy_share_pct = busy_share;
     if (piggyback >= 0)
         o.append_finalizes = finalizer ? piggyback : 0;
+    o.finalizer_own_thread = own_thread_now;
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0) {
@@ -862,10 +867,11 @@ int main(int argc, char **argv)
                                        {"busy-share", required_argument, 0, 'B'},
                                        {"messagedb", required_argument, 0, 'M'},
                                        {"piggyback", required_argument, 0, 'P'},
+                                       {"own-thread-variant", no_argument, 0, 'O'},
                                        {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
-    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:M:P:", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:R:c:C:L:I:B:M:P:O", lo, NULL)) != -1) {
         switch (ch) {
         case 'd':
             dsn = optarg;
@@ -901,11 +907,14 @@ int main(int argc, char **argv)
             if (int_arg("--piggyback", optarg, 0, 1, &piggyback) != 0)
                 return 2;
             break;
+        case 'O':
+            own_thread_variant = 1;
+            break;
         default:
             fprintf(stderr, "usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] "
                             "[--cells one64,one1,ten64,hundred,half] [--latency-share PCT] "
                             "[--min-interval-us N] [--busy-share PCT] [--piggyback 0|1] "
-                            "[--messagedb DSN|none]\n");
+                            "[--own-thread-variant] [--messagedb DSN|none]\n");
             return 2;
         }
     }
@@ -984,14 +993,21 @@ int main(int argc, char **argv)
                 report(round, d->name, "write_message_1client", &r, best, 0);
             }
             settle();
-            reset_log();
-            run_pawl(d, 256, 1, 0, 0, &r);
-            report(round, d->name, "grouped", &r, best, wm);
-            if (i == 0) {
-                one64_grouped = r.ev_s;
-                one64_best = best;
+            /* With --own-thread-variant, grouped and grouped_own_thread swap places every
+             * other round (the later of two cells may find the machine in another state). */
+            for (int k = 0; k < (own_thread_variant ? 2 : 1); k++) {
+                own_thread_now = own_thread_variant && (k == 0) == (round % 2 == 0);
+                reset_log();
+                run_pawl(d, 256, 1, 0, 0, &r);
+                report(round, d->name, own_thread_now ? "grouped_own_thread" : "grouped", &r, best,
+                       wm);
+                if (i == 0 && !own_thread_now) {
+                    one64_grouped = r.ev_s;
+                    one64_best = best;
+                }
+                own_thread_now = 0;
+                settle();
             }
-            settle();
             reset_log();
             run_pawl(d, 1, 1, 0, 0, &r);
             report(round, d->name, "ungrouped", &r, best, wm);

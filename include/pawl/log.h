@@ -94,6 +94,12 @@ struct pawl_store_opts {
      * is when fewer, larger runs cost the appends least. It trades finalize delay for CPU;
      * 0 (the default) turns it off. */
     int finalizer_busy_share_pct;
+    /* 0 (default): the finalizer runs on the log connections' I/O thread, beside the appends,
+     * with a connection of its own: an append's commit hands it the run in the same pass of
+     * that loop, and the run's result comes back through the same wait, with no thread of its
+     * own to wake. 1: it runs on an I/O thread of its own (as before 2026-12-06), so that a log
+     * loop kept busy by reads and completions never delays a run (and the reverse). */
+    int finalizer_own_thread;
     /* Experimental. 1: each append's transaction also runs a finalization (after its
      * insert, under the same try-lock) for what others committed before it, so that run's
      * commit shares the append's WAL flush; the background finalizer then mostly finds the
@@ -218,6 +224,10 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
     X(INT, finalizer_busy_share_pct, "finalizer-busy-share", 0, 0, 100, "%",                       \
       "Under load, space finalizer runs so that they take at most this share of the time "         \
       "(0: off)",                                                                                  \
+      NULL)                                                                                        \
+    X(BOOL, finalizer_own_thread, "finalizer-own-thread", 0, 0, 1, NULL,                           \
+      "Run the finalizer on an I/O thread of its own, not on the log connections' (which "         \
+      "saves its thread's wake-ups: a run per commit on a lone writer)",                           \
       NULL)                                                                                        \
     X(BOOL_NOFLAG, append_finalizes, "append-finalizes", 0, 0, 1, NULL,                            \
       "Each append's transaction also finalizes what others committed (experimental)", NULL)       \

@@ -64,7 +64,8 @@ static int check_opts(const struct pawl_store_opts *o, char *msg, size_t mlen)
 
 /* A pool of the store's (hooks: 0 none, 1 the listener's, 2 the finalizer's). */
 static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *name, int conns,
-                    const char *const *session, int hooks, char *err, size_t errlen)
+                    const char *const *session, int hooks, struct pawl_pgpool *host,
+                    int guest_slots, char *err, size_t errlen)
 {
     struct pawl_pgpool_opts po;
     pawl__pgpool_opts_defaults(&po);
@@ -76,6 +77,8 @@ static int new_pool(struct pawl_store *s, struct pawl_pgpool **out, const char *
     po.queue_timeout_ms = s->o.queue_timeout_ms;
     po.session_sql = session;
     po.io_backend = s->o.io_backend;
+    po.host = host;
+    po.guest_slots = guest_slots;
     if (hooks == 1)
         pawl__log_listen_hooks(s, &po);
     else if (hooks == 2)
@@ -259,10 +262,15 @@ static int open_pools(struct pawl_store *s, const char *dsn, const struct pawl_s
     }
     static const char *const listen_session[] = {"SET application_name = 'pawl listener'",
                                                  "LISTEN pawl_log", NULL};
-    int rc = new_pool(s, &s->main, "log", o->connections, s->main_session, 0, err, errlen);
+    /* The finalizer's connection is driven by the log connections' I/O thread (a guest of
+     * their pool) unless it is to have a thread of its own. */
+    int hosted = o->finalizer && !o->finalizer_own_thread;
+    int rc =
+        new_pool(s, &s->main, "log", o->connections, s->main_session, 0, NULL, hosted, err, errlen);
     if (rc != 0)
         return rc;
-    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, err, errlen);
+    rc = new_pool(s, &s->fin, "finalizer", 1, fin_session, 2, hosted ? s->main : NULL, 0, err,
+                  errlen);
     if (rc != 0)
         return rc;
     s->o.read_dsn = NULL; /* the caller's: the standby's pool keeps its own copy */
@@ -284,7 +292,7 @@ static int open_pools(struct pawl_store *s, const char *dsn, const struct pawl_s
                   pawl_dsn_redact(dsn, d, sizeof d));
     }
     if (o->listen && !standby && !(s->sb && o->read_wake == PAWL_READ_WAKE_POLL)) {
-        rc = new_pool(s, &s->listen, "listener", 1, listen_session, 1, err, errlen);
+        rc = new_pool(s, &s->listen, "listener", 1, listen_session, 1, NULL, 0, err, errlen);
         if (rc != 0)
             return rc;
     }

@@ -14,6 +14,7 @@
 
 #include "pgconn.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -615,6 +616,235 @@ static int64_t hook_loop(void *ud, int64_t now)
     return h->armed;
 }
 
+/*
+ * Hosting (pawl_pgpool_opts.host): a guest pool has no I/O thread; its host's thread drives its
+ * connections, hooks and completions in the same loop. The guest keeps its own sessions and
+ * queues; a request completed on the host can hand work to the guest (and back) without a
+ * wake-up; a guest's lost connection is its own; guests attach up to the slots kept for them;
+ * a freed guest leaves the host working, and a host freed first shuts its guest down with it.
+ */
+struct guest_state {
+    struct pawl_pgpool *_Atomic host, *_Atomic guest;
+    atomic_llong calls;
+    atomic_int on_host_thread, off_thread; /* hook calls on the host's thread, and elsewhere */
+    atomic_llong due_ns, fired_ns;
+    /* A chain: a host request's completion submits on the guest, whose completion submits on
+     * the host; each step records whether it ran on the host's thread. */
+    struct pawl_pgstmt st[3];
+    struct pawl_pgreq rq[3];
+    int64_t v[3];
+    atomic_int step, chain_ok;
+};
+
+static int64_t guest_loop(void *ud, int64_t now)
+{
+    struct guest_state *g = ud;
+    atomic_fetch_add(&g->calls, 1);
+    struct pawl_pgpool *h = atomic_load(&g->host), *q = atomic_load(&g->guest);
+    if (h == NULL || q == NULL)
+        return 0;
+    if (pawl__pgpool_on_io_thread(h) && pawl__pgpool_on_io_thread(q))
+        atomic_fetch_add(&g->on_host_thread, 1);
+    else
+        atomic_fetch_add(&g->off_thread, 1);
+    int64_t due = atomic_load(&g->due_ns);
+    if (due > 0 && now >= due && atomic_load(&g->fired_ns) == 0)
+        atomic_store(&g->fired_ns, now);
+    return due > 0 && atomic_load(&g->fired_ns) == 0 ? due : 0;
+}
+
+static void chain_done(struct pawl_pgreq *r, int rc)
+{
+    struct guest_state *g = r->ud;
+    int k = (int)(r - g->rq);
+    struct pawl_pgpool *h = atomic_load(&g->host), *q = atomic_load(&g->guest);
+    if (rc != 0 || !pawl__pgpool_on_io_thread(h) || !pawl__pgpool_on_io_thread(q) ||
+        g->v[k] != 10 + k) {
+        atomic_store(&g->step, -1);
+        return;
+    }
+    if (k < 2) {
+        g->rq[k + 1].on_done = chain_done;
+        g->rq[k + 1].ud = g;
+        if (pawl__pgpool_submit(k == 0 ? q : h, &g->rq[k + 1]) != 0) {
+            atomic_store(&g->step, -1);
+            return;
+        }
+    }
+    atomic_store(&g->step, k + 1);
+}
+
+static struct pawl_pgpool *new_guest(struct pawl_pgpool *host, const char *name, int conns,
+                                     struct guest_state *g, int *rc_out, char *err, size_t errlen)
+{
+    static const char *const session[] = {"SET application_name = 'pawl test guest'", NULL};
+    struct pawl_pgpool_opts o;
+    pawl__pgpool_opts_defaults(&o);
+    o.name = name;
+    o.connections = conns;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    o.session_sql = session;
+    o.host = host;
+    if (g) {
+        o.on_loop = guest_loop;
+        o.hook_ud = g;
+    }
+    struct pawl_pgpool *p = NULL;
+    *rc_out = pawl__pgpool_new(&p, dsn, &o, 10000, err, errlen);
+    return p;
+}
+
+/* Whether this process has a thread of that name. */
+static int thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], comm[32];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL) {
+            comm[strcspn(comm, "\n")] = '\0';
+            found = strcmp(comm, name) == 0;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+static void test_guest(void **state)
+{
+    (void)state;
+    static struct guest_state g;
+    memset(&g, 0, sizeof g);
+    char err[256];
+    int rc;
+    struct pawl_pgpool_opts o;
+    pawl__pgpool_opts_defaults(&o);
+    o.name = "host";
+    o.connections = 2;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    o.io_backend = pawl_test_io_backend();
+    o.guest_slots = 2;
+    struct pawl_pgpool *h = NULL;
+    assert_int_equal(pawl__pgpool_new(&h, dsn, &o, 10000, err, sizeof err), 0);
+    check_backend(h, o.io_backend);
+    struct pawl_pgpool *q = new_guest(h, "guest", 1, &g, &rc, err, sizeof err);
+    assert_int_equal(rc, 0);
+    assert_non_null(q);
+    atomic_store(&g.host, h);
+    atomic_store(&g.guest, q);
+    /* No thread of its own; the host's loop is its loop. */
+    assert_true(thread_named("pg-host"));
+    assert_false(thread_named("pg-guest"));
+    check_backend(q, o.io_backend);
+
+    /* Its own session, its own backend. */
+    int64_t hpid = 0, gpid = 0, v = 0;
+    assert_int_equal(exec1(h, "SELECT pg_backend_pid()", &hpid), 0);
+    assert_int_equal(exec1(q, "SELECT pg_backend_pid()", &gpid), 0);
+    assert_true(hpid != 0 && gpid != 0 && hpid != gpid);
+    assert_int_equal(exec1(q,
+                           "SELECT count(*) FROM pg_stat_activity WHERE pid = pg_backend_pid() "
+                           "AND application_name = 'pawl test guest'",
+                           &v),
+                     0);
+    assert_int_equal(v, 1);
+
+    /* Its hook: on the host's thread, woken from here, and at the deadline it returns. */
+    long long c0 = atomic_load(&g.calls);
+    pawl__pgpool_wake(q);
+    int64_t t0 = pawl_now_ns();
+    while (atomic_load(&g.calls) == c0 && pawl_now_ns() - t0 < 2000000000LL)
+        usleep(100);
+    assert_true(atomic_load(&g.calls) > c0);
+    int64_t due = pawl_now_ns() + 50000000LL;
+    atomic_store(&g.due_ns, due);
+    pawl__pgpool_wake(q);
+    while (atomic_load(&g.fired_ns) == 0 && pawl_now_ns() < due + 2000000000LL)
+        usleep(1000);
+    assert_true(atomic_load(&g.fired_ns) >= due);
+    assert_true(atomic_load(&g.fired_ns) - due < 100000000LL);
+    atomic_store(&g.due_ns, 0);
+    assert_true(atomic_load(&g.on_host_thread) > 0);
+    assert_int_equal(atomic_load(&g.off_thread), 0);
+
+    /* host -> guest -> host, each submitted from the previous one's completion. */
+    static const char *const sql[3] = {"SELECT 10", "SELECT 11", "SELECT 12"};
+    for (int k = 0; k < 3; k++) {
+        g.st[k] = (struct pawl_pgstmt){.sql = sql[k], .on_result = grab_i64, .ud = &g.v[k]};
+        g.rq[k] = (struct pawl_pgreq){.stmts = &g.st[k], .nstmts = 1};
+    }
+    g.rq[0].on_done = chain_done;
+    g.rq[0].ud = &g;
+    assert_int_equal(pawl__pgpool_submit(h, &g.rq[0]), 0);
+    t0 = pawl_now_ns();
+    while (atomic_load(&g.step) >= 0 && atomic_load(&g.step) < 3 &&
+           pawl_now_ns() - t0 < 5000000000LL)
+        usleep(1000);
+    assert_int_equal(atomic_load(&g.step), 3);
+
+    /* The guest's connection lost: it reconnects; the host's stays. */
+    terminate(gpid);
+    wait_backend(gpid, NULL);
+    int64_t gpid2 = 0;
+    t0 = pawl_now_ns();
+    while ((exec1(q, "SELECT pg_backend_pid()", &gpid2) != 0 || gpid2 == gpid) &&
+           pawl_now_ns() - t0 < 10000000000LL)
+        usleep(10000);
+    assert_true(gpid2 != 0 && gpid2 != gpid);
+    for (int i = 0; i < 4; i++) { /* both host connections: none was the guest's */
+        assert_int_equal(exec1(h, "SELECT 1", NULL), 0);
+    }
+    assert_int_equal(exec1(h,
+                           "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                           "'pawl test guest'",
+                           &v),
+                     0);
+    assert_int_equal(v, 1);
+
+    /* No room beyond the slots kept: the second guest takes the last one, a third is refused
+     * with a message, and so is a guest of a guest or a guest that wants guests. */
+    int rc2;
+    struct pawl_pgpool *q2 = new_guest(h, "guest2", 1, NULL, &rc2, err, sizeof err);
+    assert_int_equal(rc2, 0);
+    assert_int_equal(exec1(q2, "SELECT 5", &v), 0);
+    assert_int_equal(v, 5);
+    struct pawl_pgpool *q3 = new_guest(h, "guest3", 1, NULL, &rc, err, sizeof err);
+    assert_int_equal(rc, PAWL_EINVAL);
+    assert_null(q3);
+    print_message("third guest: %s\n", err);
+    assert_non_null(strstr(err, "no room"));
+    q3 = new_guest(q2, "guest3", 1, NULL, &rc, err, sizeof err);
+    assert_int_equal(rc, PAWL_EINVAL);
+    assert_null(q3);
+
+    /* A freed guest: the host and the other guest go on. */
+    pawl__pgpool_free(q2);
+    assert_int_equal(exec1(h, "SELECT 6", &v), 0);
+    assert_int_equal(v, 6);
+    assert_int_equal(exec1(q, "SELECT 7", &v), 0);
+    assert_int_equal(v, 7);
+
+    /* The host freed first: its guest is shut down with it (requests refused, not lost in a
+     * queue nothing drives); freeing the guest afterwards is safe. */
+    atomic_store(&g.host, NULL);
+    pawl__pgpool_free(h);
+    struct pawl_pgstmt s = {.sql = "SELECT 1"};
+    struct pawl_pgreq r = {.stmts = &s, .nstmts = 1};
+    assert_int_equal(pawl__pgpool_exec(q, -1, &r), PAWL_ESHUTDOWN);
+    pawl__pgpool_free(q);
+}
+
 static void test_on_loop(void **state)
 {
     (void)state;
@@ -753,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_commit_failure),
         cmocka_unit_test(test_wait_ready),
         cmocka_unit_test(test_on_loop),
+        cmocka_unit_test(test_guest),
         cmocka_unit_test(test_session_statement_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

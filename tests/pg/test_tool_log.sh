@@ -109,6 +109,20 @@ wait "$bg"; rc=$?; bg=
 expect_rc "tail --follow --count 2 ends" 0 $rc
 [ "$(jq -r .type "$tmp/follow.jsonl" | tr '\n' ' ')" = "A B " ]; check "followed the new events" $?
 
+# The finalizer on the log connections' loop (the default) and on a thread of its own: either
+# way `append --wait` sees its events finalized, in order.
+for place in "" --finalizer-own-thread; do
+    printf '{"stream":"fp","type":"A"}\n{"stream":"fp","type":"B"}\n' |
+        "$PAWL" append --wait --events-per-append 1 $place >"$tmp/fp.out" 2>"$tmp/fp.err"
+    expect_rc "append --wait ${place:-(finalizer on the log loop)}" 0 $?
+    i1=$(sed -n '1s/.*  index \([0-9][0-9]*\)$/\1/p' "$tmp/fp.out")
+    i2=$(sed -n '2s/.*  index \([0-9][0-9]*\)$/\1/p' "$tmp/fp.out")
+    [ -n "$i1" ] && [ -n "$i2" ] && [ "$i2" -gt "$i1" ]
+    check "both lines finalized, in order ${place:-(finalizer on the log loop)}: $i1 $i2" $?
+done
+"$PAWL" config --finalizer-own-thread 2>/dev/null | grep -q 'finalizer.own.thread.*\(1\|true\|yes\|on\)'
+check "config shows --finalizer-own-thread" $?
+
 # Terminal injection: a stream id, type and payload with ESC, OSC (window title), CSI, CR, LF,
 # NUL, DEL and a C1 control come out of `pawl tail` (text) escaped: no control byte but the
 # newline ending the record, and one line per event.
