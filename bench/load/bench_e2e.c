@@ -74,6 +74,7 @@ static double warmup_s = 1.5;
 static int split_latency;    /* --split: also time the processor's part (see latency_cell) */
 static int lat_threads = -1; /* latency --threads: the processor's workers (-1: its default) */
 static int lat_share = -1;   /* --latency-share: the finalizer's latency share (-1: default) */
+static int fin_own_thread;   /* --finalizer-own-thread: the finalizer on a thread of its own */
 static int min_iv_us = -1; /* --min-interval-us: the finalizer's run spacing floor (-1: default) */
 static const char *read_dsn; /* latency --read-dsn: the reading store reads from this standby */
 static int read_wake = PAWL_READ_WAKE_LISTEN; /* latency --read-wake listen|poll */
@@ -411,6 +412,7 @@ static struct pawl_store *open_store(int nconn, int finalizer, int listen)
         o.finalizer_latency_share_pct = lat_share;
     if (min_iv_us >= 0)
         o.finalizer_min_interval_us = min_iv_us;
+    o.finalizer_own_thread = fin_own_thread;
     if (!finalizer && read_dsn) {
         o.read_dsn = read_dsn;
         o.read_wake = read_wake;
@@ -979,7 +981,9 @@ static void usage(void)
             "standby)\n"
             "  append: --workers = writer counts, --rates = events per append\n"
             "  [--latency-share PCT] [--min-interval-us N] (the appending store's finalizer "
-            "cadence)\n");
+            "cadence)\n"
+            "  [--finalizer-own-thread] (the appending store's finalizer on a thread of its own, "
+            "not on its log connections' loop)\n");
     exit(2);
 }
 
@@ -1016,6 +1020,7 @@ int main(int argc, char **argv)
                                          {"read-wake", required_argument, NULL, 'W'},
                                          {"latency-share", required_argument, NULL, 'L'},
                                          {"min-interval-us", required_argument, NULL, 'I'},
+                                         {"finalizer-own-thread", no_argument, NULL, 'F'},
                                          {NULL, 0, NULL, 0}};
     int ch;
     optind = 2;
@@ -1063,6 +1068,9 @@ int main(int argc, char **argv)
             break;
         case 'I':
             min_iv_us = int_arg("--min-interval-us", "0", 0, 1000000);
+            break;
+        case 'F':
+            fin_own_thread = 1;
             break;
         case 'T':
             lat_threads = int_arg("--threads", "0 (one per CPU)", 0, 256);
