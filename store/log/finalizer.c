@@ -3,7 +3,10 @@
  * indexes (struct fin_sm; its design paragraph is above fin_finish), the acks of this process's
  * commits (the ring, acked, covered) and the finalize delays measured from them. The state
  * machine lives on the finalizer pool's I/O thread (fin_loop, its completions and its
- * notification hooks), so every field of s->fm is that thread's alone; others reach it only
+ * notification hooks): by default the log pool's, which hosts the finalizer's pool (a commit
+ * seen there signals the state machine on the same thread, and the run goes out in the same
+ * pass), or, with finalizer_own_thread, one of its own. Every field of s->fm is that thread's
+ * alone; others reach it only
  * through the seq_cst signal words (fin_signal, fin_foreign, fin_waiting, fin_stop) and a pool
  * wake-up. fin_mu guards fin_done, on which pawl_store_free waits; cov_mu guards covered and
  * the delay histogram, which the state machine and the piggybacked runs' accounting both

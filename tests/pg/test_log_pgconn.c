@@ -36,15 +36,22 @@ static void check_backend(const struct pawl_pgpool *p, int asked)
     assert_string_equal(pawl__pgpool_io_backend(p), want);
 }
 
-static struct pawl_pgpool *new_pool(int conns)
+/* The tests' pool options: quick reconnects, the I/O backend under test. */
+static struct pawl_pgpool_opts test_opts(const char *name, int conns)
 {
     struct pawl_pgpool_opts o;
     pawl__pgpool_opts_defaults(&o);
-    o.name = "test";
+    o.name = name;
     o.connections = conns;
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 200;
     o.io_backend = pawl_test_io_backend();
+    return o;
+}
+
+static struct pawl_pgpool *new_pool(int conns)
+{
+    struct pawl_pgpool_opts o = test_opts("test", conns);
     struct pawl_pgpool *p = NULL;
     char err[256];
     int rc = pawl__pgpool_new(&p, dsn, &o, 10000, err, sizeof err);
@@ -678,12 +685,7 @@ static struct pawl_pgpool *new_guest(struct pawl_pgpool *host, const char *name,
                                      struct guest_state *g, int *rc_out, char *err, size_t errlen)
 {
     static const char *const session[] = {"SET application_name = 'pawl test guest'", NULL};
-    struct pawl_pgpool_opts o;
-    pawl__pgpool_opts_defaults(&o);
-    o.name = name;
-    o.connections = conns;
-    o.reconnect_min_ms = 20;
-    o.reconnect_max_ms = 200;
+    struct pawl_pgpool_opts o = test_opts(name, conns);
     o.session_sql = session;
     o.host = host;
     if (g) {
@@ -727,13 +729,7 @@ static void test_guest(void **state)
     memset(&g, 0, sizeof g);
     char err[256];
     int rc;
-    struct pawl_pgpool_opts o;
-    pawl__pgpool_opts_defaults(&o);
-    o.name = "host";
-    o.connections = 2;
-    o.reconnect_min_ms = 20;
-    o.reconnect_max_ms = 200;
-    o.io_backend = pawl_test_io_backend();
+    struct pawl_pgpool_opts o = test_opts("host", 2);
     o.guest_slots = 2;
     struct pawl_pgpool *h = NULL;
     assert_int_equal(pawl__pgpool_new(&h, dsn, &o, 10000, err, sizeof err), 0);
