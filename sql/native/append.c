@@ -1288,6 +1288,7 @@ static bool append_common(const append_args *a, MemoryContext into, HeapTuple **
         ticket = nextval_internal(ticket_seq, true);
         PreventCommandIfReadOnly("INSERT");
         insert_events(events, ps[leaf].rel, a, &p, xid, ticket, snap);
+        pawln_wake_runs_at_commit();
         if (a->notify)
             Async_Notify("pawl_pending", "");
     }

@@ -774,9 +774,10 @@ void _PG_init(void)
 
 /* Whether another client session is on its way to a commit that may flush: it runs a
  * transaction that has an xid, or it is doing something rather than waiting for its client's
- * next command (a lone writer's next append, before its first insert takes an xid) or for a
- * heavyweight lock (another finalizer waiting for the gate this run holds, which would only
- * make the run wait its whole bound for nothing, at every run). Client
+ * next command (a lone writer's next append, before its first insert takes an xid); and it is
+ * not waiting for a heavyweight lock (another finalizer waiting for the gate this run holds, or
+ * an outbox append's commit waiting for the notification queue's lock, which the run holds
+ * until its commit ends: either would only make the run wait its whole bound for nothing). Client
  * sessions only (the first MaxConnections PGPROCs: not autovacuum, background workers, WAL
  * senders or the auxiliary processes). Read without a lock (each field read whole): a hint that
  * decides only whether waiting for someone else's flush can pay off. */
@@ -794,8 +795,13 @@ static bool other_session_busy(void)
         if (p == MyProc || *(volatile int *)&p->procLatch.owner_pid == 0)
             continue;
         w = *(volatile uint32 *)&p->wait_event_info;
+        /* Waiting for a heavyweight lock, perhaps one this run holds until its commit ends (an
+         * outbox append's commit queues for the notification queue's lock behind the run's
+         * NOTIFY): not on its way to a flush, even with an xid. */
+        if ((w & 0xFF000000) == PG_WAIT_LOCK)
+            continue;
         if (TransactionIdIsValid(*(volatile const TransactionId *)&p->xid) ||
-            (w != WAIT_EVENT_CLIENT_READ && (w & 0xFF000000) != PG_WAIT_LOCK))
+            w != WAIT_EVENT_CLIENT_READ)
             return true;
     }
     return false;
@@ -804,6 +810,51 @@ static bool other_session_busy(void)
 /* How long a run's commit goes on waiting with no other session busy: a lone writer's next
  * append reaches its backend within about this long after the previous one's answer. */
 #define RUN_COMMIT_IDLE_US 200
+
+/* The wait event a run's commit sleeps under while another session is busy: class Extension,
+ * with an id of pawl's own, by which an appending session's commit finds it (wake_runs). */
+#define RUN_COMMIT_WAIT_EVENT (PG_WAIT_EXTENSION | 0x5057U)
+
+static bool wake_runs_pending = false;
+static bool wake_runs_registered = false;
+
+/* At an appending transaction's commit (after its commit record was flushed, when its
+ * synchronous_commit flushes): set the latch of every client session whose run commit is
+ * waiting for a flush. Read without a lock, as other_session_busy: a latch set for nothing only
+ * makes that session look at the flush pointer again, and a session missed is still bounded by
+ * its wait's 1 ms steps. */
+static void wake_runs(XactEvent event, void *arg)
+{
+    int i;
+    int n;
+
+    (void)arg;
+    if (!wake_runs_pending)
+        return;
+    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT &&
+        event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+        event != XACT_EVENT_PREPARE)
+        return;
+    wake_runs_pending = false;
+    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT)
+        return;
+    n = Min(MaxConnections, (int)ProcGlobal->allProcCount);
+    for (i = 0; i < n; i++) {
+        PGPROC *p = &ProcGlobal->allProcs[i];
+
+        if (p != MyProc && *(volatile uint32 *)&p->wait_event_info == RUN_COMMIT_WAIT_EVENT)
+            SetLatch(&p->procLatch);
+    }
+}
+
+void pawln_wake_runs_at_commit(void)
+{
+    if (!wake_runs_registered) {
+        RegisterXactCallback(wake_runs, NULL);
+        wake_runs_registered = true;
+    }
+    wake_runs_pending = true;
+}
 
 /* lsn flushed: at once when wait_us is 0, else after waiting up to wait_us for another
  * session's flush to cover it, for as long as another session is busy, or was within the last
@@ -821,16 +872,25 @@ void pawln_flush_to(XLogRecPtr lsn, int wait_us)
 
         until = now + wait_us; /* TimestampTz counts microseconds */
         for (;;) {
-            pg_usleep(50);
+            /* Reset before looking: a latch set after the look ends the wait below at once. */
+            ResetLatch(MyLatch);
             if (GetFlushRecPtr(NULL) >= lsn)
                 return;
             now = GetCurrentTimestamp();
             if (now >= until)
                 break;
-            if (other_session_busy())
+            if (other_session_busy()) {
+                /* Someone is on the way to a commit: sleep on the latch, which a pawl append's
+                 * commit sets (wake_runs), in steps of a millisecond (the latch's resolution)
+                 * for other sessions' flushes, which set nothing. */
                 idle_until = now + RUN_COMMIT_IDLE_US;
-            else if (now >= idle_until)
+                (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1L,
+                                RUN_COMMIT_WAIT_EVENT);
+            } else if (now >= idle_until) {
                 break;
+            } else {
+                pg_usleep(50); /* nobody busy yet: a lone writer's next append is on its way */
+            }
         }
     }
     XLogFlush(lsn);

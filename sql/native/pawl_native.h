@@ -73,5 +73,8 @@ void pawln_rows_begin(FunctionCallInfo fcinfo, TupleDesc desc);
  * pawln_runs_durable: the newest run visible under snap durable (its commit flushed). */
 void pawln_flush_to(XLogRecPtr lsn, int wait_us);
 void pawln_runs_durable(Snapshot snap);
+/* An append wrote rows: at its transaction's commit (after the commit's own flush), wake the
+ * run commits waiting for a flush (pawln_flush_to), so that they need not poll for it. */
+void pawln_wake_runs_at_commit(void);
 
 #endif

@@ -14,6 +14,8 @@
 #     pawl_api.events view: the run survives with the indexes that reader saw;
 #   - pawl.run_commit_wait = -1: the run commits with its own flush and survives unread;
 #   - nobody else in a writing transaction: the run flushes at once, whatever the wait allows.
+# And, without a crash: a run waiting for a busy writer sleeps on its latch and answers as soon
+# as the writer commits (woken at once by a pawl append's commit, within 1 ms by any other).
 # An attempt whose finalizing session got its answer before the kill (its wait ran out: a very
 # slow machine), or, where the run should be gone, whose run survived (some flush reached it
 # first), proves nothing either way and is made again, up to 4 times per case. Each
@@ -214,6 +216,55 @@ crash
 [ "$res" -ge 3 ] && [ "$(runs)" != "$before" ] && [ "$(runs)" = "$(q -c "SELECT count(*) || ':' || max(last_index) FROM pawl.runs")" ]
 rc=$?
 check "the default wait: the run answers and survives a crash right after (runs $before, then $(runs))" $rc
+
+# A run whose commit waits for a busy writer sleeps on its latch (wait event type Extension;
+# the 50 us sleep loop it replaced showed no wait at all) and answers as soon as the writer
+# commits: at once when that commit is a pawl append's (it sets the latches of waiting runs), and
+# within the wait's 1 ms steps for any other commit. Flushers stopped, so that the writer's
+# commit is the only flush; the run is allowed 4 s. No crash here.
+q -c "CREATE TABLE IF NOT EXISTS rw_plain (x int)" >/dev/null
+latch_case() { # latch_case NAME WRITER-SQL-BEFORE-COMMIT
+    local ww w="" t_commit t1 ms total fin_pid wr_pid
+    q -c "CHECKPOINT" >/dev/null
+    append3
+    ww=$(flushers)
+    [ -n "$ww" ] && kill -STOP $ww
+    psql "$DSN" -XqAt -c "BEGIN" -c "SELECT pg_current_xact_id() IS NOT NULL" \
+        -c "SELECT pg_sleep(1.5)" -c "$2" -c "COMMIT" \
+        -c "SELECT 'c=' || extract(epoch FROM clock_timestamp())" >"$tmp/wr.out" 2>&1 &
+    wr_pid=$!
+    bgs+=("$wr_pid")
+    for _ in $(seq 1 200); do
+        [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()")" -ge 1 ] && break
+        sleep 0.02
+    done
+    psql "$DSN" -XqAt -c "SET application_name = 'runwait'" -c "SET pawl.run_commit_wait = 4000000" \
+        -c "SELECT 't0=' || extract(epoch FROM clock_timestamp())" \
+        -c "SELECT appends FROM pawl.finalize(1000)" \
+        -c "SELECT 't1=' || extract(epoch FROM clock_timestamp())" >"$tmp/rw.out" 2>&1 &
+    fin_pid=$!
+    bgs+=("$fin_pid")
+    sleep 0.5 # the writer commits at about 1.5 s
+    w=$(q -c "SELECT coalesce(wait_event_type, 'none') FROM pg_stat_activity
+              WHERE application_name = 'runwait' AND state = 'active'")
+    wait "$wr_pid" "$fin_pid"
+    [ -n "$ww" ] && kill -CONT $ww
+    t_commit=$(sed -n 's/^c=//p' "$tmp/wr.out")
+    t1=$(sed -n 's/^t1=//p' "$tmp/rw.out")
+    ms=$(awk -v a="$t_commit" -v b="$t1" 'BEGIN { if (a == "" || b == "") print 99999; else printf "%d", (b - a) * 1000 }')
+    total=$(awk -F= '/^t0=/ { a = $2 } /^t1=/ { b = $2 } END { printf "%d", (b - a) * 1000 }' "$tmp/rw.out")
+    [ "$w" = Extension ] && [ "$ms" -lt 500 ] && [ "$total" -lt 3000 ] &&
+        grep -qx '[1-9][0-9]*' "$tmp/rw.out"
+    check "$1: the run's commit sleeps on its latch (wait event type '${w:-not waiting}') and answers ${ms} ms after the writer's commit (${total} ms in all, of 4000 allowed)" $?
+}
+latch_case "a pawl append's commit wakes a waiting run" \
+    "SELECT count(*) FROM pawl.append(ARRAY['w'], '{0}', '{1}', '{1}', '{T}', '{\"\\\\x01\"}', NULL, false, NULL)"
+latch_case "another session's commit ends a run's wait" "INSERT INTO rw_plain VALUES (1)"
+# An outbox append (pawl_api.append: its commit notifies pawl_pending) queues at its commit for
+# the notification queue's lock, which the waiting run holds until its own commit ends: the run
+# must not count that session as on its way to a flush, or both wait out the run's whole bound.
+latch_case "an outbox append's commit, queued behind the run's NOTIFY, does not hold the run" \
+    "SELECT pawl_api.append('w', 'T', '\\x01')"
 
 # Out-of-range settings are refused by the server, naming the setting.
 err=$(q -c "SELECT pawl_api.runs_durable()" -c "SET pawl.run_commit_wait = 5000001" 2>&1)
