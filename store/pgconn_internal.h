@@ -106,7 +106,6 @@ struct pawl_pgpool {
      * this one, itself or its host; a guest shares its host's loop. A host's fields below
      * marked "mu" are under the host's mutex; "I/O thread" its thread's alone. */
     struct pawl_pgpool *driver;
-    int slot_base;     /* a guest: its connections' first slot in the loop */
     int guest_slots;   /* a host: slots kept for guests */
     int slots_given;   /* a host, mu: slots handed to guests so far */
     int ndriven_total; /* a host, mu: guests ever attached (at most MAX_GUESTS) */

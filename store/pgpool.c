@@ -202,6 +202,18 @@ static void guest_detach(struct pawl_pgpool *h, struct pawl_pgpool *g)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* Take the guests waiting in p's attaching list into add (MAX_GUESTS entries); how many. */
+static int take_attaching(struct pawl_pgpool *p, struct pawl_pgpool **add)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->nattaching;
+    for (int k = 0; k < n; k++)
+        add[k] = p->attaching[k];
+    p->nattaching = 0;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 /* Adopt the guests attached since the last pass (their connections start now) and let go of
  * those being freed. Cheap when nothing changed: one atomic exchange. */
 static void guests_update(struct pawl_pgpool *p)
@@ -212,12 +224,7 @@ static void guests_update(struct pawl_pgpool *p)
     if (p->guest_slots == 0 || !atomic_exchange(&p->guests_changed, 0))
         return;
     struct pawl_pgpool *add[MAX_GUESTS];
-    pthread_mutex_lock(&p->mu);
-    int nadd = p->nattaching;
-    for (int k = 0; k < nadd; k++)
-        add[k] = p->attaching[k];
-    p->nattaching = 0;
-    pthread_mutex_unlock(&p->mu);
+    int nadd = take_attaching(p, add);
     for (int k = 0; k < nadd; k++) {
         struct pawl_pgpool *g = add[k];
         PAWL_ASSERT(p->ndriven < (int)PAWL_ARRAY_LEN(p->driven)); /* counted at attach */
@@ -251,13 +258,8 @@ static void guests_shutdown(struct pawl_pgpool *p)
     for (int d = 1; d < p->ndriven; d++)
         guest_detach(p, p->driven[d]);
     p->ndriven = 1;
-    pthread_mutex_lock(&p->mu);
-    int n = p->nattaching;
     struct pawl_pgpool *left[MAX_GUESTS];
-    for (int k = 0; k < n; k++)
-        left[k] = p->attaching[k];
-    p->nattaching = 0;
-    pthread_mutex_unlock(&p->mu);
+    int n = take_attaching(p, left);
     for (int k = 0; k < n; k++)
         guest_detach(p, left[k]);
 }
@@ -412,14 +414,13 @@ static int attach(struct pawl_pgpool *p, struct pawl_pgpool *h, struct pawl_pgpo
     pthread_mutex_lock(&h->mu);
     /* acquire: pairs with the release in pawl__pgpool_free. */
     int room = !h->io_exited && !atomic_load_explicit(&h->stop, memory_order_acquire) &&
-               h->nattaching < MAX_GUESTS && h->ndriven_total < MAX_GUESTS &&
+               h->ndriven_total < MAX_GUESTS && /* bounds attaching[] and driven[] too */
                h->slots_given + p->nconns <= h->guest_slots;
     if (room) {
-        p->slot_base = h->nconns + h->slots_given;
+        for (int i = 0; i < p->nconns; i++)
+            p->conns[i].slot = h->nconns + h->slots_given + i;
         h->slots_given += p->nconns;
         h->ndriven_total++;
-        for (int i = 0; i < p->nconns; i++)
-            p->conns[i].slot = p->slot_base + i;
         p->driver = h;
         p->loop = h->loop;
         /* Before the host's thread can adopt p (it needs guests_changed, stored below, or a
