@@ -44,14 +44,17 @@
  *
  * Usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] [--cells a,b,...]
  *                    [--latency-share PCT] [--min-interval-us N] [--busy-share PCT]
- *                    [--piggyback 0|1] [--own-thread-variant] [--messagedb DSN|none]
+ *                    [--piggyback 0|1] [--own-thread-variant] [--loop-variant]
+ *                    [--messagedb DSN|none]
  * (--latency-share, --min-interval-us, --busy-share: the finalizer's cadence, the store options
  * of those names; --piggyback: append_finalizes; --own-thread-variant: every cell also runs
  * "grouped_own_thread", grouped with the finalizer on an I/O thread of its own
- * (finalizer_own_thread) rather than on the log connections' loop; --messagedb: where message-db's
- * schema is, default the --dsn server's database pawl_peer_messagedb as bench/peers/setup.sh
- * installs it; when that has no write_message, the variant is left out with a note.) DSN names a
- * scratch database whose log is empty: every cell starts with the tables empty.
+ * (finalizer_own_thread) rather than on the log connections' loop; --loop-variant: every cell
+ * also runs "grouped_via_loop", grouped with append_direct off (a blocking append alone goes
+ * through the log connections' I/O thread, not the caller's own connection); --messagedb: where
+ * message-db's schema is, default the --dsn server's database pawl_peer_messagedb as
+ * bench/peers/setup.sh installs it; when that has no write_message, the variant is left out with a
+ * note.) DSN names a scratch database whose log is empty: every cell starts with the tables empty.
  */
 #include "pawl.h"
 #include "pawl/metrics.h"
@@ -83,6 +86,8 @@ static int busy_share = -1;      /* --busy-share: finalizer_busy_share_pct (< 0:
 static int piggyback = -1;       /* --piggyback: append_finalizes (< 0: default) */
 static int own_thread_variant;   /* --own-thread-variant: also grouped_own_thread */
 static int own_thread_now;       /* the variant running sets finalizer_own_thread */
+static int loop_variant;         /* --loop-variant: also grouped_via_loop */
+static int no_direct_now;        /* the variant running sets append_direct = 0 */
 
 static const char PAYLOAD[] = "{\"amount\": 42, \"currency\": \"EUR\", \"note\": \"bench\"}";
 static const char MESSAGEDB_DB[] = "pawl_peer_messagedb";
@@ -599,6 +604,7 @@ static void run_pawl(const struct cell_def *d, int group_max, int finalizer, dou
     if (piggyback >= 0)
         o.append_finalizes = finalizer ? piggyback : 0;
     o.finalizer_own_thread = own_thread_now;
+    o.append_direct = !no_direct_now;
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0) {
@@ -868,6 +874,7 @@ int main(int argc, char **argv)
                                        {"messagedb", required_argument, 0, 'M'},
                                        {"piggyback", required_argument, 0, 'P'},
                                        {"own-thread-variant", no_argument, 0, 'O'},
+                                       {"loop-variant", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
     const char *csv_path = NULL, *cells = "one64,one1,ten64,hundred,half";
     int ch;
@@ -910,11 +917,14 @@ int main(int argc, char **argv)
         case 'O':
             own_thread_variant = 1;
             break;
+        case 'V':
+            loop_variant = 1;
+            break;
         default:
             fprintf(stderr, "usage: bench_group --dsn DSN [--seconds 5] [--rounds 3] [--csv FILE] "
                             "[--cells one64,one1,ten64,hundred,half] [--latency-share PCT] "
                             "[--min-interval-us N] [--busy-share PCT] [--piggyback 0|1] "
-                            "[--own-thread-variant] [--messagedb DSN|none]\n");
+                            "[--own-thread-variant] [--loop-variant] [--messagedb DSN|none]\n");
             return 2;
         }
     }
@@ -993,19 +1003,28 @@ int main(int argc, char **argv)
                 report(round, d->name, "write_message_1client", &r, best, 0);
             }
             settle();
-            /* With --own-thread-variant, grouped and grouped_own_thread swap places every
-             * other round (the later of two cells may find the machine in another state). */
-            for (int k = 0; k < (own_thread_variant ? 2 : 1); k++) {
-                own_thread_now = own_thread_variant && (k == 0) == (round % 2 == 0);
+            /* grouped, and with --own-thread-variant and --loop-variant its placements beside
+             * it, in an order that rotates every round (the later of two may find the machine
+             * in another state). */
+            const char *alts[3];
+            int nalt = 0;
+            alts[nalt++] = "grouped";
+            if (own_thread_variant)
+                alts[nalt++] = "grouped_own_thread";
+            if (loop_variant)
+                alts[nalt++] = "grouped_via_loop";
+            for (int k = 0; k < nalt; k++) {
+                const char *v = alts[(k + round) % nalt];
+                own_thread_now = !strcmp(v, "grouped_own_thread");
+                no_direct_now = !strcmp(v, "grouped_via_loop");
                 reset_log();
                 run_pawl(d, 256, 1, 0, 0, &r);
-                report(round, d->name, own_thread_now ? "grouped_own_thread" : "grouped", &r, best,
-                       wm);
-                if (i == 0 && !own_thread_now) {
+                report(round, d->name, v, &r, best, wm);
+                if (i == 0 && !strcmp(v, "grouped")) {
                     one64_grouped = r.ev_s;
                     one64_best = best;
                 }
-                own_thread_now = 0;
+                own_thread_now = no_direct_now = 0;
                 settle();
             }
             reset_log();

@@ -131,6 +131,13 @@ struct pawl_store_opts {
      * (an upper bound: a group that reaches append_group_max goes at once). 0: no linger,
      * group only what queued while the previous group was in flight. */
     int append_group_linger_us;
+    /* 1 (default): a blocking append (pawl_append, pawl_append_seqs) that finds no other append
+     * of the store in flight runs on the caller's thread, over a connection of its own that the
+     * store opens at the second such append: one round trip, as a plain INSERT, instead of two
+     * hand-offs to the I/O thread and back. Same statement, outcomes, retries and in-doubt
+     * checks; an append that finds others in flight joins them (group append). 0: every append
+     * goes through the log connections. */
+    int append_direct;
     /* 1: LISTEN for other processes' finalizations (wakes followers). */
     int listen;
     /* Reconnect back-off: first delay and cap (the cap at least the first delay). */
@@ -248,6 +255,11 @@ enum { PAWL_READ_WAKE_LISTEN = 0, PAWL_READ_WAKE_POLL = 1 };
     X(INT, append_group_linger_us, "append-group-linger-us", 0, 0, 100000, "us",                   \
       "Longest an append waits for others to join its group while a connection is free "           \
       "(0: never; a group forms only from appends queued behind one in flight)",                   \
+      NULL)                                                                                        \
+    X(BOOL, append_direct, "append-direct", 1, 0, 1, NULL,                                         \
+      "A blocking append with nothing else in flight runs on the caller's thread over a "          \
+      "connection of its own (one round trip; --no-append-direct: through the log "                \
+      "connections)",                                                                              \
       NULL)                                                                                        \
     X(DURATION, read_retry_timeout_ms, "read-retry-timeout", 600000, 0, 86400000, NULL,            \
       "A reader whose connection stays lost this long gives up (0: never); until then "            \
@@ -675,6 +687,8 @@ struct pawl_store_stats {
                                    * to one of the same streams committing first */
     int64_t appends_pending;      /* committed here and not yet covered by a finalization run */
     int64_t inflight;             /* async appends submitted and not completed */
+    int64_t appends_direct;       /* blocking appends answered on the caller's thread
+                                   * (append_direct) */
     int64_t finalize_runs;        /* runs of this process's finalizer that did work */
     int64_t finalize_piggybacked; /* runs inside this process's append transactions */
     int64_t finalize_skipped;     /* wake-ups with nothing left (piggybacked runs covered it) */

@@ -1,12 +1,13 @@
 /*
  * append.c — the append API: pawl_append_async (checks, encoding, then the op alone or through
- * a group), the blocking pawl_append and pawl_append_seqs (a futex hand-off from the I/O thread,
- * struct sync_wait), pawl_store_drain, and pawl_append_in, the same statement on the caller's
- * connection inside the caller's transaction. No lock of its own: it counts `inflight` (an
- * atomic; op_mu and op_cond only to wake pawl_store_drain) and hands each op to append_op.c or
- * group.c. Any thread may call these; the blocking ones (pawl_append, pawl_append_seqs,
- * pawl_store_drain) never from a store's I/O thread, that is from an append's callback
- * (pawl/log.h); pawl_append_in from the thread that owns the connection.
+ * a group), the blocking pawl_append and pawl_append_seqs (on the caller's thread when the store
+ * is idle, direct.c; else a futex hand-off from the I/O thread, struct sync_wait),
+ * pawl_store_drain, and pawl_append_in, the same statement on the caller's connection inside
+ * the caller's transaction. No lock of its own: it counts `inflight` (an atomic; op_mu and
+ * op_cond only to wake pawl_store_drain) and hands each op to direct.c, append_op.c or group.c. Any
+ * thread may call these; the blocking ones (pawl_append, pawl_append_seqs, pawl_store_drain) never
+ * from a store's I/O thread, that is from an append's callback (pawl/log.h); pawl_append_in from
+ * the thread that owns the connection.
  */
 #include "log_internal.h"
 
@@ -15,8 +16,14 @@
 #include <stdio.h>
 #include <string.h>
 
+/*
+ * Validate, encode and hand over one append: to the caller's own thread (direct, a blocking
+ * call that finds nothing else in flight: direct.c), to a group, or to the pool alone. limit:
+ * refuse past max_inflight_appends (PAWL_EAGAIN; async appends); blocking: the caller waits for
+ * the outcome, so it may run the append itself.
+ */
 static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size_t n,
-                         pawl_append_fn cb, void *ud, int limit)
+                         pawl_append_fn cb, void *ud, int limit, int blocking)
 {
     char msg[256];
     int any = 0;
@@ -33,8 +40,14 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
         pawl__log_set_err(s, NULL, msg);
         return rc;
     }
-    /* acq_rel: pairs with the decrement in pawl__log_op_finish. */
-    int cur = atomic_fetch_add_explicit(&s->inflight, 1, memory_order_acq_rel);
+    /* acq_rel: pairs with the decrement in pawl__log_op_finish. A direct append takes the
+     * count from 0 (nothing in flight: it cannot take a group's company) in one step. */
+    int cur = 0, direct = 0;
+    if (blocking && s->o.append_direct && !s->o.append_finalizes)
+        direct = atomic_compare_exchange_strong_explicit(
+            &s->inflight, &cur, 1, memory_order_acq_rel, memory_order_acquire);
+    if (!direct)
+        cur = atomic_fetch_add_explicit(&s->inflight, 1, memory_order_acq_rel);
     if (limit && cur >= s->o.max_inflight_appends) {
         atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel);
         if (ix != stack)
@@ -56,10 +69,13 @@ static int append_submit(struct pawl_store *s, const struct pawl_event *ev, size
     op->lost_start = 0;
     op->en.notify = 0; /* this process's finalizer is signalled instead */
     op->any = any;
+    op->blocking = blocking;
     op->retries = 0;
     op->cb = cb;
     op->ud = ud;
     op->t_submit = pawl_now_ns();
+    if (direct && pawl__log_direct_try(s, op) == 0)
+        return 0; /* delivered, or handed to the pool for a retry or a check */
     if (s->o.append_group_max > 1) {
         pawl__log_group_enqueue(s, op);
         return 0;
@@ -85,7 +101,7 @@ int pawl_append_async(struct pawl_store *s, const struct pawl_event *events, siz
 {
     if (s == NULL)
         return PAWL_EINVAL;
-    return append_submit(s, events, n, cb, ud, 1);
+    return append_submit(s, events, n, cb, ud, 1, 0);
 }
 
 /*
@@ -150,9 +166,9 @@ int pawl_append_seqs(struct pawl_store *s, const struct pawl_event *events, size
     memset(&w, 0, sizeof w);
     w.seqs = seqs;
     w.n = n;
-    int rc = append_submit(s, events, n, sync_cb, &w, 0);
+    pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
+    int rc = append_submit(s, events, n, sync_cb, &w, 0, 1);
     if (rc == 0) {
-        pawl_pool_will_block(); /* on a pool worker: do not hold queued tasks while we wait */
         sync_wait_done(&w);
         rc = w.res.rc;
     } else {
@@ -224,11 +240,8 @@ int pawl_append_in_seqs(struct pg_conn *conn, const struct pawl_event *ev, size_
             snprintf(res->message, sizeof res->message, "%s", pawl_strerror(rc));
         return rc;
     }
-    static const Oid types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
-                                 OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                 OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
-    PGresult *r =
-        PQexecParams(conn, pawl__log_append_sql, 9, types, en.values, en.lengths, en.formats, 0);
+    PGresult *r = PQexecParams(conn, pawl__log_append_sql, 9, pawl__log_append_types, en.values,
+                               en.lengths, en.formats, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_TUPLES_OK) {
         if (PQntuples(r) == 1)

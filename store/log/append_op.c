@@ -178,6 +178,18 @@ static int retry_lost(struct append_op *op, const struct pawl_append_result *res
     return 1;
 }
 
+/* An append is no longer in flight: a drainer waiting for the last one is woken. */
+static void op_left(struct pawl_store *s)
+{
+    /* acq_rel: what preceded it (an async callback's effects) happens before a drainer sees
+     * the count drop. */
+    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
+        pthread_mutex_lock(&s->op_mu);
+        pthread_cond_broadcast(&s->op_cond);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+}
+
 /* Deliver the outcome: statistics, finalizer signal, the user's callback, recycling. */
 void pawl__log_op_finish(struct append_op *op, struct pawl_append_result *res)
 {
@@ -208,15 +220,17 @@ void pawl__log_op_finish(struct append_op *op, struct pawl_append_result *res)
     }
     pawl_append_fn cb = op->cb;
     void *ud = op->ud;
+    /* A blocking caller's append leaves the count before its caller is woken: the caller's
+     * next append then finds the store idle (direct.c) rather than its own last one still
+     * counted. Its callback only wakes the caller, so a drainer needs nothing from it. */
+    int blocking = op->blocking;
     pawl__log_op_put(s, op);
+    if (blocking)
+        op_left(s);
     if (cb)
         cb(ud, res);
-    /* acq_rel: the callback's effects happen before a drainer sees the count drop. */
-    if (atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_acq_rel) == 1) {
-        pthread_mutex_lock(&s->op_mu);
-        pthread_cond_broadcast(&s->op_cond);
-        pthread_mutex_unlock(&s->op_mu);
-    }
+    if (!blocking)
+        op_left(s);
 }
 
 /*
@@ -297,9 +311,20 @@ static void first_stream(const struct append_op *op, char *out, size_t len)
 void pawl__log_op_done(struct pawl_pgreq *req, int rc)
 {
     struct append_op *op = req->ud;
-    struct pawl_store *s = op->s;
     /* A completion of the main pool (its own, or its group's through op_as_single). */
-    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main) && req == &op->req);
+    PAWL_ASSERT(pawl__pgpool_on_io_thread(op->s->main) && req == &op->req);
+    pawl__log_op_outcome(op, rc);
+}
+
+/*
+ * What an append's try came to (rc, with op->req's sqlstate and message): a retry (at once or
+ * from a timer), an in-doubt check, or the outcome delivered. On the main pool's I/O thread, or
+ * on the caller's after a direct append (direct.c), which carries no piggybacked run.
+ */
+void pawl__log_op_outcome(struct append_op *op, int rc)
+{
+    struct pawl_store *s = op->s;
+    struct pawl_pgreq *req = &op->req;
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
 

@@ -13,9 +13,9 @@
  * update. The runs piggybacked on appends (struct fin_piggy) are built and accounted here:
  * append_op.c and group.c embed one per request and hand it to pawl__log_fin_piggy_stmt when
  * they build the request (the thread that submits it) and to pawl__log_fin_piggy_done when it
- * committed; they never read it. pawl__log_fin_append_committed and pawl__log_fin_piggy_done
- * are called from the main pool's I/O thread (append completions); pawl_finalize_now from any
- * thread that may block.
+ * committed; they never read it. pawl__log_fin_piggy_done is called from the main pool's I/O
+ * thread (append completions), pawl__log_fin_append_committed from there or from a direct
+ * append's caller; pawl_finalize_now from any thread that may block.
  */
 #include "log_internal.h"
 
@@ -96,11 +96,11 @@ static void record_ack(struct pawl_store *s, int64_t now)
     atomic_store_explicit(&sl->seq, seq, memory_order_release);
 }
 
-/* An append of this process committed (the main pool's I/O thread, in its completion): count
- * its ack for the finalize delays and signal the finalizer. */
+/* An append of this process committed (the main pool's I/O thread, in its completion, or the
+ * caller's thread after a direct append): count its ack for the finalize delays and signal the
+ * finalizer (lock-free both, from any thread). */
 void pawl__log_fin_append_committed(struct pawl_store *s, int64_t now)
 {
-    PAWL_ASSERT(pawl__pgpool_on_io_thread(s->main)); /* only a completion learns of a commit */
     record_ack(s, now);
     signal_finalizer(s);
 }

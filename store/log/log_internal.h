@@ -196,6 +196,18 @@ struct pawl_store {
     struct pawl_timer grp_linger;
     atomic_llong groups_ok, groups_appends;
 
+    /* Blocking appends on the caller's thread (direct.c): the connection and its state, used
+     * by one caller at a time (mu). */
+    struct direct {
+        pthread_mutex_t mu;
+        PGconn *pg;
+        int fatal_idle;      /* the server ended the session while it was idle */
+        int eligible;        /* blocking appends that found the store idle while pg was NULL */
+        int backoff_ms;      /* the next reconnect's delay */
+        int64_t retry_at_ns; /* no reconnect before */
+    } direct;
+    atomic_llong direct_appends; /* appends answered on it (statistic) */
+
     /* Async appends (append_op.c, append.c). */
     pthread_mutex_t op_mu;
     pthread_cond_t op_cond; /* signalled when inflight drops to 0 */
@@ -313,6 +325,7 @@ struct append_op {
     struct append_enc en;
     size_t n;
     int any;
+    int blocking; /* a pawl_append caller waits for it (struct sync_wait) */
     int retries;
     int64_t t_submit;
     int64_t lock_wait_start; /* first lock timeout of this append (0: none) */
@@ -366,6 +379,7 @@ static inline int64_t get64(const char *p)
 }
 
 /* ---- wire.c ---------------------------------------------------------------------------- */
+extern const Oid pawl__log_append_types[9];
 int pawl__log_validate(const struct pawl_store_opts *o, const struct pawl_event *ev, size_t n,
                        int *any, uint32_t *ix, char *msg, size_t mlen);
 int pawl__log_encode(struct append_enc *en, const struct pawl_event *ev, size_t n,
@@ -407,8 +421,13 @@ int pawl__log_append_stmts(struct pawl_store *s, struct append_op *const *ops, s
 int pawl__log_op_submit(struct pawl_store *s, struct append_op *op);
 int pawl__log_op_submit_on(struct pawl_store *s, struct append_op *op, int conn);
 void pawl__log_op_done(struct pawl_pgreq *req, int rc);
+void pawl__log_op_outcome(struct append_op *op, int rc);
 void pawl__log_op_finish(struct append_op *op, struct pawl_append_result *res);
 void pawl__log_op_fail(struct append_op *op, int rc, const char *sqlstate, const char *msg);
+
+/* ---- direct.c -------------------------------------------------------------------------- */
+int pawl__log_direct_try(struct pawl_store *s, struct append_op *op);
+void pawl__log_direct_fini(struct pawl_store *s);
 
 /* ---- group.c --------------------------------------------------------------------------- */
 extern const char pawl__log_append_group_sql[];

@@ -124,6 +124,7 @@ void pawl_store_stats(struct pawl_store *s, struct pawl_store_stats *st, int res
     st->events_ok = LD(events_ok);
     st->appends_failed = LD(appends_failed);
     st->append_retries = LD(retries);
+    st->appends_direct = LD(direct_appends);
     st->append_lock_timeouts = LD(lock_timeouts);
     st->append_lost_retries = LD(lost_retries);
     st->appends_pending = LD(acked) - LD(covered);

@@ -166,6 +166,8 @@ static struct pawl_store *store_alloc(const struct pawl_store_opts *o)
     pthread_mutex_init(&s->fin_mu, NULL);
     pawl__cond_init_monotonic(&s->fin_cond);
     pthread_mutex_init(&s->grp_mu, NULL);
+    pthread_mutex_init(&s->direct.mu, NULL);
+    s->direct.backoff_ms = o->reconnect_min_ms;
     return s;
 }
 
@@ -303,11 +305,8 @@ static int open_pools(struct pawl_store *s, const char *dsn, const struct pawl_s
  * which prepares them on each connection). 0, or PAWL_ENOMEM. */
 static int prepare_statements(struct pawl_store *s, const struct pawl_store_opts *o)
 {
-    static const Oid append_types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
-                                        OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
-                                        OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
     static const Oid read_types[2] = {OID_INT8, OID_INT4};
-    s->stmt_append = pawl__pgpool_prepare(s->main, pawl__log_append_sql, 9, append_types);
+    s->stmt_append = pawl__pgpool_prepare(s->main, pawl__log_append_sql, 9, pawl__log_append_types);
     static const Oid group_types[10] = {
         OID_TEXT_ARRAY, OID_INT8_ARRAY,  OID_INT4_ARRAY,  OID_INT4_ARRAY, OID_INT4_ARRAY,
         OID_TEXT_ARRAY, OID_BYTEA_ARRAY, OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
@@ -342,6 +341,7 @@ static void store_release(struct pawl_store *s)
     pawl__pgpool_free(s->listen);
     pawl__pgpool_free(s->fin);
     pawl__pgpool_free(s->main);
+    pawl__log_direct_fini(s);
     pawl_timers_free(s->timers); /* nothing waits on them any more; their thread is joined */
     pawl__log_ops_fini(s);       /* after the timers: they may have held an op's retry timer */
     pawl_free(s->ring);

@@ -31,6 +31,11 @@ const char pawl__log_append_sql[] =
     "SELECT appended, txid, heads, status, seqs, msg FROM pawl.append($1::text[], $2::int8[],"
     " $3::int4[], $4::int4[], $5::text[], $6::bytea[], $7::jsonb[], $8::bool, $9::text[])";
 
+/* Its parameters' types, as every connection that runs it prepares them. */
+const Oid pawl__log_append_types[9] = {OID_TEXT_ARRAY,  OID_INT8_ARRAY, OID_INT4_ARRAY,
+                                       OID_INT4_ARRAY,  OID_TEXT_ARRAY, OID_BYTEA_ARRAY,
+                                       OID_JSONB_ARRAY, OID_BOOL,       OID_TEXT_ARRAY};
+
 static int utf8_valid(const unsigned char *p, size_t n)
 {
     size_t i = 0;

@@ -821,10 +821,13 @@ static void *free_appender(void *arg)
     snprintf(sid, sizeof sid, "free-%d", r->id);
     while (!atomic_load(&stop)) {
         struct pawl_event e = ev1(sid, PAWL_SEQ_ANY, "t", "x");
-        if (pawl_append(r->s, &e, 1, NULL) == 0)
+        struct pawl_append_result res;
+        if (pawl_append(r->s, &e, 1, &res) == 0) {
             atomic_fetch_add(r->count, 1);
-        else
+        } else {
+            print_message("free appender %d: %s: %s\n", r->id, pawl_strerror(res.rc), res.message);
             atomic_store(&thread_bad, 1);
+        }
     }
     return NULL;
 }

@@ -86,6 +86,9 @@ check "tail | append twice: every event copied once" $?
 # statement is terminated every 30 ms until it ends. The killer catches a backend only while a
 # statement runs, so the feed goes on past its first 400 lines until the appender has said it
 # sends lost appends again (bounded: 6000 lines, about 40 s); the checks then count what was fed.
+# The appends go through the log connections (--no-append-direct), whose lost-append retries
+# this is about; a direct append (the default for `pawl append`) whose session ends
+# mid-statement goes again through them, which the run after this one checks.
 feed() {
     local i=0
     while :; do
@@ -100,7 +103,7 @@ feed() {
     echo $i >"$tmp/k.count"
 }
 : >"$tmp/k.err"
-feed | "$PAWL" append --events-per-append 5 >"$tmp/k.out" 2>"$tmp/k.err" &
+feed | "$PAWL" append --events-per-append 5 --no-append-direct >"$tmp/k.out" 2>"$tmp/k.err" &
 app=$!
 for _ in $(seq 1 200); do
     [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'k-%'")" -ge 20 ] && break
@@ -126,5 +129,34 @@ resent=$(sed -n 's/.* \([0-9][0-9]*\) appends were sent again after a lost conne
 echo "appends sent again: ${resent:-none}; terminations seen by the appender: $(grep -c 'lost their connection' "$tmp/k.err")"
 [ "${resent:-0}" -gt 0 ] && grep -q 'appending them again' "$tmp/k.err"
 check "the store sent lost appends again and said so" $?
+
+# ---- the same with direct appends (the default): every line's event once -----------------------
+feed_direct() {
+    for i in $(seq 1 800); do
+        printf '{"stream":"d-%d","type":"T","payload":{"i":%d},"id":"d-%d"}\n' $((i % 7)) "$i" "$i"
+        sleep 0.005
+    done
+}
+feed_direct | "$PAWL" append --events-per-append 5 --log-level debug >"$tmp/d.out" 2>"$tmp/d.err" &
+app=$!
+for _ in $(seq 1 200); do
+    [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'd-%'")" -ge 20 ] && break
+    sleep 0.05
+done
+( while :; do psql "$BASE_DSN" -qAtc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+      WHERE datname = '$db' AND application_name LIKE 'pawl%' AND pid <> pg_backend_pid()
+        AND state = 'active'" >/dev/null 2>&1; sleep 0.03; done ) &
+killer=$!
+wait "$app"
+rc=$?
+kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; killer=
+expect_rc "direct appends under terminated connections" 0 $rc
+[ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'd-%'")" = 800 ] &&
+    [ "$(sql "SELECT count(DISTINCT event_id) FROM pawl.events WHERE event_id LIKE 'd-%'")" = 800 ]
+check "direct appends: every line's event is in the log exactly once (800)" $?
+closed=$(grep -c 'direct append connection closed' "$tmp/d.err")
+echo "direct connection closed by terminations: $closed"
+[ "$closed" -gt 0 ]
+check "the direct connection was among the sessions terminated" $?
 
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
