@@ -10,10 +10,10 @@
  *
  * The connection (struct direct, in the store; the session "pawl direct") is opened by the
  * second such append (a process that appends once pays no extra connection), with the log
- * connections' session statements, and only while they are up; it is not watched between appends, so each append first reads
- * what the server sent meanwhile (an idle session ended by the server, a restart): a dead
- * connection is closed and the append goes through the log connections, and the next attempt
- * to reconnect waits out a back-off (reconnect_min_ms doubling to reconnect_max_ms).
+ * connections' session statements, and only while they are up; it is not watched between appends,
+ * so each append first reads what the server sent meanwhile (an idle session ended by the server, a
+ * restart): a dead connection is closed and the append goes through the log connections, and the
+ * next attempt to reconnect waits out a back-off (reconnect_min_ms doubling to reconnect_max_ms).
  *
  * The statement is the pool's: pawl.append alone in an implicit transaction, its result flushed
  * before the Sync commits (the xid is known before the commit can be in doubt). Outcomes:
@@ -97,12 +97,16 @@ static int setup_ok(PGresult *r, char *why, size_t len)
     return ok ? 0 : -1;
 }
 
-/* Open the direct connection (the caller's thread, at most connect_timeout_ms): 0, or -1. */
+/* Open the direct connection on the caller's thread, within DIRECT_CONNECT_MS (or
+ * connect_timeout_ms if shorter): the log connections are up, so a server slow to take a new
+ * session costs this append that long at most, and it then goes through them. 0, or -1. */
+#define DIRECT_CONNECT_MS 1000
 static int direct_open(struct pawl_store *s)
 {
     struct direct *d = &s->direct;
     char why[256] = "";
-    int64_t deadline = pawl_now_ns() + (int64_t)s->o.connect_timeout_ms * 1000000;
+    int64_t deadline =
+        pawl_now_ns() + (int64_t)PAWL_MIN(s->o.connect_timeout_ms, DIRECT_CONNECT_MS) * 1000000;
     PGconn *pg = pawl_pq_connect(s->dsn, 1);
     if (pg == NULL)
         return -1;
@@ -121,10 +125,19 @@ static int direct_open(struct pawl_store *s)
     d->fatal_idle = 0;
     if (rc == 0)
         PQsetNoticeReceiver(pg, notice_rx, s);
-    for (int i = 0; rc == 0 && s->main_session[i] != NULL; i++)
-        rc = setup_ok(PQexec(pg, s->main_session[i]), why, sizeof why);
-    if (rc == 0) /* the log connections' settings, under a name of its own */
-        rc = setup_ok(PQexec(pg, "SET application_name = 'pawl direct'"), why, sizeof why);
+    if (rc == 0) {
+        /* The log connections' settings, under a name of its own: one round trip (several
+         * statements in one simple query). */
+        char sql[1024];
+        size_t len = 0;
+        for (int i = 0; s->main_session[i] != NULL && len < sizeof sql; i++)
+            len += (size_t)snprintf(sql + len, sizeof sql - len, "%s; ", s->main_session[i]);
+        if (len < sizeof sql)
+            snprintf(sql + len, sizeof sql - len, "SET application_name = 'pawl direct'");
+        rc = len < sizeof sql ? setup_ok(PQexec(pg, sql), why, sizeof why) : -1;
+        if (len >= sizeof sql)
+            snprintf(why, sizeof why, "session statements too long");
+    }
     if (rc == 0)
         rc = setup_ok(PQprepare(pg, DIRECT_STMT, pawl__log_append_sql, 9, pawl__log_append_types),
                       why, sizeof why);

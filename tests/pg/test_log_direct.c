@@ -77,6 +77,21 @@ static void warm(struct pawl_store *s, const char *tag)
     }
 }
 
+/* A session whose open transaction holds stream's next number (an outbox append not yet
+ * committed); the caller ends it with COMMIT or ROLLBACK, then PQfinish. */
+static PGconn *hold_stream(const char *stream)
+{
+    PGconn *c = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PQclear(PQexec(c, "BEGIN"));
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT pawl_api.append('%s', 't', 'outbox')", stream);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    return c;
+}
+
 static int64_t direct_sessions(void)
 {
     return pawl_test_query_i64(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
@@ -121,12 +136,7 @@ static void test_taken(void **state)
     s = open_store(1, 0);
     warm(s, "busy");
     int64_t d0 = direct_count(s);
-    PGconn *c = PQconnectdb(dsn);
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
-    PQclear(PQexec(c, "BEGIN"));
-    PGresult *r = PQexec(c, "SELECT pawl_api.append('busy-held', 't', 'outbox')");
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    PQclear(r);
+    PGconn *c = hold_stream("busy-held");
     struct async_box box = {.rc = -1};
     struct pawl_event held = ev("busy-held", PAWL_SEQ_ANY, "lib", NULL);
     assert_int_equal(pawl_append_async(s, &held, 1, on_done, &box), 0);
@@ -190,14 +200,7 @@ static struct outcome run_case(struct pawl_store *s, int k, const char *tag)
         return append_one(s, &first, 1);
     }
     default: { /* a stream held by an open transaction past append_lock_wait_ms */
-        PGconn *c = PQconnectdb(dsn);
-        assert_int_equal(PQstatus(c), CONNECTION_OK);
-        PQclear(PQexec(c, "BEGIN"));
-        char sql[200];
-        snprintf(sql, sizeof sql, "SELECT pawl_api.append('%s', 't', 'outbox')", a);
-        PGresult *r = PQexec(c, sql);
-        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-        PQclear(r);
+        PGconn *c = hold_stream(a);
         struct pawl_event e = ev(a, PAWL_SEQ_ANY, "waits", NULL);
         struct outcome o = append_one(s, &e, 1);
         PQclear(PQexec(c, "ROLLBACK"));
@@ -218,8 +221,8 @@ static void test_same_outcomes(void **state)
         pawl_store_stats(sd, &st0, 0);
         struct outcome od = run_case(sd, k, DIRECT_TAG), ol = run_case(sl, k, LOOP_TAG);
         pawl_store_stats(sd, &st1, 0);
-        print_message("case %d: direct rc %d (%s) \"%s\"; loop rc %d \"%s\"\n", k, od.rc, od.sqlstate,
-                      od.message, ol.rc, ol.message);
+        print_message("case %d: direct rc %d (%s) \"%s\"; loop rc %d \"%s\"\n", k, od.rc,
+                      od.sqlstate, od.message, ol.rc, ol.message);
         /* Both appends of the case went direct (the case's first, then the case itself). */
         assert_int_equal(direct_count(sd) - d0, 2);
         assert_int_equal(od.rc, ol.rc);
@@ -268,7 +271,7 @@ static void test_ended_idle(void **state)
     struct pawl_append_result res;
     assert_int_equal(pawl_append(s, &e, 1, &res), 0); /* through the log connections */
     assert_int_equal(direct_count(s), d0);
-    usleep(50000); /* the back-off (20 ms) */
+    usleep(50000);                                    /* the back-off (20 ms) */
     assert_int_equal(pawl_append(s, &e, 1, &res), 0); /* reopens it */
     assert_int_equal(direct_count(s), d0 + 1);
     assert_int_equal(direct_sessions(), 1);
@@ -310,12 +313,7 @@ static void test_ended_mid_statement(void **state)
     char err[512];
     assert_int_equal(pawl_store_new(&s, dsn, &o, err, sizeof err), 0);
     warm(s, "mid");
-    PGconn *c = PQconnectdb(dsn);
-    assert_int_equal(PQstatus(c), CONNECTION_OK);
-    PQclear(PQexec(c, "BEGIN"));
-    PGresult *r = PQexec(c, "SELECT pawl_api.append('mid', 't', 'outbox')");
-    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-    PQclear(r);
+    PGconn *c = hold_stream("mid");
     int64_t d0 = direct_count(s);
     struct wait_arg w = {.s = s, .rc = -1};
     pthread_t th;
@@ -359,9 +357,8 @@ static void *killer(void *arg)
     (void)arg;
     while (!atomic_load(&kill_stop)) {
         usleep(15000 + (useconds_t)(rand() % 20000));
-        atomic_fetch_add(&kills_active,
-                         terminate("pawl direct", "AND state = 'active'") +
-                             terminate("pawl", "AND state = 'active'"));
+        atomic_fetch_add(&kills_active, terminate("pawl direct", "AND state = 'active'") +
+                                            terminate("pawl", "AND state = 'active'"));
         if (rand() % 4 == 0)
             terminate("pawl direct", NULL);
     }

@@ -102,20 +102,30 @@ feed() {
     done
     echo $i >"$tmp/k.count"
 }
-: >"$tmp/k.err"
-feed | "$PAWL" append --events-per-append 5 --no-append-direct >"$tmp/k.out" 2>"$tmp/k.err" &
-app=$!
-for _ in $(seq 1 200); do
-    [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'k-%'")" -ge 20 ] && break
-    sleep 0.05
-done
-( while :; do psql "$BASE_DSN" -qAtc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-      WHERE datname = '$db' AND application_name LIKE 'pawl%' AND pid <> pg_backend_pid()
-        AND state = 'active'" >/dev/null 2>&1; sleep 0.03; done ) &
-killer=$!
-wait "$app"
-rc=$?
-kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; killer=
+# under_kills FEED PREFIX ARGS...: `FEED | pawl append ARGS` (output in $tmp/PREFIX.out and
+# .err) while the killer runs, from the appender's 20th event with an id PREFIX-* to its end;
+# its exit status in $rc.
+under_kills() {
+    local feed=$1 prefix=$2 app
+    shift 2
+    : >"$tmp/$prefix.err"
+    $feed | "$PAWL" append "$@" >"$tmp/$prefix.out" 2>"$tmp/$prefix.err" &
+    app=$!
+    for _ in $(seq 1 200); do
+        [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE '$prefix-%'")" -ge 20 ] && break
+        sleep 0.05
+    done
+    ( while :; do psql "$BASE_DSN" -qAtc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE datname = '$db' AND application_name LIKE 'pawl%' AND pid <> pg_backend_pid()
+            AND state = 'active'" >/dev/null 2>&1; sleep 0.03; done ) &
+    killer=$!
+    wait "$app"
+    rc=$?
+    kill "$killer" 2>/dev/null
+    wait "$killer" 2>/dev/null
+    killer= # the exit trap's: no killer left to stop
+}
+under_kills feed k --events-per-append 5 --no-append-direct
 n=$(cat "$tmp/k.count" 2>/dev/null || echo 0)
 echo "lines fed: $n"
 expect_rc "append under terminated connections" 0 $rc
@@ -137,19 +147,7 @@ feed_direct() {
         sleep 0.005
     done
 }
-feed_direct | "$PAWL" append --events-per-append 5 --log-level debug >"$tmp/d.out" 2>"$tmp/d.err" &
-app=$!
-for _ in $(seq 1 200); do
-    [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'd-%'")" -ge 20 ] && break
-    sleep 0.05
-done
-( while :; do psql "$BASE_DSN" -qAtc "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-      WHERE datname = '$db' AND application_name LIKE 'pawl%' AND pid <> pg_backend_pid()
-        AND state = 'active'" >/dev/null 2>&1; sleep 0.03; done ) &
-killer=$!
-wait "$app"
-rc=$?
-kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null; killer=
+under_kills feed_direct d --events-per-append 5 --log-level debug
 expect_rc "direct appends under terminated connections" 0 $rc
 [ "$(sql "SELECT count(*) FROM pawl.events WHERE event_id LIKE 'd-%'")" = 800 ] &&
     [ "$(sql "SELECT count(DISTINCT event_id) FROM pawl.events WHERE event_id LIKE 'd-%'")" = 800 ]
