@@ -108,8 +108,10 @@ static int direct_open(struct pawl_store *s)
     int64_t deadline =
         pawl_now_ns() + (int64_t)PAWL_MIN(s->o.connect_timeout_ms, DIRECT_CONNECT_MS) * 1000000;
     PGconn *pg = pawl_pq_connect(s->dsn, 1);
-    if (pg == NULL)
+    if (pg == NULL) { /* out of memory: not again before the back-off */
+        d->retry_at_ns = pawl_now_ns() + (int64_t)d->backoff_ms * 1000000;
         return -1;
+    }
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
     while (PQstatus(pg) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
         if (connect_wait(pg, st, deadline) != 0) {
@@ -171,7 +173,9 @@ static int direct_usable(struct pawl_store *s)
     }
     /* Not for a process's first blocking append (a one-off append would pay a connection for
      * nothing), not while the log connections are down, not before the back-off ends. */
-    if (++d->eligible < 2 || pawl__pgpool_ready(s->main) == 0 || pawl_now_ns() < d->retry_at_ns)
+    if (d->eligible < 2)
+        d->eligible++;
+    if (d->eligible < 2 || pawl__pgpool_ready(s->main) == 0 || pawl_now_ns() < d->retry_at_ns)
         return 0;
     return direct_open(s) == 0;
 }
