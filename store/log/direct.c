@@ -203,7 +203,7 @@ static int direct_exec(struct pawl_store *s, struct append_op *op)
     PGconn *pg = s->direct.pg;
     struct pawl_pgreq *req = &op->req;
     char err_sqlstate[6] = "";
-    int got_ok = 0, sync_seen = 0, sync_sent = 0;
+    int got_ok = 0, got_err = 0, sync_seen = 0, sync_sent = 0;
     if (!PQsendQueryPrepared(pg, DIRECT_STMT, 9, op->en.values, op->en.lengths, op->en.formats,
                              0) ||
         !PQsendFlushRequest(pg)) {
@@ -227,26 +227,33 @@ static int direct_exec(struct pawl_store *s, struct append_op *op)
             if (PQntuples(r) == 1)
                 pawl__log_enc_result_row(&op->en, r, 0);
             got_ok = 1;
-        } else if (err_sqlstate[0] == '\0' && st != PGRES_PIPELINE_ABORTED) {
+        } else if (!got_err && st != PGRES_PIPELINE_ABORTED) {
+            /* The server's error (with its SQLSTATE: rolled back at the Sync), or libpq's own
+             * (none: what the server did is not known). */
             const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
             const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+            got_err = 1;
             snprintf(err_sqlstate, sizeof err_sqlstate, "%s", ss ? ss : "");
-            if (ss != NULL) {
-                req->failed_stmt = 0;
-                snprintf(req->sqlstate, sizeof req->sqlstate, "%s", ss);
-                copy_msg(req->message, sizeof req->message, msg ? msg : PQerrorMessage(pg));
-            }
+            req->failed_stmt = 0;
+            snprintf(req->sqlstate, sizeof req->sqlstate, "%s", ss ? ss : "");
+            copy_msg(req->message, sizeof req->message, msg ? msg : PQresultErrorMessage(r));
         }
         PQclear(r);
         if (PQstatus(pg) != CONNECTION_OK)
             break;
     }
+    if (sync_seen && PQstatus(pg) == CONNECTION_OK && err_sqlstate[0] != '\0')
+        return PAWL_ESQL; /* refused by the server: rolled back */
+    if (sync_seen && PQstatus(pg) == CONNECTION_OK && got_ok && !got_err)
+        return 0;
     if (sync_seen && PQstatus(pg) == CONNECTION_OK) {
-        if (err_sqlstate[0] != '\0')
-            return PAWL_ESQL;
-        if (got_ok)
-            return 0;
-        snprintf(req->message, sizeof req->message, "the server committed without a result");
+        /* The Sync ran (a commit, if the statement had succeeded) but its result was not read:
+         * not known. The connection is not reused. */
+        char why[200];
+        copy_msg(why, sizeof why, got_err ? req->message : "no result");
+        direct_close(s, why);
+        req->sqlstate[0] = '\0';
+        snprintf(req->message, sizeof req->message, "the append's result was lost: %s", why);
         return PAWL_EINDOUBT;
     }
     /* The session is gone, the Sync could not be sent, or the server answered out of order
