@@ -10,7 +10,8 @@
  *     present); the store reconnects and appends again;
  *   - the same with event ids and append_retry_ms: every cut-off append is appended again (its
  *     delayed retry, a timer on the store's timers, fires once the store reconnected), so every
- *     append succeeds and the log holds each exactly once;
+ *     append succeeds and the log holds each exactly once; one of them waits for a stream an
+ *     outbox transaction holds, so that the kill surely finds an append in flight;
  *   - the store's own finalizer session is terminated again and again while appends flow (in a
  *     run, between runs): the finalizer reports the failures, reconnects, and within a safety
  *     interval of the last kill every committed append is final; none is lost or doubled;
@@ -206,12 +207,24 @@ static void test_lost_appends_repeated(void **state)
     o.reconnect_min_ms = 20;
     o.reconnect_max_ms = 200;
     o.append_retry_ms = 30000;
+    o.append_lock_timeout_ms = 0; /* the held append below waits inside its statement */
     struct pawl_store *s = NULL;
     char err[512];
     if (pawl_store_new(&s, dsn, &o, err, sizeof err) != 0)
         fail_msg("store: %s", err);
     static char sid[N_APPENDS][24], id[N_APPENDS][24];
     memset(outcomes, 0, sizeof outcomes);
+    /* One append is surely in flight when the sessions are ended: it waits for a stream that
+     * an outbox transaction holds (without it, a kill that found every append answered
+     * already tested nothing; the holder rolls back after the kill). */
+    PGconn *holder = PQconnectdb(dsn);
+    assert_int_equal(PQstatus(holder), CONNECTION_OK);
+    PQclear(PQexec(holder, "BEGIN"));
+    PGresult *hr = PQexec(holder, "SELECT pawl_api.append('held-again', 't', 'outbox')");
+    assert_int_equal(PQresultStatus(hr), PGRES_TUPLES_OK);
+    PQclear(hr);
+    static struct outcome held_outcome;
+    memset(&held_outcome, 0, sizeof held_outcome);
     for (int i = 0; i < N_APPENDS; i++) {
         snprintf(sid[i], sizeof sid[i], "again-%d", i);
         snprintf(id[i], sizeof id[i], "again-id-%d", i);
@@ -221,10 +234,27 @@ static void test_lost_appends_repeated(void **state)
                                .payload = "x",
                                .payload_len = 1,
                                .id = id[i]};
-        if (i == N_APPENDS / 4)
+        if (i == N_APPENDS / 4) {
+            struct pawl_event h = {.stream_id = "held-again",
+                                   .stream_seq = 1,
+                                   .type = "t",
+                                   .payload = "x",
+                                   .payload_len = 1,
+                                   .id = "held-again-id"};
+            assert_int_equal(pawl_append_async(s, &h, 1, on_done, &held_outcome), 0);
+            double t0 = pawl_test_now_ms();
+            while (pawl_test_query_i64(dsn, "SELECT count(*) FROM pg_stat_activity WHERE "
+                                            "application_name = 'pawl' AND wait_event_type = "
+                                            "'Lock' AND datname = current_database()") == 0) {
+                assert_true(pawl_test_now_ms() - t0 < 10000);
+                usleep(2000);
+            }
             pawl_test_exec(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                 "WHERE application_name = 'pawl' AND pid <> pg_backend_pid() "
                                 "AND datname = current_database()");
+            PQclear(PQexec(holder, "ROLLBACK"));
+            PQfinish(holder);
+        }
         int rc;
         while ((rc = pawl_append_async(s, &e, 1, on_done, &outcomes[i])) == PAWL_EAGAIN)
             usleep(1000);
@@ -243,6 +273,13 @@ static void test_lost_appends_repeated(void **state)
             fail_msg("append %d: %s (%s), %d in the log", i, pawl_errname(rc), outcomes[i].msg,
                      present[i]);
     }
+    assert_int_equal(atomic_load(&held_outcome.done), 1);
+    if (atomic_load(&held_outcome.rc) != 0)
+        fail_msg("the held append: %s (%s)", pawl_errname(atomic_load(&held_outcome.rc)),
+                 held_outcome.msg);
+    assert_int_equal(pawl_test_query_i64(dsn, "SELECT count(*) FROM pawl.events WHERE stream_id "
+                                              "= 'held-again'"),
+                     1);
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     printf("after the connections dropped: %lld appends repeated, all %d in the log once\n",
