@@ -328,7 +328,11 @@ void pawl__log_op_outcome(struct append_op *op, int rc)
     struct pawl_append_result res;
     memset(&res, 0, sizeof res);
 
-    if (rc == PAWL_ESQL && strcmp(req->sqlstate, "55P03") == 0) {
+    /* pawl cancels no statement of its own; PostgreSQL reports a lock timeout that fired as a
+     * lock was granted, ahead of a second wait in the same statement, as a cancel "due to user
+     * request" (57014): the same case. */
+    if (rc == PAWL_ESQL &&
+        (strcmp(req->sqlstate, "55P03") == 0 || strcmp(req->sqlstate, "57014") == 0)) {
         /*
          * lock_timeout: a transaction holds one of its streams (an outbox append not yet
          * committed). The server rolled this append back; retry it later from a timer,
@@ -377,6 +381,12 @@ void pawl__log_op_outcome(struct append_op *op, int rc)
             op->retries++;
             /* relaxed: statistics. */
             atomic_fetch_add_explicit(&s->retries, 1, memory_order_relaxed);
+            /* Lost the race again and again (transactions holding the stream's next number
+             * keep committing first): from the fourth try, after a short, growing pause. */
+            if (op->retries > 3) {
+                retry_later(op, (int64_t)(op->retries - 3) * 1000000);
+                return;
+            }
             if (pawl__log_op_submit(s, op) == 0)
                 return;
         }
