@@ -887,7 +887,10 @@ static void test_held_stream(void **state)
      * own drift out of the comparison, and the median of the rounds' ratios keeps out a round
      * that something else on a shared machine slowed in one window only (make test runs two
      * tests at once: CI's ASan stage once saw 0.78 over the sum of three rounds, against
-     * 0.96-1.03 in every run here alone).
+     * 0.96-1.03 in every run here alone). Both must hold: the median ratio at least 0.5 and the
+     * sum over the rounds at least 0.8. A stall (the free streams waiting behind the held one)
+     * fails both; CI's ASan stage once had a median of 0.78 with rounds from 0.47 to 6.46 and
+     * a sum of 1.14, which is noise.
      */
     enum { ROUNDS = 5 };
     PGconn *c = raw(d);
@@ -916,7 +919,8 @@ static void test_held_stream(void **state)
                   "per-round ratios %.2f..%.2f, median %.2f\n",
                   ROUNDS, (long long)alone, (long long)during, ratio[0], ratio[ROUNDS - 1],
                   ratio[ROUNDS / 2]);
-    assert_true(ratio[ROUNDS / 2] >= 0.80);
+    assert_true(ratio[ROUNDS / 2] >= 0.50);
+    assert_true(alone > 0 && (double)during / (double)alone >= 0.80);
     struct pawl_store_stats st;
     pawl_store_stats(s, &st, 0);
     assert_true(st.append_lock_timeouts > 0);
